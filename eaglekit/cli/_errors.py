@@ -1,0 +1,54 @@
+"""The one place where failures become messages and exit codes.
+
+0 ok; 1 findings or failure; 2 usage (bad options, missing optional dependency); 130 interrupted.
+No traceback reaches the user unless EAGLEKIT_DEBUG=1.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import click
+
+from ..errors import EaglekitError
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _debug() -> bool:
+    return os.environ.get("EAGLEKIT_DEBUG", "") not in ("", "0")
+
+
+def fail(message: str, code: int) -> "NoReturn":  # noqa: F821
+    click.echo(f"error: {' '.join(str(message).split())}", err=True)
+    sys.exit(code)
+
+
+class EaglekitGroup(click.Group):
+    """A click group whose commands' exceptions are mapped to one line and an exit code."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
+            raise
+        except EaglekitError as exc:
+            if _debug():
+                traceback.print_exc()
+            fail(str(exc), exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except MemoryError:
+            fail("out of memory", EXIT_FAILURE)
+        except OSError as exc:
+            if _debug():
+                traceback.print_exc()
+            where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+            fail(f"{where}{exc.strerror or exc}", EXIT_FAILURE)
+        except Exception as exc:  # a bug in eaglekit: still one line, with a way to see more
+            if _debug():
+                traceback.print_exc()
+            fail(f"internal error: {type(exc).__name__}: {exc} (set EAGLEKIT_DEBUG=1 for the traceback)", EXIT_FAILURE)

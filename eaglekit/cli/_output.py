@@ -1,0 +1,76 @@
+"""The one output layer: human text or JSON on stdout, notes and progress on stderr.
+
+Every command builds a plain dict (the JSON result, with a schema in ``schemas/``) and a human rendering of
+it; ``emit`` prints one or the other. Nothing else in the CLI writes to stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Callable, Iterable, Sequence
+
+import click
+
+from ..findings import SEVERITIES, Finding, by_severity
+
+
+class Output:
+    def __init__(self, json_mode: bool = False, quiet: bool = False):
+        self.json_mode = json_mode
+        self.quiet = quiet
+
+    def emit(self, data: dict, human: Callable[[dict], str]) -> None:
+        if self.json_mode:
+            click.echo(json.dumps(data, indent=2, default=str))
+        else:
+            text = human(data)
+            if text:
+                click.echo(text)
+
+    def note(self, text: str) -> None:
+        """A side remark for a person: stderr, and silent in JSON or quiet mode."""
+        if not self.json_mode and not self.quiet:
+            click.echo(text, err=True)
+
+    def progress(self, total: int, description: str):
+        """A byte-count progress bar on stderr (shown only on a terminal and outside JSON mode)."""
+        from tqdm.auto import tqdm
+
+        disable = self.json_mode or self.quiet or not sys.stderr.isatty()
+        return tqdm(total=total, desc=description, unit="B", unit_scale=True, unit_divisor=1024, disable=disable, file=sys.stderr, leave=False)
+
+
+def table(rows: Iterable[Sequence[str]], indent: str = "") -> str:
+    rows = [tuple(str(c) for c in row) for row in rows]
+    if not rows:
+        return ""
+    widths = [max(len(r[i]) for r in rows if i < len(r)) for i in range(max(len(r) for r in rows))]
+    lines = []
+    for row in rows:
+        cells = [c.ljust(widths[i]) if i < len(row) - 1 else c for i, c in enumerate(row)]
+        lines.append(indent + "  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def findings_text(findings: Iterable[Finding], *, empty: str = "") -> str:
+    grouped = by_severity(findings)
+    blocks = []
+    for severity in SEVERITIES:
+        items = grouped[severity]
+        if not items:
+            continue
+        lines = [f"{severity}s ({len(items)}):" if len(items) != 1 else f"{severity} (1):"]
+        for f in items:
+            lines.append(f"  [{f.check}] {f.line()}")
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks) if blocks else empty
+
+
+def human_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if value < 1000 or unit == "TB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{n} B"

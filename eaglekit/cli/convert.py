@@ -1,0 +1,127 @@
+"""``eaglekit convert SRC OUT --to DIALECT``: any dialect to any dialect that can hold the drafter."""
+
+from __future__ import annotations
+
+import click
+
+from .. import dialects
+from ..convert import ConversionPlan, ConvertOptions, execute, plan_conversion
+from ..errors import UsageError
+from ..findings import Finding
+from ..io import dtypes
+from ..io.writer import DEFAULT_MAX_SHARD_BYTES, parse_size
+from ._options import dtype_option, force_option, from_option, json_option, parse_ids, target_option
+from ._output import Output, findings_text, human_bytes, table
+
+
+def _list() -> dict:
+    return {
+        "dialects": [
+            {"name": d.name, "aliases": list(d.aliases), "summary": d.summary, "reads": d.reads, "writes": d.writes or None}
+            for d in dialects.DIALECTS.values()
+        ]
+    }
+
+
+def _render_list(r: dict) -> str:
+    lines = []
+    for d in r["dialects"]:
+        alias = f" (alias {', '.join(d['aliases'])})" if d["aliases"] else ""
+        lines.append(f"{d['name']}{alias}: {d['summary']}")
+        lines.append(f"  reads:  {d['reads']}")
+        lines.append(f"  writes: {d['writes'] or '- (read only)'}")
+    return "\n".join(lines)
+
+
+def _result(plan: ConversionPlan, out: str, written: list[str] | None) -> dict:
+    data = plan.to_dict()
+    data["output"] = out
+    data["written"] = written is not None
+    if written is not None:
+        data["files"] = written
+    return data
+
+
+def _render(r: dict) -> str:
+    head = (
+        f"{'plan' if not r['written'] else 'converted'}: {r['source']} ({r['source_dialect']}) -> {r['output']} ({r['to']}), "
+        f"EAGLE {r['eagle_version']}, {len(r['tensors'])} tensors, {human_bytes(r['total_bytes'])} in {', '.join(r['files'])}"
+    )
+    lines = [head]
+    if not r["written"]:
+        rows = []
+        for t in r["tensors"]:
+            src = t["source"] or f"({t['op'].split(':', 1)[1]} synthesised)"
+            arrow = src if src == t["name"] else f"{src} -> {t['name']}"
+            dtype = t["dtype"] if t["dtype_in"] == t["dtype"] else f"{t['dtype_in']} -> {t['dtype']}"
+            rows.append((f"  {arrow}", dtype, str(t["shape"]), t["op"]))
+        lines += ["tensors:", table(rows)]
+        for name, why in r["dropped"].items():
+            lines.append(f"  {name} dropped: {why}")
+        diff = r["config_diff"]
+        lines.append(
+            "config: "
+            + "; ".join(f"{k} {', '.join(v)}" for k, v in (("added", diff["added"]), ("removed", diff["removed"]), ("changed", diff["changed"])) if v)
+        )
+    notes = [Finding(**n) for n in r["notes"]] + [Finding(**f) for f in r["findings"]]
+    if notes:
+        lines.append(findings_text(notes))
+    if not r["written"]:
+        lines.append("nothing written (--dry-run)")
+    return "\n".join(lines)
+
+
+@click.command("convert")
+@click.argument("src", required=False)
+@click.argument("out", required=False)
+@click.option("--to", "to", metavar="DIALECT", help="Output dialect: vllm, speculators, sglang (alias specforge) or eagle.")
+@from_option
+@target_option
+@click.option("--aux-layers", metavar="IDS", help="Aux (target) layer ids in vLLM's input-of-layer convention, e.g. 2,16,29.")
+@click.option("--upgrade", metavar="3.1", help="Upgrade an EAGLE 3 drafter to 3.1 for fine-tuning: fc_norm weights of ones, norm_output on.")
+@dtype_option
+@click.option("--max-shard-size", default="5GB", show_default=True, help="Largest output shard, e.g. 5GB, 500MB.")
+@click.option("--dry-run", is_flag=True, help="Print the plan (renames, config diff, dtypes, files) and write nothing.")
+@force_option
+@click.option("--list", "list_dialects", is_flag=True, help="List every dialect with what it reads and writes.")
+@json_option
+def convert_command(src, out, to, source_dialect, target, aux_layers, upgrade, dtype, max_shard_size, dry_run, force, list_dialects, json_mode):
+    """Convert the drafter SRC into OUT in another dialect, keeping its math: tensors bit-identical (unless --dtype),
+    aux layer ids translated between conventions, every flag written explicitly. Streams one tensor at a time;
+    OUT appears only when complete.
+
+    \b
+    Examples:
+      eaglekit convert ./specforge-ckpt ./for-vllm --to vllm
+      eaglekit convert ./eagle3-drafter ./v31 --to speculators --upgrade 3.1
+      eaglekit convert ./drafter ./out --to vllm --target ./Llama-3.1-8B --dry-run
+      eaglekit convert --list
+    """
+    output = Output(json_mode)
+    if list_dialects:
+        output.emit(_list(), _render_list)
+        return
+    if not src or not out or not to:
+        raise UsageError("convert needs SRC, OUT and --to DIALECT (or --list)")
+    options = ConvertOptions(
+        to=to,
+        source_dialect=source_dialect,
+        target=target,
+        aux_layers=parse_ids(aux_layers),
+        upgrade=upgrade,
+        dtype=dtypes.parse_cast(dtype),
+        max_shard_bytes=parse_size(max_shard_size) if max_shard_size else DEFAULT_MAX_SHARD_BYTES,
+        force=force,
+    )
+    plan = plan_conversion(src, None if dry_run else out, options)
+    try:
+        written = None
+        if not dry_run:
+            for note in plan.notes:
+                if note.check == "upgrade.numerics":
+                    output.note(f"warning: {note.message}")
+            with output.progress(plan.total_bytes, "converting") as bar:
+                written = execute(plan, out, progress=bar.update)
+        output.emit(_result(plan, out, written), _render)
+    finally:
+        plan.loaded.close()

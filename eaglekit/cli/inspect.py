@@ -1,0 +1,84 @@
+"""``eaglekit inspect PATH``: what a drafter checkpoint is, from its headers alone."""
+
+from __future__ import annotations
+
+import click
+
+from .. import dialects
+from ..describe import describe
+from ..findings import Finding
+from ._options import from_option, json_option
+from ._output import Output, findings_text, human_bytes, table
+
+
+def _flags(flags: dict) -> str:
+    return ", ".join(f"{k} {'true' if v else 'false'}" for k, v in flags.items())
+
+
+def render(r: dict) -> str:
+    dims = r["dimensions"]
+    if r["attention"] == "mla":
+        m = dims["mla"]
+        attention = (
+            f"MLA: {dims['num_heads']} heads, q_lora {m['q_lora_rank']}, kv_lora {m['kv_lora_rank']}, "
+            f"nope {m['qk_nope_head_dim']}, rope {m['qk_rope_head_dim']}, v {m['v_head_dim']}"
+        )
+    else:
+        family = {"llama": "Llama GQA", "qwen3": "Qwen3 GQA (q/k norm)"}[r["attention"]]
+        attention = f"{family}: {dims['num_heads']} heads, {dims['num_kv_heads']} kv heads, head_dim {dims['head_dim']}"
+    vocab = r["vocab"]
+    maps = [m for m in ("d2t", "t2d") if vocab[m]]
+    aux = r["aux_layers"]
+    if aux["ids"] is None:
+        aux_text = f"not recorded: engine default applies ({aux['num_aux']} states fused)"
+    elif aux["convention"] == "input":
+        aux_text = f"{aux['ids']} input-of-layer (vLLM convention)"
+    else:
+        aux_text = f"{aux['ids']} output-of-layer = {aux['input_ids']} input-of-layer (vLLM)"
+    det = r["dialect"]
+    rope = f"theta {r['rope']['theta']:g}" + (f", {r['rope']['scaling']['rope_type']} scaling" if r["rope"]["scaling"] else "")
+    version = r["eagle_version"] + (" (fc_norm, norm_output)" if r["eagle_version"] == "3.1" else "")
+    rows = [
+        ("checkpoint", f"{r['source']} ({r['format']}, {len(r['files'])} file{'s' if len(r['files']) != 1 else ''}{', indexed' if r['index'] else ''})"),
+        ("dialect", f"{det['dialect']}" + (f" (score {det['score']}: {'; '.join(det['evidence'])})" if det["score"] is not None else " (given)")),
+        ("EAGLE", version),
+        ("attention", attention),
+        ("dimensions", f"hidden {dims['hidden_size']}, target hidden {dims['target_hidden_size']}, layers {dims['num_layers']}, intermediate {dims['intermediate_size']}"),
+        ("vocab", f"{vocab['vocab_size']} target, {vocab['draft_vocab_size']} draft" + (f" ({', '.join(maps)})" if maps else "")),
+        ("ships", f"embed_tokens {'yes' if vocab['embed_tokens'] else 'no'}, lm_head {vocab['lm_head'] if vocab['lm_head'] == 'factorised' else ('yes' if vocab['lm_head'] else 'no')}"),
+        ("aux layers", aux_text),
+        ("flags", _flags(r["flags"])),
+        ("rope", rope),
+        ("verifier", r["verifier"] or "not recorded"),
+        ("tensors", f"{r['num_tensors']} ({r['num_parameters']:,} parameters, {human_bytes(r['total_bytes'])}); " + ", ".join(f"{k} x{v}" for k, v in r["dtypes"].items())),
+    ]
+    if r["provenance"]["framework"] or r["provenance"]["eaglekit_version"]:
+        written = [x for x in (r["provenance"]["framework"], r["provenance"]["eaglekit_version"] and f"eaglekit {r['provenance']['eaglekit_version']}") if x]
+        rows.append(("provenance", ", ".join(written)))
+    for note in r["provenance"]["notes"]:
+        rows.append(("", note))
+    if r["unknown_tensors"]:
+        rows.append(("unknown", ", ".join(r["unknown_tensors"][:8]) + (" ..." if len(r["unknown_tensors"]) > 8 else "")))
+    text = table(rows)
+    notes = [Finding(**n) for n in r["notes"]]
+    if notes:
+        text += "\n" + findings_text(notes)
+    return text
+
+
+@click.command("inspect")
+@click.argument("path")
+@from_option
+@json_option
+def inspect_command(path: str, source_dialect: str, json_mode: bool) -> None:
+    """Show what the drafter checkpoint PATH is: dialect (with evidence), EAGLE version, dimensions, aux layers,
+    flags, vocab maps, dtypes and shards. Reads headers only.
+
+    \b
+    Example:
+      eaglekit inspect ./my-drafter
+      eaglekit inspect org/drafter --json      # a Hub id already in the local cache
+    """
+    out = Output(json_mode)
+    with dialects.load(path, source_dialect) as loaded:
+        out.emit(describe(loaded), render)

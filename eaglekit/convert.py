@@ -1,0 +1,307 @@
+"""Conversion between dialects: plan (pure, from headers and the tiny vocab maps), then stream.
+
+``plan_conversion`` reads the source into the canonical drafter, applies what the user asked (target
+resolution, aux ids, the 3.0 -> 3.1 upgrade, dtype), lets the destination dialect name and select the
+tensors, and validates the result. ``execute`` writes it: tensors one at a time (raw byte copies where the
+bytes do not change), config.json last, all inside an atomic output directory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from . import dialects
+from .errors import UsageError, ValidationFailed
+from .findings import Finding, errors
+from .io import dtypes, jsonfile
+from .io.atomic import atomic_directory, check_destination
+from .io.reader import Checkpoint
+from .io.writer import DEFAULT_MAX_SHARD_BYTES, Payload, TensorPlan, plan_shards, shard_names, write_checkpoint_tensors
+from .model.drafter import INPUT, AuxLayers, Drafter, Provenance, default_aux_ids
+from .target import TargetConfig, read_target_config
+from .validate.checks import CheckInput, run_checks
+
+
+@dataclass
+class ConvertOptions:
+    to: str
+    source_dialect: str = "auto"
+    target: str | None = None
+    aux_layers: tuple[int, ...] | None = None  # input-of-layer ids (vLLM's convention)
+    upgrade: str | None = None  # "3.1"
+    dtype: torch.dtype | None = None  # None: keep each tensor's dtype
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
+    force: bool = False
+
+
+@dataclass
+class OutputTensor:
+    name: str  # name in the output checkpoint
+    canonical: str
+    source: str | None  # name in the source checkpoint; None when synthesised
+    op: str  # copy | cast | synth:t2d | synth:ones | synth:lm_head
+    dtype_in: torch.dtype
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "canonical": self.canonical,
+            "source": self.source,
+            "op": self.op,
+            "dtype_in": dtypes.name(self.dtype_in),
+            "dtype": dtypes.name(self.dtype),
+            "shape": list(self.shape),
+        }
+
+
+@dataclass
+class ConversionPlan:
+    loaded: dialects.LoadedDrafter
+    source_drafter: Drafter
+    drafter: Drafter  # the output, canonically
+    dialect: dialects.Dialect
+    tensors: list[OutputTensor]
+    dropped: dict[str, str]  # source tensor name -> why it is not written
+    config: dict
+    files: list[str]
+    notes: list[Finding] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    options: ConvertOptions | None = None
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(_numel(t.shape) * dtypes.itemsize(t.dtype) for t in self.tensors)
+
+    def config_diff(self) -> dict:
+        before = self.loaded.checkpoint.config or {}
+        after = self.config
+        return {
+            "added": sorted(k for k in after if k not in before),
+            "removed": sorted(k for k in before if k not in after),
+            "changed": sorted(k for k in after if k in before and before[k] != after[k]),
+        }
+
+    def to_dict(self) -> dict:
+        return {
+            "source": self.loaded.checkpoint.label,
+            "source_dialect": self.loaded.dialect,
+            "to": self.dialect.name,
+            "eagle_version": self.drafter.eagle_version,
+            "files": self.files,
+            "tensors": [t.to_dict() for t in self.tensors],
+            "dropped": self.dropped,
+            "config": self.config,
+            "config_diff": self.config_diff(),
+            "total_bytes": self.total_bytes,
+            "notes": [n.to_dict() for n in self.notes],
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _resolve_aux(d: Drafter, options: ConvertOptions, target: TargetConfig | None, notes: list[Finding]) -> Drafter:
+    if options.aux_layers is not None:
+        ids = tuple(options.aux_layers)
+        before = d.aux.as_input()
+        if before is not None and before != ids:
+            notes.append(Finding("aux.override", "warning", f"--aux-layers {list(ids)} replaces the recorded ids {list(before)} (input-of-layer)"))
+        return d.with_(aux=AuxLayers(ids, INPUT))
+    if d.aux.ids is None:
+        if target is not None:
+            ids = default_aux_ids(target.num_layers)
+            notes.append(
+                Finding("aux.resolved", "info", f"no aux layer ids recorded: wrote {target.name}'s default {list(ids)} (input-of-layer: 2, L//2, L-3)")
+            )
+            return d.with_(aux=AuxLayers(ids, INPUT))
+        notes.append(
+            Finding(
+                "aux.not_recorded",
+                "info",
+                "no aux layer ids recorded and no --target/--aux-layers: the output records none, so each engine's default applies "
+                "(vLLM: 2, L//2, L-3)",
+            )
+        )
+    return d
+
+
+def _upgrade(d: Drafter, notes: list[Finding]) -> tuple[Drafter, list[str]]:
+    from . import __version__
+
+    if d.flags.fc_norm or d.flags.norm_output:
+        raise UsageError("--upgrade 3.1: the drafter is already EAGLE 3.1 (fc_norm / norm_output set)")
+    if d.flags.norm_before_fc:
+        raise UsageError("--upgrade 3.1: the drafter uses norm_before_fc, which EAGLE 3.1's fc_norm replaces; refusing to combine them")
+    added = [f"fc_norm.{i}.weight" for i in range(d.num_aux)]
+    message = (
+        f"upgraded EAGLE 3 -> 3.1 by eaglekit {__version__}: fc_norm.0..{d.num_aux - 1} initialised to ones and norm_output "
+        "enabled. This changes the drafter's numerics (RMSNorm rescales even with unit weights): fine-tune before serving"
+    )
+    notes.append(Finding("upgrade.numerics", "warning", message))
+    prov = d.provenance
+    d = d.with_(
+        flags=replace(d.flags, fc_norm=True, norm_output=True),
+        tensors=d.tensors | frozenset(added),
+        provenance=Provenance(prov.source_dialect, prov.framework, prov.eaglekit_version, prov.notes + (message,)),
+    )
+    return d, added
+
+
+def plan_conversion(source: str | Path, out: str | Path | None, options: ConvertOptions) -> ConversionPlan:
+    writer = dialects.get_writer(options.to)
+    if options.upgrade not in (None, "3.1"):
+        if options.upgrade in ("3", "3.0"):
+            raise UsageError("--upgrade 3: downgrading EAGLE 3.1 to 3 drops trained fc_norm weights and changes the math; refused")
+        raise UsageError(f"--upgrade {options.upgrade!r}: only 3.1 is supported")
+    if out is not None:
+        check_destination(Path(out), force=options.force, protect=[Path(source)])
+    loaded = dialects.load(source, options.source_dialect)
+    try:
+        return _plan(loaded, writer, options)
+    except BaseException:
+        loaded.close()
+        raise
+
+
+def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: ConvertOptions) -> ConversionPlan:
+    from . import __version__
+
+    source = loaded.drafter
+    notes = list(loaded.notes)
+    target = read_target_config(options.target) if options.target else None
+    d = source
+    if target is not None:
+        d = d.with_(target_num_layers=target.num_layers, verifier=d.verifier or target.name, verifier_architectures=d.verifier_architectures or target.architectures)
+    d = _resolve_aux(d, options, target, notes)
+    added_ones: list[str] = []
+    if options.upgrade == "3.1":
+        d, added_ones = _upgrade(d, notes)
+    if d.low_rank_lm_head:
+        d = d.with_(tensors=(d.tensors - {"lm_head.down.weight", "lm_head.up.weight"}) | {"lm_head.weight"})
+        notes.append(Finding("lm_head.materialised", "info", "factorised lm_head.down/up materialised into a dense lm_head.weight (up @ down)"))
+    d = d.with_(provenance=Provenance(d.provenance.source_dialect, d.provenance.framework, __version__, d.provenance.notes))
+    if options.dtype is not None:
+        d = d.with_(dtype=dtypes.name(options.dtype))
+    writer.check_writable(d)
+
+    out_names = writer.output_names(d)
+    present = loaded.present()
+    tensors: list[OutputTensor] = []
+    for canonical, name in out_names.items():
+        op, src, dtype_in, shape = _source_of(canonical, d, loaded, present, added_ones)
+        dtype = options.dtype if options.dtype is not None and dtype_in.is_floating_point else dtype_in
+        if op == "copy" and dtype != dtype_in:
+            op = "cast"
+        tensors.append(OutputTensor(name, canonical, src, op, dtype_in, dtype, shape))
+    written_sources = {t.source for t in tensors}
+    dropped = {s: _why_dropped(c, d, writer) for c, s in loaded.names.items() if s not in written_sources}
+
+    # validate what would be written, with the source's vocab maps standing in for the output's
+    out_present = {t.canonical: (t.shape, t.dtype) for t in tensors}
+    for s in loaded.unknown:
+        out_present[s] = present[s]
+    findings = run_checks(CheckInput(d, out_present, read=lambda c: _read_for_checks(loaded, c), target=target))
+    config = writer.write_config(d)
+    shards = plan_shards([TensorPlan(t.name, t.dtype, t.shape, lambda: None) for t in tensors], options.max_shard_bytes)
+    files = shard_names(len(shards)) + (["model.safetensors.index.json"] if len(shards) > 1 else []) + ["config.json"]
+    return ConversionPlan(loaded, source, d, writer, tensors, dropped, config, files, notes, findings, options)
+
+
+def _source_of(canonical: str, d: Drafter, loaded, present, added_ones):
+    if canonical in added_ones:
+        fc = present["fc.weight"] if "fc.weight" in present else next(iter(present.values()))
+        return "synth:ones", None, fc[1], (d.target_hidden_size,)
+    if canonical == "lm_head.weight" and "lm_head.weight" not in loaded.names and "lm_head.up.weight" in loaded.names:
+        up = present["lm_head.up.weight"]
+        return "synth:lm_head", None, up[1], (d.draft_vocab_size, d.hidden_size)
+    if canonical == "t2d" and "t2d" not in loaded.names:
+        if "d2t" not in loaded.names:
+            raise UsageError(f"the {d.provenance.source_dialect} source has neither t2d nor d2t, but the output dialect needs t2d")
+        return "synth:t2d", None, torch.bool, (d.vocab_size,)
+    shape, dtype = present[canonical]
+    return "copy", loaded.names[canonical], dtype, tuple(shape)
+
+
+def _why_dropped(canonical: str, d: Drafter, writer) -> str:
+    if canonical == "embed_tokens.weight":
+        return f"{writer.name} takes embeddings from the target"
+    if canonical in ("d2t", "t2d"):
+        return f"{writer.name} ships no vocab maps when draft_vocab_size == vocab_size"
+    if canonical in ("lm_head.down.weight", "lm_head.up.weight"):
+        return "materialised into lm_head.weight"
+    return f"not part of the {writer.name} layout"
+
+
+def _read_for_checks(loaded: dialects.LoadedDrafter, canonical: str) -> torch.Tensor:
+    if canonical == "t2d" and "t2d" not in loaded.names:
+        return t2d_from_d2t(loaded.read("d2t"), loaded.drafter.vocab_size)
+    return loaded.read(canonical)
+
+
+def t2d_from_d2t(d2t: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    mapped = torch.arange(d2t.numel(), dtype=torch.int64) + d2t.to(torch.int64)
+    t2d = torch.zeros(vocab_size, dtype=torch.bool)
+    t2d[mapped[(mapped >= 0) & (mapped < vocab_size)]] = True
+    return t2d
+
+
+def _producer(t: OutputTensor, loaded: dialects.LoadedDrafter) -> Callable[[], Payload]:
+    ckpt: Checkpoint = loaded.checkpoint
+    if t.op == "copy":
+        def produce() -> Payload:
+            return ckpt.byte_range(t.source) or ckpt.read(t.source)
+    elif t.op == "cast":
+        def produce() -> Payload:
+            return ckpt.read(t.source).to(t.dtype)
+    elif t.op == "synth:ones":
+        def produce() -> Payload:
+            return torch.ones(t.shape, dtype=t.dtype)
+    elif t.op == "synth:t2d":
+        def produce() -> Payload:
+            return t2d_from_d2t(loaded.read("d2t"), t.shape[0])
+    elif t.op == "synth:lm_head":
+        def produce() -> Payload:
+            up, down = loaded.read("lm_head.up.weight"), loaded.read("lm_head.down.weight")
+            return (up.float() @ down.float()).to(t.dtype)
+    else:  # pragma: no cover - plan and producer are written together
+        raise AssertionError(t.op)
+    return produce
+
+
+def execute(plan: ConversionPlan, out: str | Path, *, progress: Callable[[int], None] | None = None) -> list[str]:
+    """Write the planned conversion atomically into ``out``; return the files written."""
+    if errors(plan.findings):
+        raise ValidationFailed(
+            f"refusing to write: the converted drafter would not validate ({errors(plan.findings)[0].message}"
+            + (f", and {len(errors(plan.findings)) - 1} more" if len(errors(plan.findings)) > 1 else "")
+            + ")",
+            plan.findings,
+        )
+    options = plan.options or ConvertOptions(to=plan.dialect.name)
+    tensor_plans = [TensorPlan(t.name, t.dtype, t.shape, _producer(t, plan.loaded)) for t in plan.tensors]
+    with atomic_directory(Path(out), force=options.force, protect=[plan.loaded.checkpoint.directory]) as tmp:
+        files = write_checkpoint_tensors(tmp, tensor_plans, max_shard_bytes=options.max_shard_bytes, progress=progress)
+        (tmp / "config.json").write_text(jsonfile.dumps(plan.config))
+        files.append("config.json")
+    return files
+
+
+def convert(source: str | Path, out: str | Path, options: ConvertOptions) -> ConversionPlan:
+    """Plan and write in one call (the library entry point)."""
+    plan = plan_conversion(source, out, options)
+    try:
+        execute(plan, out)
+    finally:
+        plan.loaded.close()
+    return plan

@@ -1,0 +1,80 @@
+"""What a checkpoint is, from headers alone: the data behind ``eaglekit inspect``."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from . import dialects
+from .dialects.base import LoadedDrafter
+from .io import dtypes
+
+
+def describe(loaded: LoadedDrafter) -> dict:
+    ckpt, d = loaded.checkpoint, loaded.drafter
+    to_canonical = {s: c for c, s in loaded.names.items()}
+    tensors = [
+        {
+            "name": info.name,
+            "canonical": to_canonical.get(info.name),
+            "shape": list(info.shape),
+            "dtype": dtypes.name(info.dtype),
+            "file": info.file,
+            "nbytes": info.nbytes,
+        }
+        for info in ckpt.tensors.values()
+    ]
+    ids_in = d.aux.as_input()
+    return {
+        "source": ckpt.label,
+        "directory": str(ckpt.directory),
+        "format": ckpt.format,
+        "files": ckpt.files,
+        "index": ckpt.index_file,
+        "sharded": len(ckpt.files) > 1,
+        "dialect": loaded.detection.to_dict() if loaded.detection else {"dialect": loaded.dialect, "score": None, "evidence": ["given with --from"]},
+        "candidates": [det.to_dict() for det in dialects.detect(ckpt) if det.score > 0],
+        "eagle_version": d.eagle_version,
+        "attention": d.attention,
+        "dimensions": {
+            "hidden_size": d.hidden_size,
+            "target_hidden_size": d.target_hidden_size,
+            "num_layers": d.num_layers,
+            "num_heads": d.num_heads,
+            "num_kv_heads": d.num_kv_heads,
+            "head_dim": d.head_dim,
+            "intermediate_size": d.intermediate_size,
+            "mla": d.mla.__dict__ if d.mla else None,
+        },
+        "vocab": {
+            "vocab_size": d.vocab_size,
+            "draft_vocab_size": d.draft_vocab_size,
+            "d2t": d.has_d2t,
+            "t2d": d.has_t2d,
+            "embed_tokens": d.ships_embed,
+            "lm_head": "factorised" if d.low_rank_lm_head else d.ships_lm_head,
+        },
+        "aux_layers": {
+            "ids": list(d.aux.ids) if d.aux.ids is not None else None,
+            "convention": d.aux.convention if d.aux.ids is not None else None,
+            "input_ids": list(ids_in) if ids_in is not None else None,
+            "num_aux": d.num_aux,
+        },
+        "flags": d.flags.__dict__,
+        "rope": {"theta": d.rope.theta, "scaling": d.rope.scaling},
+        "rms_norm_eps": d.rms_norm_eps,
+        "verifier": d.verifier,
+        "dtype": d.dtype,
+        "dtypes": dict(Counter(t["dtype"] for t in tensors)),
+        "num_tensors": len(tensors),
+        "num_parameters": sum(info.numel for info in ckpt.tensors.values()),
+        "total_bytes": ckpt.total_bytes,
+        "provenance": {
+            "source_dialect": d.provenance.source_dialect,
+            "framework": d.provenance.framework,
+            "eaglekit_version": d.provenance.eaglekit_version,
+            "notes": list(d.provenance.notes),
+        },
+        "unknown_tensors": loaded.unknown,
+        "notes": [n.to_dict() for n in loaded.notes],
+        "tensors": tensors,
+    }

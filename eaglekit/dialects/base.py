@@ -1,0 +1,408 @@
+"""What a dialect is: name rules, config rules and detection evidence as data, plus a reader and a writer.
+
+A dialect module declares
+- ``names``: prefix rules between its tensor names and canonical (vLLM) names, and read-only aliases;
+- ``rules``: where its config keeps the HF dimensions, each flag (with its default) and the aux layer ids
+  (with their convention);
+- ``evidence``: scored clues for detection;
+and, if it can hold a drafter, a writer (``write_config`` and ``output_names``).
+
+The reading algorithm is shared (``read``); dialects hook in only where their semantics differ.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+import torch
+
+from ..errors import ConfigError, UnsupportedError
+from ..findings import Finding
+from ..io.reader import Checkpoint
+from ..model.config_view import ConfigView
+from ..model.drafter import INPUT, OUTPUT, AuxLayers, Convention, Drafter, Flags, Provenance
+from ..model.hf_config import MLA_MODEL_TYPES, base_fields, read_rope
+
+# -- names ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NameMap:
+    """Prefix rules ``(dialect_prefix, canonical_prefix)``; the first matching rule wins in each direction."""
+
+    rules: tuple[tuple[str, str], ...] = ()
+    aliases: Mapping[str, str] = field(default_factory=dict)  # exact dialect name -> canonical (read only)
+
+    def to_canonical(self, name: str) -> str:
+        if name in self.aliases:
+            return self.aliases[name]
+        for theirs, ours in self.rules:
+            if name.startswith(theirs):
+                return ours + name[len(theirs) :]
+        return name
+
+    def from_canonical(self, name: str) -> str:
+        for theirs, ours in self.rules:
+            if name.startswith(ours):
+                return theirs + name[len(ours) :]
+        return name
+
+
+# Aliases every reader accepts: SGLang's legacy per-aux norm names and a third-party converter's name.
+LEGACY_FC_NORM_ALIASES = {
+    "aux_norm_low.weight": "fc_norm.0.weight",
+    "aux_norm_mid.weight": "fc_norm.1.weight",
+    "aux_norm_high.weight": "fc_norm.2.weight",
+    **{f"fcs.{i}.weight": f"fc_norm.{i}.weight" for i in range(8)},
+}
+
+# -- config rules --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Key:
+    """A flag's locations in config.json (dotted paths, first present wins) and its default when absent."""
+
+    locations: tuple[str, ...]
+    default: bool
+
+
+@dataclass(frozen=True)
+class ConfigRules:
+    base: str | None = None  # dotted path of the dict holding the HF dimensions; None = top level
+    flags: Mapping[str, Key] = field(default_factory=dict)
+    aux_ids: tuple[tuple[str, Convention], ...] = ()  # id locations in precedence order
+    num_aux: tuple[str, ...] = ("num_aux_hidden_states",)
+    target_hidden: tuple[str, ...] = ("target_hidden_size",)
+
+
+def lookup(config: dict, dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+# -- detection -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Clue:
+    """One piece of detection evidence: a description, its weight, and a test of (config, tensor names, checkpoint)."""
+
+    text: str
+    score: int
+    test: Callable[[dict, frozenset[str], Checkpoint], bool]
+
+
+@dataclass
+class Detection:
+    dialect: str
+    score: int
+    evidence: list[str]
+
+    def to_dict(self) -> dict:
+        return {"dialect": self.dialect, "score": self.score, "evidence": self.evidence}
+
+
+def architectures(config: dict) -> tuple[str, ...]:
+    value = config.get("architectures")
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
+
+
+def has_prefix(names: Iterable[str], prefix: str) -> bool:
+    return any(n.startswith(prefix) for n in names)
+
+
+# -- the loaded drafter --------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadedDrafter:
+    """A drafter read from a checkpoint: the canonical description, and its tensors by canonical name."""
+
+    drafter: Drafter
+    checkpoint: Checkpoint
+    dialect: str
+    detection: Detection | None
+    names: dict[str, str]  # canonical name -> name in the checkpoint
+    unknown: list[str]  # checkpoint names that map to no canonical name
+    notes: list[Finding] = field(default_factory=list)  # what reading noticed (defaults assumed, ambiguities)
+
+    def present(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        out = {c: (self.checkpoint.tensors[s].shape, self.checkpoint.tensors[s].dtype) for c, s in self.names.items()}
+        for s in self.unknown:
+            out[s] = (self.checkpoint.tensors[s].shape, self.checkpoint.tensors[s].dtype)
+        return out
+
+    def read(self, canonical: str) -> torch.Tensor:
+        return self.checkpoint.read(self.names[canonical])
+
+    def close(self) -> None:
+        self.checkpoint.close()
+
+    def __enter__(self) -> "LoadedDrafter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# -- dialects ------------------------------------------------------------------------------------------
+
+
+class Dialect:
+    name: str = ""
+    aliases: tuple[str, ...] = ()
+    summary: str = ""
+    reads: str = ""  # what the reader accepts, for `convert --list`
+    writes: str = ""  # what the writer produces; empty when the dialect cannot be written
+    names: NameMap = NameMap()
+    rules: ConfigRules = ConfigRules()
+    evidence: tuple[Clue, ...] = ()
+    single_layer_model: bool = False  # the dialect's model class has exactly one decoder layer (`midlayer`)
+
+    @property
+    def can_write(self) -> bool:
+        return bool(self.writes)
+
+    # detection ---------------------------------------------------------------------------------------
+
+    def detect(self, config: dict, names: frozenset[str], ckpt: Checkpoint) -> Detection:
+        score, evidence = 0, []
+        for clue in self.evidence:
+            try:
+                hit = clue.test(config, names, ckpt)
+            except (TypeError, AttributeError, KeyError, ValueError):
+                hit = False
+            if hit:
+                score += clue.score
+                evidence.append(clue.text)
+        return Detection(self.name, score, evidence)
+
+    # reading -----------------------------------------------------------------------------------------
+
+    def map_names(self, ckpt: Checkpoint) -> tuple[dict[str, str], list[str]]:
+        from ..model.layout import is_known_name
+
+        canonical: dict[str, str] = {}
+        unknown: list[str] = []
+        aliases = {**LEGACY_FC_NORM_ALIASES, **self.names.aliases}
+        for source in ckpt.tensors:
+            ours = aliases.get(source) or self.names.to_canonical(source)
+            if ours in canonical:
+                raise ConfigError(
+                    f"{ckpt.label}: tensors {canonical[ours]!r} and {source!r} both map to {ours!r} in the {self.name} dialect"
+                )
+            if is_known_name(ours):
+                canonical[ours] = source
+            else:
+                unknown.append(source)
+        return canonical, unknown
+
+    def read(self, ckpt: Checkpoint, detection: Detection | None = None) -> LoadedDrafter:
+        if ckpt.config is None:
+            raise ConfigError(f"{ckpt.label}: no config.json")
+        label = f"{ckpt.label}/config.json"
+        top = ConfigView(ckpt.config, label)
+        names, unknown = self.map_names(ckpt)
+        notes: list[Finding] = []
+        base_view = top
+        if self.rules.base:
+            base_view = top.sub(self.rules.base)
+            if base_view is None:
+                raise ConfigError(f"{label}: {self.rules.base} is missing (the {self.name} dialect keeps dimensions there)")
+        fields = base_fields(base_view)
+        _, theta_given = read_rope(base_view)
+        if not theta_given:
+            notes.append(Finding("rope.defaulted", "warning", "config has no rope_theta: 10000 assumed (EAGLE's default)", "rope_theta"))
+
+        flags = self.read_flags(ckpt.config, top)
+        aux = self.read_aux_ids(ckpt.config, top, names, notes)
+        infos = {c: ckpt.tensors[s] for c, s in names.items()}
+        T = self._first_int(top, self.rules.target_hidden) or fields["hidden_size"]
+        n = self._num_aux(top, aux, infos, T)
+
+        attention = "mla" if fields["mla"] is not None or fields["model_type"] in MLA_MODEL_TYPES else "llama"
+        if attention == "mla" and fields["mla"] is None:
+            raise ConfigError(f"{label}: model_type {fields['model_type']!r} is MLA but kv_lora_rank/qk_rope_head_dim are missing")
+        if attention == "llama" and ("layers.0.self_attn.q_norm.weight" in infos or fields["model_type"] == "qwen3"):
+            attention = "qwen3"
+
+        num_layers = base_view.int("num_hidden_layers", 1, minimum=1)
+        if self.single_layer_model:
+            found = 1 + max((int(c.split(".")[1]) for c in infos if c.startswith("layers.")), default=0)
+            if found != num_layers:
+                notes.append(
+                    Finding(
+                        "config.num_layers",
+                        "warning",
+                        f"config says num_hidden_layers {num_layers}, but the {self.name} drafter class has "
+                        f"{found} decoder layer(s); {found} is used",
+                        "num_hidden_layers",
+                    )
+                )
+            num_layers = found
+
+        drafter = Drafter(
+            attention=attention,
+            target_hidden_size=T,
+            num_layers=num_layers,
+            num_aux=n,
+            aux=aux,
+            flags=flags,
+            dtype=_dominant_dtype(infos),
+            tensors=frozenset(names),
+            provenance=Provenance(source_dialect=self.name, framework=self.framework(ckpt), eaglekit_version=_eaglekit_version(top)),
+            extra_config={k: ckpt.config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if k in ckpt.config},
+            **fields,
+        )
+        drafter = self.adjust(drafter, top, ckpt, notes)
+        return LoadedDrafter(drafter, ckpt, self.name, detection, names, unknown, notes)
+
+    # hooks a dialect may override --------------------------------------------------------------------
+
+    def read_flags(self, config: dict, top: ConfigView) -> Flags:
+        values = {}
+        for flag, key in self.rules.flags.items():
+            value = None
+            for location in key.locations:
+                value = lookup(config, location)
+                if value is not None:
+                    if not isinstance(value, bool):
+                        raise ConfigError(f"{top.label}: {location} must be true or false, got {value!r}")
+                    break
+            values[flag] = key.default if value is None else value
+        return Flags(**values)
+
+    def read_aux_ids(self, config: dict, top: ConfigView, names: dict, notes: list[Finding]) -> AuxLayers:
+        found: list[tuple[str, tuple[int, ...], Convention]] = []
+        for location, convention in self.rules.aux_ids:
+            value = lookup(config, location)
+            if value is None:
+                continue
+            if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+                raise ConfigError(f"{top.label}: {location} must be a list of integers, got {value!r}")
+            if value:
+                found.append((location, tuple(value), convention))
+        if not found:
+            return AuxLayers(None, INPUT)
+        location, ids, convention = found[0]
+        for other_location, other_ids, other_convention in found[1:]:
+            if AuxLayers(other_ids, other_convention).as_input() != AuxLayers(ids, convention).as_input():
+                notes.append(
+                    Finding(
+                        "aux.conflicting_locations",
+                        "warning",
+                        f"{location} {list(ids)} ({convention}-of-layer) and {other_location} {list(other_ids)} "
+                        f"({other_convention}-of-layer) name different target layers; {location} is used",
+                        location,
+                    )
+                )
+        return AuxLayers(ids, convention)
+
+    def adjust(self, drafter: Drafter, top: ConfigView, ckpt: Checkpoint, notes: list[Finding]) -> Drafter:
+        """Dialect-specific corrections after the shared reading (default: none)."""
+        return drafter
+
+    def framework(self, ckpt: Checkpoint) -> str | None:
+        return None
+
+    # writing -----------------------------------------------------------------------------------------
+
+    def check_writable(self, drafter: Drafter) -> None:
+        if not self.can_write:
+            raise UnsupportedError(f"the {self.name} dialect can be read but not written")
+
+    def output_names(self, drafter: Drafter) -> dict[str, str]:
+        """canonical name -> output name, for every canonical tensor this dialect ships."""
+        return {c: self.names.from_canonical(c) for c in sorted(drafter.tensors)}
+
+    def write_config(self, drafter: Drafter) -> dict:
+        raise UnsupportedError(f"the {self.name} dialect cannot be written")
+
+    # helpers -----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _first_int(view: ConfigView, keys: tuple[str, ...]) -> int | None:
+        for key in keys:
+            value = lookup(view.data, key)
+            if value is not None:
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                    raise ConfigError(f"{view.label}: {key} must be a positive integer, got {value!r}")
+                return value
+        return None
+
+    def _num_aux(self, top: ConfigView, aux: AuxLayers, infos: dict, T: int) -> int:
+        declared = self._first_int(top, self.rules.num_aux)
+        if declared:
+            return declared
+        if aux.ids is not None:
+            return len(aux.ids)
+        fc = infos.get("fc.weight")
+        if fc is not None and len(fc.shape) == 2 and T and fc.shape[1] % T == 0 and fc.shape[1] // T > 0:
+            return fc.shape[1] // T
+        fc_norms = [c for c in infos if c.startswith("fc_norm.")]
+        return len(fc_norms) or 3
+
+
+def _dominant_dtype(infos: Mapping) -> str | None:
+    counts = Counter(str(i.dtype).removeprefix("torch.") for i in infos.values() if i.dtype.is_floating_point and len(i.shape) >= 2)
+    if not counts:
+        counts = Counter(str(i.dtype).removeprefix("torch.") for i in infos.values() if i.dtype.is_floating_point)
+    return counts.most_common(1)[0][0] if counts else None
+
+
+def _eaglekit_version(top: ConfigView) -> str | None:
+    block = top.data.get("eaglekit")
+    return block.get("version") if isinstance(block, dict) and isinstance(block.get("version"), str) else None
+
+
+# Shared building blocks for dialect modules ----------------------------------------------------------
+
+FLAT_FLAGS_FALSE = {
+    "fc_norm": Key(("fc_norm",), False),
+    "norm_before_fc": Key(("eagle_config.norm_before_fc", "norm_before_fc"), False),
+    "norm_output": Key(("norm_output",), False),
+    "norm_before_residual": Key(("norm_before_residual",), False),
+    "use_aux_hidden_state": Key(("eagle_config.use_aux_hidden_state", "use_aux_hidden_state"), True),
+}
+
+MIDLAYER = (("midlayer.", "layers.0."),)
+
+
+def provenance_block(drafter: Drafter, dialect: str) -> dict:
+    """The ``eaglekit`` key every writer adds to config.json: who wrote it, from what, and any numerics change."""
+    from .. import __version__
+
+    block: dict = {"version": __version__, "source_dialect": drafter.provenance.source_dialect, "dialect": dialect}
+    if drafter.provenance.framework:
+        block["source_framework"] = drafter.provenance.framework
+    if drafter.aux.ids is not None:
+        block["aux_layer_ids_input_convention"] = list(drafter.aux.as_input())
+    if drafter.provenance.notes:
+        block["notes"] = list(drafter.provenance.notes)
+    return block
+
+
+__all__ = [
+    "Clue",
+    "ConfigRules",
+    "Detection",
+    "Dialect",
+    "FLAT_FLAGS_FALSE",
+    "INPUT",
+    "Key",
+    "LoadedDrafter",
+    "MIDLAYER",
+    "NameMap",
+    "OUTPUT",
+    "architectures",
+    "has_prefix",
+    "lookup",
+    "provenance_block",
+]

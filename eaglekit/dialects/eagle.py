@@ -1,0 +1,121 @@
+"""SafeAILab EAGLE (the original EAGLE-3 code): ``midlayer.*``, usually ``pytorch_model.bin``, no embeddings.
+
+EAGLE records no aux layer ids (it always captures input-of-layer 2, L//2, L-3), no flags (its math is
+plain EAGLE 3: pre-norm feedback, residual = h), computes head_dim as H // heads whatever the config says,
+and treats a missing ``rope_theta`` as 10000. So the format cannot hold a 3.1 drafter, MLA, Qwen3
+attention, several layers, or ids other than the default: the writer refuses those.
+"""
+
+from __future__ import annotations
+
+from ..errors import UnsupportedError
+from ..findings import Finding
+from ..io.reader import Checkpoint
+from ..model.config_view import ConfigView
+from ..model.drafter import Drafter, default_aux_ids
+from ..model.hf_config import base_config
+from .base import MIDLAYER, Clue, ConfigRules, Dialect, Key, NameMap, architectures, has_prefix, provenance_block
+
+NO_FLAGS = {
+    "fc_norm": Key((), False),
+    "norm_before_fc": Key((), False),
+    "norm_output": Key((), False),
+    "norm_before_residual": Key((), False),
+    "use_aux_hidden_state": Key((), True),
+}
+
+
+def is_default_pattern(ids: tuple[int, ...]) -> bool:
+    """True when ids are (2, L//2, L-3) for some target depth L."""
+    if len(ids) != 3:
+        return False
+    L = ids[2] + 3
+    return tuple(sorted(ids)) == default_aux_ids(L)
+
+
+class EagleDialect(Dialect):
+    name = "eagle"
+    summary = "SafeAILab EAGLE original: midlayer.*, pytorch_model.bin, no embeddings, ids fixed"
+    reads = "EAGLE-3 training outputs and yuhuili/EAGLE3-* drafters (.bin or .safetensors)"
+    writes = "config.json + model.safetensors, midlayer.*, explicit rope_theta; EAGLE 3 Llama drafters only"
+    names = NameMap(rules=MIDLAYER)
+    rules = ConfigRules(flags=NO_FLAGS, aux_ids=())
+    evidence = (
+        Clue("pytorch_model.bin", 30, lambda c, n, k: k.format == "bin"),
+        Clue("architectures is LlamaForCausalLM", 20, lambda c, n, k: architectures(c) == ("LlamaForCausalLM",)),
+        Clue("tensors named midlayer.*", 20, lambda c, n, k: has_prefix(n, "midlayer.")),
+        Clue("no eagle_config, no EAGLE 3.1 flags", 10, lambda c, n, k: not any(x in c for x in ("eagle_config", "fc_norm", "norm_output", "speculators_config"))),
+        Clue("no rope_theta (EAGLE assumes 10000)", 5, lambda c, n, k: "rope_theta" not in c and "rope_parameters" not in c),
+        Clue("written by eaglekit as eagle", 60, lambda c, n, k: (c.get("eaglekit") or {}).get("dialect") == "eagle"),
+    )
+    single_layer_model = True
+
+    def adjust(self, d: Drafter, top: ConfigView, ckpt: Checkpoint, notes: list[Finding]) -> Drafter:
+        computed = d.hidden_size // d.num_heads
+        if d.head_dim != computed:
+            notes.append(
+                Finding(
+                    "config.head_dim",
+                    "warning",
+                    f"config head_dim {d.head_dim} is ignored by EAGLE's code, which uses hidden_size // heads = {computed}",
+                    "head_dim",
+                )
+            )
+            d = d.with_(head_dim=computed)
+        return d
+
+    def check_writable(self, d: Drafter) -> None:
+        problems = []
+        if d.eagle_version != "3":
+            problems.append("it is an EAGLE 3.1 drafter (fc_norm / norm_output)")
+        if d.flags.norm_before_fc:
+            problems.append("it uses norm_before_fc")
+        if d.attention != "llama":
+            problems.append(f"its attention is {d.attention}, not Llama GQA")
+        if d.num_layers != 1:
+            problems.append(f"it has {d.num_layers} decoder layers")
+        if d.flags.norm_before_residual:
+            problems.append("it was trained with norm_before_residual")
+        if not d.flags.use_aux_hidden_state:
+            problems.append("it does not fuse aux hidden states")
+        if d.attention_bias or d.mlp_bias:
+            problems.append("it has biases")
+        if d.hidden_size != d.target_hidden_size:
+            problems.append("its hidden size differs from the target's (EAGLE takes embeddings from the target)")
+        if d.num_aux != 3:
+            problems.append(f"it fuses {d.num_aux} target layers, EAGLE always 3")
+        ids = d.aux.as_input()
+        if ids is not None:
+            L = d.target_num_layers
+            ok = ids == default_aux_ids(L) if L else is_default_pattern(ids)
+            if not ok:
+                problems.append(f"its aux layers {list(ids)} are not EAGLE's fixed default (2, L//2, L-3)")
+        if d.low_rank_lm_head:
+            problems.append("its lm_head is factorised")  # materialised by convert before this point
+        if d.head_dim != d.hidden_size // d.num_heads:
+            problems.append(f"its head_dim {d.head_dim} is not hidden_size // heads (EAGLE ignores head_dim)")
+        if problems:
+            raise UnsupportedError("the eagle format cannot hold this drafter: " + "; ".join(problems))
+
+    def output_names(self, d: Drafter) -> dict[str, str]:
+        names = {c: self.names.from_canonical(c) for c in sorted(d.tensors) if c != "embed_tokens.weight"}
+        if d.pruned_vocab:
+            names["t2d"] = "t2d"
+        else:
+            names.pop("d2t", None)  # EAGLE deletes the maps when the vocabularies are equal
+            names.pop("t2d", None)
+        return names
+
+    def write_config(self, d: Drafter) -> dict:
+        config = {
+            "architectures": ["LlamaForCausalLMEagle3"],
+            "model_type": "llama",
+            **base_config(d),
+            "draft_vocab_size": d.draft_vocab_size,
+        }
+        config.update(d.extra_config)
+        config["eaglekit"] = provenance_block(d, self.name)
+        return config
+
+
+DIALECT = EagleDialect()

@@ -1,0 +1,124 @@
+"""vllm-project/speculators format: ``speculators_config``, a nested ``transformer_layer_config``, top-level flags.
+
+Ids are input-of-layer (vLLM's convention) at the top level. ``norm_before_residual`` absent is read as
+True, because that is how vLLM's speculators translator serves it (speculators' own pydantic default is
+False; saved configs always spell it out, so only hand-made configs hit this, and a note says so).
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigError, UnsupportedError
+from ..findings import Finding
+from ..io.reader import Checkpoint
+from ..model.config_view import ConfigView
+from ..model.drafter import Drafter
+from ..model.hf_config import base_config
+from .base import INPUT, Clue, ConfigRules, Dialect, Key, NameMap, architectures, provenance_block
+
+SPECULATORS_FORMAT_VERSION = "0.9.0"  # the speculators release whose schema the writer follows
+
+
+class SpeculatorsDialect(Dialect):
+    name = "speculators"
+    summary = "vllm-project/speculators: speculators_config + transformer_layer_config, flags top-level"
+    reads = "Eagle3Speculator and Eagle3DraftModel checkpoints (llama or qwen3 layers), input_norm and fc_norm"
+    writes = "config.json + model.safetensors as Eagle3DraftModel, full speculators_config, every flag explicit"
+    names = NameMap(rules=(("midlayer.", "layers.0."),))
+    rules = ConfigRules(
+        base="transformer_layer_config",
+        flags={
+            "fc_norm": Key(("fc_norm",), False),
+            "norm_before_fc": Key(("norm_before_fc",), False),
+            "norm_output": Key(("norm_output",), False),
+            "norm_before_residual": Key(("norm_before_residual",), True),
+            "use_aux_hidden_state": Key((), True),
+        },
+        aux_ids=(("eagle_aux_hidden_state_layer_ids", INPUT),),
+        num_aux=("transformer_layer_config.num_aux_hidden_states", "num_aux_hidden_states"),
+    )
+    evidence = (
+        Clue("speculators_model_type is eagle3", 100, lambda c, n, k: c.get("speculators_model_type") == "eagle3"),
+        Clue("has speculators_config", 30, lambda c, n, k: isinstance(c.get("speculators_config"), dict)),
+        Clue(
+            "architectures is Eagle3Speculator or Eagle3DraftModel",
+            20,
+            lambda c, n, k: any(a in ("Eagle3Speculator", "Eagle3DraftModel") for a in architectures(c)),
+        ),
+    )
+
+    def adjust(self, d: Drafter, top: ConfigView, ckpt: Checkpoint, notes: list[Finding]) -> Drafter:
+        kind = top.raw("speculators_model_type")
+        if kind is not None and kind != "eagle3":
+            raise ConfigError(f"{top.label}: speculators_model_type {kind!r} is not an EAGLE 3 drafter")
+        if "norm_before_residual" not in top.data:
+            notes.append(
+                Finding(
+                    "flags.defaulted",
+                    "warning",
+                    "norm_before_residual is absent: vLLM's speculators loader assumes true (speculators' own default "
+                    "is false); true is used — set it explicitly",
+                    "norm_before_residual",
+                )
+            )
+        verifier = top.sub("speculators_config")
+        verifier = verifier.sub("verifier") if verifier else None
+        changes: dict = {"draft_vocab_size": top.int("draft_vocab_size", d.vocab_size, minimum=1)}
+        if verifier is not None:
+            changes["verifier"] = verifier.str("name_or_path", None)
+            changes["verifier_architectures"] = verifier.str_list("architectures", ())
+        return d.with_(**changes)
+
+    def framework(self, ckpt: Checkpoint) -> str | None:
+        version = (ckpt.config or {}).get("speculators_version")
+        return f"speculators {version}" if isinstance(version, str) else "speculators"
+
+    def check_writable(self, d: Drafter) -> None:
+        if d.attention == "mla":
+            raise UnsupportedError("the speculators format has no MLA drafter (vLLM's speculators loader maps only llama and qwen3)")
+        if d.flags.fc_norm and d.flags.norm_before_fc:
+            raise UnsupportedError("speculators refuses fc_norm together with norm_before_fc")
+        if not d.flags.use_aux_hidden_state:
+            raise UnsupportedError("the speculators format cannot express use_aux_hidden_state: false")
+
+    def output_names(self, d: Drafter) -> dict[str, str]:
+        names = {c: c for c in sorted(d.tensors)}
+        if d.pruned_vocab:
+            names["t2d"] = "t2d"  # speculators derives the target vocab from t2d: synthesised if missing
+        else:
+            names.pop("d2t", None)  # speculators registers no vocab maps when Vd == V
+            names.pop("t2d", None)
+        return names
+
+    def write_config(self, d: Drafter) -> dict:
+        layer = {"model_type": d.attention, **base_config(d), "num_aux_hidden_states": d.num_aux}
+        layer.pop("torch_dtype", None)
+        ids = d.aux.as_input()
+        config = {
+            "architectures": ["Eagle3DraftModel"],
+            "speculators_model_type": "eagle3",
+            "speculators_version": SPECULATORS_FORMAT_VERSION,
+            "speculators_config": {
+                "algorithm": "eagle3",
+                "proposal_methods": [
+                    {"proposal_type": "greedy", "speculative_tokens": 3, "verifier_accept_k": 1, "accept_tolerance": 0.0}
+                ],
+                "default_proposal_method": "greedy",
+                "verifier": {"name_or_path": d.verifier, "architectures": list(d.verifier_architectures)},
+            },
+            "transformer_layer_config": layer,
+            "draft_vocab_size": d.draft_vocab_size,
+            "target_hidden_size": d.target_hidden_size,
+            "eagle_aux_hidden_state_layer_ids": list(ids) if ids is not None else None,
+            "norm_before_residual": d.flags.norm_before_residual,
+            "norm_before_fc": d.flags.norm_before_fc,
+            "fc_norm": d.flags.fc_norm,
+            "norm_output": d.flags.norm_output,
+            "embed_requires_grad": False,
+        }
+        if d.dtype:
+            config["torch_dtype"] = d.dtype
+        config["eaglekit"] = provenance_block(d, self.name)
+        return config
+
+
+DIALECT = SpeculatorsDialect()

@@ -1,0 +1,60 @@
+"""eaglekit's error types.
+
+Every failure eaglekit anticipates is one of these. The CLI maps them to a one-line message and an exit
+code (see ``eaglekit.cli._errors``); library users catch ``EaglekitError``.
+"""
+
+from __future__ import annotations
+
+
+class EaglekitError(Exception):
+    """Base class: a failure with a message fit to show a user as one line."""
+
+    exit_code = 1
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:  # one line, always
+        return " ".join(self.message.split())
+
+
+class UsageError(EaglekitError):
+    """The command line asks for something contradictory or impossible (exit 2)."""
+
+    exit_code = 2
+
+
+class CheckpointError(EaglekitError):
+    """A checkpoint directory, index, or tensor file is missing, malformed, or unsafe."""
+
+
+class ConfigError(EaglekitError):
+    """A config.json is malformed or contradicts itself or its tensors."""
+
+
+class UnsupportedError(EaglekitError):
+    """The drafter is valid but the requested dialect or engine cannot represent it."""
+
+
+class OutputExistsError(EaglekitError):
+    """The destination exists and ``--force`` was not given."""
+
+
+class ValidationFailed(EaglekitError):
+    """Checks found error-severity problems (the findings travel with the exception)."""
+
+    def __init__(self, message: str, findings=None):
+        super().__init__(message)
+        self.findings = list(findings or [])
+
+
+class HubError(EaglekitError):
+    """A Hugging Face Hub request failed; the message never contains the token."""
+
+
+class MissingDependencyError(EaglekitError):
+    """An optional dependency (vLLM, gguf, ...) is needed but not installed (exit 2)."""
+
+    exit_code = 2

@@ -1,0 +1,43 @@
+"""Findings: what a check has to say about a drafter, with a stable id, a severity and one line of text.
+
+Readers, ``validate``, ``convert`` and ``verify`` all speak in findings, so a problem is described the same
+way wherever it is caught.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Literal
+
+Severity = Literal["error", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str  # stable id, e.g. "tensor.shape"
+    severity: Severity
+    message: str
+    subject: str | None = None  # the tensor or config key concerned
+    engine: str | None = None  # e.g. "vllm==0.24" when the finding is an engine's behaviour
+    effect: str | None = None  # what that engine will actually do
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+    def line(self) -> str:
+        text = self.message
+        if self.effect:
+            text += f" — {self.engine or 'the engine'} {self.effect}"
+        return text
+
+
+def errors(findings: Iterable[Finding]) -> list[Finding]:
+    return [f for f in findings if f.severity == "error"]
+
+
+def by_severity(findings: Iterable[Finding]) -> dict[str, list[Finding]]:
+    grouped: dict[str, list[Finding]] = {s: [] for s in SEVERITIES}
+    for f in findings:
+        grouped[f.severity].append(f)
+    return grouped

@@ -1,0 +1,99 @@
+"""Strict, bounded JSON reading for files that come from strangers (config.json, index files, headers).
+
+Python's json module accepts NaN/Infinity, silently keeps the last of duplicate keys, and recurses without
+limit on nested input; each of those has caused real mis-reads. Here they are clear errors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import CheckpointError
+
+MAX_JSON_BYTES = 64 * 2**20  # a drafter's config or index is a few KB; 64 MB is far past any real one
+MAX_DEPTH = 64
+
+
+class _Reject(ValueError):
+    pass
+
+
+def _no_constants(token: str):
+    raise _Reject(f"{token} is not valid JSON")
+
+
+def _no_duplicates(pairs):
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Reject(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _depth(value: Any, limit: int) -> int:
+    stack = [(value, 1)]
+    deepest = 0
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > limit:
+            return depth
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return deepest
+
+
+def loads(text: str | bytes, what: str) -> Any:
+    """Parse JSON strictly; ``what`` names the source in the error (e.g. 'ckpt/config.json')."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CheckpointError(f"{what}: not valid UTF-8 (byte {exc.start})") from None
+    try:
+        value = json.loads(text, parse_constant=_no_constants, object_pairs_hook=_no_duplicates)
+    except _Reject as exc:
+        raise CheckpointError(f"{what}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{what}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:
+        raise CheckpointError(f"{what}: JSON nested too deeply") from None
+    if _depth(value, MAX_DEPTH) > MAX_DEPTH:
+        raise CheckpointError(f"{what}: JSON nested deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def load(path: Path, what: str | None = None) -> Any:
+    """Read and parse a JSON file, refusing files larger than ``MAX_JSON_BYTES``."""
+    what = what or str(path)
+    try:
+        size = os.stat(path).st_size
+        if size > MAX_JSON_BYTES:
+            raise CheckpointError(f"{what}: {size} bytes is too large for a JSON file (limit {MAX_JSON_BYTES})")
+        with open(path, "rb") as f:
+            data = f.read(MAX_JSON_BYTES + 1)
+    except FileNotFoundError:
+        raise CheckpointError(f"{what}: file not found") from None
+    except IsADirectoryError:
+        raise CheckpointError(f"{what}: is a directory, expected a JSON file") from None
+    except OSError as exc:
+        raise CheckpointError(f"{what}: cannot read ({exc.strerror})") from None
+    return loads(data, what)
+
+
+def load_object(path: Path, what: str | None = None) -> dict:
+    value = load(path, what)
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{what or path}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def dumps(value: Any) -> str:
+    """The one JSON style eaglekit writes: indented, key order kept, trailing newline."""
+    return json.dumps(value, indent=2, allow_nan=False) + "\n"

@@ -1,0 +1,105 @@
+"""Reading and checking a safetensors header without touching tensor data.
+
+The safetensors library validates headers too, but with messages that do not name the tensor and only when
+a file is opened; eaglekit checks every shard up front (listing a 5 GB checkpoint reads a few KB) and names
+the file and tensor in each error. Format: 8-byte little-endian header length N, N bytes of JSON, data.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from math import prod
+from pathlib import Path
+
+import torch
+
+from ..errors import CheckpointError
+from . import dtypes, jsonfile
+
+MAX_HEADER_BYTES = 100 * 2**20  # the safetensors library's own limit
+
+
+@dataclass(frozen=True)
+class HeaderEntry:
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    begin: int  # offset of the tensor's bytes from the start of the data area
+    end: int
+
+
+@dataclass(frozen=True)
+class SafetensorsHeader:
+    entries: dict[str, HeaderEntry]  # in file order of their data
+    metadata: dict[str, str]
+    data_start: int  # absolute file offset of the data area
+
+
+def read_header(path: Path, label: str | None = None) -> SafetensorsHeader:
+    """Parse and validate the header of ``path``; ``label`` is the name used in errors."""
+    label = label or str(path)
+    try:
+        size = os.stat(path).st_size
+        with open(path, "rb") as f:
+            if size == 0:
+                raise CheckpointError(f"{label}: file is empty (0 bytes)")
+            if size < 8:
+                raise CheckpointError(f"{label}: truncated ({size} bytes, shorter than the 8-byte header length)")
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > MAX_HEADER_BYTES:
+                raise CheckpointError(f"{label}: header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit")
+            if 8 + n > size:
+                raise CheckpointError(f"{label}: truncated (header says {n} bytes, file has {size - 8} after the length)")
+            raw = f.read(n)
+    except OSError as exc:
+        raise CheckpointError(f"{label}: cannot read ({exc.strerror})") from None
+
+    header = jsonfile.loads(raw, f"{label} header")
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{label}: header is not a JSON object")
+    data_len = size - 8 - n
+
+    metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise CheckpointError(f"{label}: __metadata__ must map strings to strings")
+
+    entries: dict[str, HeaderEntry] = {}
+    for name, spec in header.items():
+        entries[name] = _entry(label, name, spec, data_len)
+
+    ordered = sorted(entries.items(), key=lambda kv: (kv[1].begin, kv[1].end))
+    previous_end, previous_name = 0, None
+    for name, entry in ordered:
+        if entry.begin < previous_end:
+            raise CheckpointError(f"{label}: tensor {name!r} overlaps {previous_name!r} in the data area")
+        previous_end, previous_name = max(previous_end, entry.end), name
+    return SafetensorsHeader(dict(ordered), metadata, 8 + n)
+
+
+def _entry(label: str, name: str, spec, data_len: int) -> HeaderEntry:
+    where = f"{label}: tensor {name!r}"
+    if not isinstance(spec, dict):
+        raise CheckpointError(f"{where}: header entry is not an object")
+    code = spec.get("dtype")
+    dtype = dtypes.from_code(code) if isinstance(code, str) else None
+    if dtype is None:
+        raise CheckpointError(f"{where}: unknown dtype {code!r}")
+    shape = spec.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise CheckpointError(f"{where}: shape must be a list of non-negative integers, got {shape!r}")
+    offsets = spec.get("data_offsets")
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in offsets)
+        or offsets[0] > offsets[1]
+    ):
+        raise CheckpointError(f"{where}: data_offsets must be [begin, end] with 0 <= begin <= end, got {offsets!r}")
+    begin, end = offsets
+    if end > data_len:
+        raise CheckpointError(f"{where}: data runs past the end of the file (ends at {end}, data area is {data_len} bytes)")
+    expected = prod(shape) * dtypes.itemsize(dtype)
+    if end - begin != expected:
+        raise CheckpointError(f"{where}: {end - begin} data bytes, but shape {shape} of {code} needs {expected}")
+    return HeaderEntry(dtype, tuple(shape), begin, end)

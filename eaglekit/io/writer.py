@@ -1,0 +1,189 @@
+"""Streaming safetensors writer: one tensor in memory at a time, shards up to a size limit.
+
+``safetensors.torch.save_file`` needs every tensor of a file in memory at once, which for a 5 GB shard is
+5 GB of RAM. Since a conversion knows every output tensor's name, dtype and shape before reading any of
+them, the header can be written first and the data streamed after it. The format is the library's own
+(8-byte header length, JSON header padded with spaces to 8 bytes, data sorted by descending alignment so
+every tensor is aligned); outputs are read back with ``safetensors.safe_open`` in the tests.
+
+Tensors whose bytes pass through unchanged are copied file-to-file with ``copy_file_range`` (in-kernel,
+no user-space buffer), which is what keeps a conversion near ``cp`` speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from dataclasses import dataclass
+from math import prod
+from pathlib import Path
+from typing import Callable, Iterable, Union
+
+import torch
+
+from ..errors import CheckpointError, UsageError
+from . import dtypes, jsonfile
+from .reader import SAFETENSORS_INDEX, SAFETENSORS_SINGLE, ByteRange
+
+DEFAULT_MAX_SHARD_BYTES = 5 * 10**9
+_COPY_CHUNK = 64 * 2**20
+
+Payload = Union[torch.Tensor, ByteRange]
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    """One output tensor: its name, dtype and shape, and how to produce it when its turn comes."""
+
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    produce: Callable[[], Payload]
+
+    @property
+    def nbytes(self) -> int:
+        return prod(self.shape) * dtypes.itemsize(self.dtype)
+
+
+def parse_size(text: str | int) -> int:
+    """'5GB', '500MB', '2GiB', '1000' (bytes) -> bytes."""
+    if isinstance(text, int):
+        return text
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)B?\s*", str(text), flags=re.IGNORECASE)
+    if not match:
+        raise UsageError(f"size {text!r} is not like 5GB, 500MB or 2GiB")
+    number, unit, binary = match.groups()
+    base = 1024 if binary else 1000
+    power = " KMGT".index(unit.upper() or " ")
+    size = int(float(number) * base**power)
+    if size <= 0:
+        raise UsageError(f"size {text!r} must be positive")
+    return size
+
+
+def plan_shards(plans: list[TensorPlan], max_shard_bytes: int) -> list[list[TensorPlan]]:
+    """Group tensors, in order, into shards of at most ``max_shard_bytes`` (a bigger tensor gets its own)."""
+    shards: list[list[TensorPlan]] = [[]]
+    size = 0
+    for plan in plans:
+        if shards[-1] and size + plan.nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(plan)
+        size += plan.nbytes
+    return shards if shards[0] else []
+
+
+def shard_names(count: int) -> list[str]:
+    if count <= 1:
+        return [SAFETENSORS_SINGLE]
+    return [f"model-{i:05d}-of-{count:05d}.safetensors" for i in range(1, count + 1)]
+
+
+def write_checkpoint_tensors(
+    directory: Path,
+    plans: list[TensorPlan],
+    *,
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+    metadata: dict[str, str] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[str]:
+    """Write ``plans`` into ``directory`` as one file or shards plus an index; return the file names."""
+    names = [p.name for p in plans]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise CheckpointError(f"two output tensors would both be named {dup!r}")
+    metadata = {"format": "pt", **(metadata or {})}
+    shards = plan_shards(plans, max_shard_bytes) or [[]]
+    files = shard_names(len(shards))
+    for file, shard in zip(files, shards):
+        write_safetensors(directory / file, shard, metadata, progress)
+    if len(files) > 1:
+        weight_map = {p.name: file for file, shard in zip(files, shards) for p in shard}
+        index = {
+            "metadata": {"total_size": sum(p.nbytes for p in plans)},
+            "weight_map": dict(sorted(weight_map.items())),
+        }
+        (directory / SAFETENSORS_INDEX).write_text(jsonfile.dumps(index))
+        files.append(SAFETENSORS_INDEX)
+    return files
+
+
+def _header(plans: Iterable[TensorPlan], metadata: dict[str, str]) -> tuple[bytes, list[TensorPlan]]:
+    # Largest item size first: with an 8-byte-aligned data start, every tensor is then aligned.
+    ordered = sorted(plans, key=lambda p: -dtypes.itemsize(p.dtype))
+    header: dict = {"__metadata__": metadata}
+    offset = 0
+    for plan in ordered:
+        header[plan.name] = {
+            "dtype": dtypes.to_code(plan.dtype),
+            "shape": list(plan.shape),
+            "data_offsets": [offset, offset + plan.nbytes],
+        }
+        offset += plan.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw, ordered
+
+
+def write_safetensors(
+    path: Path,
+    plans: list[TensorPlan],
+    metadata: dict[str, str],
+    progress: Callable[[int], None] | None = None,
+) -> None:
+    header, ordered = _header(plans, metadata)
+    with open(path, "wb", buffering=0) as out:
+        out.write(header)
+        for plan in ordered:
+            payload = plan.produce()
+            if isinstance(payload, ByteRange):
+                if payload.length != plan.nbytes:
+                    raise CheckpointError(f"{plan.name}: source holds {payload.length} bytes, expected {plan.nbytes}")
+                _copy_range(payload, out)
+            else:
+                _write_tensor(plan, payload, out)
+            if progress:
+                progress(plan.nbytes)
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def _write_tensor(plan: TensorPlan, tensor: torch.Tensor, out) -> None:
+    if tensor.dtype != plan.dtype or tuple(tensor.shape) != plan.shape:
+        raise CheckpointError(
+            f"{plan.name}: produced {dtypes.name(tensor.dtype)}{list(tensor.shape)}, "
+            f"planned {dtypes.name(plan.dtype)}{list(plan.shape)}"
+        )
+    if plan.nbytes == 0:
+        return
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+    view = memoryview(flat.numpy())
+    written = 0
+    while written < len(view):
+        written += out.write(view[written:])
+
+
+def _copy_range(src: ByteRange, out) -> None:
+    remaining, offset = src.length, src.offset
+    with open(src.path, "rb", buffering=0) as f:
+        try:
+            while remaining:
+                n = os.copy_file_range(f.fileno(), out.fileno(), remaining, offset)
+                if n == 0:
+                    raise CheckpointError(f"{src.path}: ended {remaining} bytes early")
+                offset += n
+                remaining -= n
+            return
+        except (AttributeError, OSError) as exc:
+            if isinstance(exc, OSError) and exc.errno not in (18, 22, 38, 95):  # EXDEV EINVAL ENOSYS EOPNOTSUPP
+                raise
+        f.seek(offset)
+        while remaining:
+            chunk = f.read(min(_COPY_CHUNK, remaining))
+            if not chunk:
+                raise CheckpointError(f"{src.path}: ended {remaining} bytes early")
+            out.write(chunk)
+            remaining -= len(chunk)

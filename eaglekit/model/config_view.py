@@ -1,0 +1,99 @@
+"""Typed, path-aware access to config.json values, so every bad value is reported with its JSON path."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..errors import ConfigError
+
+_REQUIRED = object()
+
+
+class ConfigView:
+    def __init__(self, data: dict, label: str, path: str = ""):
+        self.data = data
+        self.label = label  # e.g. "ckpt/config.json"
+        self.path = path  # e.g. "eagle_config."
+
+    def _where(self, key: str) -> str:
+        return f"{self.label}: {self.path}{key}"
+
+    def has(self, key: str) -> bool:
+        return key in self.data and self.data[key] is not None
+
+    def raw(self, key: str, default: Any = None) -> Any:
+        value = self.data.get(key, default)
+        return default if value is None else value
+
+    def sub(self, key: str) -> "ConfigView | None":
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise ConfigError(f"{self._where(key)} must be an object, got {type(value).__name__}")
+        return ConfigView(value, self.label, f"{self.path}{key}.")
+
+    def int(self, key: str, default: Any = _REQUIRED, *, minimum: int | None = 0) -> Any:
+        value = self.data.get(key)
+        if value is None:
+            if default is _REQUIRED:
+                raise ConfigError(f"{self._where(key)} is missing (expected an integer)")
+            return default
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{self._where(key)} must be an integer, got {value!r}")
+        if minimum is not None and value < minimum:
+            raise ConfigError(f"{self._where(key)} must be >= {minimum}, got {value}")
+        return value
+
+    def float(self, key: str, default: Any = _REQUIRED) -> Any:
+        value = self.data.get(key)
+        if value is None:
+            if default is _REQUIRED:
+                raise ConfigError(f"{self._where(key)} is missing (expected a number)")
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(f"{self._where(key)} must be a finite number, got {value!r}")
+        return float(value)
+
+    def bool(self, key: str, default: Any = _REQUIRED) -> Any:
+        value = self.data.get(key)
+        if value is None:
+            if default is _REQUIRED:
+                raise ConfigError(f"{self._where(key)} is missing (expected true or false)")
+            return default
+        if not isinstance(value, bool):
+            raise ConfigError(f"{self._where(key)} must be true or false, got {value!r}")
+        return value
+
+    def str(self, key: str, default: Any = _REQUIRED) -> Any:
+        value = self.data.get(key)
+        if value is None:
+            if default is _REQUIRED:
+                raise ConfigError(f"{self._where(key)} is missing (expected a string)")
+            return default
+        if not isinstance(value, str):
+            raise ConfigError(f"{self._where(key)} must be a string, got {value!r}")
+        return value
+
+    def int_list(self, key: str, default: Any = _REQUIRED) -> Any:
+        value = self.data.get(key)
+        if value is None:
+            if default is _REQUIRED:
+                raise ConfigError(f"{self._where(key)} is missing (expected a list of integers)")
+            return default
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise ConfigError(f"{self._where(key)} must be a list of integers, got {value!r}")
+        return tuple(value)
+
+    def str_list(self, key: str, default: Any = _REQUIRED) -> Any:
+        value = self.data.get(key)
+        if value is None:
+            if default is _REQUIRED:
+                raise ConfigError(f"{self._where(key)} is missing (expected a list of strings)")
+            return default
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{self._where(key)} must be a list of strings, got {value!r}")
+        return tuple(value)

@@ -1,0 +1,171 @@
+"""The canonical EAGLE 3 / 3.1 drafter: one typed description that every dialect reads into and writes from.
+
+Tensor names are vLLM's (see ``layout.py``). Aux (target) layer ids keep the convention they were written in;
+``AuxLayers.as_input()`` gives vLLM's "input of target layer k" (= HF ``hidden_states[k]``), which is what the
+reference forward and vLLM capture, and ``as_output()`` gives SGLang/SpecForge/TorchSpec/ModelOpt's
+"output of target layer k" (= input convention - 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Literal
+
+Attention = Literal["llama", "qwen3", "mla"]
+Convention = Literal["input", "output"]
+
+INPUT: Convention = "input"
+OUTPUT: Convention = "output"
+
+
+def default_aux_ids(target_num_layers: int) -> tuple[int, ...]:
+    """vLLM's default capture layers (input convention): (2, L//2, L-3), deduplicated and sorted."""
+    L = target_num_layers
+    return tuple(sorted({2, L // 2, L - 3}))
+
+
+@dataclass(frozen=True)
+class AuxLayers:
+    """Which target hidden states the drafter fuses, as recorded (None: not recorded, engine default)."""
+
+    ids: tuple[int, ...] | None
+    convention: Convention = INPUT
+
+    def as_input(self) -> tuple[int, ...] | None:
+        if self.ids is None:
+            return None
+        return self.ids if self.convention == INPUT else tuple(i + 1 for i in self.ids)
+
+    def as_output(self) -> tuple[int, ...] | None:
+        if self.ids is None:
+            return None
+        return self.ids if self.convention == OUTPUT else tuple(i - 1 for i in self.ids)
+
+    def to(self, convention: Convention) -> "AuxLayers":
+        ids = self.as_input() if convention == INPUT else self.as_output()
+        return AuxLayers(ids, convention)
+
+    def resolved(self, target_num_layers: int | None) -> tuple[int, ...] | None:
+        """Input-convention ids, sorted and unique as vLLM captures them, falling back to the default."""
+        ids = self.as_input()
+        if ids is not None:
+            return tuple(sorted(set(ids)))
+        return default_aux_ids(target_num_layers) if target_num_layers else None
+
+
+@dataclass(frozen=True)
+class Flags:
+    """Every behaviour switch, always explicit (defaults differ between dialects, so none is left implied)."""
+
+    fc_norm: bool = False  # EAGLE 3.1: per-aux RMSNorm (fc_norm.{i}.weight [T]) before fc
+    norm_before_fc: bool = False  # one RMSNorm over the concatenation (input_norm.weight [n*T])
+    norm_output: bool = False  # EAGLE 3.1: feed the post-norm state to the next draft step
+    norm_before_residual: bool = False  # layer 0 residual is hidden_norm(h) instead of h
+    use_aux_hidden_state: bool = True  # False: no fc; the target's last hidden state is used directly
+
+
+@dataclass(frozen=True)
+class Rope:
+    theta: float
+    scaling: dict | None = None  # HF rope_scaling with a "rope_type" key (llama3, yarn, linear, dynamic, ...)
+
+    @property
+    def rope_type(self) -> str:
+        return (self.scaling or {}).get("rope_type", "default")
+
+
+@dataclass(frozen=True)
+class MLA:
+    """DeepSeek-V2/V3 and Kimi-K2 multi-head latent attention dimensions."""
+
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
+class Provenance:
+    source_dialect: str | None = None
+    framework: str | None = None  # e.g. "speculators 0.9.0", "torchspec 0.3"
+    eaglekit_version: str | None = None  # the eaglekit that wrote it, when it did
+    notes: tuple[str, ...] = ()  # e.g. the 3.0 -> 3.1 upgrade
+
+
+@dataclass(frozen=True)
+class Drafter:
+    attention: Attention
+    hidden_size: int  # H
+    target_hidden_size: int  # T (== H unless the target is wider/narrower)
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int  # V, the target vocabulary
+    draft_vocab_size: int  # Vd, rows of lm_head
+    num_aux: int  # n, number of fused target states
+    aux: AuxLayers
+    flags: Flags
+    rope: Rope
+    rms_norm_eps: float
+    max_position_embeddings: int | None = None
+    mla: MLA | None = None
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    hidden_act: str = "silu"
+    model_type: str | None = None  # as the source wrote it (kimi_k2 vs deepseek_v3 matters to engines)
+    verifier: str | None = None  # target model id or path
+    verifier_architectures: tuple[str, ...] = ()
+    target_num_layers: int | None = None  # L of the target, when known
+    dtype: str | None = None  # from the tensors, never trusted from config
+    tensors: frozenset[str] = field(default_factory=frozenset)  # canonical names shipped
+    provenance: Provenance = field(default_factory=Provenance)
+    extra_config: dict = field(default_factory=dict)  # harmless HF keys carried through (token ids, ...)
+
+    # -- derived views -------------------------------------------------------------------------------
+
+    @property
+    def eagle_version(self) -> str:
+        return "3.1" if (self.flags.fc_norm or self.flags.norm_output) else "3"
+
+    @property
+    def has_d2t(self) -> bool:
+        return "d2t" in self.tensors
+
+    @property
+    def has_t2d(self) -> bool:
+        return "t2d" in self.tensors
+
+    @property
+    def ships_embed(self) -> bool:
+        return "embed_tokens.weight" in self.tensors
+
+    @property
+    def ships_lm_head(self) -> bool:
+        return "lm_head.weight" in self.tensors or "lm_head.down.weight" in self.tensors
+
+    @property
+    def low_rank_lm_head(self) -> bool:
+        return "lm_head.down.weight" in self.tensors
+
+    @property
+    def pruned_vocab(self) -> bool:
+        return self.draft_vocab_size != self.vocab_size
+
+    def with_(self, **changes) -> "Drafter":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["tensors"] = sorted(self.tensors)
+        data["aux"] = {
+            "ids": list(self.aux.ids) if self.aux.ids is not None else None,
+            "convention": self.aux.convention,
+            "input_ids": list(self.aux.as_input()) if self.aux.ids is not None else None,
+        }
+        data["eagle_version"] = self.eagle_version
+        data["verifier_architectures"] = list(self.verifier_architectures)
+        data["provenance"]["notes"] = list(self.provenance.notes)
+        return data

@@ -1,0 +1,125 @@
+"""Reading and writing the flat Hugging Face keys every dialect shares (Llama, Qwen3 and DeepSeek/Kimi MLA).
+
+RoPE comes in two spellings: transformers 4 (``rope_theta`` + ``rope_scaling`` with ``type`` or
+``rope_type``) and transformers 5 (``rope_parameters``). Both are read; the 4.x spelling is written, with
+both ``type`` and ``rope_type`` in the scaling dict, since every engine version reads that.
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+from .config_view import ConfigView
+from .drafter import MLA, Drafter, Rope
+
+DEFAULT_ROPE_THETA = 10000.0  # transformers' LlamaConfig default, and what EAGLE's code assumes
+MLA_KEYS = ("kv_lora_rank", "qk_rope_head_dim")
+MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
+
+
+def read_rope(view: ConfigView) -> tuple[Rope, bool]:
+    """(rope, theta_was_given)."""
+    params = view.sub("rope_parameters")
+    theta = view.float("rope_theta", None)
+    scaling_view = view.sub("rope_scaling")
+    scaling = dict(scaling_view.data) if scaling_view else None
+    if params is not None:
+        if "rope_type" not in params.data and "rope_theta" not in params.data:
+            raise ConfigError(f"{view.label}: {view.path}rope_parameters per layer type is not supported by EAGLE drafters")
+        theta = params.float("rope_theta", theta)
+        p = {k: v for k, v in params.data.items() if k != "rope_theta"}
+        if p.get("rope_type", p.get("type", "default")) != "default":
+            scaling = p
+    if scaling is not None:
+        kind = scaling.get("rope_type", scaling.get("type"))
+        if not isinstance(kind, str):
+            raise ConfigError(f"{view.label}: {view.path}rope_scaling needs a 'rope_type' (or 'type') string")
+        scaling = {"rope_type": kind, **{k: v for k, v in scaling.items() if k not in ("rope_type", "type")}}
+        if kind == "default":
+            scaling = None
+    given = theta is not None
+    return Rope(theta if given else DEFAULT_ROPE_THETA, scaling), given
+
+
+def rope_config(rope: Rope) -> dict:
+    out: dict = {"rope_theta": rope.theta}
+    if rope.scaling:
+        kind = rope.scaling["rope_type"]
+        out["rope_scaling"] = {"rope_type": kind, "type": kind, **{k: v for k, v in rope.scaling.items() if k != "rope_type"}}
+    else:
+        out["rope_scaling"] = None
+    return out
+
+
+def read_mla(view: ConfigView) -> MLA | None:
+    if not any(view.has(k) for k in MLA_KEYS):
+        return None
+    return MLA(
+        q_lora_rank=view.int("q_lora_rank", None, minimum=1),
+        kv_lora_rank=view.int("kv_lora_rank", minimum=1),
+        qk_nope_head_dim=view.int("qk_nope_head_dim", minimum=0),
+        qk_rope_head_dim=view.int("qk_rope_head_dim", minimum=1),
+        v_head_dim=view.int("v_head_dim", minimum=1),
+    )
+
+
+def base_fields(view: ConfigView) -> dict:
+    """Drafter fields from flat HF keys (dimensions, vocab, norms, rope, biases)."""
+    H = view.int("hidden_size", minimum=1)
+    heads = view.int("num_attention_heads", minimum=1)
+    mla = read_mla(view)
+    head_dim = view.int("head_dim", None, minimum=1)
+    if head_dim is None:
+        if mla is None and H % heads:
+            raise ConfigError(f"{view.label}: {view.path}hidden_size {H} is not divisible by num_attention_heads {heads}; set head_dim")
+        head_dim = H // heads
+    vocab = view.int("vocab_size", minimum=1)
+    rope, _ = read_rope(view)
+    return dict(
+        hidden_size=H,
+        num_heads=heads,
+        num_kv_heads=view.int("num_key_value_heads", heads, minimum=1),
+        head_dim=head_dim,
+        intermediate_size=view.int("intermediate_size", minimum=1),
+        vocab_size=vocab,
+        draft_vocab_size=view.int("draft_vocab_size", vocab, minimum=1),
+        rms_norm_eps=view.float("rms_norm_eps", 1e-6),
+        max_position_embeddings=view.int("max_position_embeddings", None, minimum=1),
+        attention_bias=view.bool("attention_bias", False),
+        mlp_bias=view.bool("mlp_bias", False),
+        hidden_act=view.str("hidden_act", "silu"),
+        model_type=view.str("model_type", None),
+        rope=rope,
+        mla=mla,
+    )
+
+
+def base_config(d: Drafter, *, vocab_size: int | None = None) -> dict:
+    """Flat HF keys for a drafter, in the order transformers writes them."""
+    out = {
+        "hidden_size": d.hidden_size,
+        "intermediate_size": d.intermediate_size,
+        "num_hidden_layers": d.num_layers,
+        "num_attention_heads": d.num_heads,
+        "num_key_value_heads": d.num_kv_heads,
+        "head_dim": d.head_dim,
+        "hidden_act": d.hidden_act,
+        "rms_norm_eps": d.rms_norm_eps,
+        "vocab_size": vocab_size if vocab_size is not None else d.vocab_size,
+        "max_position_embeddings": d.max_position_embeddings or 2048,
+        **rope_config(d.rope),
+        "attention_bias": d.attention_bias,
+        "mlp_bias": d.mlp_bias,
+        "tie_word_embeddings": False,
+    }
+    if d.mla is not None:
+        out.pop("head_dim")
+        out.update(
+            q_lora_rank=d.mla.q_lora_rank,
+            kv_lora_rank=d.mla.kv_lora_rank,
+            qk_nope_head_dim=d.mla.qk_nope_head_dim,
+            qk_rope_head_dim=d.mla.qk_rope_head_dim,
+            v_head_dim=d.mla.v_head_dim,
+        )
+    if d.dtype:
+        out["torch_dtype"] = d.dtype
+    return out

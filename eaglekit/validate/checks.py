@@ -1,0 +1,212 @@
+"""Drafter invariants that engines do not check. Each check has a stable id (listed in ``CHECKS``).
+
+``run_checks`` works on the canonical drafter plus its tensors (shapes and dtypes from headers; the small
+vocab maps are read; ``scan`` streams every tensor once). ``convert`` runs the same checks on its planned
+output and refuses to write a drafter that would not validate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import torch
+
+from ..findings import Finding
+from ..model.drafter import Drafter
+from ..model.layout import check_tensors
+from ..target import TargetConfig
+
+# id -> what it guards (README lists these; tests cover each)
+CHECKS: dict[str, str] = {
+    "tensor.missing": "a tensor the config requires is absent (engines leave it uninitialised, silently)",
+    "tensor.shape": "a tensor's shape disagrees with the config (fc [H, n*T], q/k/v in 2H, fc_norm [T], ...)",
+    "tensor.dtype": "d2t not int64, t2d not bool, or a weight that is not floating point",
+    "tensor.unexpected": "a drafter tensor the config does not account for",
+    "tensor.unknown": "a tensor that is not part of any EAGLE 3 drafter",
+    "flags.fc_norm_and_norm_before_fc": "fc_norm and norm_before_fc together (speculators refuses; vLLM applies both)",
+    "flags.fc_norm_without_flag": "fc_norm.* tensors present but fc_norm is not true",
+    "flags.input_norm_without_flag": "input_norm.weight present but norm_before_fc is not true (vLLM drops it silently)",
+    "flags.fc_without_aux": "fc.weight present but use_aux_hidden_state is false (engines drop fc)",
+    "config.fc_bias": "fc.bias present: EAGLE 3 fc has no bias",
+    "config.hidden_act": "hidden_act is not silu (vLLM's drafter MLP rejects anything else)",
+    "config.num_layers": "num_hidden_layers disagrees with the decoder layers shipped",
+    "mla.q_lora_rank": "an MLA drafter without q_lora_rank (vLLM and SGLang cannot load it)",
+    "vocab.d2t_order": "arange(Vd) + d2t is not strictly increasing",
+    "vocab.d2t_range": "arange(Vd) + d2t leaves [0, V)",
+    "vocab.t2d_count": "t2d does not mark exactly Vd target tokens",
+    "vocab.t2d_mismatch": "t2d disagrees with d2t",
+    "vocab.d2t_full_vocab": "d2t shipped although draft_vocab_size == vocab_size",
+    "vocab.lm_head_needed": "no lm_head although the draft vocabulary or width differs from the target's",
+    "embed.needed": "no embed_tokens although the drafter is narrower or wider than the target",
+    "aux.duplicate": "an aux layer id appears twice",
+    "aux.unsorted": "aux layer ids are not ascending (engines sort them; fc columns follow ascending order)",
+    "aux.count": "the number of aux ids differs from the number of fused states (fc width / T)",
+    "aux.range": "an aux layer id outside the target's layers",
+    "aux.not_recorded": "no aux layer ids recorded: each engine's default applies",
+    "rope.defaulted": "no rope_theta in config (10000 assumed)",
+    "rope.target": "the drafter's rope settings differ from the target's",
+    "target.hidden": "target hidden size differs from the drafter's target_hidden_size",
+    "target.vocab": "target vocab size differs from the drafter's vocab_size",
+    "scan.nonfinite": "a tensor contains NaN or Inf",
+    "scan.zero": "a weight tensor is entirely zero",
+    "scan.uninitialised": "a tensor holds values typical of uninitialised memory",
+    "scan.unit_fc_norm": "fc_norm weights are all ones (an untrained 3.0 -> 3.1 upgrade)",
+    "target.lm_head_order": "lm_head rows do not line up with the target's rows for arange + d2t",
+}
+
+
+@dataclass
+class CheckInput:
+    drafter: Drafter
+    present: Mapping[str, tuple[tuple[int, ...], torch.dtype]]  # canonical name -> (shape, dtype)
+    read: Callable[[str], torch.Tensor] | None = None  # canonical name -> tensor
+    target: TargetConfig | None = None
+
+
+def _f(check: str, severity: str, message: str, subject: str | None = None) -> Finding:
+    return Finding(check, severity, message, subject)
+
+
+def check_flags(x: CheckInput) -> list[Finding]:
+    d, present = x.drafter, x.present
+    out = []
+    if d.flags.fc_norm and d.flags.norm_before_fc:
+        out.append(_f("flags.fc_norm_and_norm_before_fc", "error", "fc_norm and norm_before_fc are both true; a drafter uses one or neither", "fc_norm"))
+    if not d.flags.fc_norm and any(n.startswith("fc_norm.") for n in present):
+        out.append(
+            _f("flags.fc_norm_without_flag", "error", "fc_norm.* tensors are present but fc_norm is not true (engines refuse or ignore them)", "fc_norm")
+        )
+    if not d.flags.norm_before_fc and "input_norm.weight" in present:
+        out.append(
+            _f(
+                "flags.input_norm_without_flag",
+                "error",
+                "input_norm.weight is present but norm_before_fc is not true: vLLM silently drops the norm",
+                "norm_before_fc",
+            )
+        )
+    if not d.flags.use_aux_hidden_state and "fc.weight" in present:
+        out.append(_f("flags.fc_without_aux", "warning", "fc.weight is present but use_aux_hidden_state is false: engines drop fc", "use_aux_hidden_state"))
+    return out
+
+
+def check_config(x: CheckInput) -> list[Finding]:
+    d = x.drafter
+    out = []
+    if d.hidden_act != "silu":
+        out.append(_f("config.hidden_act", "error", f"hidden_act is {d.hidden_act!r}; EAGLE 3 drafters use silu (vLLM rejects others)", "hidden_act"))
+    if d.attention == "mla" and (d.mla is None or not d.mla.q_lora_rank):
+        out.append(_f("mla.q_lora_rank", "error", "MLA drafter without q_lora_rank: vLLM and SGLang cannot load it", "q_lora_rank"))
+    if not x.present.get("lm_head.weight") and not x.present.get("lm_head.up.weight"):
+        if d.pruned_vocab or d.hidden_size != d.target_hidden_size:
+            why = "draft_vocab_size != vocab_size" if d.pruned_vocab else "hidden_size != target_hidden_size"
+            out.append(_f("vocab.lm_head_needed", "error", f"no lm_head.weight although {why}: the target's lm_head cannot stand in", "lm_head.weight"))
+    if d.hidden_size != d.target_hidden_size and "embed_tokens.weight" not in x.present:
+        out.append(
+            _f(
+                "embed.needed",
+                "error",
+                f"no embed_tokens.weight although hidden_size {d.hidden_size} != target_hidden_size {d.target_hidden_size}: "
+                "the target's embeddings do not fit (vLLM keeps uninitialised ones)",
+                "embed_tokens.weight",
+            )
+        )
+    return out
+
+
+def check_aux(x: CheckInput) -> list[Finding]:
+    d = x.drafter
+    ids = d.aux.as_input()
+    out = []
+    if ids is None:
+        return [_f("aux.not_recorded", "info", "no aux layer ids recorded: engines use their default (vLLM: 2, L//2, L-3)", "eagle_aux_hidden_state_layer_ids")]
+    shown = list(d.aux.ids or ())
+    if len(set(ids)) != len(ids):
+        out.append(_f("aux.duplicate", "error", f"aux layer ids {shown} repeat a layer", "eagle_aux_hidden_state_layer_ids"))
+    elif list(ids) != sorted(ids):
+        out.append(
+            _f("aux.unsorted", "warning", f"aux layer ids {shown} are not ascending: engines capture in ascending order", "eagle_aux_hidden_state_layer_ids")
+        )
+    if len(ids) != d.num_aux:
+        out.append(
+            _f("aux.count", "error", f"{len(ids)} aux layer ids but the drafter fuses {d.num_aux} target states", "eagle_aux_hidden_state_layer_ids")
+        )
+    L = x.target.num_layers if x.target else d.target_num_layers
+    low = 0
+    bad = [i for i in ids if i < low or (L is not None and i > L)]
+    if bad:
+        bound = f"0..{L}" if L is not None else ">= 0"
+        out.append(
+            _f(
+                "aux.range",
+                "error",
+                f"aux layer ids {shown} ({d.aux.convention}-of-layer) name target layers outside {bound} (input-of-layer)",
+                "eagle_aux_hidden_state_layer_ids",
+            )
+        )
+    return out
+
+
+def check_target(x: CheckInput) -> list[Finding]:
+    t, d = x.target, x.drafter
+    if t is None:
+        return []
+    out = []
+    if t.hidden_size != d.target_hidden_size:
+        out.append(
+            _f("target.hidden", "error", f"target {t.name} has hidden size {t.hidden_size}, the drafter expects {d.target_hidden_size}", "target_hidden_size")
+        )
+    if t.vocab_size != d.vocab_size:
+        out.append(_f("target.vocab", "error", f"target {t.name} has vocab {t.vocab_size}, the drafter's vocab_size is {d.vocab_size}", "vocab_size"))
+    if (d.rope.theta, d.rope.rope_type) != (t.rope.theta, t.rope.rope_type):
+        out.append(
+            _f(
+                "rope.target",
+                "warning",
+                f"drafter rope (theta {d.rope.theta:g}, {d.rope.rope_type}) differs from the target's "
+                f"(theta {t.rope.theta:g}, {t.rope.rope_type}); engines use the drafter's — right only if it was trained so",
+                "rope_theta",
+            )
+        )
+    return out
+
+
+def check_vocab(x: CheckInput) -> list[Finding]:
+    d = x.drafter
+    if x.read is None or "d2t" not in x.present:
+        return []
+    d2t = x.read("d2t")
+    out = []
+    if d2t.dtype == torch.bool or d2t.is_floating_point() or d2t.dim() != 1:
+        return out  # the dtype/shape finding already says it
+    mapped = torch.arange(d2t.numel(), dtype=torch.int64) + d2t.to(torch.int64)
+    if not d.pruned_vocab:
+        if torch.any(d2t != 0):
+            out.append(
+                _f("vocab.d2t_full_vocab", "error", "d2t maps a full-size draft vocabulary onto a permutation of the target's", "d2t")
+            )
+        else:
+            out.append(_f("vocab.d2t_full_vocab", "warning", "d2t is shipped although draft_vocab_size == vocab_size (vLLM >= 0.31 refuses it)", "d2t"))
+    if mapped.numel() > 1 and not bool(torch.all(mapped[1:] > mapped[:-1])):
+        out.append(_f("vocab.d2t_order", "error", "arange + d2t is not strictly increasing: draft ids map to repeated or reordered target ids", "d2t"))
+    if mapped.numel() and (int(mapped.min()) < 0 or int(mapped.max()) >= d.vocab_size):
+        out.append(
+            _f("vocab.d2t_range", "error", f"arange + d2t spans [{int(mapped.min())}, {int(mapped.max())}], outside [0, {d.vocab_size})", "d2t")
+        )
+    if "t2d" in x.present:
+        t2d = x.read("t2d")
+        if t2d.dtype == torch.bool and t2d.dim() == 1:
+            if int(t2d.sum()) != d.draft_vocab_size:
+                out.append(_f("vocab.t2d_count", "error", f"t2d marks {int(t2d.sum())} target tokens, draft_vocab_size is {d.draft_vocab_size}", "t2d"))
+            inside = mapped[(mapped >= 0) & (mapped < t2d.numel())]
+            if inside.numel() != mapped.numel() or not bool(torch.all(t2d[inside])):
+                out.append(_f("vocab.t2d_mismatch", "error", "t2d does not mark the target ids that arange + d2t names", "t2d"))
+    return out
+
+
+def run_checks(x: CheckInput) -> list[Finding]:
+    findings = check_tensors(x.drafter, x.present)
+    for check in (check_flags, check_config, check_aux, check_target, check_vocab):
+        findings += check(x)
+    return findings

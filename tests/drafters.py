@@ -1,0 +1,297 @@
+"""Tiny drafter checkpoints in every dialect, written the way each framework writes them.
+
+Shapes and names here are typed out from ../shared/reference/formats.md independently of
+``eaglekit.model.layout``, so the readers are tested against the formats, not against eaglekit's writers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+
+@dataclass
+class Dims:
+    H: int = 16  # drafter hidden
+    T: int = 16  # target hidden
+    n: int = 3  # aux states
+    V: int = 64  # target vocab
+    Vd: int = 32  # draft vocab
+    layers: int = 1
+    heads: int = 2
+    kv_heads: int = 1
+    head_dim: int = 8
+    I: int = 32
+    target_layers: int = 8
+    mla: dict | None = None  # q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim
+    qwen3: bool = False
+    fc_norm: bool = False
+    norm_before_fc: bool = False
+    embed: bool = True
+    lm_head: bool = True
+    seed: int = 0
+    dtype: torch.dtype = torch.float32
+    extra: dict = field(default_factory=dict)
+
+
+def mla_dims(**kw) -> dict:
+    base = dict(q_lora_rank=12, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=6)
+    base.update(kw)
+    return base
+
+
+def d2t_for(d: Dims, gen: torch.Generator) -> torch.Tensor:
+    used = torch.sort(torch.randperm(d.V, generator=gen)[: d.Vd]).values
+    return used - torch.arange(d.Vd)
+
+
+def canonical_tensors(d: Dims) -> dict[str, torch.Tensor]:
+    """Random weights under vLLM's canonical names."""
+    g = torch.Generator().manual_seed(d.seed)
+
+    def w(*shape):
+        return (torch.randn(*shape, generator=g) * 0.2).to(d.dtype)
+
+    def norm(size):
+        return (1.0 + 0.1 * torch.randn(size, generator=g)).to(d.dtype)
+
+    t: dict[str, torch.Tensor] = {}
+    if d.embed:
+        t["embed_tokens.weight"] = w(d.V, d.H)
+    t["fc.weight"] = w(d.H, d.n * d.T)
+    if d.fc_norm:
+        for i in range(d.n):
+            t[f"fc_norm.{i}.weight"] = norm(d.T)
+    if d.norm_before_fc:
+        t["input_norm.weight"] = norm(d.n * d.T)
+    for i in range(d.layers):
+        p = f"layers.{i}."
+        width = 2 * d.H if i == 0 else d.H
+        t[p + "input_layernorm.weight"] = norm(d.H)
+        if i == 0:
+            t[p + "hidden_norm.weight"] = norm(d.H)
+        t[p + "post_attention_layernorm.weight"] = norm(d.H)
+        if d.mla:
+            m = d.mla
+            t[p + "self_attn.q_a_proj.weight"] = w(m["q_lora_rank"], width)
+            t[p + "self_attn.q_a_layernorm.weight"] = norm(m["q_lora_rank"])
+            t[p + "self_attn.q_b_proj.weight"] = w(d.heads * (m["qk_nope_head_dim"] + m["qk_rope_head_dim"]), m["q_lora_rank"])
+            t[p + "self_attn.kv_a_proj_with_mqa.weight"] = w(m["kv_lora_rank"] + m["qk_rope_head_dim"], width)
+            t[p + "self_attn.kv_a_layernorm.weight"] = norm(m["kv_lora_rank"])
+            t[p + "self_attn.kv_b_proj.weight"] = w(d.heads * (m["qk_nope_head_dim"] + m["v_head_dim"]), m["kv_lora_rank"])
+            t[p + "self_attn.o_proj.weight"] = w(d.H, d.heads * m["v_head_dim"])
+        else:
+            t[p + "self_attn.q_proj.weight"] = w(d.heads * d.head_dim, width)
+            t[p + "self_attn.k_proj.weight"] = w(d.kv_heads * d.head_dim, width)
+            t[p + "self_attn.v_proj.weight"] = w(d.kv_heads * d.head_dim, width)
+            t[p + "self_attn.o_proj.weight"] = w(d.H, d.heads * d.head_dim)
+            if d.qwen3:
+                t[p + "self_attn.q_norm.weight"] = norm(d.head_dim)
+                t[p + "self_attn.k_norm.weight"] = norm(d.head_dim)
+        t[p + "mlp.gate_proj.weight"] = w(d.I, d.H)
+        t[p + "mlp.up_proj.weight"] = w(d.I, d.H)
+        t[p + "mlp.down_proj.weight"] = w(d.H, d.I)
+    t["norm.weight"] = norm(d.H)
+    if d.lm_head:
+        t["lm_head.weight"] = w(d.Vd, d.H)
+    if d.Vd != d.V:
+        d2t = d2t_for(d, g)
+        t["d2t"] = d2t
+        t2d = torch.zeros(d.V, dtype=torch.bool)
+        t2d[torch.arange(d.Vd) + d2t] = True
+        t["t2d"] = t2d
+    return t
+
+
+def llama_keys(d: Dims, *, rope_theta: float | None = 10000.0) -> dict:
+    cfg = {
+        "hidden_size": d.H,
+        "intermediate_size": d.I,
+        "num_attention_heads": d.heads,
+        "num_key_value_heads": d.kv_heads,
+        "head_dim": d.head_dim,
+        "num_hidden_layers": d.layers,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "vocab_size": d.V,
+        "max_position_embeddings": 2048,
+        "tie_word_embeddings": False,
+    }
+    if rope_theta is not None:
+        cfg["rope_theta"] = rope_theta
+    if d.mla:
+        cfg.pop("head_dim")
+        cfg.update(d.mla)
+        cfg["rope_scaling"] = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
+    return cfg
+
+
+def default_output_ids(d: Dims) -> list[int]:
+    L = d.target_layers
+    return [1, L // 2 - 1, L - 4]
+
+
+def default_input_ids(d: Dims) -> list[int]:
+    return [i + 1 for i in default_output_ids(d)]
+
+
+def rename(tensors: dict, rules: list[tuple[str, str]]) -> dict:
+    out = {}
+    for name, t in tensors.items():
+        for ours, theirs in rules:
+            if name.startswith(ours):
+                name = theirs + name[len(ours):]
+                break
+        out[name] = t
+    return out
+
+
+def _save(directory: Path, tensors: dict, config: dict, *, bin_file: bool = False, metadata: dict | None = None) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    if bin_file:
+        torch.save(tensors, directory / "pytorch_model.bin")
+    else:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(directory / "model.safetensors"), metadata=metadata)
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    return directory
+
+
+# -- dialect writers (as each framework writes its checkpoints) ------------------------------------------
+
+
+def write_eagle(directory: Path, d: Dims, *, bin_file: bool = True) -> Path:
+    """SafeAILab EAGLE: midlayer.*, no embeddings, LlamaForCausalLM template, no rope_theta (F1)."""
+    t = canonical_tensors(d)
+    t.pop("embed_tokens.weight", None)
+    t = rename(t, [("layers.0.", "midlayer.")])
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **llama_keys(d, rope_theta=None),
+           "draft_vocab_size": d.Vd, "torch_dtype": "float16", "pad_token_id": 0}
+    return _save(directory, t, cfg, bin_file=bin_file)
+
+
+def write_specforge(directory: Path, d: Dims, *, ids: list[int] | None = None, norm_output: bool = False, legacy: bool = False) -> Path:
+    """SpecForge classic: model.safetensors without embeddings, midlayer.*, eagle_config ids (output-of-layer) (F2)."""
+    t = canonical_tensors(d)
+    t.pop("embed_tokens.weight", None)
+    t = rename(t, [("layers.0.", "midlayer.")])
+    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", **llama_keys(d),
+           "draft_vocab_size": d.Vd,
+           "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids if ids is not None else default_output_ids(d),
+                            "use_aux_hidden_state": True}}
+    if d.T != d.H:
+        cfg["target_hidden_size"] = d.T
+    if d.fc_norm:
+        if legacy:
+            cfg["use_aux_norm"] = True
+            t = {({0: "aux_norm_low", 1: "aux_norm_mid", 2: "aux_norm_high"}[int(k.split(".")[1])] + ".weight") if k.startswith("fc_norm.") else k: v for k, v in t.items()}
+        else:
+            cfg["fc_norm"] = True
+    if norm_output:
+        cfg["norm_output"] = True
+    return _save(directory, t, cfg)
+
+
+def write_speculators(directory: Path, d: Dims, *, ids: list[int] | None = None, norm_output: bool = False,
+                      norm_before_residual: bool | None = True, verifier: str = "org/target") -> Path:
+    """speculators save_pretrained: layers.0.*, embeddings kept, full speculators_config (F4)."""
+    t = canonical_tensors(d)
+    if d.Vd == d.V:
+        t.pop("d2t", None)
+        t.pop("t2d", None)
+    layer = {"model_type": "qwen3" if d.qwen3 else "llama", **llama_keys(d)}
+    cfg = {
+        "architectures": ["Eagle3DraftModel"],
+        "speculators_model_type": "eagle3",
+        "speculators_version": "0.9.0",
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3, "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+            "default_proposal_method": "greedy",
+            "verifier": {"name_or_path": verifier, "architectures": ["LlamaForCausalLM"]},
+        },
+        "transformer_layer_config": layer,
+        "draft_vocab_size": d.Vd,
+        "target_hidden_size": d.T if d.T != d.H else None,
+        "eagle_aux_hidden_state_layer_ids": ids if ids is not None else default_input_ids(d),
+        "norm_before_fc": d.norm_before_fc,
+        "fc_norm": d.fc_norm,
+        "norm_output": norm_output,
+        "embed_requires_grad": False,
+        "torch_dtype": "float32",
+    }
+    if norm_before_residual is not None:
+        cfg["norm_before_residual"] = norm_before_residual
+    return _save(directory, t, cfg)
+
+
+def write_vllm(directory: Path, d: Dims, *, ids: list[int] | None = None, norm_output: bool = False, midlayer: bool = False,
+               nested_only: bool = False, arch: str | None = None) -> Path:
+    """vLLM-native flat config (AngelSlim style when midlayer=True)."""
+    t = canonical_tensors(d)
+    if midlayer:
+        t = rename(t, [("layers.0.", "midlayer.")])
+    ids = ids if ids is not None else default_input_ids(d)
+    cfg = {"architectures": [arch or ("Eagle3DeepseekV2ForCausalLM" if d.mla else "Eagle3LlamaForCausalLM")],
+           "model_type": "deepseek_v3" if d.mla else ("qwen3" if d.qwen3 else "llama"), **llama_keys(d),
+           "draft_vocab_size": d.Vd, "target_hidden_size": d.T,
+           "fc_norm": d.fc_norm, "norm_output": norm_output, "norm_before_fc": d.norm_before_fc, "norm_before_residual": False}
+    if nested_only:
+        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids}
+    else:
+        cfg["eagle_aux_hidden_state_layer_ids"] = ids
+    return _save(directory, t, cfg)
+
+
+def write_torchspec(directory: Path, d: Dims, *, vllm_export: bool = False, low_rank: int | None = None,
+                    norm_output: bool = False, model_type: str | None = None) -> Path:
+    """TorchSpec convert_to_hf.py: one model.safetensors with torchspec_version metadata, embeddings included (F3)."""
+    t = canonical_tensors(d)
+    if low_rank:
+        g = torch.Generator().manual_seed(d.seed + 7)
+        t.pop("lm_head.weight", None)
+        t["lm_head.down.weight"] = torch.randn(d.H // low_rank, d.H, generator=g).to(d.dtype)
+        t["lm_head.up.weight"] = torch.randn(d.Vd, d.H // low_rank, generator=g).to(d.dtype)
+    if not vllm_export:
+        t = rename(t, [("layers.0.", "midlayer.")])
+    ids = default_output_ids(d)
+    mt = model_type or ("kimi_k2" if d.mla else "llama")
+    if vllm_export and mt == "kimi_k2":
+        ids = [i + 1 for i in ids]
+    cfg = {"architectures": ["Eagle3DeepseekV2ForCausalLM" if d.mla else "LlamaForCausalLMEagle3"], "model_type": mt,
+           **llama_keys(d), "draft_vocab_size": d.Vd, "target_hidden_size": d.T,
+           "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True},
+           "num_aux_hidden_states": d.n, "_torchspec_version": "0.4.0", "torch_dtype": "float32"}
+    if d.fc_norm:
+        cfg["fc_norm"] = True
+    if norm_output:
+        cfg["norm_output"] = True
+    if vllm_export and mt == "kimi_k2":
+        cfg["eagle_aux_hidden_state_layer_ids"] = ids
+    return _save(directory, t, cfg, metadata={"torchspec_version": "0.4.0"})
+
+
+def write_modelopt(directory: Path, d: Dims) -> Path:
+    """ModelOpt EagleExporter: layers.0.*, d2t only (no t2d), no embeddings, eagle_config with ModelOpt keys (F5)."""
+    t = canonical_tensors(d)
+    t.pop("embed_tokens.weight", None)
+    t.pop("t2d", None)
+    cfg = {"architectures": ["Eagle3DeepseekV2ForCausalLM" if d.mla else "LlamaForCausalLMEagle3"],
+           "model_type": "kimi_k2" if d.mla else "llama", **llama_keys(d), "draft_vocab_size": d.Vd,
+           "eagle_config": {"eagle_aux_hidden_state_layer_ids": default_output_ids(d), "use_aux_hidden_state": True,
+                            "use_input_layernorm_in_first_layer": True, "use_last_layernorm": True,
+                            "use_mtp_layernorm": False, "next_layer_regular": True, "parallel_draft_step": 1,
+                            "parallel_draft_heads_num_layers": 1}}
+    return _save(directory, t, cfg)
+
+
+def write_automodel(directory: Path, d: Dims, *, norm_output: bool = False) -> Path:
+    """NeMo Automodel: model.-prefixed names, lm_head unprefixed (F7)."""
+    t = canonical_tensors(d)
+    t = {(k if k.startswith("lm_head") else "model." + k): v for k, v in t.items()}
+    cfg = {"architectures": ["LlamaEagle3DraftModel"], "model_type": "llama", **llama_keys(d), "draft_vocab_size": d.Vd,
+           "eagle_aux_hidden_state_layer_ids": default_input_ids(d), "fc_norm": d.fc_norm, "norm_output": norm_output}
+    return _save(directory, t, cfg)

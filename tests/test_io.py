@@ -1,0 +1,310 @@
+"""Checkpoint IO: layouts, header-only listing, one-tensor reads, exact round trips, sharding, atomicity, hygiene."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from eaglekit.errors import CheckpointError, OutputExistsError, UsageError
+from eaglekit.io import Checkpoint, TensorPlan, atomic_directory, parse_size, write_checkpoint_tensors
+from eaglekit.io import dtypes
+from eaglekit.io.writer import plan_shards
+
+ALL_CODES = ["F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E4M3FNUZ", "F8_E5M2", "F8_E5M2FNUZ", "F8_E8M0",
+             "C64", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL"]
+
+
+def every_dtype() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    out = {}
+    for code in ALL_CODES:
+        dtype = dtypes.from_code(code)
+        raw = torch.randint(0, 256, (3, 4 * dtypes.itemsize(dtype)), dtype=torch.uint8, generator=g)
+        out[f"t.{code}"] = (raw[:, :4] % 2 == 1) if dtype == torch.bool else raw.view(dtype)
+    out["scalar"] = torch.tensor(3.5)
+    out["empty"] = torch.empty(0, 7)
+    return out
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype == torch.bool:
+        return torch.equal(a, b)
+    return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+
+
+def plans(tensors: dict[str, torch.Tensor]) -> list[TensorPlan]:
+    return [TensorPlan(n, t.dtype, tuple(t.shape), lambda t=t: t) for n, t in tensors.items()]
+
+
+# -- layouts -------------------------------------------------------------------------------------------------
+
+
+def small() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return {f"w{i}": torch.randn(4, 8, generator=g) for i in range(6)} | {"d2t": torch.arange(5, dtype=torch.int64)}
+
+
+def make_layout(root: Path, layout: str, tensors: dict[str, torch.Tensor]) -> Path:
+    root.mkdir(parents=True)
+    names = list(tensors)
+    halves = [names[: len(names) // 2], names[len(names) // 2 :]]
+    if layout == "single":
+        save_file(tensors, str(root / "model.safetensors"), metadata={"format": "pt"})
+    elif layout == "sharded":
+        files = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+        for f, part in zip(files, halves):
+            save_file({n: tensors[n] for n in part}, str(root / f))
+        weight_map = {n: f for f, part in zip(files, halves) for n in part}
+        (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    elif layout == "bin":
+        torch.save(tensors, root / "pytorch_model.bin")
+    elif layout == "sharded-bin":
+        files = ["pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin"]
+        for f, part in zip(files, halves):
+            torch.save({n: tensors[n] for n in part}, root / f)
+        weight_map = {n: f for f, part in zip(files, halves) for n in part}
+        (root / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    (root / "config.json").write_text("{}")
+    return root
+
+
+@pytest.mark.parametrize("layout", ["single", "sharded", "bin", "sharded-bin"])
+def test_every_layout_lists_and_reads(tmp_path, layout):
+    tensors = small()
+    ckpt = Checkpoint.open(make_layout(tmp_path / "ckpt", layout, tensors))
+    assert set(ckpt.tensors) == set(tensors)
+    assert ckpt.format == ("bin" if "bin" in layout else "safetensors")
+    assert len(ckpt.files) == (2 if "sharded" in layout else 1)
+    for name, t in tensors.items():
+        info = ckpt.info(name)
+        assert info.shape == tuple(t.shape) and info.dtype == t.dtype
+        assert same_bits(ckpt.read(name), t)
+    assert ckpt.config == {}
+    ckpt.close()
+
+
+def test_listing_reads_headers_only(tmp_path):
+    """A 4 GB (sparse) tensor lists instantly: only the header is read."""
+    root = tmp_path / "big"
+    root.mkdir()
+    nbytes = 4 * 2**30
+    header = json.dumps({"__metadata__": {"format": "pt"}, "huge": {"dtype": "BF16", "shape": [2**30, 2], "data_offsets": [0, nbytes]}}).encode()
+    header += b" " * (-len(header) % 8)
+    path = root / "model.safetensors"
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+    os.truncate(path, 8 + len(header) + nbytes)
+    start = time.perf_counter()
+    ckpt = Checkpoint.open(root)
+    assert time.perf_counter() - start < 1.0
+    assert ckpt.info("huge").nbytes == nbytes
+    assert ckpt.byte_range("huge").length == nbytes
+
+
+# -- writer ------------------------------------------------------------------------------------------------
+
+
+def test_every_dtype_round_trips_bit_exactly(tmp_path):
+    tensors = every_dtype()
+    files = write_checkpoint_tensors(tmp_path, plans(tensors))
+    assert files == ["model.safetensors"]
+    ckpt = Checkpoint.open(tmp_path)
+    for name, t in tensors.items():
+        assert same_bits(ckpt.read(name), t), name
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:  # the library reads our files
+        assert f.metadata() == {"format": "pt"}
+        for name, t in tensors.items():
+            assert same_bits(f.get_tensor(name), t), name
+
+
+def test_sharding_and_index(tmp_path):
+    tensors = {f"w{i}": torch.full((10,), float(i)) for i in range(5)}  # 40 bytes each
+    files = write_checkpoint_tensors(tmp_path, plans(tensors), max_shard_bytes=100)
+    assert files == [
+        "model-00001-of-00003.safetensors",
+        "model-00002-of-00003.safetensors",
+        "model-00003-of-00003.safetensors",
+        "model.safetensors.index.json",
+    ]
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    assert index["metadata"]["total_size"] == 200
+    assert index["weight_map"] == {
+        "w0": files[0], "w1": files[0], "w2": files[1], "w3": files[1], "w4": files[2],
+    }
+    ckpt = Checkpoint.open(tmp_path)
+    assert all(same_bits(ckpt.read(n), t) for n, t in tensors.items())
+
+
+def test_a_tensor_larger_than_the_shard_limit_gets_its_own_shard():
+    p = [TensorPlan(n, torch.float32, (s,), lambda: None) for n, s in (("a", 10), ("big", 100), ("b", 10))]
+    assert [[x.name for x in shard] for shard in plan_shards(p, 60)] == [["a"], ["big"], ["b"]]
+
+
+def test_writer_refuses_a_tensor_that_differs_from_its_plan(tmp_path):
+    bad = [TensorPlan("x", torch.float32, (3,), lambda: torch.zeros(4))]
+    with pytest.raises(CheckpointError, match="planned float32"):
+        write_checkpoint_tensors(tmp_path, bad)
+
+
+def test_parse_size():
+    assert parse_size("5GB") == 5 * 10**9
+    assert parse_size("500MB") == 500 * 10**6
+    assert parse_size("2GiB") == 2 * 2**30
+    assert parse_size("1000") == 1000
+    with pytest.raises(UsageError):
+        parse_size("lots")
+
+
+# -- atomic output ------------------------------------------------------------------------------------------
+
+
+def test_failure_mid_write_leaves_no_destination(tmp_path):
+    def boom():
+        raise RuntimeError("disk on fire")
+
+    dest = tmp_path / "out"
+    with pytest.raises(RuntimeError):
+        with atomic_directory(dest) as tmp:
+            write_checkpoint_tensors(tmp, [TensorPlan("a", torch.float32, (2,), lambda: torch.zeros(2)),
+                                           TensorPlan("b", torch.float32, (2,), boom)])
+    assert not dest.exists()
+    assert list(tmp_path.iterdir()) == []  # the hidden temporary is gone too
+
+
+def test_refuses_to_overwrite_without_force_and_replaces_with_it(tmp_path):
+    dest = tmp_path / "out"
+    dest.mkdir()
+    (dest / "old.txt").write_text("old")
+    with pytest.raises(OutputExistsError):
+        with atomic_directory(dest):
+            pass
+    assert (dest / "old.txt").exists()
+    with atomic_directory(dest, force=True) as tmp:
+        (tmp / "new.txt").write_text("new")
+    assert sorted(p.name for p in dest.iterdir()) == ["new.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_refuses_destination_inside_or_around_the_source(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    with pytest.raises(UsageError, match="inside the source"):
+        with atomic_directory(src / "out", protect=[src]):
+            pass
+    with pytest.raises(UsageError, match="inside the source"):
+        with atomic_directory(src, force=True, protect=[src]):
+            pass
+    with pytest.raises(UsageError, match="contain the source"):
+        with atomic_directory(tmp_path, force=True, protect=[src]):
+            pass
+
+
+def test_stale_temporaries_of_dead_runs_are_cleaned(tmp_path):
+    stale = tmp_path / ".out.eaglekit-tmp-999999999-abc"
+    stale.mkdir()
+    with atomic_directory(tmp_path / "out") as tmp:
+        (tmp / "x").write_text("x")
+    assert not stale.exists()
+    assert (tmp_path / "out" / "x").exists()
+
+
+# -- index hygiene ------------------------------------------------------------------------------------------
+
+
+def sharded(tmp_path: Path) -> Path:
+    return make_layout(tmp_path / "ckpt", "sharded", small())
+
+
+def edit_index(root: Path, fn) -> None:
+    path = root / "model.safetensors.index.json"
+    index = json.loads(path.read_text())
+    fn(index["weight_map"])
+    path.write_text(json.dumps(index))
+
+
+def test_index_pointing_at_a_missing_shard(tmp_path):
+    root = sharded(tmp_path)
+    (root / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(CheckpointError, match=r"model.safetensors.index.json: tensor '\w+' points at missing shard 'model-00002-of-00002.safetensors'"):
+        Checkpoint.open(root)
+
+
+def test_index_naming_an_absent_tensor(tmp_path):
+    root = sharded(tmp_path)
+    edit_index(root, lambda wm: wm.update({"ghost": "model-00001-of-00002.safetensors"}))
+    with pytest.raises(CheckpointError, match="tensor 'ghost' is indexed in 'model-00001-of-00002.safetensors', which does not contain it"):
+        Checkpoint.open(root)
+
+
+def test_tensor_present_but_not_indexed(tmp_path):
+    root = sharded(tmp_path)
+    edit_index(root, lambda wm: wm.pop("w0"))
+    with pytest.raises(CheckpointError, match="model-00001-of-00002.safetensors: tensor 'w0' is not listed in model.safetensors.index.json"):
+        Checkpoint.open(root)
+
+
+def test_duplicate_names_across_shards(tmp_path):
+    root = sharded(tmp_path)
+    save_file({"w0": torch.zeros(4, 8), **{n: small()[n] for n in ("w3", "w4", "w5", "d2t")}}, str(root / "model-00002-of-00002.safetensors"))
+    with pytest.raises(CheckpointError, match="tensor 'w0' is stored twice"):
+        Checkpoint.open(root)
+
+
+def test_index_entry_in_the_wrong_shard(tmp_path):
+    root = sharded(tmp_path)
+    edit_index(root, lambda wm: wm.update({"w0": "model-00002-of-00002.safetensors"}))
+    with pytest.raises(CheckpointError, match="'w0' is indexed in 'model-00002-of-00002.safetensors' but stored in 'model-00001-of-00002.safetensors'"):
+        Checkpoint.open(root)
+
+
+def test_truncated_file(tmp_path):
+    root = make_layout(tmp_path / "ckpt", "single", small())
+    path = root / "model.safetensors"
+    os.truncate(path, path.stat().st_size - 10)
+    with pytest.raises(CheckpointError, match=r"model.safetensors: tensor '\w+': data runs past the end of the file"):
+        Checkpoint.open(root)
+
+
+def test_header_offsets_past_the_file(tmp_path):
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    header = json.dumps({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}, "x": {"dtype": "F32", "shape": [1000], "data_offsets": [16, 4016]}}).encode()
+    (root / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 16)
+    with pytest.raises(CheckpointError, match="model.safetensors: tensor 'x': data runs past the end of the file"):
+        Checkpoint.open(root)
+
+
+def test_empty_directory(tmp_path):
+    with pytest.raises(CheckpointError, match="no tensor files"):
+        Checkpoint.open(tmp_path)
+
+
+# -- pickles -------------------------------------------------------------------------------------------------
+
+
+class _Evil:
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_malicious_pickle_is_refused_and_runs_nothing(tmp_path):
+    marker = tmp_path / "pwned"
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    torch.save({"w": torch.zeros(2), "evil": _Evil(str(marker))}, root / "pytorch_model.bin")
+    with pytest.raises(CheckpointError, match="pytorch_model.bin: refused to unpickle"):
+        Checkpoint.open(root)
+    assert not marker.exists()
