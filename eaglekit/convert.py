@@ -104,6 +104,11 @@ class ConversionPlan:
         }
 
 
+def _refusal(why: str, problems: list[Finding]) -> str:
+    more = f", and {len(problems) - 1} more (see `eaglekit validate`)" if len(problems) > 1 else ""
+    return f"refusing to write: {why}: {problems[0].message}{more}"
+
+
 def _numel(shape: tuple[int, ...]) -> int:
     n = 1
     for s in shape:
@@ -180,6 +185,9 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
     source = loaded.drafter
     notes = list(loaded.notes)
     target = read_target_config(options.target) if options.target else None
+    problems = errors(run_checks(CheckInput(source, loaded.present(), read=loaded.read, target=target)))
+    if problems:
+        raise ValidationFailed(_refusal("the source drafter does not validate", problems), problems)
     d = source
     if target is not None:
         d = d.with_(target_num_layers=target.num_layers, verifier=d.verifier or target.name, verifier_architectures=d.verifier_architectures or target.architectures)
@@ -282,12 +290,7 @@ def _producer(t: OutputTensor, loaded: dialects.LoadedDrafter) -> Callable[[], P
 def execute(plan: ConversionPlan, out: str | Path, *, progress: Callable[[int], None] | None = None) -> list[str]:
     """Write the planned conversion atomically into ``out``; return the files written."""
     if errors(plan.findings):
-        raise ValidationFailed(
-            f"refusing to write: the converted drafter would not validate ({errors(plan.findings)[0].message}"
-            + (f", and {len(errors(plan.findings)) - 1} more" if len(errors(plan.findings)) > 1 else "")
-            + ")",
-            plan.findings,
-        )
+        raise ValidationFailed(_refusal("the converted drafter would not validate", errors(plan.findings)), plan.findings)
     options = plan.options or ConvertOptions(to=plan.dialect.name)
     tensor_plans = [TensorPlan(t.name, t.dtype, t.shape, _producer(t, plan.loaded)) for t in plan.tensors]
     with atomic_directory(Path(out), force=options.force, protect=[plan.loaded.checkpoint.directory]) as tmp:

@@ -262,6 +262,11 @@ class Dialect:
             **fields,
         )
         drafter = self.adjust(drafter, top, ckpt, notes)
+        block = top.data.get("eaglekit") if isinstance(top.data.get("eaglekit"), dict) else {}
+        if drafter.verifier is None and isinstance(block.get("verifier"), str):
+            # formats with no verifier field: eaglekit kept it in its own block
+            archs = block.get("verifier_architectures")
+            drafter = drafter.with_(verifier=block["verifier"], verifier_architectures=tuple(archs) if isinstance(archs, list) else ())
         return LoadedDrafter(drafter, ckpt, self.name, detection, names, unknown, notes)
 
     # hooks a dialect may override --------------------------------------------------------------------
@@ -382,6 +387,10 @@ def provenance_block(drafter: Drafter, dialect: str) -> dict:
     block: dict = {"version": __version__, "source_dialect": drafter.provenance.source_dialect, "dialect": dialect}
     if drafter.provenance.framework:
         block["source_framework"] = drafter.provenance.framework
+    if drafter.verifier:
+        block["verifier"] = drafter.verifier
+        if drafter.verifier_architectures:
+            block["verifier_architectures"] = list(drafter.verifier_architectures)
     if drafter.aux.ids is not None:
         block["aux_layer_ids_input_convention"] = list(drafter.aux.as_input())
     if drafter.provenance.notes:

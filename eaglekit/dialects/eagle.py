@@ -12,7 +12,7 @@ from ..errors import UnsupportedError
 from ..findings import Finding
 from ..io.reader import Checkpoint
 from ..model.config_view import ConfigView
-from ..model.drafter import Drafter, default_aux_ids
+from ..model.drafter import INPUT, AuxLayers, Drafter, default_aux_ids
 from ..model.hf_config import base_config
 from .base import MIDLAYER, Clue, ConfigRules, Dialect, Key, NameMap, architectures, has_prefix, provenance_block
 
@@ -62,6 +62,10 @@ class EagleDialect(Dialect):
                 )
             )
             d = d.with_(head_dim=computed)
+        recorded = (top.data.get("eaglekit") or {}).get("aux_layer_ids_input_convention")
+        if d.aux.ids is None and isinstance(recorded, list) and all(isinstance(i, int) for i in recorded):
+            # EAGLE ignores it; eaglekit wrote down which (default) layers the drafter was trained on
+            d = d.with_(aux=AuxLayers(tuple(recorded), INPUT))
         return d
 
     def check_writable(self, d: Drafter) -> None:

@@ -1,0 +1,100 @@
+"""``validate``: everything wrong with a drafter checkpoint — config schema, invariants, and (with ``--engine``)
+what a named engine release will actually do with it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import dialects, engines, schemas
+from ..errors import ConfigError
+from ..findings import Finding, errors
+from ..target import TargetConfig, read_target_config
+from .checks import CHECKS, CheckInput, run_checks
+from .scan import check_lm_head_order, read_target_lm_head, scan_all
+
+
+@dataclass
+class ValidationReport:
+    source: str
+    dialect: str | None
+    eagle_version: str | None
+    engine: str | None
+    target: str | None
+    scanned: bool
+    findings: list[Finding] = field(default_factory=list)
+    engine_view: dict | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not errors(self.findings)
+
+    def to_dict(self) -> dict:
+        counts = {s: sum(1 for f in self.findings if f.severity == s) for s in ("error", "warning", "info")}
+        return {
+            "source": self.source,
+            "dialect": self.dialect,
+            "eagle_version": self.eagle_version,
+            "engine": self.engine,
+            "target": self.target,
+            "scanned": self.scanned,
+            "ok": self.ok,
+            "counts": counts,
+            "findings": [f.to_dict() for f in self.findings],
+            "engine_view": self.engine_view,
+        }
+
+
+def validate(source: str | Path, *, target: str | None = None, engine: str | None = None, scan: bool = False, source_dialect: str = "auto") -> ValidationReport:
+    release = engines.parse(engine) if engine else None
+    target_cfg: TargetConfig | None = read_target_config(target) if target else None
+    try:
+        loaded = dialects.load(source, source_dialect)
+    except ConfigError as exc:
+        return _unreadable(source, source_dialect, exc, release, target_cfg, scan)
+    with loaded:
+        d = loaded.drafter
+        if target_cfg is not None:
+            d = d.with_(target_num_layers=target_cfg.num_layers)
+            loaded.drafter = d
+        report = ValidationReport(str(source), loaded.dialect, d.eagle_version, release.label if release else None, target_cfg.name if target_cfg else None, scan)
+        config = loaded.checkpoint.config or {}
+        report.findings += schemas.check_config(config, loaded.dialect, mla=d.attention == "mla", label=f"{loaded.checkpoint.label}/config.json")
+        report.findings += loaded.notes
+        present = loaded.present()
+        report.findings += run_checks(CheckInput(d, present, read=loaded.read, target=target_cfg))
+        if target_cfg is not None and d.has_d2t and "lm_head.weight" in loaded.names and not target_cfg.gguf_file:
+            target_head = read_target_lm_head(target_cfg.directory)
+            if target_head is not None:
+                report.findings += check_lm_head_order(loaded.read("lm_head.weight"), loaded.read("d2t"), target_head)
+        if release is not None:
+            view = engines.interpret(loaded, release, target_num_layers=target_cfg.num_layers if target_cfg else None)
+            report.findings += view.findings
+            report.engine_view = view.to_dict()
+        if scan:
+            canonical_of = {s: c for c, s in loaded.names.items()}
+            report.findings += scan_all(loaded.checkpoint.tensors, lambda name: loaded.checkpoint.read(name))
+            # scan findings name checkpoint tensors; say which canonical tensor they are when it differs
+            report.findings = [
+                f if f.subject not in canonical_of or canonical_of[f.subject] == f.subject else Finding(f.check, f.severity, f.message + f" ({canonical_of[f.subject]})", f.subject, f.engine, f.effect)
+                for f in report.findings
+            ]
+    return report
+
+
+def _unreadable(source, source_dialect, exc, release, target_cfg, scan) -> ValidationReport:
+    """A config eaglekit cannot read: report the schema violations and the reading error, not just the latter."""
+    from ..io.reader import Checkpoint
+
+    with Checkpoint.open(source) as ckpt:
+        dialect = source_dialect if source_dialect != "auto" else dialects.detect(ckpt)[0].dialect
+        dialect = dialects.get(dialect).name
+        report = ValidationReport(str(source), dialect, None, release.label if release else None, target_cfg.name if target_cfg else None, scan)
+        config = ckpt.config or {}
+        mla = any(k in config for k in ("kv_lora_rank", "qk_rope_head_dim"))
+        report.findings += schemas.check_config(config, dialect, mla=mla, label=f"{ckpt.label}/config.json")
+    report.findings.append(Finding("config.unreadable", "error", str(exc)))
+    return report
+
+
+__all__ = ["CHECKS", "ConfigError", "ValidationReport", "validate"]

@@ -1,0 +1,352 @@
+"""vLLM's reading of a drafter checkpoint, release by release.
+
+``interpret`` reads config.json and the tensor names the way a given vLLM release does (native or
+speculators path, architecture rewriting, which flags it passes through, where it takes capture layers
+and the fused-state count from, which tensors it drops, refuses or leaves uninitialised) and compares the
+result with eaglekit's own reading of the drafter. Every difference is a finding that says what that vLLM
+will actually do. The behaviour per release is data: ``vllm_releases.json``.
+
+The returned ``EngineView.drafter`` is the drafter *as that vLLM would run it*, which ``verify --engine``
+simulates beside the intended one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from typing import Any
+
+from ..errors import UsageError
+from ..findings import Finding
+from ..model.drafter import INPUT, AuxLayers, Drafter, Flags, default_aux_ids
+from ..model.layout import expected_tensors
+
+# Architecture strings vLLM's registry resolves to an EAGLE 3 class, by class family (vllm-eagle3.md §1.2).
+REGISTRY = {
+    "Eagle3LlamaForCausalLM": "llama",
+    "LlamaForCausalLMEagle3": "llama",
+    "Eagle3MiniMaxM2ForCausalLM": "llama",
+    "Eagle3Qwen2_5vlForCausalLM": "llama",
+    "Eagle3Qwen3vlForCausalLM": "llama",
+    "PEagleDraftModel": "llama",
+    "PeagleLlamaForCausalLM": "llama",
+    "Eagle3Qwen3ForCausalLM": "qwen3",
+    "PeagleQwen3ForCausalLM": "qwen3",
+    "Eagle3DeepseekV2ForCausalLM": "mla",
+    "Eagle3DeepseekV3ForCausalLM": "mla",
+}
+FIRST_RELEASE = (0, 22, 0)
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    try:
+        parts = tuple(int(p) for p in text.strip().split("."))
+    except ValueError:
+        raise UsageError(f"engine version {text!r} is not like 0.24 or 0.24.1") from None
+    if not parts or len(parts) > 3:
+        raise UsageError(f"engine version {text!r} is not like 0.24 or 0.24.1")
+    return parts + (0,) * (3 - len(parts))
+
+
+def _table() -> dict:
+    return json.loads(resources.files("eaglekit.engines").joinpath("vllm_releases.json").read_text())
+
+
+@dataclass(frozen=True)
+class Release:
+    requested: str  # as the user wrote it, e.g. "0.24"
+    row: str  # the table row that applies, e.g. "0.23.0"
+    rules: dict
+    beyond_table: bool  # newer than the newest row: its rules are assumed to still hold
+
+    @property
+    def label(self) -> str:
+        return f"vllm=={self.requested}"
+
+
+def release(version: str) -> Release:
+    wanted = parse_version(version)
+    if wanted < FIRST_RELEASE:
+        raise UsageError(f"vllm=={version}: eaglekit's rules start at vLLM 0.22.0, the first release with EAGLE 3.1")
+    rows = sorted(_table()["releases"].items(), key=lambda kv: parse_version(kv[0]))
+    row = [r for r in rows if parse_version(r[0]) <= wanted][-1]
+    return Release(version, row[0], row[1], wanted > parse_version(rows[-1][0]))
+
+
+def known_releases() -> list[str]:
+    return sorted(_table()["releases"], key=parse_version)
+
+
+@dataclass
+class EngineView:
+    engine: str
+    loads: bool = True
+    drafter: Drafter | None = None  # the drafter as the engine runs it (None when it would not load)
+    unit_weights: list[str] = field(default_factory=list)  # missing norms the engine leaves at 1
+    uninitialised: list[str] = field(default_factory=list)  # missing weights the engine leaves as garbage
+    findings: list[Finding] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "engine": self.engine,
+            "loads": self.loads,
+            "unit_weights": self.unit_weights,
+            "uninitialised": self.uninitialised,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+class _View:
+    """Accumulates findings for one release."""
+
+    def __init__(self, rel: Release):
+        self.view = EngineView(rel.label)
+        self.label = rel.label
+
+    def add(self, check: str, severity: str, message: str, effect: str, subject: str | None = None) -> None:
+        self.view.findings.append(Finding(check, severity, message, subject, self.label, effect))
+
+    def refuse(self, check: str, message: str, effect: str, subject: str | None = None) -> None:
+        self.view.loads = False
+        self.add(check, "error", message, effect, subject)
+
+
+def _ids(value: Any) -> tuple[int, ...] | None:
+    if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return tuple(value)
+    return None
+
+
+def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> EngineView:
+    """How release ``rel`` of vLLM reads and runs ``loaded`` (a LoadedDrafter), compared with eaglekit's reading."""
+    out = _View(rel)
+    rules = rel.rules
+    intended: Drafter = loaded.drafter
+    config: dict = loaded.checkpoint.config or {}
+    raw_names = set(loaded.checkpoint.tensors)
+    speculators = isinstance(config.get("speculators_config"), dict)
+    if rel.beyond_table:
+        out.add("engine.untested_release", "info", f"{rel.label} is newer than eaglekit's rules (up to {rel.row}); those are assumed", "uses the newest known rules")
+
+    # -- the class vLLM builds --------------------------------------------------------------------------
+    if speculators:
+        layer = config.get("transformer_layer_config") or {}
+        attrs = dict(layer)
+        model_type = layer.get("model_type", "llama")
+        if model_type == "qwen3":
+            family = "qwen3" if rules["speculators_qwen3_class"] else "llama"
+        elif model_type == "llama":
+            family = "llama"
+        else:
+            out.refuse("engine.architecture", f"speculators transformer_layer_config.model_type {model_type!r}", "refuses to load: only llama and qwen3 are mapped")
+            return out.view
+    else:
+        attrs = dict(config)
+        archs = config.get("architectures") or []
+        arch = archs[0] if archs and isinstance(archs[0], str) else None
+        if arch is None:
+            out.refuse("engine.architecture", "config.json has no architectures", "cannot pick a drafter class")
+            return out.view
+        resolved = arch if (arch.startswith("Eagle3") or arch.endswith("Eagle3")) else "Eagle3" + arch
+        family = REGISTRY.get(resolved)
+        if family is None:
+            out.refuse("engine.architecture", f"architecture {arch!r} becomes {resolved!r}, which vLLM does not register", "refuses to load: unknown architecture")
+            return out.view
+    ec = attrs.get("eagle_config") if isinstance(attrs.get("eagle_config"), dict) else {}
+
+    if any(n.startswith("model.") for n in raw_names):
+        first = sorted(n for n in raw_names if n.startswith("model."))[0]
+        out.refuse("names.model_prefix", f"tensor {first} starts with model.", "refuses to load: it prepends model. and finds no module named 'model'", first)
+    if family == "mla" and intended.attention != "mla":
+        out.refuse("engine.architecture", f"the architecture selects the MLA drafter but the tensors are {intended.attention} attention", "refuses to load")
+    if family != "mla" and intended.attention == "mla":
+        out.refuse("engine.architecture", f"MLA tensors under a {family} architecture", "refuses to load: unknown MLA parameters")
+    if family == "llama" and intended.attention == "qwen3":
+        out.refuse("engine.architecture", "q_norm/k_norm tensors, but vLLM builds the Llama drafter", "refuses to load: unknown parameter layers.0.self_attn.q_norm.weight", "architectures")
+
+    # -- flags as vLLM reads them -----------------------------------------------------------------------
+    def flag(key: str, default: bool) -> bool:
+        value = config.get(key, default)
+        return value if isinstance(value, bool) else default
+
+    if speculators:
+        flags = Flags(
+            fc_norm=flag("fc_norm", False) if rules["speculators_eagle31"] else False,
+            norm_output=flag("norm_output", False) if rules["speculators_eagle31"] else False,
+            norm_before_fc=flag("norm_before_fc", False) if rules["speculators_norm_before_fc"] else False,
+            norm_before_residual=flag("norm_before_residual", True),
+            use_aux_hidden_state=True,
+        )
+    else:
+        nbf = ec.get("norm_before_fc", config.get("norm_before_fc", False))
+        flags = Flags(
+            fc_norm=flag("fc_norm", False) if rules["native_eagle31"] else False,
+            norm_output=flag("norm_output", False) if rules["native_eagle31"] else False,
+            norm_before_fc=nbf if isinstance(nbf, bool) else False,
+            norm_before_residual=flag("norm_before_residual", False),
+            use_aux_hidden_state=True if family == "mla" else bool(ec.get("use_aux_hidden_state", True)),
+        )
+    if family == "mla":
+        flags = replace(flags, norm_before_fc=False)  # the MLA drafter has no input_norm module
+    applied = flags
+    if family == "mla":
+        if flags.fc_norm and not rules["mla_applies_fc_norm"]:
+            applied = replace(applied, fc_norm=False)
+            out.add(
+                "engine.mla_fc_norm",
+                "error",
+                "this MLA drafter is EAGLE 3.1 (fc_norm)",
+                "loads the fc_norm weights but never applies them (fixed in 0.23.0): acceptance drops",
+                "fc_norm",
+            )
+
+    names = {"fc_norm": "fc_norm", "norm_output": "norm_output", "norm_before_fc": "norm_before_fc", "norm_before_residual": "norm_before_residual"}
+    effects = {
+        "fc_norm": "ignores fc_norm",
+        "norm_output": "ignores norm_output: feeds the pre-norm state to the next step, as EAGLE 3",
+        "norm_before_fc": "ignores norm_before_fc",
+        "norm_before_residual": "computes layer 0's residual with norm_before_residual={}",
+    }
+    for key, label in names.items():
+        want, got = getattr(intended.flags, key), getattr(flags, key)
+        if want != got:
+            effect = effects[key].format(got)
+            if key == "norm_before_residual":
+                effect = effect + " (absent from a speculators config means true)" if speculators and key not in config else effect
+            out.add(f"engine.flag.{key}", "error", f"the drafter has {label}={str(want).lower()}", effect, label)
+
+    # -- fused-state count and capture layers -------------------------------------------------------------
+    top_ids = _ids(config.get("eagle_aux_hidden_state_layer_ids"))
+    nested_ids = _ids(ec.get("eagle_aux_hidden_state_layer_ids")) if not speculators else None
+    count_sources = {
+        "num_aux_hidden_states": attrs.get("num_aux_hidden_states") if isinstance(attrs.get("num_aux_hidden_states"), int) else None,
+        "eagle_config": len(nested_ids) if nested_ids else None,
+    }
+    if family == "qwen3":
+        counted = next(
+            (v for v in (attrs.get("num_aux_layers"), count_sources["num_aux_hidden_states"], len(top_ids) if top_ids else None, count_sources["eagle_config"]) if isinstance(v, int)),
+            3,
+        )
+    else:
+        counted = next((count_sources[src] for src in rules["aux_count_from"] if count_sources.get(src)), 3)
+
+    captured: tuple[int, ...] | None = None
+    source = "default"
+    for where in rules["capture_ids_from"]:
+        ids = top_ids if where == "top_level" else nested_ids
+        if ids:
+            captured, source = tuple(sorted(set(ids))), where
+            break
+    L = target_num_layers or intended.target_num_layers
+    if captured is None and L:
+        captured = default_aux_ids(L)
+    intended_ids = intended.aux.resolved(L)
+
+    fc = loaded.present().get("fc.weight")
+    fc_states = fc[0][1] // intended.target_hidden_size if fc and len(fc[0]) == 2 and intended.target_hidden_size else intended.num_aux
+    if counted != fc_states and "fc.weight" in loaded.names:
+        where = "top-level ids are not counted (vllm#54526); write num_aux_hidden_states" if top_ids and len(top_ids) == fc_states else "it counts num_aux_hidden_states / eagle_config ids, else 3"
+        out.refuse(
+            "engine.aux_count",
+            f"fc.weight fuses {fc_states} target states, but this vLLM builds fc for {counted} ({where})",
+            "refuses to load: fc weight shape mismatch",
+            "num_aux_hidden_states",
+        )
+    if captured is not None and len(captured) != counted and out.view.loads:
+        out.refuse("engine.aux_count", f"it captures {len(captured)} target layers but fuses {counted}", "fails at the first step: hidden-state width mismatch")
+
+    if source == "default" and intended_ids is not None and captured is not None and captured != intended_ids:
+        hint = " (it does not read eagle_config ids)" if nested_ids and "eagle_config" not in rules["capture_ids_from"] else ""
+        out.add(
+            "engine.aux_ids",
+            "error",
+            f"the drafter fuses target layers {list(intended_ids)} (input-of-layer)",
+            f"captures the default layers {list(captured)} instead{hint}: acceptance collapses",
+            "eagle_aux_hidden_state_layer_ids",
+        )
+    elif source != "default" and intended_ids is not None and captured != intended_ids:
+        why = ""
+        if source == "eagle_config" and intended.aux.convention == "output":
+            why = " (it reads eagle_config ids as input-of-layer; these are SGLang-style output-of-layer ids)"
+        out.add(
+            "engine.aux_ids",
+            "error",
+            f"the drafter fuses target layers {list(intended_ids)} (input-of-layer)",
+            f"captures layers {list(captured)} from {source.replace('_', '-')} ids instead{why}: acceptance collapses",
+            "eagle_aux_hidden_state_layer_ids",
+        )
+    elif source == "default" and captured is None and intended_ids is not None:
+        from ..dialects.eagle import is_default_pattern
+
+        hint = " (it does not read eagle_config ids)" if nested_ids and "eagle_config" not in rules["capture_ids_from"] else ""
+        severity = "warning" if is_default_pattern(intended_ids) else "error"
+        out.add(
+            "engine.aux_ids",
+            severity,
+            f"the drafter fuses target layers {list(intended_ids)} (input-of-layer)",
+            f"captures its default (2, L//2, L-3) instead{hint}; "
+            + ("that matches only for the right target depth (pass --target)" if severity == "warning" else "no target depth gives these ids: acceptance collapses"),
+            "eagle_aux_hidden_state_layer_ids",
+        )
+    elif source == "default" and intended.aux.ids is None:
+        out.add("engine.aux_default", "info", "no aux layer ids recorded", f"captures its default (2, L//2, L-3){' = ' + str(list(captured)) if captured else ''}")
+
+    # -- tensors ------------------------------------------------------------------------------------------
+    engine_drafter = replace(
+        intended,
+        flags=applied,
+        num_aux=counted,
+        aux=AuxLayers(captured, INPUT) if captured is not None else intended.aux,
+        attention="qwen3" if family == "qwen3" else intended.attention,
+    )
+    vllm_names = {("layers.0." + n[len("midlayer."):] if n.startswith("midlayer.") else n) for n in raw_names}
+    expected = expected_tensors(replace(engine_drafter, flags=flags, num_aux=fc_states if "fc.weight" in loaded.names else counted))
+    unknown: list[str] = []
+    for name in sorted(vllm_names - set(expected)):
+        if name == "t2d" or name == "mask_hidden":
+            continue
+        if name == "input_norm.weight" and not flags.norm_before_fc and family != "mla":
+            if intended.flags.norm_before_fc or "input_norm.weight" in loaded.names:
+                out.add("engine.input_norm_dropped", "error", "input_norm.weight is shipped", "drops it silently (norm_before_fc is not set as it reads the config): runs without the pre-fc norm", name)
+            continue
+        if name == "fc.weight" and not flags.use_aux_hidden_state:
+            continue
+        if name == "d2t" and not intended.pruned_vocab:
+            if rules["full_vocab_d2t"] == "refused":
+                out.refuse("engine.full_vocab_d2t", "d2t is shipped although draft_vocab_size == vocab_size", "refuses to load: no module or parameter named 'draft_id_to_target_id'", name)
+            continue
+        if name.startswith("embed_tokens") or name.startswith("lm_head.weight"):
+            continue
+        if name.startswith("model."):
+            continue  # already reported
+        unknown.append(name)
+    if unknown:
+        listed = ", ".join(unknown[:4]) + (f" and {len(unknown) - 4} more" if len(unknown) > 4 else "")
+        out.refuse(
+            "engine.unknown_tensor",
+            f"{'tensors' if len(unknown) > 1 else 'tensor'} {listed} {'are' if len(unknown) > 1 else 'is'} not a parameter of the drafter it builds",
+            f"refuses to load: no module or parameter named {unknown[0]!r}",
+            unknown[0],
+        )
+    for name, spec in expected.items():
+        if name in vllm_names or not spec.required:
+            continue
+        if name.startswith("fc_norm."):
+            out.view.unit_weights.append(name)
+        elif name.endswith(("norm.weight", "layernorm.weight")):
+            out.view.unit_weights.append(name)
+        else:
+            out.view.uninitialised.append(name)
+    if out.view.unit_weights and any(n.startswith("fc_norm.") for n in out.view.unit_weights):
+        out.add("engine.unit_fc_norm", "error", "fc_norm is on but the fc_norm.* tensors are missing", "runs with unit fc_norm weights, without a word", "fc_norm")
+    other_units = [n for n in out.view.unit_weights if not n.startswith("fc_norm.")]
+    if other_units:
+        out.add("engine.unit_weights", "error", f"missing norm weights {', '.join(other_units[:4])}", "runs with unit weights in their place, without a word")
+    if out.view.uninitialised:
+        out.add("engine.uninitialised", "error", f"missing weights {', '.join(out.view.uninitialised[:4])}", "leaves them uninitialised (torch.empty), without a word")
+    if not intended.ships_embed and intended.hidden_size != intended.target_hidden_size:
+        out.add("engine.embed", "error", "no embed_tokens and hidden_size != target hidden", "keeps uninitialised embeddings (v1) or fails with a width mismatch (MRv2)")
+
+    out.view.drafter = engine_drafter if out.view.loads else None
+    return out.view

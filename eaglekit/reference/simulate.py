@@ -1,0 +1,166 @@
+"""Greedy speculative decoding, simulated: what vLLM's proposer would draft at every position of a sequence.
+
+For a sequence x_0..x_{S-1} (prompt + the target's greedy continuation) with the target's aux states h_t:
+
+- first pass (vLLM's prefill of the drafter): drafter position t sees token x_{t+1} and feature h_t, causally;
+- at a position j the chain's first draft comes from the first pass's output at j; step k >= 2 feeds the
+  previous draft (position j+k-1) with the previous step's fed-back state, attending to first-pass positions
+  <= j and to the chain's own earlier steps;
+- draft k of the chain at j is accepted when it and all before it equal x_{j+1+k}.
+
+All chains are computed together: one batched, masked attention per step over every start position.
+``trajectory`` then walks the positions a greedy vLLM run visits (start at the last prompt position, jump
+ahead by accepted + 1), which is what vLLM's own counters count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .model import KV, ReferenceDrafter, StepOutput
+
+
+@dataclass
+class Chains:
+    starts: torch.Tensor  # [J] start positions j
+    drafts: torch.Tensor  # [J, K] draft tokens (target ids)
+    y: torch.Tensor  # [J, K, H] post-norm states (lm_head inputs), for logit comparisons
+    first: StepOutput  # the first pass over the whole sequence
+
+
+def first_pass(model: ReferenceDrafter, tokens: torch.Tensor, aux: torch.Tensor) -> StepOutput:
+    """Drafter prefill over positions 0..S-2: token x_{t+1} with target feature h_t."""
+    n = tokens.shape[0] - 1
+    hidden = model.combine(aux[:n])
+    positions = torch.arange(n, device=model.device)
+    return model.decode(tokens[1:].to(model.device), hidden, positions, model.causal_attend())
+
+
+def _chain_attend(model: ReferenceDrafter, base: list[KV], starts: torch.Tensor, chain: list[list[KV]], block: int = 512):
+    def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        base_k = model._expand_kv(base[layer].k).float()
+        base_v = model._expand_kv(base[layer].v).float()
+        own_k = torch.stack([model._expand_kv(kv.k) for kv in chain[layer]] + [model._expand_kv(k)], dim=1).float()  # [J, c, h, d]
+        own_v = torch.stack([model._expand_kv(kv.v) for kv in chain[layer]] + [model._expand_kv(v)], dim=1).float()
+        cols = torch.arange(base_k.shape[0], device=q.device)[None, None, :]
+        out = []
+        for lo in range(0, q.shape[0], block):
+            hi = lo + block
+            qb = q[lo:hi].float()
+            s_base = torch.einsum("jhd,shd->jhs", qb, base_k) * model.scale
+            s_base = s_base.masked_fill(cols > starts[lo:hi, None, None], float("-inf"))
+            s_own = torch.einsum("jhd,jchd->jhc", qb, own_k[lo:hi]) * model.scale
+            probs = torch.cat([s_base, s_own], dim=-1).softmax(-1)
+            p_base, p_own = probs[..., : base_k.shape[0]], probs[..., base_k.shape[0] :]
+            out.append(torch.einsum("jhs,shd->jhd", p_base, base_v) + torch.einsum("jhc,jchd->jhd", p_own, own_v[lo:hi]))
+        return torch.cat(out).to(q.dtype).reshape(q.shape[0], -1)
+
+    return attend
+
+
+def draft_chains(model: ReferenceDrafter, tokens: torch.Tensor, aux: torch.Tensor, starts: torch.Tensor, k: int) -> Chains:
+    """K-step greedy chains from every start position j (0 <= j <= S-2), batched."""
+    first = first_pass(model, tokens, aux)
+    starts = starts.to(model.device)
+    y = first.y[starts]
+    feedback = first.feedback[starts]
+    drafts, ys = [model.greedy(y)], [y]
+    chain: list[list[KV]] = [[] for _ in range(model.d.num_layers)]
+    for step in range(2, k + 1):
+        positions = starts + (step - 1)
+        out = model.decode(drafts[-1], feedback, positions, _chain_attend(model, first.kv, starts, chain))
+        for layer, kv in enumerate(out.kv):
+            chain[layer].append(kv)
+        feedback = out.feedback
+        drafts.append(model.greedy(out.y))
+        ys.append(out.y)
+    return Chains(starts, torch.stack(drafts, dim=1), torch.stack(ys, dim=1), first)
+
+
+def accepted_lengths(chains: Chains, tokens: torch.Tensor) -> torch.Tensor:
+    """Per chain, how many leading drafts match the target's tokens x_{j+2}, x_{j+3}, ... (targets past the
+    end of the sequence never match)."""
+    tokens = tokens.to(chains.drafts.device)
+    J, K = chains.drafts.shape
+    idx = chains.starts[:, None] + 1 + torch.arange(1, K + 1, device=tokens.device)[None, :]
+    valid = idx < tokens.shape[0]
+    expected = tokens[idx.clamp(max=tokens.shape[0] - 1)]
+    match = (chains.drafts == expected) & valid
+    return match.int().cumprod(dim=1).sum(dim=1)
+
+
+@dataclass
+class Counters:
+    """vLLM's spec-decode counters (vllm/v1/spec_decode/metrics.py), summed over drafts."""
+
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)
+
+    def add(self, accepted: int, k: int) -> None:
+        if not self.accepted_per_pos:
+            self.accepted_per_pos = [0] * k
+        self.num_drafts += 1
+        self.num_draft_tokens += k
+        self.num_accepted_tokens += accepted
+        for i in range(accepted):
+            self.accepted_per_pos[i] += 1
+
+    def merge(self, other: "Counters") -> None:
+        if not other.num_drafts:
+            return
+        if not self.accepted_per_pos:
+            self.accepted_per_pos = [0] * len(other.accepted_per_pos)
+        self.num_drafts += other.num_drafts
+        self.num_draft_tokens += other.num_draft_tokens
+        self.num_accepted_tokens += other.num_accepted_tokens
+        self.accepted_per_pos = [a + b for a, b in zip(self.accepted_per_pos, other.accepted_per_pos)]
+
+    @property
+    def acceptance_length(self) -> float:
+        """Mean acceptance length: 1 + accepted / drafts (the bonus token included)."""
+        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 1.0
+
+    @property
+    def per_position(self) -> list[float]:
+        return [a / self.num_drafts for a in self.accepted_per_pos] if self.num_drafts else []
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "num_drafts": self.num_drafts,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_accepted_tokens": self.num_accepted_tokens,
+            "accepted_per_position": self.accepted_per_pos,
+            "per_position_rate": [round(r, 6) for r in self.per_position],
+            "acceptance_length": round(self.acceptance_length, 6),
+            "acceptance_rate": round(self.acceptance_rate, 6),
+        }
+
+
+def every_position(accepted: torch.Tensor, starts: torch.Tensor, k: int, last_full: int) -> Counters:
+    """Counters over every start position whose K targets all lie inside the sequence (j <= last_full)."""
+    counters = Counters()
+    for j, a in zip(starts.tolist(), accepted.tolist()):
+        if j <= last_full:
+            counters.add(int(a), k)
+    return counters
+
+
+def trajectory(accepted: torch.Tensor, starts: torch.Tensor, k: int, prompt_len: int, total_len: int) -> Counters:
+    """Counters along the positions a greedy vLLM run visits: draft at the last prompt position, then after each
+    verification jump ahead by accepted + 1, until the sequence's tokens run out."""
+    by_start = dict(zip(starts.tolist(), accepted.tolist()))
+    counters = Counters()
+    j = prompt_len - 1
+    while j + 1 < total_len - 1:  # a draft is made while at least one more token remains to generate
+        a = min(int(by_start[j]), total_len - 2 - j)
+        counters.add(a, k)
+        j += a + 1
+    return counters

@@ -1,0 +1,109 @@
+"""The target side of verify, through transformers: greedy continuations and the aux hidden states.
+
+Aux id k (vLLM's input-of-layer convention) is HF ``hidden_states[k]`` for k < L. For k == L vLLM captures the
+final *pre*-norm residual stream, while HF's last hidden state is after the final norm, so that one is taken
+from a hook on the final norm's input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import MissingDependencyError, UnsupportedError
+from ..target import TargetConfig
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def pick_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UnsupportedError(f"--device {device}: CUDA is not available here")
+    return device
+
+
+@dataclass
+class TargetModel:
+    config: TargetConfig
+    model: object  # transformers PreTrainedModel
+    tokenizer: object | None
+    device: str
+    dtype: torch.dtype
+
+    @classmethod
+    def load(cls, config: TargetConfig, *, device: str = "cpu", dtype: torch.dtype = torch.float32, device_map: str | None = None) -> "TargetModel":
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        kwargs: dict = {"dtype": dtype}
+        if config.gguf_file:
+            try:
+                import gguf  # noqa: F401
+            except ImportError:
+                raise MissingDependencyError("loading a GGUF target needs the gguf package: pip install 'eaglekit[gguf]'") from None
+            kwargs["gguf_file"] = config.gguf_file
+        if device_map:
+            kwargs["device_map"] = device_map
+        model = AutoModelForCausalLM.from_pretrained(str(config.directory), **kwargs)
+        if not device_map:
+            model = model.to(device)
+        model.eval()
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(config.directory), **({"gguf_file": config.gguf_file} if config.gguf_file else {}))
+        except (OSError, ValueError):
+            tokenizer = None
+        return cls(config, model, tokenizer, device if not device_map else str(model.device), dtype)
+
+    @property
+    def num_layers(self) -> int:
+        return self.config.num_layers
+
+    @property
+    def embed_weight(self) -> torch.Tensor:
+        return self.model.get_input_embeddings().weight.detach()
+
+    @property
+    def lm_head_weight(self) -> torch.Tensor:
+        return self.model.get_output_embeddings().weight.detach()
+
+    def _final_norm(self):
+        decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else getattr(self.model, "model", None)
+        norm = getattr(decoder, "norm", None)
+        if norm is None:
+            raise UnsupportedError("cannot find the target's final norm, needed for aux layer id == num_layers")
+        return norm
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: list[int], max_new_tokens: int) -> torch.Tensor:
+        """The target's greedy continuation: prompt + new tokens, as one id tensor on the CPU."""
+        ids = torch.tensor([prompt_ids], device=self.model.device)
+        out = self.model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            num_beams=1,
+            pad_token_id=getattr(self.tokenizer, "pad_token_id", None) or getattr(self.tokenizer, "eos_token_id", None) or 0,
+        )
+        return out[0].cpu()
+
+    @torch.no_grad()
+    def aux_states(self, tokens: torch.Tensor, layer_ids: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(aux [S, n*T] concatenated in ascending layer order, target greedy next tokens [S])."""
+        ids = tuple(sorted(set(layer_ids)))
+        L = self.num_layers
+        if ids and (ids[0] < 0 or ids[-1] > L):
+            raise UnsupportedError(f"aux layer ids {list(ids)} outside 0..{L} for a {L}-layer target")
+        captured: dict[str, torch.Tensor] = {}
+        handle = None
+        if L in ids:
+            handle = self._final_norm().register_forward_pre_hook(lambda module, args: captured.__setitem__("pre_norm", args[0].detach()))
+        try:
+            out = self.model(tokens[None].to(self.model.device), output_hidden_states=True, use_cache=False)
+        finally:
+            if handle is not None:
+                handle.remove()
+        states = [captured["pre_norm"][0] if k == L else out.hidden_states[k][0] for k in ids]
+        return torch.cat(states, dim=-1), out.logits[0].argmax(-1)

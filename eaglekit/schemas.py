@@ -1,0 +1,88 @@
+"""The JSON Schemas in ``schemas/``: config.json per dialect, and eaglekit's own JSON outputs.
+
+In a wheel they live in ``eaglekit/schemas``; in a source checkout, in ``schemas/`` beside the package.
+Schemas refer to each other by ``$id`` (https://eaglekit.dev/schemas/...), resolved from these files only.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+
+from .findings import Finding
+
+BASE_URI = "https://eaglekit.dev/schemas/"
+CONFIG_SCHEMAS = {
+    "vllm": "config/vllm.schema.json",
+    "speculators": "config/speculators.schema.json",
+    "sglang": "config/sglang.schema.json",
+    "eagle": "config/eagle.schema.json",
+    "modelopt": "config/modelopt.schema.json",
+    "torchspec": "config/torchspec.schema.json",
+    "automodel": "config/automodel.schema.json",
+}
+MLA_SCHEMA = "config/mla.schema.json"
+
+
+def schema_root() -> Path:
+    packaged = resources.files("eaglekit").joinpath("schemas")
+    if packaged.is_dir():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parent.parent / "schemas"
+
+
+def all_schema_files() -> list[str]:
+    root = schema_root()
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*.schema.json"))
+
+
+@lru_cache(maxsize=None)
+def load(name: str) -> dict:
+    return json.loads((schema_root() / name).read_text())
+
+
+@lru_cache(maxsize=1)
+def registry() -> Registry:
+    resources_ = [(BASE_URI + name, Resource.from_contents(load(name))) for name in all_schema_files()]
+    return Registry().with_resources(resources_)
+
+
+def validator(name: str) -> Draft202012Validator:
+    return Draft202012Validator(load(name), registry=registry())
+
+
+def json_path(path) -> str:
+    out = "$"
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def _describe(error) -> str:
+    value = json.dumps(error.instance, default=str)
+    if len(value) > 60:
+        value = value[:57] + "..."
+    return f"{json_path(error.absolute_path)} = {value}: {error.message if len(error.message) < 160 else error.message[:157] + '...'}"
+
+
+def check(data: Any, name: str) -> list[str]:
+    """Every violation of schema ``name`` as 'JSON path = value: what was expected'."""
+    errors = sorted(validator(name).iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
+    return [_describe(e) for e in errors]
+
+
+def check_config(config: dict, dialect: str, *, mla: bool, label: str = "config.json") -> list[Finding]:
+    findings = []
+    names = [CONFIG_SCHEMAS[dialect]] if dialect in CONFIG_SCHEMAS else []
+    if mla:
+        names.append(MLA_SCHEMA)
+    for name in names:
+        for problem in check(config, name):
+            findings.append(Finding("schema.config", "error", f"{label}: {problem}", name.split("/")[-1]))
+    return findings

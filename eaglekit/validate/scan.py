@@ -1,0 +1,93 @@
+"""Checks that read tensor data: ``--scan`` (every tensor, streamed) and lm_head against the target's rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+
+from ..findings import Finding
+from ..io.reader import Checkpoint
+
+CHUNK = 1 << 22  # elements per pass: keeps the fp32 working copy of a huge tensor at 16 MB
+GARBAGE_ABS = 1e5  # trained drafter weights sit far below this; torch.empty garbage does not
+
+
+def scan_tensor(name: str, tensor: torch.Tensor) -> list[Finding]:
+    if not tensor.dtype.is_floating_point or tensor.numel() == 0:
+        return []
+    flat = tensor.reshape(-1)
+    nonfinite = 0
+    nonzero = 0
+    biggest = 0.0
+    ones = True
+    for start in range(0, flat.numel(), CHUNK):
+        part = flat[start : start + CHUNK].float()
+        finite = torch.isfinite(part)
+        nonfinite += int((~finite).sum())
+        values = part[finite]
+        nonzero += int((values != 0).sum())
+        if values.numel():
+            biggest = max(biggest, float(values.abs().max()))
+        ones = ones and bool(torch.all(part == 1))
+    out = []
+    if nonfinite:
+        out.append(Finding("scan.nonfinite", "error", f"{name} has {nonfinite} NaN/Inf values", name))
+    if nonzero == 0 and nonfinite == 0 and not name.endswith(".bias"):
+        out.append(Finding("scan.zero", "warning", f"{name} is entirely zero", name))
+    if biggest > GARBAGE_ABS:
+        out.append(Finding("scan.uninitialised", "warning", f"{name} holds values up to {biggest:.3g}, typical of uninitialised memory", name))
+    if ones and name.startswith("fc_norm."):
+        out.append(Finding("scan.unit_fc_norm", "warning", f"{name} is all ones: an untrained EAGLE 3 -> 3.1 upgrade?", name))
+    return out
+
+
+def scan_all(names: Iterable[str], read: Callable[[str], torch.Tensor]) -> list[Finding]:
+    """Read and check each tensor in turn; only one is held at a time."""
+    findings: list[Finding] = []
+    for name in names:
+        tensor = read(name)
+        findings += scan_tensor(name, tensor)
+        del tensor
+    return findings
+
+
+TARGET_LM_HEAD_NAMES = ("lm_head.weight", "model.embed_tokens.weight", "embed_tokens.weight", "transformer.wte.weight")
+
+
+def read_target_lm_head(directory: Path) -> torch.Tensor | None:
+    """The target's output embedding (or the tied input embedding), read alone from its checkpoint."""
+    try:
+        with Checkpoint.open(directory) as target:
+            for name in TARGET_LM_HEAD_NAMES:
+                if name in target.tensors:
+                    return target.read(name)
+    except Exception:  # the target's checkpoint is not ours to judge here
+        return None
+    return None
+
+
+def check_lm_head_order(drafter_lm_head: torch.Tensor, d2t: torch.Tensor, target_lm_head: torch.Tensor) -> list[Finding]:
+    """Drafters start from the target's lm_head rows for their draft vocabulary; row i should resemble target row
+    i + d2t[i]. A head indexed by the offsets d2t[i] instead (a known exporter bug) resembles those rows."""
+    if drafter_lm_head.shape[1] != target_lm_head.shape[1]:
+        return []
+    idx = torch.arange(d2t.numel()) + d2t.to(torch.int64)
+    if int(idx.max()) >= target_lm_head.shape[0] or int(d2t.max()) >= target_lm_head.shape[0] or int(d2t.min()) < 0:
+        return []
+    a = drafter_lm_head.float()
+    right = F.cosine_similarity(a, target_lm_head[idx].float(), dim=-1).mean().item()
+    wrong = F.cosine_similarity(a, target_lm_head[d2t.to(torch.int64)].float(), dim=-1).mean().item()
+    if wrong > 0.5 and wrong > right + 0.2:
+        return [
+            Finding(
+                "target.lm_head_order",
+                "error",
+                f"lm_head rows match the target's rows at d2t offsets (mean cosine {wrong:.2f}), not at arange + d2t "
+                f"({right:.2f}): the head was exported with mis-ordered rows",
+                "lm_head.weight",
+            )
+        ]
+    return [Finding("target.lm_head_order", "info", f"lm_head rows vs the target's rows for arange + d2t: mean cosine {right:.2f}", "lm_head.weight")]

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))  # tests/drafters.py, tests/fakehub.py
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture
+def target_dir(tmp_path) -> Path:
+    """A target model's config.json only (8 layers, hidden 16, vocab 64), which is all convert/validate read."""
+    d = tmp_path / "target"
+    d.mkdir()
+    (d / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": 16,
+                "num_hidden_layers": 8,
+                "num_attention_heads": 2,
+                "vocab_size": 64,
+                "intermediate_size": 32,
+                "rope_theta": 10000.0,
+            }
+        )
+    )
+    return d
+
+
+def run_cli(*args: str, expect: int | None = 0):
+    """Invoke the CLI in-process; returns the click Result (stdout in .stdout, stderr in .stderr)."""
+    from click.testing import CliRunner
+
+    from eaglekit.cli import main
+
+    result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    if expect is not None:
+        assert result.exit_code == expect, f"exit {result.exit_code}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    return result
+
+
+@pytest.fixture
+def cli():
+    return run_cli
