@@ -295,3 +295,23 @@ def write_automodel(directory: Path, d: Dims, *, norm_output: bool = False) -> P
     cfg = {"architectures": ["LlamaEagle3DraftModel"], "model_type": "llama", **llama_keys(d), "draft_vocab_size": d.Vd,
            "eagle_aux_hidden_state_layer_ids": default_input_ids(d), "fc_norm": d.fc_norm, "norm_output": norm_output}
     return _save(directory, t, cfg)
+
+
+def write_tiny_target(directory: Path, *, layers: int = 8, hidden: int = 16, vocab: int = 64, heads: int = 2, seed: int = 0,
+                      attention_scale: float = 1.0) -> Path:
+    """A random-weight Llama target saved as safetensors (no tokenizer: prompts go in as input_ids).
+    ``attention_scale`` < 1 weakens attention, making the target closer to a bigram model (easy to draft for)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                      num_key_value_heads=heads, vocab_size=vocab, max_position_embeddings=512, rope_theta=10000.0,
+                      tie_word_embeddings=False, bos_token_id=0, eos_token_id=None, pad_token_id=0)
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.mul_(3.0)  # sharper logits: greedy continuations that are not just one repeated token
+            if name.endswith("o_proj.weight"):
+                p.mul_(attention_scale)
+    model.save_pretrained(directory, safe_serialization=True)
+    return directory

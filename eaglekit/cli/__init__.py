@@ -9,6 +9,7 @@ from ._errors import EaglekitGroup
 from .convert import convert_command
 from .inspect import inspect_command
 from .validate import validate_command
+from .verify import verify_command
 
 
 @click.group(cls=EaglekitGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -20,6 +21,7 @@ def main() -> None:
 main.add_command(inspect_command)
 main.add_command(convert_command)
 main.add_command(validate_command)
+main.add_command(verify_command)
 
 
 def run() -> None:

@@ -129,6 +129,10 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     if rel.beyond_table:
         out.add("engine.untested_release", "info", f"{rel.label} is newer than eaglekit's rules (up to {rel.row}); those are assumed", "uses the newest known rules")
 
+    if any(n.startswith("model.") for n in raw_names):
+        first = sorted(n for n in raw_names if n.startswith("model."))[0]
+        out.refuse("names.model_prefix", f"tensor {first} starts with model.", "refuses to load: it prepends model. and finds no module named 'model'", first)
+
     # -- the class vLLM builds --------------------------------------------------------------------------
     if speculators:
         layer = config.get("transformer_layer_config") or {}
@@ -155,9 +159,6 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             return out.view
     ec = attrs.get("eagle_config") if isinstance(attrs.get("eagle_config"), dict) else {}
 
-    if any(n.startswith("model.") for n in raw_names):
-        first = sorted(n for n in raw_names if n.startswith("model."))[0]
-        out.refuse("names.model_prefix", f"tensor {first} starts with model.", "refuses to load: it prepends model. and finds no module named 'model'", first)
     if family == "mla" and intended.attention != "mla":
         out.refuse("engine.architecture", f"the architecture selects the MLA drafter but the tensors are {intended.attention} attention", "refuses to load")
     if family != "mla" and intended.attention == "mla":
@@ -299,9 +300,12 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
         num_aux=counted,
         aux=AuxLayers(captured, INPUT) if captured is not None else intended.aux,
         attention="qwen3" if family == "qwen3" else intended.attention,
+        tensors=intended.tensors - {"lm_head.down.weight", "lm_head.up.weight"},  # vLLM has no factorised head
     )
     vllm_names = {("layers.0." + n[len("midlayer."):] if n.startswith("midlayer.") else n) for n in raw_names}
     expected = expected_tensors(replace(engine_drafter, flags=flags, num_aux=fc_states if "fc.weight" in loaded.names else counted))
+    if "d2t" in vllm_names and not intended.pruned_vocab and rules["full_vocab_d2t"] == "refused":
+        out.refuse("engine.full_vocab_d2t", "d2t is shipped although draft_vocab_size == vocab_size", "refuses to load: no module or parameter named 'draft_id_to_target_id'", "d2t")
     unknown: list[str] = []
     for name in sorted(vllm_names - set(expected)):
         if name == "t2d" or name == "mask_hidden":
@@ -311,10 +315,6 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
                 out.add("engine.input_norm_dropped", "error", "input_norm.weight is shipped", "drops it silently (norm_before_fc is not set as it reads the config): runs without the pre-fc norm", name)
             continue
         if name == "fc.weight" and not flags.use_aux_hidden_state:
-            continue
-        if name == "d2t" and not intended.pruned_vocab:
-            if rules["full_vocab_d2t"] == "refused":
-                out.refuse("engine.full_vocab_d2t", "d2t is shipped although draft_vocab_size == vocab_size", "refuses to load: no module or parameter named 'draft_id_to_target_id'", name)
             continue
         if name.startswith("embed_tokens") or name.startswith("lm_head.weight"):
             continue

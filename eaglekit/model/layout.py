@@ -167,6 +167,8 @@ def check_tensors(d: Drafter, present: Mapping[str, tuple[tuple[int, ...], torch
             continue  # reported by the flag checks, with a better message
         if name == "input_norm.weight" and not d.flags.norm_before_fc:
             continue
+        if name == "fc.weight" and not d.flags.use_aux_hidden_state:
+            continue
         if name == "fc.bias":
             findings.append(Finding("config.fc_bias", "error", "fc.bias is present: EAGLE 3 fc has no bias (engines refuse or ignore it)", name))
         elif is_known_name(name):

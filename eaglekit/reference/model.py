@@ -217,8 +217,20 @@ class ReferenceDrafter:
 
 
 def weights_for(loaded, *, target_embed: torch.Tensor | None = None, target_lm_head: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """Canonical weights of a loaded drafter, with the target's embedding / lm_head where the drafter ships none."""
+    """Canonical weights of a loaded drafter, with the target's embedding / lm_head where the drafter ships none.
+
+    A missing norm weight is replaced by ones, which is what vLLM runs with (and validate reports); any other
+    missing weight makes the drafter undefined, and is refused."""
+    from ..model.layout import expected_tensors
+
     weights = {c: loaded.read(c) for c in loaded.names}
+    for name, spec in expected_tensors(loaded.drafter).items():
+        if name in weights or not spec.required or name in ("d2t",):
+            continue
+        if name.startswith("fc_norm.") or name.endswith("norm.weight"):
+            weights[name] = torch.ones(spec.shape)
+        else:
+            raise UnsupportedError(f"cannot run the drafter: tensor {name} is missing (see `eaglekit validate`)")
     if "embed_tokens.weight" not in weights:
         if target_embed is None:
             raise UnsupportedError("the drafter ships no embed_tokens: the target's embedding is needed")

@@ -60,17 +60,22 @@ def _chain_attend(model: ReferenceDrafter, base: list[KV], starts: torch.Tensor,
     return attend
 
 
-def draft_chains(model: ReferenceDrafter, tokens: torch.Tensor, aux: torch.Tensor, starts: torch.Tensor, k: int) -> Chains:
-    """K-step greedy chains from every start position j (0 <= j <= S-2), batched."""
+def draft_chains(model: ReferenceDrafter, tokens: torch.Tensor, aux: torch.Tensor, starts: torch.Tensor, k: int, *, teacher: bool = False) -> Chains:
+    """K-step greedy chains from every start position j (0 <= j <= S-2), batched.
+
+    With ``teacher`` the chain at j is fed the sequence's own tokens x_{j+k} instead of its drafts (training-time
+    test, as EAGLE 3 trains); the fed-back hidden state is still the drafter's own."""
     first = first_pass(model, tokens, aux)
     starts = starts.to(model.device)
+    tokens = tokens.to(model.device)
     y = first.y[starts]
     feedback = first.feedback[starts]
     drafts, ys = [model.greedy(y)], [y]
     chain: list[list[KV]] = [[] for _ in range(model.d.num_layers)]
     for step in range(2, k + 1):
         positions = starts + (step - 1)
-        out = model.decode(drafts[-1], feedback, positions, _chain_attend(model, first.kv, starts, chain))
+        inputs = tokens[(starts + step).clamp(max=tokens.shape[0] - 1)] if teacher else drafts[-1]
+        out = model.decode(inputs, feedback, positions, _chain_attend(model, first.kv, starts, chain))
         for layer, kv in enumerate(out.kv):
             chain[layer].append(kv)
         feedback = out.feedback

@@ -1,0 +1,140 @@
+"""The model card (README.md) pushed with a drafter: YAML metadata and a body generated from the drafter itself.
+
+Rendered as plain text (``ModelCardData.to_yaml()`` for the metadata, no template engine). When a verify report
+(``eaglekit-verify.json``, written by ``eaglekit verify --report``) sits beside the checkpoint, its acceptance
+length and parity checks go in too.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from . import __version__
+from .dialects.base import LoadedDrafter
+
+VERIFY_REPORT = "eaglekit-verify.json"
+
+
+def _tags(dialect: str, eagle_version: str) -> list[str]:
+    tags = ["eagle3.1" if eagle_version == "3.1" else "eagle3", "speculative-decoding", "eaglekit"]
+    if dialect in ("vllm", "speculators"):
+        tags.append("vllm")
+    if dialect == "speculators":
+        tags.append("speculators")
+    if dialect == "sglang":
+        tags.append("sglang")
+    return tags
+
+
+def read_verify_report(directory: Path) -> dict | None:
+    path = directory / VERIFY_REPORT
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_report: dict | None = None) -> str:
+    from huggingface_hub import ModelCardData
+
+    d = loaded.drafter
+    verifier = d.verifier
+    metadata = ModelCardData(
+        base_model=verifier if verifier and "/" in verifier and not verifier.startswith(("/", ".")) else None,
+        library_name={"speculators": "speculators", "sglang": "sglang"}.get(loaded.dialect, "vllm"),
+        pipeline_tag="text-generation",
+        tags=_tags(loaded.dialect, d.eagle_version),
+    )
+    target = verifier or "<target model>"
+    name = repo_id.split("/")[-1]
+    ids = d.aux.as_input()
+    aux = f"{list(ids)} (input-of-layer, vLLM's convention)" if ids is not None else "not recorded: the engine's default (2, L//2, L-3)"
+    flags = ", ".join(f"`{k}: {str(v).lower()}`" for k, v in d.flags.__dict__.items())
+    if d.attention == "mla":
+        m = d.mla
+        attention = f"MLA (DeepSeek/Kimi): {d.num_heads} heads, q_lora_rank {m.q_lora_rank}, kv_lora_rank {m.kv_lora_rank}"
+    else:
+        attention = f"{'Qwen3' if d.attention == 'qwen3' else 'Llama'} GQA: {d.num_heads} heads, {d.num_kv_heads} KV heads, head_dim {d.head_dim}"
+    params = sum(i.numel for i in loaded.checkpoint.tensors.values())
+    spec = json.dumps({"model": repo_id, "method": "eagle3", "num_speculative_tokens": 3})
+    lines = [
+        "---",
+        metadata.to_yaml().strip(),
+        "---",
+        "",
+        f"# {name}",
+        "",
+        f"An EAGLE {d.eagle_version} speculative-decoding drafter for [{target}]({'https://huggingface.co/' + verifier if metadata.base_model else '#'}),"
+        f" in the {loaded.dialect} format. Published with [eaglekit](https://github.com/eaglekit/eaglekit) {__version__}.",
+        "",
+        "## Serve it",
+        "",
+        "vLLM:",
+        "",
+        "```bash",
+        f"vllm serve {target} --speculative-config '{spec}'",
+        "```",
+        "",
+    ]
+    if loaded.dialect == "sglang":
+        lines += [
+            "SGLang:",
+            "",
+            "```bash",
+            f"python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 --speculative-draft-model-path {repo_id} "
+            "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4",
+            "```",
+            "",
+        ]
+    else:
+        lines += [f"For SGLang, convert it first: `eaglekit convert {repo_id} ./{name}-sglang --to sglang`.", ""]
+    lines += [
+        "## The drafter",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| EAGLE version | {d.eagle_version}{' (per-aux fc_norm, post-norm feedback)' if d.eagle_version == '3.1' else ''} |",
+        f"| verifier (target) | {target} |",
+        f"| format | {loaded.dialect} |",
+        f"| attention | {attention} |",
+        f"| layers | {d.num_layers} |",
+        f"| hidden size | {d.hidden_size} (target {d.target_hidden_size}) |",
+        f"| aux layers | {aux} |",
+        f"| vocabulary | {d.vocab_size} target, {d.draft_vocab_size} draft{' (d2t map)' if d.pruned_vocab else ''} |",
+        f"| flags | {flags} |",
+        f"| rope | theta {d.rope.theta:g}{', ' + d.rope.rope_type + ' scaling' if d.rope.scaling else ''} |",
+        f"| parameters | {params:,} ({d.dtype}) |",
+        "",
+    ]
+    if verify_report:
+        r = verify_report
+        traj = r.get("trajectory", {})
+        rates = ", ".join(f"{x:.3f}" for x in traj.get("per_position_rate", []))
+        lines += [
+            "## Verification",
+            "",
+            f"`eaglekit verify` on {r.get('target', target)} ({len(r.get('prompts', []))} prompts, K={r.get('num_speculative_tokens')}, "
+            f"{r.get('device')} {r.get('dtype')}): mean acceptance length **{r.get('acceptance_length', 0):.3f}** as a greedy vLLM run "
+            f"would count it; per-position acceptance [{rates}].",
+            "",
+        ]
+        for check in r.get("checks", []):
+            lines.append(f"- {'passed' if check.get('passed') else 'FAILED'}: {check.get('name')} — {check.get('detail')}")
+        if r.get("checks"):
+            lines.append("")
+    lines += ["## Provenance", ""]
+    source = d.provenance.source_dialect
+    lines.append(f"- read as the {source} dialect" + (f" ({d.provenance.framework})" if d.provenance.framework else ""))
+    if d.provenance.eaglekit_version:
+        lines.append(f"- written by eaglekit {d.provenance.eaglekit_version}")
+    for note in d.provenance.notes:
+        lines.append(f"- {note}")
+    lines.append(
+        f"- validated by eaglekit {__version__} before publishing" if validated else "- **not validated**: published with `--no-validate`"
+    )
+    lines.append("")
+    return "\n".join(lines)

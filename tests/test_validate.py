@@ -1,0 +1,341 @@
+"""validate: one test per invariant, the field failures of vllm-eagle3.md §6, and every vLLM version gate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from drafters import Dims, mla_dims, write_automodel, write_eagle, write_specforge, write_speculators, write_torchspec, write_vllm
+from eaglekit import engines, schemas
+from eaglekit.errors import UsageError
+from eaglekit.validate import CHECKS, validate
+
+
+def tensors(src: Path, fn) -> Path:
+    t = load_file(str(src / "model.safetensors"))
+    fn(t)
+    save_file(t, str(src / "model.safetensors"))
+    return src
+
+
+def config(src: Path, fn) -> Path:
+    cfg = json.loads((src / "config.json").read_text())
+    fn(cfg)
+    (src / "config.json").write_text(json.dumps(cfg))
+    return src
+
+
+def ids_of(report, severity=None) -> set[str]:
+    return {f.check for f in report.findings if severity is None or f.severity == severity}
+
+
+def target(tmp_path, **overrides) -> str:
+    d = tmp_path / "target"
+    d.mkdir(exist_ok=True)
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 16, "num_hidden_layers": 8,
+           "num_attention_heads": 2, "vocab_size": 64, "intermediate_size": 32, "rope_theta": 10000.0, **overrides}
+    (d / "config.json").write_text(json.dumps(cfg))
+    return str(d)
+
+
+def test_clean_drafters_validate(tmp_path, cli):
+    for name, make in {
+        "vllm": lambda p: write_vllm(p, Dims()),
+        "speculators31": lambda p: write_speculators(p, Dims(fc_norm=True), norm_output=True),
+        "mla": lambda p: write_vllm(p, Dims(mla=mla_dims(), Vd=64, fc_norm=True), norm_output=True),
+    }.items():
+        src = make(tmp_path / name)
+        report = validate(src, target=target(tmp_path), scan=True, engine="vllm==0.33")
+        assert report.ok and not ids_of(report, "error"), [f.message for f in report.findings]
+        assert cli("validate", src, "--scan").exit_code == 0
+
+
+def broken(name: str):
+    """(how to build the broken checkpoint, validate kwargs) for check ``name``."""
+    v = lambda p, **kw: write_vllm(p, Dims(**kw))  # noqa: E731
+    return {
+        "tensor.missing": (lambda p: tensors(v(p), lambda t: t.pop("layers.0.mlp.up_proj.weight")), {}),
+        "tensor.shape": (lambda p: tensors(v(p), lambda t: t.update({"fc.weight": torch.zeros(16, 32)})), {}),
+        "tensor.dtype": (lambda p: tensors(v(p), lambda t: t.update({"d2t": t["d2t"].to(torch.int32)})), {}),
+        "tensor.unexpected": (lambda p: tensors(v(p), lambda t: t.update({"layers.1.mlp.up_proj.weight": torch.zeros(32, 16)})), {}),
+        "tensor.unknown": (lambda p: tensors(v(p), lambda t: t.update({"mystery": torch.zeros(2)})), {}),
+        "flags.fc_norm_and_norm_before_fc": (lambda p: v(p, fc_norm=True, norm_before_fc=True), {}),
+        "flags.fc_norm_without_flag": (lambda p: config(v(p, fc_norm=True), lambda c: c.update(fc_norm=False)), {}),
+        "flags.input_norm_without_flag": (lambda p: config(v(p, norm_before_fc=True), lambda c: c.update(norm_before_fc=False)), {}),
+        "flags.fc_without_aux": (lambda p: config(v(p), lambda c: c.update(eagle_config={"use_aux_hidden_state": False})), {}),
+        "config.fc_bias": (lambda p: tensors(v(p), lambda t: t.update({"fc.bias": torch.zeros(16)})), {}),
+        "config.hidden_act": (lambda p: config(v(p), lambda c: c.update(hidden_act="gelu")), {}),
+        "config.num_layers": (lambda p: config(write_eagle(p, Dims()), lambda c: c.update(num_hidden_layers=40)), {}),
+        "mla.q_lora_rank": (lambda p: mla_without_q_lora(p), {}),
+        "vocab.d2t_order": (lambda p: tensors(v(p), lambda t: t.update({"d2t": t["d2t"].flip(0)})), {}),
+        "vocab.d2t_range": (lambda p: tensors(v(p), lambda t: t.update({"d2t": t["d2t"] + 40})), {}),
+        "vocab.t2d_count": (lambda p: tensors(v(p), lambda t: t.update({"t2d": torch.ones(64, dtype=torch.bool)})), {}),
+        "vocab.t2d_mismatch": (lambda p: tensors(v(p), lambda t: t.update({"t2d": t["t2d"].roll(1)})), {}),
+        "vocab.d2t_full_vocab": (lambda p: tensors(v(p, Vd=64), lambda t: t.update({"d2t": torch.ones(64, dtype=torch.int64)})), {}),
+        "vocab.lm_head_needed": (lambda p: v(p, lm_head=False), {}),
+        "embed.needed": (lambda p: v(p, T=24, embed=False), {}),
+        "aux.duplicate": (lambda p: config(v(p), lambda c: c.update(eagle_aux_hidden_state_layer_ids=[2, 2, 5])), {}),
+        "aux.unsorted": (lambda p: write_vllm(p, Dims(), ids=[5, 2, 4]), {}),
+        "aux.count": (lambda p: config(v(p), lambda c: c.update(eagle_aux_hidden_state_layer_ids=[2, 5], num_aux_hidden_states=3)), {}),
+        "aux.range": (lambda p: write_vllm(p, Dims(), ids=[2, 4, 9]), {"target": True}),
+        "aux.not_recorded": (lambda p: write_eagle(p, Dims()), {}),
+        "rope.defaulted": (lambda p: write_eagle(p, Dims()), {}),
+        "rope.target": (lambda p: v(p), {"target": {"rope_theta": 500000.0}}),
+        "target.hidden": (lambda p: v(p), {"target": {"hidden_size": 32}}),
+        "target.vocab": (lambda p: v(p), {"target": {"vocab_size": 128}}),
+        "scan.nonfinite": (lambda p: tensors(v(p), lambda t: t["norm.weight"].__setitem__(0, float("nan"))), {"scan": True}),
+        "scan.zero": (lambda p: tensors(v(p), lambda t: t["fc.weight"].zero_()), {"scan": True}),
+        "scan.uninitialised": (lambda p: tensors(v(p), lambda t: t["fc.weight"].__setitem__((0, 0), 1e30)), {"scan": True}),
+        "scan.unit_fc_norm": (lambda p: tensors(v(p, fc_norm=True), lambda t: t["fc_norm.1.weight"].fill_(1.0)), {"scan": True}),
+        "target.lm_head_order": (lambda p: v(p), {"target": "lm_head"}),
+    }[name]
+
+
+def mla_without_q_lora(p: Path) -> Path:
+    src = write_vllm(p, Dims(mla=mla_dims(), Vd=64))
+
+    def swap(t):
+        t["layers.0.self_attn.q_proj.weight"] = torch.zeros(2 * 8, 32)
+        for n in ("q_a_proj", "q_a_layernorm", "q_b_proj"):
+            t.pop(f"layers.0.self_attn.{n}.weight")
+
+    tensors(src, swap)
+    return config(src, lambda c: c.update(q_lora_rank=None))
+
+
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_each_invariant_is_caught_by_its_id(tmp_path, check):
+    make, kw = broken(check)
+    src = make(tmp_path / "src")
+    options = {"scan": kw.get("scan", False)}
+    t = kw.get("target")
+    if t is True:
+        options["target"] = target(tmp_path)
+    elif isinstance(t, dict):
+        options["target"] = target(tmp_path, **t)
+    elif t == "lm_head":
+        options["target"] = target_with_misordered_head(tmp_path, src)
+    report = validate(src, **options)
+    assert check in ids_of(report), [(f.check, f.message) for f in report.findings]
+    finding = next(f for f in report.findings if f.check == check)
+    assert "\n" not in finding.message
+    severity = {"aux.not_recorded": "info", "rope.defaulted": "warning", "rope.target": "warning", "aux.unsorted": "warning",
+                "config.num_layers": "warning", "flags.fc_without_aux": "warning", "scan.zero": "warning",
+                "scan.uninitialised": "warning", "scan.unit_fc_norm": "warning"}.get(check, "error")
+    assert finding.severity == severity
+
+
+def target_with_misordered_head(tmp_path: Path, drafter: Path) -> str:
+    """A target whose lm_head rows at d2t offsets equal the drafter's lm_head (TorchSpec --prune-vocab bug)."""
+    t = load_file(str(drafter / "model.safetensors"))
+    g = torch.Generator().manual_seed(5)
+    head = torch.randn(64, 16, generator=g)
+    head[t["d2t"]] = t["lm_head.weight"]
+    d = Path(target(tmp_path))
+    save_file({"lm_head.weight": head}, str(d / "model.safetensors"))
+    return str(d)
+
+
+def test_lm_head_in_the_right_order_is_only_info(tmp_path):
+    src = write_vllm(tmp_path / "src", Dims())
+    t = load_file(str(src / "model.safetensors"))
+    head = torch.randn(64, 16)
+    head[torch.arange(32) + t["d2t"]] = t["lm_head.weight"]
+    d = Path(target(tmp_path))
+    save_file({"lm_head.weight": head}, str(d / "model.safetensors"))
+    report = validate(src, target=str(d))
+    finding = next(f for f in report.findings if f.check == "target.lm_head_order")
+    assert finding.severity == "info" and "1.00" in finding.message
+
+
+def test_schema_violation_names_the_json_path(tmp_path):
+    src = config(write_speculators(tmp_path / "src", Dims()), lambda c: c["speculators_config"]["proposal_methods"][0].update(speculative_tokens=0))
+    report = validate(src)
+    finding = next(f for f in report.findings if f.check == "schema.config")
+    assert "$.speculators_config.proposal_methods[0].speculative_tokens = 0" in finding.message
+    assert "less than the minimum of 1" in finding.message
+
+
+def test_unreadable_config_reports_schema_and_reading_errors(tmp_path, cli):
+    src = config(write_vllm(tmp_path / "src", Dims()), lambda c: c.update(hidden_size="sixteen"))
+    report = validate(src)
+    assert {"schema.config", "config.unreadable"} <= ids_of(report, "error")
+    result = cli("validate", src, "--json", expect=1)
+    data = json.loads(result.stdout)
+    assert data["ok"] is False and data["counts"]["error"] >= 2
+
+
+def test_validate_output_follows_its_schema(tmp_path, cli):
+    src = write_specforge(tmp_path / "src", Dims(fc_norm=True), norm_output=True)
+    data = json.loads(cli("validate", src, "--engine", "vllm==0.32", "--json", expect=1).stdout)
+    assert schemas.check(data, "validate.schema.json") == []
+    human = cli("validate", src, "--engine", "vllm==0.32", expect=1).stdout
+    assert "errors (1):" in human or "error (1):" in human
+    assert "result: FAILED" in human
+
+
+# -- engine rules: every version gate ----------------------------------------------------------------------------
+
+
+def engine_ids(src, version, **kw):
+    return ids_of(validate(src, engine=f"vllm=={version}", **kw), "error")
+
+
+def test_versions_before_31_are_out_of_scope(tmp_path):
+    with pytest.raises(UsageError, match="start at vLLM 0.22.0"):
+        validate(write_vllm(tmp_path / "s", Dims()), engine="vllm==0.21")
+    with pytest.raises(UsageError, match="ENGINE==VERSION"):
+        validate(write_vllm(tmp_path / "s2", Dims()), engine="vllm")
+
+
+def test_native_31_from_022(tmp_path):
+    src = write_vllm(tmp_path / "s", Dims(fc_norm=True), norm_output=True)
+    assert not {i for i in engine_ids(src, "0.22.0") if i.startswith("engine.")}
+
+
+def test_mla_fc_norm_applied_from_023(tmp_path):
+    src = write_vllm(tmp_path / "s", Dims(mla=mla_dims(), Vd=64, fc_norm=True), norm_output=True)
+    report = validate(src, engine="vllm==0.22.1")
+    finding = next(f for f in report.findings if f.check == "engine.mla_fc_norm")
+    assert "never applies them" in finding.effect and finding.engine == "vllm==0.22.1"
+    assert "engine.mla_fc_norm" not in engine_ids(src, "0.23")
+
+
+def test_speculators_31_flags_passed_from_025(tmp_path):
+    src = write_speculators(tmp_path / "s", Dims(fc_norm=True), norm_output=True)
+    on_024 = validate(src, engine="vllm==0.24")
+    assert {"engine.flag.fc_norm", "engine.flag.norm_output", "engine.unknown_tensor"} <= ids_of(on_024, "error")
+    assert on_024.engine_view["loads"] is False
+    assert any("refuses to load" in f.effect for f in on_024.findings if f.effect)
+    assert not engine_ids(src, "0.25")
+
+
+def test_speculators_norm_output_only_runs_silently_as_30_before_025(tmp_path):
+    src = write_speculators(tmp_path / "s", Dims(), norm_output=True)
+    report = validate(src, engine="vllm==0.24")
+    finding = next(f for f in report.findings if f.check == "engine.flag.norm_output")
+    assert "pre-norm state" in finding.effect and report.engine_view["loads"] is True
+
+
+def test_mrv2_ignores_nested_only_ids_in_033(tmp_path):
+    src = write_vllm(tmp_path / "s", Dims(), ids=[1, 3, 6], nested_only=True)
+    assert "engine.aux_ids" not in engine_ids(src, "0.32")
+    report = validate(src, engine="vllm==0.33", target=target(tmp_path))
+    finding = next(f for f in report.findings if f.check == "engine.aux_ids")
+    assert "captures the default layers [2, 4, 5] instead" in finding.effect
+
+
+def test_d2t_with_full_vocab_fails_from_031(tmp_path):
+    src = tensors(write_vllm(tmp_path / "s", Dims(Vd=64)), lambda t: t.update({"d2t": torch.zeros(64, dtype=torch.int64)}))
+    assert "engine.full_vocab_d2t" not in engine_ids(src, "0.29")
+    report = validate(src, engine="vllm==0.31")
+    finding = next(f for f in report.findings if f.check == "engine.full_vocab_d2t")
+    assert "draft_id_to_target_id" in finding.effect
+
+
+def test_drafter_class_choice_for_speculators_qwen3(tmp_path):
+    src = write_speculators(tmp_path / "s", Dims(qwen3=True))
+    assert "engine.architecture" in engine_ids(src, "0.22")
+    assert "engine.architecture" not in engine_ids(src, "0.23")
+
+
+def test_speculators_norm_before_residual_default(tmp_path):
+    # absent: vLLM serves it as true; eaglekit reads it the same, and says so
+    src = write_speculators(tmp_path / "s", Dims(), norm_before_residual=None)
+    report = validate(src, engine="vllm==0.33")
+    assert "engine.flag.norm_before_residual" not in ids_of(report)
+    assert "flags.defaulted" in ids_of(report)
+
+
+def test_releases_between_rows_use_the_previous_row():
+    assert engines.parse("vllm==0.24").row == "0.23.0"
+    assert engines.parse("vllm==0.26.1").row == "0.25.0"
+    assert engines.parse("vllm==0.40").beyond_table
+
+
+# -- vllm-eagle3.md §6.1 field failures ---------------------------------------------------------------------------
+
+
+def test_vllm_54526_four_top_level_ids_without_count(tmp_path):
+    src = write_speculators(tmp_path / "s", Dims(n=4), ids=[2, 3, 4, 5])
+    report = validate(src, engine="vllm==0.33")
+    finding = next(f for f in report.findings if f.check == "engine.aux_count")
+    assert "num_aux_hidden_states" in finding.message and "refuses to load" in finding.effect
+
+
+def test_eaglekit_output_fixes_vllm_54526(tmp_path):
+    from eaglekit.convert import ConvertOptions, convert
+
+    out = tmp_path / "out"
+    convert(write_speculators(tmp_path / "s", Dims(n=4), ids=[2, 3, 4, 5]), out, ConvertOptions(to="speculators"))
+    assert not engine_ids(out, "0.33")
+
+
+def test_tokenspeed_526_ignored_capture_layers_collapse(tmp_path):
+    # SpecForge-style nested output-of-layer ids read by vLLM's v1 runner as input-of-layer ids
+    src = write_specforge(tmp_path / "s", Dims())
+    finding = next(f for f in validate(src, engine="vllm==0.32").findings if f.check == "engine.aux_ids")
+    assert "[1, 3, 4]" in finding.effect and "acceptance collapses" in finding.effect
+
+
+def test_vllm_18906_narrow_drafter_without_embeddings(tmp_path):
+    assert "embed.needed" in ids_of(validate(write_vllm(tmp_path / "s", Dims(T=24, embed=False)), engine="vllm==0.33"))
+
+
+def test_vllm_17957_fc_width_against_target_hidden(tmp_path):
+    src = config(write_vllm(tmp_path / "s", Dims(T=24)), lambda c: c.pop("target_hidden_size"))
+    assert "tensor.shape" in ids_of(validate(src), "error")
+
+
+def test_vllm_18909_dropped_vocab_map(tmp_path):
+    src = tensors(write_vllm(tmp_path / "s", Dims()), lambda t: t.pop("d2t"))
+    report = validate(src)
+    assert any(f.check == "tensor.missing" and f.subject == "d2t" for f in report.findings)
+
+
+def test_vllm_8849_fc_bias(tmp_path):
+    src = tensors(write_vllm(tmp_path / "s", Dims()), lambda t: t.update({"fc.bias": torch.zeros(16)}))
+    assert "config.fc_bias" in ids_of(validate(src), "error")
+
+
+def test_angelslim_39_fused_qkv_names(tmp_path):
+    def fuse(t):
+        q, k, v = (t.pop(f"layers.0.self_attn.{x}_proj.weight") for x in "qkv")
+        t["layers.0.self_attn.qkv_proj.weight"] = torch.cat([q, k, v])
+
+    assert "tensor.unexpected" in ids_of(validate(tensors(write_vllm(tmp_path / "s", Dims()), fuse)), "error")
+
+
+def test_speculators_1131_unmatched_keys_would_be_random(tmp_path):
+    src = tensors(write_vllm(tmp_path / "s", Dims()), lambda t: t.update({"decoder.fc.weight": t.pop("fc.weight")}))
+    report = validate(src, engine="vllm==0.33")
+    assert {"tensor.missing", "tensor.unknown"} <= ids_of(report, "error")
+
+
+def test_fc_norm_tensors_missing_run_with_unit_weights(tmp_path):
+    src = tensors(write_vllm(tmp_path / "s", Dims(fc_norm=True), norm_output=True), lambda t: [t.pop(f"fc_norm.{i}.weight") for i in range(3)])
+    report = validate(src, engine="vllm==0.33")
+    finding = next(f for f in report.findings if f.check == "engine.unit_fc_norm")
+    assert "unit fc_norm weights" in finding.effect
+
+
+def test_input_norm_silently_dropped(tmp_path):
+    src = config(write_vllm(tmp_path / "s", Dims(norm_before_fc=True)), lambda c: c.update(norm_before_fc=False))
+    finding = next(f for f in validate(src, engine="vllm==0.33").findings if f.check == "engine.input_norm_dropped")
+    assert "drops it silently" in finding.effect
+
+
+def test_model_prefix_and_unregistered_architecture(tmp_path):
+    assert "names.model_prefix" in engine_ids(write_automodel(tmp_path / "a", Dims()), "0.33")
+    src = write_vllm(tmp_path / "b", Dims(), arch="Eagle3Qwen3MoeForCausalLM")
+    assert "engine.architecture" in engine_ids(src, "0.33")
+
+
+def test_torchspec_mla_lowrank_head_unknown_to_vllm(tmp_path):
+    src = write_torchspec(tmp_path / "s", Dims(Vd=64), low_rank=4)
+    report = validate(src, engine="vllm==0.33")
+    assert any(f.check == "engine.unknown_tensor" and "lm_head.down.weight" in f.message for f in report.findings)

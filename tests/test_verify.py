@@ -1,0 +1,158 @@
+"""verify on a tiny trained pair: acceptance, the report, --reference parity, --engine divergence, thresholds."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import tiny_pair
+from eaglekit import schemas
+from eaglekit.convert import ConvertOptions, convert
+from eaglekit.verify import VerifyOptions, verify
+
+
+@pytest.fixture(scope="session")
+def pair(tmp_path_factory) -> dict:
+    return tiny_pair.build(tmp_path_factory.mktemp("pair3"), eagle="3")
+
+
+@pytest.fixture(scope="session")
+def pair31(tmp_path_factory) -> dict:
+    return tiny_pair.build(tmp_path_factory.mktemp("pair31"), eagle="3.1")
+
+
+def options(p: dict, **kw) -> VerifyOptions:
+    return VerifyOptions(target=str(p["target"]), prompts=str(p["prompts"]), max_new_tokens=40, **kw)
+
+
+def test_trained_drafter_accepts_and_report_follows_schema(pair, cli, tmp_path):
+    report = verify(str(pair["drafter"]), options(pair))
+    assert report["passed"]
+    assert report["aux_layer_ids"] == [2, 4, 5]  # (2, L//2, L-3) for the 8-layer target
+    assert report["every_position"]["acceptance_length"] > 1.2
+    assert report["trajectory"]["num_drafts"] > 0 and report["trajectory"]["num_draft_tokens"] == 3 * report["trajectory"]["num_drafts"]
+    assert schemas.check(report, "verify.schema.json") == []
+    path = tmp_path / "r.json"
+    result = cli("verify", pair["drafter"], "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", 40, "--report", path)
+    assert "acceptance, as a greedy vLLM run would count it" in result.stdout and "result: PASSED" in result.stdout
+    assert json.loads(path.read_text())["acceptance_length"] == report["acceptance_length"]
+
+
+def test_min_acceptance_length_fails_loudly(pair, cli):
+    result = cli("verify", pair["drafter"], "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", 40,
+                 "--min-acceptance-length", 3.9, expect=1)
+    assert "FAIL  min_acceptance_length" in result.stdout and "result: FAILED" in result.stdout
+
+
+def test_lossless_conversion_is_bit_identical(pair, tmp_path):
+    out = tmp_path / "vllm"
+    convert(pair["drafter"], out, ConvertOptions(to="vllm"))
+    report = verify(str(out), options(pair, reference=str(pair["drafter"])))
+    ref = report["reference"]
+    assert ref["bit_identical"] and all(s["max_abs_logit_diff"] == 0.0 and s["token_agreement"] == 1.0 for s in ref["steps"])
+    assert report["passed"]
+
+
+def test_a_perturbed_drafter_fails_reference_parity(pair, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(pair["drafter"], other)
+    t = load_file(str(other / "model.safetensors"))
+    t["fc.weight"] = t["fc.weight"] * 1.01
+    save_file(t, str(other / "model.safetensors"))
+    report = verify(str(other), options(pair, reference=str(pair["drafter"])))
+    check = next(c for c in report["checks"] if c["name"] == "reference_parity")
+    assert not check["passed"] and report["reference"]["steps"][0]["max_abs_logit_diff"] > 0
+    assert not report["passed"]
+
+
+def test_dtype_change_is_judged_by_agreement(pair, tmp_path):
+    out = tmp_path / "bf16"
+    convert(pair["drafter"], out, ConvertOptions(to="vllm", dtype=torch.bfloat16))
+    report = verify(str(out), options(pair, reference=str(pair["drafter"])))
+    assert report["reference"]["required"].startswith("token agreement")
+
+
+def test_recorded_aux_ids_are_the_ones_captured(pair, tmp_path):
+    shifted = tmp_path / "shifted"
+    shutil.copytree(pair["drafter"], shifted)
+    cfg = json.loads((shifted / "config.json").read_text())
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [0, 1, 2]
+    (shifted / "config.json").write_text(json.dumps(cfg))
+    assert verify(str(shifted), options(pair))["aux_layer_ids"] == [1, 2, 3]  # output-of-layer + 1
+
+
+def test_engine_that_reads_nested_ids_as_input_ids_diverges(pair):
+    # a SpecForge checkpoint served as-is by vLLM 0.32: its output-of-layer ids are captured one layer early
+    report = verify(str(pair["drafter"]), options(pair, engine="vllm==0.32"))
+    check = next(c for c in report["checks"] if c["name"] == "engine_parity")
+    assert not check["passed"] and "captures layers" in check["detail"]
+    assert report["engine"]["engine_acceptance_length"] < report["engine"]["intended_acceptance_length"]
+
+
+def test_engine_runs_converted_drafter_as_intended(pair, tmp_path):
+    out = tmp_path / "vllm"
+    convert(pair["drafter"], out, ConvertOptions(to="vllm"))
+    report = verify(str(out), options(pair, engine="vllm==0.32"))
+    check = next(c for c in report["checks"] if c["name"] == "engine_parity")
+    assert check["passed"], check
+    assert report["engine"]["engine_acceptance_length"] == report["engine"]["intended_acceptance_length"]
+
+
+def test_speculators_31_under_024_vs_025(pair31, tmp_path):
+    spec = tmp_path / "spec"
+    convert(pair31["drafter"], spec, ConvertOptions(to="speculators"))
+    on_024 = verify(str(spec), options(pair31, engine="vllm==0.24"))
+    check = next(c for c in on_024["checks"] if c["name"] == "engine_parity")
+    assert not check["passed"] and "would not load it" in check["detail"]
+    on_025 = verify(str(spec), options(pair31, engine="vllm==0.25"))
+    assert next(c for c in on_025["checks"] if c["name"] == "engine_parity")["passed"]
+
+
+def test_norm_output_ignored_is_served_as_30(pair31, tmp_path):
+    spec = tmp_path / "spec"
+    convert(pair31["drafter"], spec, ConvertOptions(to="speculators"))
+    t = load_file(str(spec / "model.safetensors"))
+    for i in range(3):
+        t.pop(f"fc_norm.{i}.weight")  # keep only norm_output so 0.24 loads it and silently feeds pre-norm states
+    save_file(t, str(spec / "model.safetensors"))
+    cfg = json.loads((spec / "config.json").read_text())
+    cfg["fc_norm"] = False
+    (spec / "config.json").write_text(json.dumps(cfg))
+    report = verify(str(spec), options(pair31, engine="vllm==0.24"))
+    check = next(c for c in report["checks"] if c["name"] == "engine_parity")
+    assert not check["passed"] and "norm_output" in check["detail"]
+
+
+def test_missing_fc_norm_tensors_run_with_unit_weights(pair31, tmp_path):
+    out = tmp_path / "vllm"
+    convert(pair31["drafter"], out, ConvertOptions(to="vllm"))
+    t = load_file(str(out / "model.safetensors"))
+    for i in range(3):
+        t.pop(f"fc_norm.{i}.weight")
+    save_file(t, str(out / "model.safetensors"))
+    report = verify(str(out), options(pair31, engine="vllm==0.32"))
+    check = next(c for c in report["checks"] if c["name"] == "engine_parity")
+    assert not check["passed"] and "unit fc_norm weights" in check["detail"]
+    assert next(c for c in report["checks"] if c["name"] == "validate")["passed"] is False
+
+
+def test_prompt_file_errors(pair, tmp_path, cli):
+    bad = tmp_path / "p.jsonl"
+    bad.write_text('{"nothing": 1}\n')
+    result = cli("verify", pair["drafter"], "--target", pair["target"], "--prompts", bad, expect=2)
+    assert "expected an object with 'prompt', 'messages' or 'input_ids'" in result.stderr
+
+
+def test_builtin_prompts_need_a_tokenizer(pair, cli):
+    result = cli("verify", pair["drafter"], "--target", pair["target"], expect=2)
+    assert "no tokenizer" in result.stderr
+
+
+def test_hidden_states_not_claimed(pair, cli):
+    result = cli("verify", pair["drafter"], "--target", pair["target"], "--hidden-states", "x", expect=None)
+    assert result.exit_code != 0

@@ -1,0 +1,63 @@
+"""A tiny target and a drafter trained on it in seconds, so acceptance tests have something that accepts.
+
+The target is a random Llama (transformers, safetensors); the drafter is trained with examples/train_drafter.py's
+loop on the target's own greedy continuations, and saved in SpecForge's layout.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+from pathlib import Path
+
+import torch
+
+from drafters import write_tiny_target
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def train_module():
+    spec = importlib.util.spec_from_file_location("train_drafter", ROOT / "examples" / "train_drafter.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def prompts(n: int, vocab: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(1, vocab) for _ in range(rng.randrange(4, 9))] for _ in range(n)]
+
+
+def build(root: Path, *, eagle: str = "3", steps: int = 120, seed: int = 0, vocab: int = 96, hidden: int = 32, layers: int = 8, draft_vocab: int = 64,
+          attention_scale: float = 0.3) -> dict:
+    """Target dir, drafter dir (SpecForge layout), prompts file and the training figures."""
+    from eaglekit.model.drafter import default_aux_ids
+    from eaglekit.reference.target import TargetModel
+    from eaglekit.target import read_target_config
+
+    tm = train_module()
+    target_dir = write_tiny_target(root / "target", layers=layers, hidden=hidden, vocab=vocab, heads=4, seed=seed, attention_scale=attention_scale)
+    cfg = read_target_config(target_dir)
+    target = TargetModel.load(cfg)
+    # The drafter is trained on the very prompts the tests verify with: these tests need a drafter whose
+    # acceptance is well above zero on known sequences, not one that generalises.
+    train_prompts = prompts(6, vocab, seed)
+    eval_prompts = train_prompts
+    aux_ids = default_aux_ids(cfg.num_layers)
+    data = []
+    for p in train_prompts:
+        seq = target.generate(p, 40)
+        aux, _ = target.aux_states(seq, aux_ids)
+        data.append((seq, aux, len(p)))
+    d2t, t2d = tm.build_vocab([s for s, _, _ in data], [p for _, _, p in data], vocab, draft_vocab)
+    d = tm.drafter_spec(cfg, eagle, draft_vocab, aux_ids)
+    weights = tm.init_weights(d, target, d2t, seed)
+    frozen = {"embed_tokens.weight": target.embed_weight.float(), "d2t": d2t}
+    tm.train(d, weights, frozen, data, t2d, d2t, steps, 3, 5e-3, seed, log_every=10**9)
+    drafter_dir = root / f"drafter-{eagle}"
+    tm.save_specforge(drafter_dir, d, weights, d2t, t2d, torch.float32, "tests/tiny_pair.py", seed)
+    prompts_file = root / "prompts.jsonl"
+    prompts_file.write_text("\n".join(json.dumps({"id": f"p{i}", "input_ids": p}) for i, p in enumerate(eval_prompts)) + "\n")
+    return {"target": target_dir, "drafter": drafter_dir, "prompts": prompts_file}
