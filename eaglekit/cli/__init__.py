@@ -8,6 +8,7 @@ from .. import __version__
 from ._errors import EaglekitGroup
 from .convert import convert_command
 from .inspect import inspect_command
+from .push import push_command
 from .validate import validate_command
 from .verify import verify_command
 
@@ -22,6 +23,7 @@ main.add_command(inspect_command)
 main.add_command(convert_command)
 main.add_command(validate_command)
 main.add_command(verify_command)
+main.add_command(push_command)
 
 
 def run() -> None:

@@ -138,8 +138,8 @@ class Checkpoint:
         self.files = list(dict.fromkeys(weight_map.values()))
         found: dict[str, TensorInfo] = {}
         for file in self.files:
-            if not (self.directory / file).exists() and not (self.directory / file).is_symlink():
-                first = next(n for n, f in weight_map.items() if f == file)
+            first = next(n for n, f in weight_map.items() if f == file)
+            if not self._resolve(file, f"{where}: tensor {first!r}").exists():
                 raise CheckpointError(f"{where}: tensor {first!r} points at missing shard {file!r}")
             for info in lister(file):
                 if info.name in found:

@@ -1,0 +1,107 @@
+"""``push``: validate, render the model card, and publish a drafter directory as one Hub commit.
+
+Everything here is local; the requests themselves live in ``hub.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import dialects
+from .card import read_verify_report, render_card
+from .errors import UsageError, ValidationFailed
+from .findings import errors
+from .validate import validate
+
+
+@dataclass
+class PushOptions:
+    repo_id: str
+    private: bool = False
+    revision: str | None = None
+    create_pr: bool = False
+    commit_message: str | None = None
+    token: str | None = None
+    endpoint: str | None = None
+    dry_run: bool = False
+    validate: bool = True
+    overwrite_card: bool = False
+
+
+def collect_files(directory: Path) -> list[Path]:
+    """Regular files under ``directory``, hidden ones and caches left out, each resolving inside it."""
+    root = directory.resolve()
+    files = []
+    for path in sorted(directory.rglob("*")):
+        relative = path.relative_to(directory)
+        if any(part.startswith(".") or part == "__pycache__" for part in relative.parts):
+            continue
+        if path.is_dir():
+            continue
+        real = path.resolve()
+        if root not in real.parents:
+            raise UsageError(f"{path}: a symlink pointing outside {directory}; refusing to upload it")
+        if real.is_file():
+            files.append(path)
+    return files
+
+
+def prepare(path: str, options: PushOptions):
+    """(UploadFile list, card text, card kept?, validation findings), without touching the network."""
+    from .hub import UploadFile
+
+    if options.create_pr and options.revision not in (None, "main"):
+        raise UsageError("--create-pr opens a pull request against the default branch: drop --revision")
+    directory = Path(path)
+    findings = []
+    if options.validate:
+        report = validate(path)
+        findings = report.findings
+        problems = errors(findings)
+        if problems:
+            raise ValidationFailed(
+                f"refusing to publish: the drafter does not validate: {problems[0].message}"
+                + (f", and {len(problems) - 1} more (see `eaglekit validate`)" if len(problems) > 1 else ""),
+                findings,
+            )
+    with dialects.load(path) as loaded:
+        card = render_card(loaded, options.repo_id, validated=options.validate, verify_report=read_verify_report(loaded.checkpoint.directory))
+    files = [UploadFile(str(p.relative_to(directory)), local_path=p) for p in collect_files(directory)]
+    kept = any(f.path_in_repo == "README.md" for f in files) and not options.overwrite_card
+    if not kept:
+        files = [f for f in files if f.path_in_repo != "README.md"]
+        files.append(UploadFile("README.md", data=card.encode("utf-8")))
+    return files, card, kept, findings
+
+
+def push(path: str, options: PushOptions) -> dict:
+    from . import hub
+
+    files, card, kept, findings = prepare(path, options)
+    message = options.commit_message or f"Upload EAGLE drafter with eaglekit"
+    target = {"repo_id": options.repo_id, "revision": options.revision or "main", "create_pr": options.create_pr, "private": options.private}
+    listing = [{"path": f.path_in_repo, "size": f.size, "sha256": f.sha256} for f in files]
+    result: dict = {
+        "target": target,
+        "files": listing,
+        "card": card,
+        "card_kept": kept,
+        "validated": options.validate,
+        "dry_run": options.dry_run,
+        "findings": [f.to_dict() for f in findings if f.severity != "info"],
+    }
+    if options.dry_run:
+        return result
+    published = hub.publish(
+        options.repo_id,
+        files,
+        endpoint=options.endpoint,
+        token=options.token,
+        private=options.private,
+        revision=options.revision,
+        create_pr=options.create_pr,
+        commit_message=message,
+    )
+    result["commit"] = published.to_dict() if hasattr(published, "to_dict") else published.__dict__
+    return result

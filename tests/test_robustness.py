@@ -1,0 +1,259 @@
+"""Hostile and broken inputs: each gets a clean one-line error naming the problem, a non-zero exit, nothing written,
+and nothing executed. Plus crash safety (SIGKILL mid-write, a full disk) and resource bounds."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from drafters import Dims, write_eagle, write_vllm
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Evil:
+    """A pickle payload that would create a marker file if unpickling ran code."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def assert_clean_failure(result, *fragments, code=1):
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    err = result.stderr
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+
+
+def nothing_written(tmp_path: Path, *keep: str) -> None:
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(keep)
+
+
+# -- pickles -----------------------------------------------------------------------------------------------------
+
+
+def bin_checkpoint(root: Path, payloads: dict, sharded: bool = False) -> Path:
+    src = write_eagle(root, Dims())
+    tensors = torch.load(src / "pytorch_model.bin", weights_only=True)
+    (src / "pytorch_model.bin").unlink()
+    if sharded:
+        names = list(tensors)
+        first = {n: tensors[n] for n in names[:5]}
+        second = {n: tensors[n] for n in names[5:]} | payloads
+        torch.save(first, src / "pytorch_model-00001-of-00002.bin")
+        torch.save(second, src / "pytorch_model-00002-of-00002.bin")
+        weight_map = {n: "pytorch_model-00001-of-00002.bin" for n in first} | {n: "pytorch_model-00002-of-00002.bin" for n in second}
+        (src / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    else:
+        torch.save(tensors | payloads, src / "pytorch_model.bin")
+    return src
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+@pytest.mark.parametrize("nested", [False, True])
+def test_malicious_pickles_run_nothing(tmp_path, cli, sharded, nested):
+    marker = tmp_path / "pwned"
+    payload = {"midlayer.evil": {"inner": [Evil(str(marker))]}} if nested else {"midlayer.evil": Evil(str(marker))}
+    src = bin_checkpoint(tmp_path / "src", payload, sharded=sharded)
+    for args in (("inspect", src), ("validate", src), ("convert", src, tmp_path / "out", "--to", "vllm")):
+        assert_clean_failure(cli(*args, expect=None), "refused to unpickle")
+    assert not marker.exists()
+    assert not (tmp_path / "out").exists()
+
+
+# -- lying safetensors headers ------------------------------------------------------------------------------------
+
+
+def raw_safetensors(root: Path, header: bytes | dict, data: bytes = b"", length: int | None = None) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    if isinstance(header, dict):
+        header = json.dumps(header).encode()
+    n = len(header) if length is None else length
+    (root / "model.safetensors").write_bytes(struct.pack("<Q", n) + header + data)
+    (root / "config.json").write_text(json.dumps({"hidden_size": 16}))
+    return root
+
+
+HEADERS = {
+    "offsets past EOF": (lambda r: raw_safetensors(r, {"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, b"\0" * 8), "data runs past the end of the file"),
+    "overlapping ranges": (
+        lambda r: raw_safetensors(r, {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, b"\0" * 12),
+        "overlaps",
+    ),
+    "huge header length": (lambda r: raw_safetensors(r, b"{}", length=2**62), "exceeds the"),
+    "header longer than file": (lambda r: raw_safetensors(r, b"{}", length=4096), "truncated"),
+    "non-UTF-8 name": (lambda r: raw_safetensors(r, b'{"\xff\xfe": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', b"\0" * 4), "not valid UTF-8"),
+    "unknown dtype": (lambda r: raw_safetensors(r, {"w": {"dtype": "F128", "shape": [1], "data_offsets": [0, 16]}}, b"\0" * 16), "unknown dtype 'F128'"),
+    "shape/bytes mismatch": (lambda r: raw_safetensors(r, {"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, b"\0" * 8), "needs 12"),
+    "negative shape": (lambda r: raw_safetensors(r, {"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 0]}}), "non-negative integers"),
+    "header not an object": (lambda r: raw_safetensors(r, b"[1, 2]"), "header is not a JSON object"),
+    "zero-byte file": (lambda r: (r.mkdir(parents=True), (r / "model.safetensors").write_bytes(b""), (r / "config.json").write_text("{}"), r)[-1], "file is empty (0 bytes)"),
+    "shorter than the length": (lambda r: (r.mkdir(parents=True), (r / "model.safetensors").write_bytes(b"\1\0"), (r / "config.json").write_text("{}"), r)[-1], "truncated"),
+}
+
+
+@pytest.mark.parametrize("case", list(HEADERS))
+def test_lying_headers(tmp_path, cli, case):
+    make, fragment = HEADERS[case]
+    src = make(tmp_path / "src")
+    assert_clean_failure(cli("inspect", src, expect=None), "model.safetensors", fragment)
+    assert_clean_failure(cli("convert", src, tmp_path / "out", "--to", "vllm", expect=None), fragment)
+    nothing_written(tmp_path, "src")
+
+
+def test_truncated_real_checkpoint(tmp_path, cli):
+    src = write_vllm(tmp_path / "src", Dims())
+    path = src / "model.safetensors"
+    os.truncate(path, path.stat().st_size // 2)
+    assert_clean_failure(cli("convert", src, tmp_path / "out", "--to", "speculators", expect=None), "data runs past the end of the file")
+    nothing_written(tmp_path, "src")
+
+
+# -- escapes -----------------------------------------------------------------------------------------------------
+
+
+def test_symlink_pointing_outside_the_checkpoint(tmp_path, cli):
+    outside = write_vllm(tmp_path / "outside", Dims())
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "config.json").write_text((outside / "config.json").read_text())
+    (src / "model.safetensors").symlink_to(outside / "model.safetensors")
+    assert_clean_failure(cli("inspect", src, expect=None), "symlink that points outside the checkpoint")
+
+
+@pytest.mark.parametrize("entry", ["../outside/model.safetensors", "/etc/passwd", "sub/../../x.safetensors"])
+def test_index_leaving_the_directory(tmp_path, cli, entry):
+    src = write_vllm(tmp_path / "src", Dims())
+    write_vllm(tmp_path / "outside", Dims())  # the file the index points at exists: only the escape is wrong
+    (src / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"fc.weight": entry}}))
+    result = cli("inspect", src, expect=None)
+    assert_clean_failure(result)
+    assert "leaves the checkpoint directory" in result.stderr or "not a relative file name" in result.stderr
+
+
+# -- configs -----------------------------------------------------------------------------------------------------
+
+CONFIGS = {
+    "not JSON": (b"{hidden_size: 16", "not valid JSON"),
+    "deeply nested": (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
+    "NaN value": (b'{"hidden_size": NaN}', "NaN is not valid JSON"),
+    "duplicate key": (b'{"hidden_size": 16, "hidden_size": 32}', "duplicate key 'hidden_size'"),
+    "wrong type": (None, "must be an integer"),
+    "not an object": (b"[]", "expected a JSON object"),
+}
+
+
+@pytest.mark.parametrize("case", list(CONFIGS))
+def test_bad_configs(tmp_path, cli, case):
+    raw, fragment = CONFIGS[case]
+    src = write_vllm(tmp_path / "src", Dims())
+    if raw is None:
+        cfg = json.loads((src / "config.json").read_text())
+        cfg["num_attention_heads"] = "two"
+        raw = json.dumps(cfg).encode()
+    (src / "config.json").write_bytes(raw)
+    assert_clean_failure(cli("inspect", src, expect=None), "config.json", fragment)
+    assert_clean_failure(cli("convert", src, tmp_path / "out", "--to", "vllm", expect=None), fragment)
+    nothing_written(tmp_path, "src")
+
+
+def test_enormous_config_is_refused_without_reading_it(tmp_path, cli):
+    src = write_vllm(tmp_path / "src", Dims())
+    with open(src / "config.json", "wb") as f:
+        f.truncate(65 * 2**20)  # sparse: 65 MB of zeros
+    start = time.perf_counter()
+    assert_clean_failure(cli("inspect", src, expect=None), "too large for a JSON file")
+    assert time.perf_counter() - start < 2
+
+
+def test_enormous_declared_tensor_is_refused_in_bounded_time_and_memory(tmp_path):
+    src = raw_safetensors(tmp_path / "src", {"w": {"dtype": "F32", "shape": [2**40, 2**40], "data_offsets": [0, 16]}}, b"\0" * 16)
+    code = f"""
+import resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
+from eaglekit.cli import main
+sys.argv = ["eaglekit", "inspect", {str(src)!r}]
+main()
+"""
+    start = time.perf_counter()
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 1 and "needs" in p.stderr, p.stderr
+    assert time.perf_counter() - start < 60
+
+
+# -- crash safety ----------------------------------------------------------------------------------------------------
+
+
+def big_source(root: Path) -> Path:
+    """A drafter with a few large tensors, so a conversion takes long enough to be killed part-way."""
+    return write_vllm(root, Dims(H=512, T=512, I=2048, V=4096, Vd=1024, heads=8, kv_heads=2, head_dim=64, layers=2))
+
+
+def looks_complete(out: Path) -> bool:
+    return out.exists() and (out / "config.json").exists()
+
+
+def test_sigkill_at_random_points_never_leaves_a_complete_looking_output(tmp_path):
+    src = big_source(tmp_path / "src")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "eaglekit", "convert", str(src), str(out), "--to", "speculators", "--max-shard-size", "4MB"]
+    # time one whole run (interpreter start included), then kill runs at points spread over that span
+    start = time.perf_counter()
+    subprocess.run(cmd[:5] + [str(tmp_path / "scratch")] + cmd[6:], check=True, capture_output=True, cwd=ROOT)
+    total = time.perf_counter() - start
+    subprocess.run(["rm", "-rf", str(tmp_path / "scratch")], check=True)
+    killed_mid_write = 0
+    for fraction in [0.6 + 0.04 * i for i in range(13)]:  # 0.6 .. 1.08 of a whole run
+        if out.exists():
+            subprocess.run(["rm", "-rf", str(out)], check=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+        time.sleep(total * fraction)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        killed_mid_write += any(p.name.startswith(".out.eaglekit-tmp-") for p in tmp_path.iterdir())
+        if out.exists():
+            # only a finished conversion renames into place; it must then be whole
+            from eaglekit import dialects
+
+            with dialects.load(out) as loaded:
+                assert loaded.dialect == "speculators"
+    if out.exists():
+        subprocess.run(["rm", "-rf", str(out)], check=True)
+    assert killed_mid_write, "no kill landed while the output was being written; the test proved nothing"
+    subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)  # re-running succeeds, leftovers are cleaned
+    assert looks_complete(out)
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.eaglekit-")]
+    assert leftovers == []
+
+
+def test_disk_full_leaves_nothing(tmp_path):
+    src = big_source(tmp_path / "src")
+    out = tmp_path / "out"
+    code = f"""
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG, like a full disk
+resource.setrlimit(resource.RLIMIT_FSIZE, (3 * 2**20, 3 * 2**20))
+from eaglekit.cli import main
+sys.argv = ["eaglekit", "convert", {str(src)!r}, {str(out)!r}, "--to", "vllm"]
+main()
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.startswith("error: ") and "File too large" in p.stderr, p.stderr
+    nothing_written(tmp_path, "src")
