@@ -243,6 +243,27 @@ class Checkpoint:
             raise CheckpointError(f"{self._where(info.file)}: tensor {info.name!r} is truncated ({got} of {nbytes} bytes)")
         return torch.frombuffer(buffer, dtype=torch.uint8).view(info.dtype).reshape(info.shape)
 
+    def read_chunks(self, name: str, max_bytes: int = 64 * 2**20):
+        """A tensor's elements as flat pieces of at most ``max_bytes``, read one after another (memory: one piece)."""
+        info = self.info(name)
+        itemsize = dtypes.itemsize(info.dtype)
+        per_piece = max(1, max_bytes // itemsize)
+        handle = self._handle(info.file)
+        if self.format == "bin":  # memory-mapped: slicing reads only what is touched
+            flat = handle[name].reshape(-1)
+            for start in range(0, flat.numel(), per_piece):
+                yield flat[start : start + per_piece]
+            return
+        entry = self._headers[info.file].entries[name]
+        base = self._headers[info.file].data_start + entry.begin
+        for start in range(0, info.numel, per_piece):
+            count = min(per_piece, info.numel - start)
+            buffer = bytearray(count * itemsize)
+            handle.seek(base + start * itemsize)
+            if handle.readinto(buffer) != len(buffer):
+                raise CheckpointError(f"{self._where(info.file)}: tensor {name!r} is truncated")
+            yield torch.frombuffer(buffer, dtype=torch.uint8).view(info.dtype)
+
     def _handle(self, file: str):
         if self._open_name != file:
             self._close_handle()

@@ -73,7 +73,7 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
             report.engine_view = view.to_dict()
         if scan:
             canonical_of = {s: c for c, s in loaded.names.items()}
-            report.findings += scan_all(loaded.checkpoint.tensors, lambda name: loaded.checkpoint.read(name))
+            report.findings += scan_all(loaded.checkpoint, list(loaded.checkpoint.tensors))
             # scan findings name checkpoint tensors; say which canonical tensor they are when it differs
             report.findings = [
                 f if f.subject not in canonical_of or canonical_of[f.subject] == f.subject else Finding(f.check, f.severity, f.message + f" ({canonical_of[f.subject]})", f.subject, f.engine, f.effect)

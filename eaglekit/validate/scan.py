@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Iterable
 
 import torch
 import torch.nn.functional as F
@@ -11,27 +11,33 @@ import torch.nn.functional as F
 from ..findings import Finding
 from ..io.reader import Checkpoint
 
-CHUNK = 1 << 22  # elements per pass: keeps the fp32 working copy of a huge tensor at 16 MB
 GARBAGE_ABS = 1e5  # trained drafter weights sit far below this; torch.empty garbage does not
 
 
-def scan_tensor(name: str, tensor: torch.Tensor) -> list[Finding]:
-    if not tensor.dtype.is_floating_point or tensor.numel() == 0:
-        return []
-    flat = tensor.reshape(-1)
-    nonfinite = 0
-    nonzero = 0
+def scan_pieces(name: str, pieces: Iterable[torch.Tensor]) -> list[Finding]:
+    """Check one tensor, given as flat pieces (so that memory holds one piece, not the tensor)."""
+    nonfinite = nonzero = 0
     biggest = 0.0
-    ones = True
-    for start in range(0, flat.numel(), CHUNK):
-        part = flat[start : start + CHUNK].float()
+    ones = name.startswith("fc_norm.")
+    floating = None
+    for piece in pieces:
+        if floating is None:
+            floating = piece.dtype.is_floating_point
+            if not floating:
+                return []
+        if piece.numel() == 0:
+            continue
+        part = piece.float()
         finite = torch.isfinite(part)
-        nonfinite += int((~finite).sum())
-        values = part[finite]
-        nonzero += int((values != 0).sum())
-        if values.numel():
-            biggest = max(biggest, float(values.abs().max()))
-        ones = ones and bool(torch.all(part == 1))
+        if not bool(finite.all()):
+            nonfinite += int((~finite).sum())
+            part = torch.where(finite, part, torch.zeros((), dtype=part.dtype))
+        nonzero += int(torch.count_nonzero(part))
+        biggest = max(biggest, float(part.abs().max()))
+        if ones:
+            ones = bool(torch.all(part == 1))
+    if not floating:
+        return []
     out = []
     if nonfinite:
         out.append(Finding("scan.nonfinite", "error", f"{name} has {nonfinite} NaN/Inf values", name))
@@ -39,18 +45,16 @@ def scan_tensor(name: str, tensor: torch.Tensor) -> list[Finding]:
         out.append(Finding("scan.zero", "warning", f"{name} is entirely zero", name))
     if biggest > GARBAGE_ABS:
         out.append(Finding("scan.uninitialised", "warning", f"{name} holds values up to {biggest:.3g}, typical of uninitialised memory", name))
-    if ones and name.startswith("fc_norm."):
+    if ones:
         out.append(Finding("scan.unit_fc_norm", "warning", f"{name} is all ones: an untrained EAGLE 3 -> 3.1 upgrade?", name))
     return out
 
 
-def scan_all(names: Iterable[str], read: Callable[[str], torch.Tensor]) -> list[Finding]:
-    """Read and check each tensor in turn; only one is held at a time."""
+def scan_all(ckpt: Checkpoint, names: Iterable[str]) -> list[Finding]:
+    """Read and check each tensor in turn, in pieces."""
     findings: list[Finding] = []
     for name in names:
-        tensor = read(name)
-        findings += scan_tensor(name, tensor)
-        del tensor
+        findings += scan_pieces(name, ckpt.read_chunks(name, 16 * 2**20))
     return findings
 
 
