@@ -27,6 +27,7 @@ class PushOptions:
     dry_run: bool = False
     validate: bool = True
     overwrite_card: bool = False
+    base_model: str | None = None  # the verifier's Hub id for the card
 
 
 def collect_files(directory: Path) -> list[Path]:
@@ -66,6 +67,8 @@ def prepare(path: str, options: PushOptions):
                 findings,
             )
     with dialects.load(path) as loaded:
+        if options.base_model:
+            loaded.drafter = loaded.drafter.with_(verifier=options.base_model)
         card = render_card(loaded, options.repo_id, validated=options.validate, verify_report=read_verify_report(loaded.checkpoint.directory))
     files = [UploadFile(str(p.relative_to(directory)), local_path=p) for p in collect_files(directory)]
     kept = any(f.path_in_repo == "README.md" for f in files) and not options.overwrite_card
@@ -79,7 +82,7 @@ def push(path: str, options: PushOptions) -> dict:
     from . import hub
 
     files, card, kept, findings = prepare(path, options)
-    message = options.commit_message or f"Upload EAGLE drafter with eaglekit"
+    message = options.commit_message or "Upload EAGLE drafter with eaglekit"
     target = {"repo_id": options.repo_id, "revision": options.revision or "main", "create_pr": options.create_pr, "private": options.private}
     listing = [{"path": f.path_in_repo, "size": f.size, "sha256": f.sha256} for f in files]
     result: dict = {

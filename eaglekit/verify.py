@@ -130,19 +130,29 @@ def encode_prompts(records: list[dict], tokenizer, limit: int | None) -> list[Pr
 # -- simulation ------------------------------------------------------------------------------------------------
 
 
-def simulate(model: ReferenceDrafter, prompt: Prompt, tokens: torch.Tensor, aux: torch.Tensor, k: int) -> SequenceResult:
+def simulate(model: ReferenceDrafter, prompt: Prompt, tokens: torch.Tensor, aux: torch.Tensor, k: int, max_new_tokens: int, eos: int | None) -> SequenceResult:
+    """``tokens`` runs up to K+1 tokens past ``max_new_tokens`` so that the last verification is judged as vLLM
+    judges it; ``eos`` is the index of the first end-of-sequence token, if any."""
     P, S = len(prompt.ids), tokens.shape[0]
     starts = torch.arange(P - 1, S - 1)
     chains = draft_chains(model, tokens, aux, starts, k)
     accepted = accepted_lengths(chains, tokens).cpu()
+    end = min(S, P + max_new_tokens, eos + 1 if eos is not None else S)
     return SequenceResult(
         prompt,
         tokens,
         chains,
         accepted,
-        trajectory(accepted, starts, k, P, S),
-        every_position(accepted, starts, k, last_full=S - 2 - k),
+        trajectory(accepted, starts, k, P, max_new_tokens, eos),
+        every_position(accepted, starts, k, last_full=end - 2 - k),
     )
+
+
+def first_eos(tokens: torch.Tensor, prompt_len: int, eos_ids: set[int]) -> int | None:
+    for i in range(prompt_len, tokens.shape[0]):
+        if int(tokens[i]) in eos_ids:
+            return i
+    return None
 
 
 def _slice_aux(aux_all: torch.Tensor, union: tuple[int, ...], ids: tuple[int, ...], width: int) -> torch.Tensor:
@@ -196,7 +206,8 @@ class Verifier:
         self.target_config = read_target_config(options.target)
         self.progress = progress
         self.target: TargetModel | None = None
-        self.sequences: list[tuple[Prompt, torch.Tensor]] = []
+        self.sequences: list[tuple[Prompt, torch.Tensor]] = []  # prompt + continuation + K+1 lookahead tokens
+        self.eos: list[int | None] = []
         self._aux_cache: dict[tuple[str, tuple[int, ...]], torch.Tensor] = {}
 
     def prepare(self) -> None:
@@ -204,8 +215,11 @@ class Verifier:
         records = read_prompt_records(self.options.prompts)
         prompts = encode_prompts(records, self.target.tokenizer, self.options.num_prompts)
         bar = self.progress("generating", len(prompts)) if self.progress else None
+        eos_ids = self.target.eos_token_ids()
         for prompt in prompts:
-            self.sequences.append((prompt, self.target.generate(prompt.ids, self.options.max_new_tokens)))
+            tokens = self.target.generate(prompt.ids, self.options.max_new_tokens + self.options.k + 1)
+            self.sequences.append((prompt, tokens))
+            self.eos.append(first_eos(tokens, len(prompt.ids), eos_ids))
             if bar is not None:
                 bar.update(1)
         if bar is not None:
@@ -232,7 +246,7 @@ class Verifier:
         for index, (prompt, tokens) in enumerate(self.sequences):
             aux, mismatches = self.aux(index, ids)
             start = time.perf_counter()
-            result = simulate(model, prompt, tokens, aux, self.options.k)
+            result = simulate(model, prompt, tokens, aux, self.options.k, self.options.max_new_tokens, self.eos[index])
             seconds += time.perf_counter() - start
             result.target_mismatches = mismatches
             results.append(result)
@@ -289,7 +303,7 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
                     "id": r.prompt.id,
                     "category": r.prompt.category,
                     "prompt_tokens": len(r.prompt.ids),
-                    "new_tokens": int(r.tokens.shape[0]) - len(r.prompt.ids),
+                    "new_tokens": min(int(r.tokens.shape[0]) - len(r.prompt.ids), options.max_new_tokens),
                     "target_mismatches": r.target_mismatches,
                     "trajectory": r.trajectory.to_dict(),
                     "every_position": r.every_position.to_dict(),

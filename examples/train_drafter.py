@@ -208,7 +208,7 @@ def evaluate(d: Drafter, weights: dict, data: list[tuple[torch.Tensor, torch.Ten
         starts = torch.arange(p - 1, tokens.shape[0] - 1)
         chains = draft_chains(model, tokens, aux, starts, k)
         acc = accepted_lengths(chains, tokens)
-        traj.merge(trajectory(acc, starts, k, p, tokens.shape[0]))
+        traj.merge(trajectory(acc, starts, k, p, tokens.shape[0] - p))
         every.merge(every_position(acc, starts, k, tokens.shape[0] - 2 - k))
     return traj, every
 

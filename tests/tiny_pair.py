@@ -30,7 +30,7 @@ def prompts(n: int, vocab: int, seed: int) -> list[list[int]]:
     return [[rng.randrange(1, vocab) for _ in range(rng.randrange(4, 9))] for _ in range(n)]
 
 
-def build(root: Path, *, eagle: str = "3", steps: int = 120, seed: int = 0, vocab: int = 96, hidden: int = 32, layers: int = 8, draft_vocab: int = 64,
+def build(root: Path, *, eagle: str = "3", steps: int = 120, seed: int = 0, vocab: int = 96, hidden: int = 64, layers: int = 8, draft_vocab: int = 64,
           attention_scale: float = 0.3) -> dict:
     """Target dir, drafter dir (SpecForge layout), prompts file and the training figures."""
     from eaglekit.model.drafter import default_aux_ids
@@ -38,7 +38,8 @@ def build(root: Path, *, eagle: str = "3", steps: int = 120, seed: int = 0, voca
     from eaglekit.target import read_target_config
 
     tm = train_module()
-    target_dir = write_tiny_target(root / "target", layers=layers, hidden=hidden, vocab=vocab, heads=4, seed=seed, attention_scale=attention_scale)
+    # head_dim 32: the smallest vLLM's CPU attention kernels support
+    target_dir = write_tiny_target(root / "target", layers=layers, hidden=hidden, vocab=vocab, heads=2, seed=seed, attention_scale=attention_scale)
     cfg = read_target_config(target_dir)
     target = TargetModel.load(cfg)
     # The drafter is trained on the very prompts the tests verify with: these tests need a drafter whose

@@ -158,14 +158,21 @@ def every_position(accepted: torch.Tensor, starts: torch.Tensor, k: int, last_fu
     return counters
 
 
-def trajectory(accepted: torch.Tensor, starts: torch.Tensor, k: int, prompt_len: int, total_len: int) -> Counters:
-    """Counters along the positions a greedy vLLM run visits: draft at the last prompt position, then after each
-    verification jump ahead by accepted + 1, until the sequence's tokens run out."""
+def trajectory(accepted: torch.Tensor, starts: torch.Tensor, k: int, prompt_len: int, max_new_tokens: int, eos: int | None = None) -> Counters:
+    """Counters along the positions a greedy vLLM run visits, as its scheduler counts them.
+
+    After prefill the target has produced x_P and the drafter proposes K tokens from position P-1. Each
+    verification step counts K drafts and the accepted prefix, then the run continues from the last accepted
+    token. Steps happen while fewer than ``max_new_tokens`` tokens are out and no end-of-sequence token
+    (``eos``) is among them; the last step counts its full chain even past max_new_tokens, as vLLM does, so
+    ``accepted`` must have been measured against a continuation that runs K+1 tokens further."""
     by_start = dict(zip(starts.tolist(), accepted.tolist()))
     counters = Counters()
     j = prompt_len - 1
-    while j + 1 < total_len - 1:  # a draft is made while at least one more token remains to generate
-        a = min(int(by_start[j]), total_len - 2 - j)
+    produced = 1
+    while produced < max_new_tokens and j in by_start and not (eos is not None and eos <= j + 1):
+        a = int(by_start[j])
         counters.add(a, k)
         j += a + 1
+        produced += a + 1
     return counters

@@ -75,6 +75,14 @@ class TargetModel:
             raise UnsupportedError("cannot find the target's final norm, needed for aux layer id == num_layers")
         return norm
 
+    def eos_token_ids(self) -> set[int]:
+        ids = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        if ids is None and self.tokenizer is not None:
+            ids = getattr(self.tokenizer, "eos_token_id", None)
+        if ids is None:
+            return set()
+        return {int(i) for i in (ids if isinstance(ids, (list, tuple)) else [ids])}
+
     @torch.no_grad()
     def generate(self, prompt_ids: list[int], max_new_tokens: int) -> torch.Tensor:
         """The target's greedy continuation: prompt + new tokens, as one id tensor on the CPU."""

