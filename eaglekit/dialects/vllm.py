@@ -36,8 +36,12 @@ def flat_flags(d: Drafter) -> dict:
     }
 
 
-def model_type_for(d: Drafter) -> str:
+def model_type_for(d: Drafter, *, vllm: bool = False) -> str:
     if d.attention == "mla":
+        if vllm:
+            # vLLM rewrites a deepseek_v3 draft config into a DeepSeek MTP drafter and refuses it; kimi_k2 selects
+            # the same DeepseekV3Config without that rewrite
+            return "deepseek_v2" if d.model_type == "deepseek_v2" else "kimi_k2"
         return d.model_type if d.model_type in MLA_MODEL_TYPES else "deepseek_v3"
     return d.attention  # "llama" | "qwen3"
 
@@ -92,7 +96,7 @@ class VllmDialect(Dialect):
         eagle_config["norm_before_fc"] = d.flags.norm_before_fc
         config = {
             "architectures": [ARCH_FOR[d.attention]],
-            "model_type": model_type_for(d),
+            "model_type": model_type_for(d, vllm=True),
             **base_config(d),
             "draft_vocab_size": d.draft_vocab_size,
             "target_hidden_size": d.target_hidden_size,
@@ -104,6 +108,8 @@ class VllmDialect(Dialect):
         config["eagle_config"] = eagle_config
         config.update(d.extra_config)
         config["eaglekit"] = provenance_block(d, self.name)
+        if d.model_type and config["model_type"] != d.model_type:
+            config["eaglekit"]["model_type"] = d.model_type  # what the drafter was, for the way back
         return config
 
 

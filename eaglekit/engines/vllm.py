@@ -158,6 +158,13 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             out.refuse("engine.architecture", f"architecture {arch!r} becomes {resolved!r}, which vLLM does not register", "refuses to load: unknown architecture")
             return out.view
     ec = attrs.get("eagle_config") if isinstance(attrs.get("eagle_config"), dict) else {}
+    if not speculators and rules["mla_deepseek_v3_becomes_mtp"] and config.get("model_type") in ("deepseek_v3", "deepseek_v32"):
+        out.refuse(
+            "engine.mla_model_type",
+            f"model_type {config.get('model_type')!r} on a drafter",
+            "turns it into a DeepSeek MTP drafter and refuses to load (Eagle3DeepSeekMTPModel is not supported); write kimi_k2",
+            "model_type",
+        )
 
     if family == "mla" and intended.attention != "mla":
         out.refuse("engine.architecture", f"the architecture selects the MLA drafter but the tensors are {intended.attention} attention", "refuses to load")
