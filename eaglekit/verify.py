@@ -208,6 +208,8 @@ class Verifier:
         self.target: TargetModel | None = None
         self.sequences: list[tuple[Prompt, torch.Tensor]] = []  # prompt + continuation + K+1 lookahead tokens
         self.eos: list[int | None] = []
+        self.max_new: list[int] = []  # per sequence: how many tokens the trajectory may produce
+        self.stored_ids: tuple[int, ...] | None = None  # --hidden-states: the only aux layers available
         self._aux_cache: dict[tuple[str, tuple[int, ...]], torch.Tensor] = {}
 
     def prepare(self) -> None:
@@ -220,14 +222,48 @@ class Verifier:
             tokens = self.target.generate(prompt.ids, self.options.max_new_tokens + self.options.k + 1)
             self.sequences.append((prompt, tokens))
             self.eos.append(first_eos(tokens, len(prompt.ids), eos_ids))
+            self.max_new.append(self.options.max_new_tokens)
             if bar is not None:
                 bar.update(1)
         if bar is not None:
             bar.close()
 
+    def prepare_stored(self, drafter: Drafter, ids: tuple[int, ...]) -> None:
+        """--hidden-states: sequences and aux states from files; the target contributes its config and, where the
+        drafter ships none, its embedding and lm_head (read alone from its checkpoint)."""
+        from .hidden_states import read_sequences
+
+        stored = read_sequences(self.options.hidden_states, num_aux=drafter.num_aux, hidden=drafter.target_hidden_size, limit=self.options.num_prompts)
+        for seq in stored:
+            if seq.aux_layer_ids is not None and tuple(sorted(seq.aux_layer_ids)) != ids:
+                raise UsageError(f"{seq.name}: the file holds target layers {list(seq.aux_layer_ids)}, the drafter fuses {list(ids)}")
+            prompt = Prompt(seq.name, "stored", seq.tokens[: seq.prompt_len].tolist())
+            self.sequences.append((prompt, seq.tokens))
+            self.eos.append(None)
+            self.max_new.append(int(seq.tokens.shape[0]) - seq.prompt_len)
+            self._aux_cache[(prompt.id, ids)] = (seq.aux, 0)
+        self.stored_ids = ids
+
+    def target_weight(self, kind: str) -> torch.Tensor | None:
+        if self.target is not None:
+            return self.target.embed_weight if kind == "embed" else self.target.lm_head_weight
+        from .io.reader import Checkpoint
+        from .validate.scan import TARGET_LM_HEAD_NAMES
+
+        names = ("model.embed_tokens.weight", "embed_tokens.weight", "transformer.wte.weight") if kind == "embed" else TARGET_LM_HEAD_NAMES
+        if self.target_config.gguf_file:
+            return None
+        with Checkpoint.open(self.target_config.directory) as target:
+            for name in names:
+                if name in target.tensors:
+                    return target.read(name)
+        return None
+
     def aux(self, index: int, ids: tuple[int, ...]) -> tuple[torch.Tensor, int]:
         prompt, tokens = self.sequences[index]
         key = (prompt.id, ids)
+        if key not in self._aux_cache and self.stored_ids is not None:
+            raise UnsupportedError(f"the stored hidden states hold target layers {list(self.stored_ids)}, not {list(ids)}: run the target to compare these")
         if key not in self._aux_cache:
             aux, target_next = self.target.aux_states(tokens, ids)
             mismatches = int((target_next[len(prompt.ids) - 1 : -1].cpu() != tokens[len(prompt.ids) :]).sum())
@@ -235,7 +271,13 @@ class Verifier:
         return self._aux_cache[key]
 
     def model_for(self, loaded: dialects.LoadedDrafter, drafter: Drafter | None = None, extra_weights: dict | None = None) -> ReferenceDrafter:
-        weights = weights_for(loaded, target_embed=self.target.embed_weight, target_lm_head=self.target.lm_head_weight)
+        needs_embed = "embed_tokens.weight" not in loaded.names
+        needs_head = "lm_head.weight" not in loaded.names and "lm_head.up.weight" not in loaded.names
+        weights = weights_for(
+            loaded,
+            target_embed=self.target_weight("embed") if needs_embed else None,
+            target_lm_head=self.target_weight("lm_head") if needs_head else None,
+        )
         weights.update(extra_weights or {})
         return ReferenceDrafter(drafter or loaded.drafter, weights, device=self.device, dtype=self.dtype)
 
@@ -246,7 +288,7 @@ class Verifier:
         for index, (prompt, tokens) in enumerate(self.sequences):
             aux, mismatches = self.aux(index, ids)
             start = time.perf_counter()
-            result = simulate(model, prompt, tokens, aux, self.options.k, self.options.max_new_tokens, self.eos[index])
+            result = simulate(model, prompt, tokens, aux, self.options.k, self.max_new[index], self.eos[index])
             seconds += time.perf_counter() - start
             result.target_mismatches = mismatches
             results.append(result)
@@ -266,8 +308,8 @@ def _resolved_ids(d: Drafter, L: int) -> tuple[int, ...]:
 
 def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], object] | None = None) -> dict:
     """Run the verification and return the report (a dict following schemas/verify.schema.json)."""
-    if options.hidden_states:
-        raise UnsupportedError("--hidden-states is not implemented yet")
+    if options.hidden_states and options.against:
+        raise UsageError("--against vllm runs the target itself; it cannot use --hidden-states")
     verifier = Verifier(options, progress)
     L = verifier.target_config.num_layers
     loaded = dialects.load(path, options.source_dialect)
@@ -279,7 +321,10 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
         if errors(findings):
             checks.append(Check("validate", False, f"{len(errors(findings))} error(s), first: {errors(findings)[0].message}"))
         ids = _resolved_ids(d, L)
-        verifier.prepare()
+        if options.hidden_states:
+            verifier.prepare_stored(d, ids)
+        else:
+            verifier.prepare()
         model = verifier.model_for(loaded)
         results, seconds = verifier.run(model, ids, "drafter")
         traj, every = _totals(results)
@@ -293,6 +338,7 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
             "dtype": options.dtype,
             "num_speculative_tokens": options.k,
             "max_new_tokens": options.max_new_tokens,
+            "hidden_states": options.hidden_states,
             "aux_layer_ids": list(ids),
             "aux_layer_ids_recorded": d.aux.ids is not None,
             "acceptance_length": round(traj.acceptance_length, 6),
@@ -303,12 +349,12 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
                     "id": r.prompt.id,
                     "category": r.prompt.category,
                     "prompt_tokens": len(r.prompt.ids),
-                    "new_tokens": min(int(r.tokens.shape[0]) - len(r.prompt.ids), options.max_new_tokens),
+                    "new_tokens": min(int(r.tokens.shape[0]) - len(r.prompt.ids), verifier.max_new[i]),
                     "target_mismatches": r.target_mismatches,
                     "trajectory": r.trajectory.to_dict(),
                     "every_position": r.every_position.to_dict(),
                 }
-                for r in results
+                for i, r in enumerate(results)
             ],
             "throughput": {"drafted_tokens": drafted, "seconds": round(seconds, 4), "drafted_tokens_per_second": round(drafted / seconds, 1) if seconds else None},
             "findings": [f.to_dict() for f in findings if f.severity != "info"],
