@@ -1,0 +1,204 @@
+"""push: the real huggingface_hub client against a loopback fake Hub (Xet disabled). No network beyond loopback."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from drafters import Dims, write_vllm
+from eaglekit.convert import ConvertOptions, convert
+from fakehub import FakeHub
+
+TOKEN = "hf_SECRETtoken123"
+
+
+@pytest.fixture
+def hub(monkeypatch, tmp_path):
+    from huggingface_hub import constants
+    from huggingface_hub.utils import _http
+
+    fake = FakeHub(TOKEN)
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # Xet cannot be emulated; the LFS path is exercised
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # offline mode would block loopback too
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # never read a developer's stored token
+    monkeypatch.setenv("HF_ENDPOINT", fake.url)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(_http.time, "sleep", lambda s: None)  # retries on 429/5xx would otherwise back off for seconds
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def drafter(tmp_path) -> Path:
+    out = tmp_path / "drafter"
+    convert(write_vllm(tmp_path / "src", Dims()), out, ConvertOptions(to="vllm", aux_layers=(2, 4, 5)))
+    return out
+
+
+def push(cli, path, repo="tester/drafter", *args, expect=0):
+    result = cli("push", path, repo, *args, expect=expect)
+    assert TOKEN not in result.stdout and TOKEN not in result.stderr  # never, in any outcome
+    return result
+
+
+def test_new_repo_one_commit_with_every_file_and_the_card(cli, hub, drafter):
+    result = push(cli, drafter)
+    state = hub.state
+    assert state.commits_posted() == 1
+    files = state.files("tester/drafter")
+    assert {"config.json", "model.safetensors", "README.md", ".gitattributes"} == set(files)
+    assert files["model.safetensors"] == (drafter / "model.safetensors").read_bytes()
+    card = files["README.md"].decode()
+    assert "vllm serve" in card and '"method": "eagle3"' in card and "tester/drafter" in card
+    assert f"published 3 files to tester/drafter" in result.stdout and "/commit/" in result.stdout
+
+
+def test_existing_repo_and_repush_of_identical_files(cli, hub, drafter):
+    push(cli, drafter)
+    head = hub.state.head("tester/drafter")
+    result = push(cli, drafter)
+    assert hub.state.head("tester/drafter") == head  # nothing new committed
+    assert "nothing changed" in result.stdout
+    cfg = json.loads((drafter / "config.json").read_text())
+    cfg["eaglekit"]["notes"] = ["changed"]
+    (drafter / "config.json").write_text(json.dumps(cfg))
+    push(cli, drafter)
+    assert hub.state.head("tester/drafter") != head
+    assert hub.state.commits_posted() == 2  # one per changing push
+
+
+def test_new_branch_and_pull_request(cli, hub, drafter):
+    push(cli, drafter)
+    main = hub.state.head("tester/drafter")
+    push(cli, drafter, "tester/drafter", "--revision", "v2", "--commit-message", "v2 of the drafter")
+    assert hub.state.head("tester/drafter") == main
+    assert "v2" in hub.state.repos["tester/drafter"].refs
+    (drafter / "config.json").write_text((drafter / "config.json").read_text().replace('"silu"', '"silu" '))
+    result = push(cli, drafter, "tester/drafter", "--create-pr")
+    assert "refs/pr/1" in hub.state.repos["tester/drafter"].refs and hub.state.head("tester/drafter") == main
+    assert "opened" in result.stdout and "discussions/1" in result.stdout
+
+
+def test_stale_shards_are_deleted_in_the_same_commit(cli, hub, tmp_path, drafter):
+    sharded = tmp_path / "sharded"
+    convert(drafter, sharded, ConvertOptions(to="vllm", max_shard_bytes=4000))
+    push(cli, sharded)
+    before = set(hub.state.files("tester/drafter"))
+    assert any(f.startswith("model-0000") for f in before) and "model.safetensors.index.json" in before
+    commits = hub.state.commits_posted()
+    result = push(cli, drafter, "tester/drafter", "--json")
+    after = set(hub.state.files("tester/drafter"))
+    assert hub.state.commits_posted() == commits + 1
+    assert not any(f.startswith("model-0000") for f in after) and "model.safetensors.index.json" not in after
+    assert {"model.safetensors", ".gitattributes", "README.md"} <= after
+    assert sorted(json.loads(result.stdout)["commit"]["deleted"])[0].startswith("model-0000")
+
+
+def test_concurrent_push_is_refused_not_clobbered(cli, hub, drafter):
+    push(cli, drafter)
+    hub.state.on("POST", r"/preupload/", lambda: hub.state.advance_branch("tester/drafter"))
+    (drafter / "config.json").write_text((drafter / "config.json").read_text().replace('"silu"', '"silu" '))
+    result = push(cli, drafter, expect=1)
+    assert "another push landed first" in result.stderr
+    files = hub.state.files("tester/drafter")
+    assert files["other.txt"] == b"someone else"  # the other pusher's commit stands
+    assert b'"silu" ' not in files["config.json"]
+
+
+@pytest.mark.parametrize(
+    "status, code, fragment",
+    [
+        (401, None, "authentication failed (401)"),
+        (403, "GatedRepo", "gated"),
+        (403, None, "forbidden (403)"),
+        (404, "RepoNotFound", "not found"),
+        (429, None, "rate limited"),
+        (500, None, "server error (500)"),
+    ],
+)
+def test_hub_failures_are_clear_and_leave_the_branch_unchanged(cli, hub, drafter, status, code, fragment):
+    push(cli, drafter)
+    head = hub.state.head("tester/drafter")
+    (drafter / "config.json").write_text((drafter / "config.json").read_text().replace('"silu"', '"silu" '))
+    path = r"/api/whoami-v2" if status == 401 else r"/commit/" if status in (403, 404) else r"/preupload/"
+    hub.state.fail("GET" if status == 401 else "POST", path, status, error_code=code, times=10)
+    result = push(cli, drafter, expect=1)
+    assert result.stderr.startswith("error: ") and fragment in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1
+    assert hub.state.head("tester/drafter") == head
+
+
+def test_bad_token(cli, hub, drafter, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_WRONGtoken999")
+    result = cli("push", drafter, "tester/drafter", expect=1)
+    assert "authentication failed" in result.stderr and "hf_WRONGtoken999" not in result.stderr + result.stdout
+    assert "tester/drafter" not in hub.state.repos
+
+
+def test_offline_mode_makes_no_request(cli, hub, drafter, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    result = push(cli, drafter, expect=1)
+    assert "offline mode" in result.stderr
+    assert hub.state.log == []
+
+
+def test_invalid_drafter_is_refused_before_any_request(cli, hub, drafter):
+    from safetensors.torch import load_file, save_file
+
+    t = load_file(str(drafter / "model.safetensors"))
+    t.pop("layers.0.mlp.up_proj.weight")
+    save_file(t, str(drafter / "model.safetensors"))
+    result = push(cli, drafter, expect=1)
+    assert "refusing to publish" in result.stderr and "layers.0.mlp.up_proj.weight" in result.stderr
+    assert hub.state.log == []
+    push(cli, drafter, "tester/drafter", "--no-validate")  # the user's call, recorded in the card
+    assert b"not validated" in hub.state.files("tester/drafter")["README.md"]
+
+
+def test_dry_run_sends_nothing(cli, hub, drafter):
+    import hashlib
+
+    result = push(cli, drafter, "tester/drafter", "--dry-run")
+    assert hub.state.log == []
+    digest = hashlib.sha256((drafter / "model.safetensors").read_bytes()).hexdigest()
+    assert digest in result.stdout and "nothing sent (--dry-run)" in result.stdout
+    assert "base_model" in result.stdout or "library_name" in result.stdout  # the card is shown
+    data = json.loads(push(cli, drafter, "tester/drafter", "--dry-run", "--json").stdout)
+    assert {f["path"] for f in data["files"]} == {"config.json", "model.safetensors", "README.md"}
+    from eaglekit import schemas
+
+    assert schemas.check(data, "push.schema.json") == []
+
+
+def test_card_metadata_and_verify_figures(cli, hub, drafter):
+    report = {"target": "org/target", "acceptance_length": 2.345, "num_speculative_tokens": 3, "device": "cpu", "dtype": "float32",
+              "trajectory": {"per_position_rate": [0.7, 0.5, 0.3]}, "prompts": [{}, {}],
+              "checks": [{"name": "reference_parity", "passed": True, "detail": "bit-identical"}]}
+    (drafter / "eaglekit-verify.json").write_text(json.dumps(report))
+    push(cli, drafter, "tester/drafter", "--base-model", "org/target")
+    card = hub.state.files("tester/drafter")["README.md"].decode()
+    meta = card.split("---")[1]
+    assert "base_model: org/target" in meta and "eagle3" in meta and "speculative-decoding" in meta and "pipeline_tag: text-generation" in meta
+    assert "vllm serve org/target" in card and "**2.345**" in card and "passed: reference_parity" in card
+    assert "eaglekit-verify.json" in hub.state.files("tester/drafter")
+
+
+def test_existing_readme_is_kept_unless_overwritten(cli, hub, drafter):
+    (drafter / "README.md").write_text("# my own card\n")
+    push(cli, drafter)
+    assert hub.state.files("tester/drafter")["README.md"] == b"# my own card\n"
+    push(cli, drafter, "tester/drafter", "--overwrite-card")
+    assert b"vllm serve" in hub.state.files("tester/drafter")["README.md"]
+
+
+def test_no_token_at_all(cli, hub, drafter, monkeypatch):
+    monkeypatch.delenv("HF_TOKEN")
+    result = cli("push", drafter, "tester/drafter", expect=1)
+    assert "no Hub token" in result.stderr and hub.state.log == []
