@@ -28,9 +28,10 @@ eaglekit validate "$OUT/vllm" --engine vllm==0.32 --target "$TARGET"
 step eaglekit validate "$OUT/speculators" --engine vllm==0.24
 eaglekit validate "$OUT/speculators" --engine vllm==0.24 || echo "(exit $?: vLLM 0.24 drops speculators-format EAGLE 3.1 flags; use >= 0.25 or the vllm format)"
 
-step eaglekit verify "$OUT/vllm" --target SmolLM2 --reference "$DRAFTER" --min-acceptance-length 1.5
-eaglekit verify "$OUT/vllm" --target "$TARGET" --num-prompts 4 --max-new-tokens 64 --reference "$DRAFTER" \
-    --min-acceptance-length 1.5 --report "$OUT/vllm/eaglekit-verify.json"
+# Held-out prompts of the kind the drafter was trained on (examples/train_drafter.py keeps the last 20 aside).
+step eaglekit verify "$OUT/vllm" --target SmolLM2 --prompts examples/prompts-heldout.jsonl --num-prompts 8 --reference "$DRAFTER" --min-acceptance-length 1.5
+eaglekit verify "$OUT/vllm" --target "$TARGET" --prompts examples/prompts-heldout.jsonl --num-prompts 8 --max-new-tokens 64 \
+    --reference "$DRAFTER" --min-acceptance-length 1.5 --report "$OUT/vllm/eaglekit-verify.json"
 
 step eaglekit push "$OUT/vllm" your-name/SmolLM2-135M-Instruct-eagle3.1 --dry-run
 eaglekit push "$OUT/vllm" your-name/SmolLM2-135M-Instruct-eagle3.1 --base-model HuggingFaceTB/SmolLM2-135M-Instruct --dry-run

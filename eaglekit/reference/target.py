@@ -7,6 +7,7 @@ from a hook on the final norm's input.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -36,7 +37,10 @@ class TargetModel:
     @classmethod
     def load(cls, config: TargetConfig, *, device: str = "cpu", dtype: torch.dtype = torch.float32, device_map: str | None = None) -> "TargetModel":
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()  # eaglekit shows its own progress; loading bars garble reports and logs
+        hf_logging.set_verbosity_error()
         kwargs: dict = {"dtype": dtype}
         if config.gguf_file:
             try:
@@ -46,7 +50,15 @@ class TargetModel:
             kwargs["gguf_file"] = config.gguf_file
         if device_map:
             kwargs["device_map"] = device_map
-        model = AutoModelForCausalLM.from_pretrained(str(config.directory), **kwargs)
+        quiet = os.environ.get("TQDM_DISABLE")
+        os.environ["TQDM_DISABLE"] = "1"  # transformers' GGUF dequantisation bar ignores its own switch
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(config.directory), **kwargs)
+        finally:
+            if quiet is None:
+                os.environ.pop("TQDM_DISABLE", None)
+            else:
+                os.environ["TQDM_DISABLE"] = quiet
         if not device_map:
             model = model.to(device)
         model.eval()
