@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,6 +82,7 @@ class Call:
     aux: torch.Tensor | None  # [N, n*T] the raw fused input (first passes only)
     y: torch.Tensor  # [N, H] post-norm output
     step: int = 1  # 1 = first pass, k = k-th draft step
+    seconds: float = 0.0  # how long vLLM's drafter forward took
 
 
 @dataclass
@@ -89,6 +91,7 @@ class Recorder:
     pending_aux: torch.Tensor | None = None
     step: int = 0
     active: bool = False
+    started: float = 0.0
 
     def install(self, drafter_module) -> list:
         recorder = self
@@ -102,9 +105,13 @@ class Recorder:
 
         drafter_module.combine_hidden_states = combine
 
+        def pre_hook(module, args, kwargs):
+            recorder.started = time.perf_counter()
+
         def hook(module, args, kwargs, output):
             if not recorder.active:
                 return
+            seconds = time.perf_counter() - recorder.started
             ids = kwargs.get("input_ids", args[0] if args else None)
             positions = kwargs.get("positions", args[1] if len(args) > 1 else None)
             hidden = kwargs.get("hidden_states", args[2] if len(args) > 2 else None)
@@ -119,11 +126,13 @@ class Recorder:
                 n = 1  # one request at a time: one row per draft step
             recorder.calls.append(
                 Call(ids[:n].detach().clone(), positions[:n].detach().clone(), hidden[:n].detach().clone(),
-                     aux, y[:n].detach().clone(), recorder.step)
+                     aux, y[:n].detach().clone(), recorder.step, seconds)
             )
 
-        handle = drafter_module.register_forward_hook(hook, with_kwargs=True)
-        return [handle]
+        return [
+            drafter_module.register_forward_pre_hook(pre_hook, with_kwargs=True),
+            drafter_module.register_forward_hook(hook, with_kwargs=True),
+        ]
 
 
 def replay(model: ReferenceDrafter, calls: list[Call]) -> dict[int, dict[str, float]]:
@@ -141,7 +150,9 @@ def replay(model: ReferenceDrafter, calls: list[Call]) -> dict[int, dict[str, fl
             raise UnsupportedError("vLLM's drafter calls left a gap in the positions; cannot replay them")
         ids = torch.tensor([table[p][0] for p in positions])
         hid = torch.stack([table[p][1] for p in positions])
+        start = time.perf_counter()
         out = model.decode(ids, hid, torch.tensor(positions), model.causal_attend())
+        ours_seconds = time.perf_counter() - start
         ours = out.y[call.positions.to(torch.long)]
         theirs = call.y.to(model.device, model.dtype)
         our_logits, their_logits = model.draft_logits(ours).float(), model.draft_logits(theirs).float()
@@ -151,10 +162,12 @@ def replay(model: ReferenceDrafter, calls: list[Call]) -> dict[int, dict[str, fl
             "max_abs_logit_diff": float((our_logits - their_logits).abs().max()),
             "max_rel_logit_diff": float((our_logits - their_logits).abs().max() / our_logits.abs().max().clamp_min(1e-30)),
         }
-        entry = worst.setdefault(call.step, {k: 0.0 for k in diffs} | {"calls": 0})
+        entry = worst.setdefault(call.step, {k: 0.0 for k in diffs} | {"calls": 0, "vllm_seconds": 0.0, "reference_seconds": 0.0})
         for key, value in diffs.items():
             entry[key] = max(entry[key], value)
         entry["calls"] += 1
+        entry["vllm_seconds"] += call.seconds
+        entry["reference_seconds"] += ours_seconds  # note: the replay recomputes the whole prefix, vLLM only new rows
     return worst
 
 
@@ -244,9 +257,9 @@ def _compare(vllm, llm, verifier, model: ReferenceDrafter, results, options):
             mismatch = sum(1 for a, b in zip(generated, expected) if a != b) + abs(len(expected) - len(generated))
             output_mismatch += mismatch
             for step, entry in replay(model, recorder.calls).items():
-                worst = state_worst.setdefault(step, {k: 0.0 for k in entry} | {"calls": 0})
+                worst = state_worst.setdefault(step, {k: 0.0 for k in entry})
                 for key, value in entry.items():
-                    worst[key] = worst[key] + value if key == "calls" else max(worst[key], value)
+                    worst[key] = worst[key] + value if key in ("calls", "vllm_seconds", "reference_seconds") else max(worst[key], value)
             per_prompt.append({"id": prompt.id, "vllm": delta.to_dict(), "simulated": result.trajectory.to_dict(), "output_mismatches": mismatch})
     finally:
         for h in handles:

@@ -1,14 +1,20 @@
 """Precomputed target hidden states for ``verify --hidden-states``, so a drafter for a target that only a
 multi-GPU engine can run is verified on one machine.
 
-Two layouts, one safetensors file per sequence in a directory (or one file):
+Three layouts, one file per sequence in a directory (or one file):
 
 - eaglekit's own: ``input_ids`` [S] int64 and ``aux_hidden_states`` [S, n*T], the target's states at the
   drafter's aux layers (input-of-layer ids, ascending) concatenated; metadata ``aux_layer_ids`` ("2,30,58") and
   optionally ``prompt_len``;
 - vllm-project/speculators' data generation (``hs_{i}.safetensors``): ``token_ids`` [S] int64 and
   ``hidden_states`` [S, layers, T], the aux layers in ascending order followed by the target's last layer
-  (fp8 files with ``hidden_states_scales`` are dequantised).
+  (fp8 files with ``hidden_states_scales`` are dequantised);
+- SpecForge's ``scripts/prepare_hidden_states.py`` (``data_{i}.ckpt``, optionally gzipped): a plain torch dict
+  with ``input_ids`` [S], ``loss_mask`` [S] and ``aux_hidden_state`` [1, S, n*T], right-padded with token 0 (the
+  padding is trimmed; the prompt ends where ``loss_mask`` first turns on). Loaded with ``weights_only=True``.
+
+None of these record which target layers were captured except eaglekit's: for the others the drafter's ids
+are assumed, and only the width is checked.
 
 Acceptance is measured against the tokens in the files: it equals a greedy vLLM run's only where those tokens
 are the target's own greedy continuation (as EAGLE data generation usually regenerates them).
@@ -16,6 +22,7 @@ are the target's own greedy continuation (as EAGLE data generation usually regen
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,20 +42,63 @@ class StoredSequence:
     aux_layer_ids: tuple[int, ...] | None  # as recorded in the file, when it says
 
 
+SUFFIXES = (".safetensors", ".ckpt", ".ckpt.gz")
+
+
+def _number(p: Path) -> tuple:
+    digits = re.findall(r"\d+", p.name)
+    return (int(digits[-1]) if digits else -1, p.name)
+
+
 def _files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
     if not path.is_dir():
         raise CheckpointError(f"{path}: no such file or directory of hidden states")
-    files = sorted(path.glob("*.safetensors"), key=lambda p: (len(p.stem), p.stem))
+    files = sorted((p for p in path.rglob("*") if p.name.endswith(SUFFIXES)), key=_number)
     if not files:
-        raise CheckpointError(f"{path}: no .safetensors files of hidden states")
+        raise CheckpointError(f"{path}: no hidden-state files ({', '.join(SUFFIXES)})")
     return files
+
+
+def _specforge(file: Path, num_aux: int, hidden: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    import gzip
+    import io
+    import pickle
+
+    try:
+        if file.name.endswith(".gz"):
+            with gzip.open(file, "rb") as f:
+                data = torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
+        else:
+            data = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(f"{file}: refused to unpickle: it asks for more than plain tensors ({str(exc)[:120]})") from None
+    except (RuntimeError, OSError, EOFError) as exc:
+        raise CheckpointError(f"{file}: not a readable torch file ({type(exc).__name__})") from None
+    if not isinstance(data, dict) or not {"input_ids", "aux_hidden_state"} <= set(data):
+        raise CheckpointError(f"{file}: expected SpecForge's input_ids, loss_mask and aux_hidden_state")
+    tokens = data["input_ids"].reshape(-1)
+    aux = data["aux_hidden_state"].reshape(tokens.shape[0], -1)
+    mask = data.get("loss_mask")
+    mask = mask.reshape(-1) if isinstance(mask, torch.Tensor) else torch.ones_like(tokens)
+    end = tokens.shape[0]
+    while end > 1 and int(tokens[end - 1]) == 0 and int(mask[end - 1]) == 0:
+        end -= 1  # right padding of the batch the file was cut from
+    on = torch.nonzero(mask[:end]).flatten()
+    prompt_len = int(on[0]) if on.numel() and int(on[0]) > 0 else 1
+    return tokens[:end], aux[:end], prompt_len
 
 
 def read_sequences(path: str | Path, *, num_aux: int, hidden: int, limit: int | None = None) -> list[StoredSequence]:
     out = []
     for file in _files(Path(path))[:limit] if limit else _files(Path(path)):
+        if not file.name.endswith(".safetensors"):
+            tokens, aux, prompt_len = _specforge(file, num_aux, hidden)
+            ids = None
+            _check(file, tokens, aux, prompt_len, num_aux, hidden)
+            out.append(StoredSequence(file.name.split(".")[0], tokens.to(torch.int64), aux, prompt_len, ids))
+            continue
         header = read_header(file)  # validated before the library maps it
         names = set(header.entries)
         with safe_open(str(file), framework="pt") as f:
@@ -69,12 +119,16 @@ def read_sequences(path: str | Path, *, num_aux: int, hidden: int, limit: int | 
                 ids, prompt_len = None, 1
             else:
                 raise CheckpointError(f"{file}: expected input_ids + aux_hidden_states (eaglekit) or token_ids + hidden_states (speculators)")
-        if tokens.dim() != 1 or tokens.dtype not in (torch.int64, torch.int32) or aux.shape != (tokens.shape[0], num_aux * hidden):
-            raise CheckpointError(f"{file}: token ids {list(tokens.shape)} and aux states {list(aux.shape)} do not fit [S] and [S, {num_aux * hidden}]")
-        if not 1 <= prompt_len < tokens.shape[0]:
-            raise CheckpointError(f"{file}: prompt_len {prompt_len} outside 1..{tokens.shape[0] - 1}")
+        _check(file, tokens, aux, prompt_len, num_aux, hidden)
         out.append(StoredSequence(file.stem, tokens.to(torch.int64), aux, prompt_len, ids))
     return out
+
+
+def _check(file: Path, tokens: torch.Tensor, aux: torch.Tensor, prompt_len: int, num_aux: int, hidden: int) -> None:
+    if tokens.dim() != 1 or tokens.dtype not in (torch.int64, torch.int32) or tuple(aux.shape) != (tokens.shape[0], num_aux * hidden):
+        raise CheckpointError(f"{file}: token ids {list(tokens.shape)} and aux states {list(aux.shape)} do not fit [S] and [S, {num_aux * hidden}]")
+    if not 1 <= prompt_len < tokens.shape[0]:
+        raise CheckpointError(f"{file}: prompt_len {prompt_len} outside 1..{tokens.shape[0] - 1}")
 
 
 def write_sequence(path: Path, tokens: torch.Tensor, aux: torch.Tensor, aux_layer_ids: tuple[int, ...], prompt_len: int) -> None:

@@ -171,6 +171,12 @@ def stored_states(pair, directory: Path, layout: str) -> list:
         aux, _ = target.aux_states(tokens, ids)
         if layout == "eaglekit":
             write_sequence(directory / f"seq{i}.safetensors", tokens, aux, ids, len(prompt))
+        elif layout == "specforge":  # a padded batch row: prompt masked out, response in the loss, zero padding
+            pad = 5
+            mask = torch.cat([torch.zeros(len(prompt)), torch.ones(tokens.shape[0] - len(prompt)), torch.zeros(pad)]).long()
+            torch.save({"input_ids": torch.cat([tokens, torch.zeros(pad, dtype=torch.long)]), "loss_mask": mask,
+                        "aux_hidden_state": torch.cat([aux, torch.zeros(pad, aux.shape[1])])[None],
+                        "hidden_state": torch.zeros(1, tokens.shape[0] + pad, 64)}, directory / f"data_{i}.ckpt")
         else:  # speculators: [S, layers, T], the aux layers then the last one; no prompt length recorded
             last, _ = target.aux_states(tokens, (8,))
             states = torch.stack([*aux.split(64, dim=-1), last], dim=1)
@@ -179,7 +185,7 @@ def stored_states(pair, directory: Path, layout: str) -> list:
     return out
 
 
-@pytest.mark.parametrize("layout", ["eaglekit", "speculators"])
+@pytest.mark.parametrize("layout", ["eaglekit", "speculators", "specforge"])
 def test_verify_from_stored_hidden_states(pair, tmp_path, layout):
     from eaglekit import dialects
     from eaglekit.reference.model import ReferenceDrafter, weights_for
@@ -193,7 +199,7 @@ def test_verify_from_stored_hidden_states(pair, tmp_path, layout):
     with dialects.load(pair["drafter"]) as loaded:
         model = ReferenceDrafter(loaded.drafter, weights_for(loaded, target_embed=target.embed_weight, target_lm_head=target.lm_head_weight))
     for (prompt, tokens, aux), got in zip(stored, report["prompts"]):
-        p = len(prompt) if layout == "eaglekit" else 1
+        p = len(prompt) if layout in ("eaglekit", "specforge") else 1
         expected = simulate(model, Prompt("x", "x", tokens[:p].tolist()), tokens, aux, 3, tokens.shape[0] - p, None)
         assert got["every_position"] == expected.every_position.to_dict()
     assert report["every_position"]["acceptance_length"] > 1.5

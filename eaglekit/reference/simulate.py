@@ -65,7 +65,11 @@ def draft_chains(model: ReferenceDrafter, tokens: torch.Tensor, aux: torch.Tenso
 
     With ``teacher`` the chain at j is fed the sequence's own tokens x_{j+k} instead of its drafts (training-time
     test, as EAGLE 3 trains); the fed-back hidden state is still the drafter's own."""
-    first = first_pass(model, tokens, aux)
+    return chains_from(model, first_pass(model, tokens, aux), tokens, starts, k, teacher=teacher)
+
+
+def chains_from(model: ReferenceDrafter, first: StepOutput, tokens: torch.Tensor, starts: torch.Tensor, k: int, *, teacher: bool = False) -> Chains:
+    """The chains of ``draft_chains`` from an already computed first pass (its KV is shared by every chain)."""
     starts = starts.to(model.device)
     tokens = tokens.to(model.device)
     y = first.y[starts]
