@@ -64,6 +64,7 @@ def main() -> None:
     ap.add_argument("--workdir", default=str(Path(__file__).parent / "out"))
     ap.add_argument("--keep", action="store_true", help="keep the synthetic drafters for the next run")
     ap.add_argument("--only", choices=list(SHAPES), action="append")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of convert and cp, medians reported")
     args = ap.parse_args()
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -76,15 +77,22 @@ def main() -> None:
         r = probe("inspect", src=str(src))
         print(f"  inspect            {r['seconds'] * 1000:8.1f} ms   peak RSS {r['peak_rss_mb']:6.0f} MB (+{r['peak_rss_mb'] - base['peak_rss_mb']:.0f} over imports)")
         out = work / f"{kind}-vllm"
-        subprocess.run(["sync"], check=True)
-        r = probe("convert", src=str(src), out=str(out))
         cp_target = work / f"{kind}-cp"
-        shutil.rmtree(cp_target, ignore_errors=True)
-        cp = timed(["cp", "-r", str(src), str(cp_target)])
-        shutil.rmtree(cp_target, ignore_errors=True)
-        cp_sync = timed(["bash", "-c", f"cp -r {src} {cp_target} && sync"])
-        shutil.rmtree(cp_target, ignore_errors=True)
-        print(f"  convert -> vllm    {r['seconds']:8.2f} s    peak RSS {r['peak_rss_mb']:6.0f} MB (+{r['peak_rss_mb'] - base['peak_rss_mb']:.0f} over imports)")
+        converts, cps, cp_syncs = [], [], []
+        for _ in range(args.repeat):  # page-cache state moves single runs by 2x: interleave and take medians
+            shutil.rmtree(out, ignore_errors=True)
+            subprocess.run(["sync"], check=True)
+            converts.append(probe("convert", src=str(src), out=str(out)))
+            shutil.rmtree(cp_target, ignore_errors=True)
+            subprocess.run(["sync"], check=True)
+            cps.append(timed(["cp", "-r", str(src), str(cp_target)]))
+            shutil.rmtree(cp_target, ignore_errors=True)
+            subprocess.run(["sync"], check=True)
+            cp_syncs.append(timed(["bash", "-c", f"cp -r {src} {cp_target} && sync"]))
+            shutil.rmtree(cp_target, ignore_errors=True)
+        r = sorted(converts, key=lambda x: x["seconds"])[len(converts) // 2]
+        cp, cp_sync = sorted(cps)[len(cps) // 2], sorted(cp_syncs)[len(cp_syncs) // 2]
+        print(f"  convert -> vllm    {r['seconds']:8.2f} s    (median of {args.repeat})    peak RSS {r['peak_rss_mb']:6.0f} MB (+{r['peak_rss_mb'] - base['peak_rss_mb']:.0f} over imports)")
         print(f"  cp -r              {cp:8.2f} s    (cp -r + sync {cp_sync:.2f} s; convert fsyncs its output)")
         print(f"  convert / cp       {r['seconds'] / cp:8.2f} x    (/ cp+sync {r['seconds'] / cp_sync:.2f} x)")
         r = probe("scan", src=str(out))

@@ -1,0 +1,10 @@
+"""Run every benchmark and print their figures (`make bench`). Not part of the tests."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+for script in ("io_bench.py", "verify_bench.py"):
+    print(f"\n=== {script}", flush=True)
+    subprocess.run([sys.executable, str(HERE / script)], check=True)
