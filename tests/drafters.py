@@ -338,3 +338,32 @@ def write_tiny_mla_target(directory: Path, *, layers: int = 8, hidden: int = 64,
                 p.mul_(0.3)
     model.save_pretrained(directory, safe_serialization=True)
     return directory
+
+
+# -- helpers shared by the tests ------------------------------------------------------------------------------
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal dtype, shape and bytes (NaN-safe, unlike ==)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype == torch.bool:
+        return torch.equal(a, b)
+    return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+
+
+def edit_tensors(src: Path, fn) -> Path:
+    """Rewrite a checkpoint's model.safetensors through ``fn(dict)`` (in place: for test fixtures only)."""
+    from safetensors.torch import load_file
+
+    t = load_file(str(src / "model.safetensors"))
+    fn(t)
+    save_file(t, str(src / "model.safetensors"))
+    return src
+
+
+def edit_config(src: Path, fn) -> Path:
+    cfg = json.loads((src / "config.json").read_text())
+    fn(cfg)
+    (src / "config.json").write_text(json.dumps(cfg))
+    return src

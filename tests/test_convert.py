@@ -11,6 +11,9 @@ from safetensors.torch import load_file, save_file
 
 from drafters import (
     Dims,
+    edit_config,
+    edit_tensors,
+    same_bits,
     default_input_ids,
     mla_dims,
     write_automodel,
@@ -58,12 +61,6 @@ REFUSED = {
 }
 
 
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if a.dtype == torch.bool:
-        return torch.equal(a, b)
-    return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
 
 
 def read_all(path: Path) -> dict[str, torch.Tensor]:
@@ -314,31 +311,21 @@ def test_round_trips_between_every_pair_of_writers(tmp_path, kind):
 # -- refusals and errors ---------------------------------------------------------------------------------------
 
 
-def break_tensors(src: Path, fn) -> Path:
-    t = load_file(str(src / "model.safetensors"))
-    fn(t)
-    save_file(t, str(src / "model.safetensors"))
-    return src
 
 
-def break_config(src: Path, fn) -> Path:
-    cfg = json.loads((src / "config.json").read_text())
-    fn(cfg)
-    (src / "config.json").write_text(json.dumps(cfg))
-    return src
 
 
 BROKEN = {
-    "unknown tensor": (lambda p: break_tensors(write_vllm(p, Dims()), lambda t: t.update({"mystery.weight": torch.zeros(2)})), "unknown tensor mystery.weight"),
-    "missing tensor": (lambda p: break_tensors(write_vllm(p, Dims()), lambda t: t.pop("layers.0.mlp.up_proj.weight")), "missing tensor layers.0.mlp.up_proj.weight"),
-    "fc width": (lambda p: break_tensors(write_vllm(p, Dims()), lambda t: t.update({"fc.weight": torch.zeros(16, 32)})), r"fc.weight has shape \[16, 32\], expected \[16, 48\]"),
-    "q in-features": (lambda p: break_tensors(write_vllm(p, Dims()), lambda t: t.update({"layers.0.self_attn.q_proj.weight": torch.zeros(16, 16)})), r"q_proj.weight has shape \[16, 16\], expected \[16, 32\]"),
+    "unknown tensor": (lambda p: edit_tensors(write_vllm(p, Dims()), lambda t: t.update({"mystery.weight": torch.zeros(2)})), "unknown tensor mystery.weight"),
+    "missing tensor": (lambda p: edit_tensors(write_vllm(p, Dims()), lambda t: t.pop("layers.0.mlp.up_proj.weight")), "missing tensor layers.0.mlp.up_proj.weight"),
+    "fc width": (lambda p: edit_tensors(write_vllm(p, Dims()), lambda t: t.update({"fc.weight": torch.zeros(16, 32)})), r"fc.weight has shape \[16, 32\], expected \[16, 48\]"),
+    "q in-features": (lambda p: edit_tensors(write_vllm(p, Dims()), lambda t: t.update({"layers.0.self_attn.q_proj.weight": torch.zeros(16, 16)})), r"q_proj.weight has shape \[16, 16\], expected \[16, 32\]"),
     "fc_norm with norm_before_fc": (lambda p: write_vllm(p, Dims(fc_norm=True, norm_before_fc=True)), "fc_norm and norm_before_fc are both true"),
-    "fc_norm without tensors": (lambda p: break_tensors(write_vllm(p, Dims(fc_norm=True)), lambda t: [t.pop(f"fc_norm.{i}.weight") for i in range(3)]), r"missing tensor fc_norm.0.weight \(required by fc_norm: true\)"),
-    "fc_norm tensors without flag": (lambda p: break_config(write_vllm(p, Dims(fc_norm=True)), lambda c: c.update(fc_norm=False)), "fc_norm.\\* tensors are present but fc_norm is not true"),
+    "fc_norm without tensors": (lambda p: edit_tensors(write_vllm(p, Dims(fc_norm=True)), lambda t: [t.pop(f"fc_norm.{i}.weight") for i in range(3)]), r"missing tensor fc_norm.0.weight \(required by fc_norm: true\)"),
+    "fc_norm tensors without flag": (lambda p: edit_config(write_vllm(p, Dims(fc_norm=True)), lambda c: c.update(fc_norm=False)), "fc_norm.\\* tensors are present but fc_norm is not true"),
     "duplicate ids": (lambda p: write_vllm(p, Dims(), ids=[2, 2, 5]), r"aux layer ids \[2, 2, 5\] repeat a layer"),
     "negative ids": (lambda p: write_vllm(p, Dims(), ids=[-1, 2, 5]), "outside"),
-    "d2t out of order": (lambda p: break_tensors(write_vllm(p, Dims()), lambda t: t.update({"d2t": t["d2t"].flip(0)})), "not strictly increasing"),
+    "d2t out of order": (lambda p: edit_tensors(write_vllm(p, Dims()), lambda t: t.update({"d2t": t["d2t"].flip(0)})), "not strictly increasing"),
 }
 
 

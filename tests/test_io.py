@@ -13,6 +13,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from drafters import same_bits
 from eaglekit.errors import CheckpointError, OutputExistsError, UsageError
 from eaglekit.io import Checkpoint, TensorPlan, atomic_directory, parse_size, write_checkpoint_tensors
 from eaglekit.io import dtypes
@@ -34,12 +35,6 @@ def every_dtype() -> dict[str, torch.Tensor]:
     return out
 
 
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if a.dtype == torch.bool:
-        return torch.equal(a, b)
-    return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
 
 
 def plans(tensors: dict[str, torch.Tensor]) -> list[TensorPlan]:

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
-from drafters import Dims, mla_dims, write_specforge, write_speculators, write_torchspec, write_vllm
+from drafters import Dims, mla_dims, same_bits, write_specforge, write_speculators, write_torchspec, write_vllm
 from eaglekit import dialects
 from eaglekit.convert import ConvertOptions, convert
 from eaglekit.errors import EaglekitError, UnsupportedError
@@ -116,10 +116,6 @@ def write_source(root: Path, dims: Dims, source: str, norm_output: bool) -> Path
     return write_torchspec(root, dims, norm_output=norm_output)
 
 
-def same_bits(a, b):
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    return torch.equal(a, b) if a.dtype == torch.bool else torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
 
 
 @SETTINGS

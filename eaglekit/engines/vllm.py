@@ -270,7 +270,7 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             "engine.aux_ids",
             "error",
             f"the drafter fuses target layers {list(intended_ids)} (input-of-layer)",
-            f"captures the default layers {list(captured)} instead{hint}: acceptance collapses",
+            f"captures the default layers {list(captured)} instead{hint}: the drafter sees other layers than it was trained on",
             "eagle_aux_hidden_state_layer_ids",
         )
     elif source != "default" and intended_ids is not None and captured != intended_ids:
@@ -281,7 +281,7 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             "engine.aux_ids",
             "error",
             f"the drafter fuses target layers {list(intended_ids)} (input-of-layer)",
-            f"captures layers {list(captured)} from {source.replace('_', '-')} ids instead{why}: acceptance collapses",
+            f"captures layers {list(captured)} from {source.replace('_', '-')} ids instead{why}: the drafter sees other layers than it was trained on",
             "eagle_aux_hidden_state_layer_ids",
         )
     elif source == "default" and captured is None and intended_ids is not None:
@@ -294,7 +294,7 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             severity,
             f"the drafter fuses target layers {list(intended_ids)} (input-of-layer)",
             f"captures its default (2, L//2, L-3) instead{hint}; "
-            + ("that matches only for the right target depth (pass --target)" if severity == "warning" else "no target depth gives these ids: acceptance collapses"),
+            + ("that matches only for the right target depth (pass --target)" if severity == "warning" else "no target depth gives these ids: the drafter sees other layers than it was trained on"),
             "eagle_aux_hidden_state_layer_ids",
         )
     elif source == "default" and intended.aux.ids is None:
