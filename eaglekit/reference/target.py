@@ -7,7 +7,8 @@ from a hook on the final norm's input.
 
 from __future__ import annotations
 
-import os
+import contextlib
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -16,6 +17,22 @@ from ..errors import MissingDependencyError, UnsupportedError
 from ..target import TargetConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@contextlib.contextmanager
+def _quiet_gguf_loader():
+    """transformers' GGUF dequantisation shows its own tqdm bar with no switch; eaglekit's output stays clean."""
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:
+        yield
+        return
+    original = gguf_utils.tqdm
+    gguf_utils.tqdm = functools.partial(original, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
 
 
 def pick_device(device: str) -> str:
@@ -50,15 +67,8 @@ class TargetModel:
             kwargs["gguf_file"] = config.gguf_file
         if device_map:
             kwargs["device_map"] = device_map
-        quiet = os.environ.get("TQDM_DISABLE")
-        os.environ["TQDM_DISABLE"] = "1"  # transformers' GGUF dequantisation bar ignores its own switch
-        try:
+        with _quiet_gguf_loader():
             model = AutoModelForCausalLM.from_pretrained(str(config.directory), **kwargs)
-        finally:
-            if quiet is None:
-                os.environ.pop("TQDM_DISABLE", None)
-            else:
-                os.environ["TQDM_DISABLE"] = quiet
         if not device_map:
             model = model.to(device)
         model.eval()
