@@ -1,10 +1,15 @@
-"""The only module that talks to the Hugging Face Hub.
+"""The only module in eaglekit that talks to the Hugging Face Hub.
 
-One push = one ``HfApi.create_commit`` (never ``upload_folder``, which may split into several commits), with
-``parent_commit`` so that a concurrent push is refused rather than clobbered, and stale weight files deleted in
-the same commit. The endpoint and token are explicit arguments, defaulting to ``HF_ENDPOINT`` / ``HF_TOKEN``
-read at call time (huggingface_hub freezes ``HF_ENDPOINT`` at import). Every failure becomes a one-line
-``HubError``; the token never appears in it.
+One publish is one ``HfApi.create_commit`` (never ``upload_folder``, which may split a push into several commits
+when ``hf_xet`` is installed), made with ``parent_commit`` so that a concurrent push to the same branch is refused
+by the Hub rather than clobbered, and with stale weight shards deleted in that same commit.
+
+The endpoint and token are explicit arguments that default to ``HF_ENDPOINT`` / ``huggingface_hub.get_token()``
+*at call time*: huggingface_hub itself freezes ``HF_ENDPOINT`` into ``constants.ENDPOINT`` at import. Every
+failure becomes a one-line :class:`~eaglekit.errors.HubError` whose message never contains the token.
+
+Nothing here imports torch or other eaglekit modules (only ``eaglekit.errors`` and the version), and
+huggingface_hub is imported lazily, so computing an upload plan (sizes, sha256) needs no Hub client at all.
 """
 
 from __future__ import annotations
@@ -13,143 +18,353 @@ import hashlib
 import os
 import re
 import sys
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from . import __version__
-from .errors import HubError
+from .errors import HubError, UsageError
+
+__all__ = [
+    "DEFAULT_BRANCH",
+    "DEFAULT_ENDPOINT",
+    "PublishResult",
+    "UploadFile",
+    "is_weight_file",
+    "publish",
+    "resolve_endpoint",
+    "resolve_token",
+]
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
-WEIGHT_FILE = re.compile(r"(\.safetensors|\.bin|\.safetensors\.index\.json|\.bin\.index\.json)$")
+DEFAULT_BRANCH = "main"  # huggingface_hub sends PRs and revision-less commits to "main" too
+_CHUNK = 8 * 2**20  # bytes read at a time when hashing local files
+
+# Weight files that a new upload *replaces* (deleted when absent from it). Top level only, and `.bin` only under
+# the names transformers and the EAGLE repos give weights: `training_args.bin`, `optimizer.bin` and friends are
+# not weights and must survive a push.
+_WEIGHT_FILE = re.compile(
+    r"[^/]+\.safetensors"
+    r"|(?:pytorch_model|model)(?:-\d+-of-\d+)?\.bin"
+    r"|[^/]+\.(?:safetensors|bin)\.index\.json"
+)
+_COMMIT_OID = re.compile(r"[0-9a-f]{40}")
+
+
+def is_weight_file(path_in_repo: str) -> bool:
+    """True for the files ``publish(delete_stale=True)`` may delete: top-level weight shards and their indexes."""
+    return _WEIGHT_FILE.fullmatch(path_in_repo) is not None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What to upload
+# ---------------------------------------------------------------------------------------------------------------
 
 
 @dataclass
 class UploadFile:
-    """One file of a push: from disk (``local_path``) or generated (``data``)."""
+    """One file of a push, read from disk (``local_path``) or generated in memory (``data``): exactly one of them.
+
+    Files are assumed not to change while a push runs: ``sha256`` and ``git_sha1`` are computed once.
+    """
 
     path_in_repo: str
     local_path: Path | None = None
     data: bytes | None = None
 
+    def __post_init__(self) -> None:
+        if (self.local_path is None) == (self.data is None):
+            raise ValueError(f"{self.path_in_repo}: give exactly one of local_path and data")
+        if self.local_path is not None:
+            self.local_path = Path(self.local_path)
+        path = self.path_in_repo.replace("\\", "/")  # a Windows relative path
+        if path.startswith("/") or any(part in ("", ".", "..") for part in path.split("/")):
+            raise ValueError(f"{self.path_in_repo!r}: not a relative file path inside a repository")
+        self.path_in_repo = path
+
     @property
     def size(self) -> int:
-        return len(self.data) if self.data is not None else Path(self.local_path).stat().st_size
+        """Size in bytes."""
+        if self.data is not None:
+            return len(self.data)
+        assert self.local_path is not None
+        return self.local_path.stat().st_size
+
+    def _chunks(self) -> Iterator[bytes]:
+        if self.data is not None:
+            yield self.data
+            return
+        assert self.local_path is not None
+        with open(self.local_path, "rb") as f:
+            while block := f.read(_CHUNK):
+                yield block
 
     @cached_property
     def sha256(self) -> str:
+        """Hex sha256 of the content (what the Hub stores as an LFS/Xet file's oid). Streamed, never all in RAM."""
         digest = hashlib.sha256()
-        if self.data is not None:
-            digest.update(self.data)
-        else:
-            with open(self.local_path, "rb") as f:
-                for block in iter(lambda: f.read(16 * 2**20), b""):
-                    digest.update(block)
+        for block in self._chunks():
+            digest.update(block)
         return digest.hexdigest()
 
-    def operation(self):
+    @cached_property
+    def git_sha1(self) -> str:
+        """Git blob id of the content (what the Hub reports as the oid of a regular, non-LFS file)."""
+        digest = hashlib.sha1(b"blob %d\0" % self.size)
+        for block in self._chunks():
+            digest.update(block)
+        return digest.hexdigest()
+
+    def operation(self) -> Any:
+        """A fresh ``CommitOperationAdd`` (the client mutates these and refuses to reuse a committed one)."""
         from huggingface_hub import CommitOperationAdd
 
-        return CommitOperationAdd(self.path_in_repo, self.data if self.data is not None else str(self.local_path))
+        source = self.data if self.data is not None else str(self.local_path)
+        return CommitOperationAdd(path_in_repo=self.path_in_repo, path_or_fileobj=source)
 
 
 @dataclass
 class PublishResult:
+    """What a publish did. ``unchanged``: the target already held these exact files, so no commit was made."""
+
     repo_id: str
-    revision: str
+    revision: str  # the branch committed to, or "refs/pr/N" for a new pull request
     commit_url: str | None
     commit_oid: str | None
     pr_url: str | None = None
     pr_num: int | None = None
     created_repo: bool = False
+    created_branch: bool = False
     deleted: list[str] = field(default_factory=list)
     unchanged: bool = False
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def resolve_endpoint(endpoint: str | None) -> str:
-    return (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+# ---------------------------------------------------------------------------------------------------------------
+# Endpoint and token
+# ---------------------------------------------------------------------------------------------------------------
 
 
-def resolve_token(token: str | None) -> str | None:
+def resolve_endpoint(endpoint: str | None = None) -> str:
+    """The explicit endpoint, else ``HF_ENDPOINT`` read now, else https://huggingface.co (no trailing slash)."""
+    value = (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).strip().rstrip("/")
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise UsageError(f"{_display(value)}: not a Hub endpoint URL (expected http(s)://host)")
+    return value
+
+
+def resolve_token(token: str | None = None) -> str | None:
+    """The explicit token, else whatever ``huggingface_hub.get_token()`` finds now (HF_TOKEN, ``hf auth login``...)."""
     if token:
-        return token
+        return token.strip()
     from huggingface_hub import get_token
 
-    return get_token()
+    try:
+        return get_token()
+    except Exception as exc:  # e.g. OIDCError when HF_OIDC_RESOURCE is set but no id token can be had
+        raise HubError(f"cannot obtain a Hub token ({type(exc).__name__}): pass --token or set HF_TOKEN") from None
+
+
+def _display(endpoint: str) -> str:
+    """The endpoint without any user:password@ part, for messages."""
+    parts = urlsplit(endpoint)
+    if "@" not in parts.netloc:
+        return endpoint
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
 def _offline() -> bool:
+    # The same test huggingface_hub's request hook applies (it refuses every request, loopback included).
     from huggingface_hub import constants
 
-    return bool(constants.HF_HUB_OFFLINE) or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    is_offline = getattr(constants, "is_offline_mode", None)
+    return bool(is_offline() if callable(is_offline) else constants.HF_HUB_OFFLINE)
 
 
-def _status(exc) -> int | None:
+# ---------------------------------------------------------------------------------------------------------------
+# Error mapping
+# ---------------------------------------------------------------------------------------------------------------
+
+_TOKENISH = re.compile(r"\bhf_[A-Za-z0-9]{8,}")  # any Hub token, whoever's: never in a message
+_CHECKING_TOKEN = "checking the token"
+_COMMITTING = "uploading and committing"
+
+
+@dataclass
+class _Context:
+    """What a failure message needs: where we were and what must never be printed."""
+
+    repo_id: str
+    endpoint: str
+    token: str | None
+    revision: str = DEFAULT_BRANCH
+    stage: str = "starting"
+
+    def scrub(self, text: object) -> str:
+        text = " ".join(str(text).split())
+        if self.token:
+            text = text.replace(self.token, "***")
+        return _TOKENISH.sub("***", text)
+
+    def error(self, message: str) -> HubError:
+        return HubError(self.scrub(message))
+
+
+def _status(exc: BaseException) -> int | None:
     response = getattr(exc, "response", None)
-    return getattr(response, "status_code", None)
+    status = getattr(response, "status_code", None)
+    return status if isinstance(status, int) else None
 
 
-def _clean(text: str, token: str | None) -> str:
-    text = " ".join(str(text).split())
-    if token:
-        text = text.replace(token, "***")
-    return re.sub(r"hf_[A-Za-z0-9]{8,}", "***", text)[:300]
+def _header(exc: BaseException, name: str) -> str | None:
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    try:
+        return headers.get(name) if headers is not None else None
+    except Exception:
+        return None
+
+
+def _describe_http(exc: BaseException, ctx: _Context) -> str:
+    from huggingface_hub import errors as hub_errors
+
+    status = _status(exc)
+    code = _header(exc, "X-Error-Code")
+    request_id = getattr(exc, "request_id", None) or _header(exc, "X-Request-Id")
+    rid = f" (request id {request_id})" if request_id else ""
+    where = f"while {ctx.stage}"
+    repo = ctx.repo_id
+    if isinstance(exc, hub_errors.GatedRepoError) or code == "GatedRepo":
+        return f"{repo}: access is gated ({status} GatedRepo) {where}: request access on the Hub, or use a token that has it"
+    if isinstance(exc, hub_errors.RevisionNotFoundError) or code == "RevisionNotFound":
+        return f"{repo}: revision {ctx.revision!r} not found ({status} RevisionNotFound) {where}"
+    if status == 401:
+        # The client turns a 401 on a repo URL into RepositoryNotFoundError; the status is what matters here.
+        if ctx.stage == _CHECKING_TOKEN:
+            return f"authentication failed (401): {_display(ctx.endpoint)} rejected the token; check --token / HF_TOKEN"
+        return (
+            f"authentication failed (401) {where}: the token was rejected, or cannot see {repo}; "
+            "check --token / HF_TOKEN"
+        )
+    if isinstance(exc, hub_errors.RepositoryNotFoundError) or code == "RepoNotFound":
+        return f"{repo}: repository not found, or not visible to this token ({status} RepoNotFound) {where}"
+    if status == 403:
+        return f"{repo}: forbidden (403) {where}: this token may not write to {repo} (it needs write access){rid}"
+    if status == 404:
+        return f"{repo}: not found (404) {where}{rid}"
+    if status in (409, 412) and ctx.stage == _COMMITTING:
+        return (
+            f"{repo}: {ctx.revision} moved while pushing ({status}): another push landed first and nothing was "
+            f"committed; run the push again"
+        )
+    if status == 429:
+        return f"{repo}: rate limited by the Hub (429) {where}: retry later{rid}"
+    if status is not None and status >= 500:
+        return f"{_display(ctx.endpoint)}: Hub server error ({status}) {where}: retry later{rid}"
+    detail = getattr(exc, "server_message", None) or _header(exc, "X-Error-Message") or ""
+    detail = f": {ctx.scrub(detail)[:200]}" if detail else ""
+    return f"{repo}: Hub request failed ({status}) {where}{detail}{rid}"
+
+
+def _translate(exc: BaseException, ctx: _Context) -> BaseException | None:
+    """The eaglekit error for a failure raised by huggingface_hub or its transport, None when it is not one."""
+    from huggingface_hub import errors as hub_errors
+    from huggingface_hub.utils import HFValidationError
+    from huggingface_hub.utils import httpx as transport  # httpx on 1.x, httpx2 on 2.x
+
+    if isinstance(exc, (HubError, UsageError)):
+        return exc
+    if isinstance(exc, hub_errors.OfflineModeIsEnabled):
+        return ctx.error("offline mode is on (HF_HUB_OFFLINE=1): publishing needs the Hub; unset HF_HUB_OFFLINE")
+    if isinstance(exc, hub_errors.LocalTokenNotFoundError):
+        return ctx.error("no Hub token: pass --token, set HF_TOKEN, or run `hf auth login`")
+    if isinstance(exc, hub_errors.HfHubHTTPError):
+        return ctx.error(_describe_http(exc, ctx))
+    if isinstance(exc, transport.TransportError):  # refused, DNS, TLS, timeouts (after the client's own retries)
+        return ctx.error(
+            f"cannot reach the Hub at {_display(ctx.endpoint)} while {ctx.stage} ({type(exc).__name__}): "
+            "check the network, --endpoint / HF_ENDPOINT"
+        )
+    if isinstance(exc, HFValidationError):
+        return UsageError(ctx.scrub(f"{ctx.repo_id}: {exc}"))
+    # LFS uploads run in worker threads and come back as RuntimeError("Error while uploading 'x' to the Hub.")
+    # chained to the HTTP or transport error: report the cause.
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and cause is not exc:
+        translated = _translate(cause, ctx)
+        if translated is not None:
+            return translated
+    if ctx.stage == _COMMITTING and (
+        isinstance(exc, RuntimeError) or (isinstance(exc, ValueError) and str(exc).startswith("LFS batch"))
+    ):
+        return ctx.error(f"{ctx.repo_id}: upload failed while {ctx.stage}: {ctx.scrub(exc)[:300]}")
+    return None
 
 
 @contextmanager
-def _hub_errors(repo_id: str, endpoint: str, token: str | None):
-    """Map every huggingface_hub / transport failure to one clean HubError line."""
-    from huggingface_hub import errors as hub_errors
-
+def _hub_errors(ctx: _Context) -> Iterator[None]:
+    """Turn Hub failures into one clean HubError line. ``from None``: the chained exception would carry URLs and
+    server text into tracebacks, and the message already says what matters. Anything else propagates as is."""
     try:
         yield
-    except HubError:
-        raise
-    except hub_errors.OfflineModeIsEnabled:
-        raise HubError("offline mode is on (HF_HUB_OFFLINE): eaglekit push needs the network") from None
-    except hub_errors.GatedRepoError:
-        raise HubError(f"{repo_id}: access is gated (403 GatedRepo): request access on the Hub or use another token") from None
-    except hub_errors.RevisionNotFoundError:
-        raise HubError(f"{repo_id}: revision not found (404 RevisionNotFound)") from None
-    except hub_errors.RepositoryNotFoundError:
-        raise HubError(f"{repo_id}: repository not found or not visible to this token (404 RepoNotFound)") from None
-    except hub_errors.HfHubHTTPError as exc:
-        status = _status(exc)
-        request_id = getattr(exc, "request_id", None)
-        rid = f", request id {request_id}" if request_id else ""
-        if status == 401:
-            raise HubError(f"{endpoint}: authentication failed (401): check --token / HF_TOKEN") from None
-        if status == 403:
-            raise HubError(f"{repo_id}: forbidden (403): this token may not write here{rid}") from None
-        if status == 404:
-            raise HubError(f"{repo_id}: not found (404){rid}") from None
-        if status in (409, 412):
-            raise HubError(f"{repo_id}: the branch moved while pushing ({status}): another push landed first; nothing was committed, run again") from None
-        if status == 429:
-            raise HubError(f"{repo_id}: rate limited by the Hub (429): retry later{rid}") from None
-        if status is not None and status >= 500:
-            raise HubError(f"{endpoint}: Hub server error ({status}){rid}: retry later") from None
-        raise HubError(f"{repo_id}: Hub request failed ({status}): {_clean(exc, token)}") from None
-    except (OSError, ConnectionError) as exc:
-        raise HubError(f"{endpoint}: cannot reach the Hub ({type(exc).__name__}: {_clean(exc, token)})") from None
     except Exception as exc:
-        if "httpx" in type(exc).__module__:  # transport errors (httpx in 1.x, httpx2 in 2.x)
-            raise HubError(f"{endpoint}: cannot reach the Hub ({type(exc).__name__}: {_clean(exc, token)})") from None
-        raise
+        translated = _translate(exc, ctx)
+        if translated is None or translated is exc:
+            raise
+        raise translated from None
 
 
-def _stale(existing: list[str], new: set[str]) -> list[str]:
-    """Weight shards and their indexes that the new upload replaces (never docs or other files)."""
-    return sorted(f for f in existing if f not in new and WEIGHT_FILE.search(f))
+# ---------------------------------------------------------------------------------------------------------------
+# Publishing
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _progress_bars(enabled: bool) -> Iterator[None]:
+    """Disable huggingface_hub's bars for the duration when asked to, restoring the previous global state."""
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    was_disabled = are_progress_bars_disabled()
+    if not enabled and not was_disabled:
+        disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not enabled and not was_disabled:
+            enable_progress_bars()
+
+
+def _check_repo_id(repo_id: str) -> None:
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        raise UsageError(f"{repo_id!r} is not a valid repository id: {' '.join(str(exc).split())}") from None
+    if repo_id.count("/") != 1:
+        raise UsageError(f"{repo_id!r}: give the repository as namespace/name (e.g. your-user/my-drafter)")
+
+
+def _same_content(local: UploadFile, remote: Any) -> bool:
+    """Whether ``remote`` (a RepoFile from list_repo_tree) already holds exactly ``local``'s bytes."""
+    lfs = getattr(remote, "lfs", None)
+    remote_size = lfs.size if lfs is not None else remote.size
+    if remote_size != local.size:
+        return False
+    if lfs is not None:
+        return lfs.sha256 == local.sha256
+    return remote.blob_id == local.git_sha1
 
 
 def publish(
     repo_id: str,
-    files: list[UploadFile],
+    files: Sequence[UploadFile],
     *,
     commit_message: str,
     endpoint: str | None = None,
@@ -159,61 +374,139 @@ def publish(
     create_pr: bool = False,
     commit_description: str | None = None,
     delete_stale: bool = True,
+    progress: bool | None = None,
 ) -> PublishResult:
-    from huggingface_hub import CommitOperationDelete, HfApi
+    """Publish ``files`` to ``repo_id`` in exactly one commit (or none, when nothing changed).
+
+    - ``revision``: the branch to commit to (default ``main``); created from the default branch when it does not
+      exist. ``refs/pr/N`` pushes onto an open pull request. ``create_pr=True`` opens a pull request against the
+      default branch instead (``revision`` must then be None or ``main``).
+    - ``private`` applies only when the repository is created here; an existing repo keeps its visibility.
+    - ``delete_stale``: delete, in the same commit, the top-level weight shards and indexes (see
+      :func:`is_weight_file`) present at the target but absent from ``files``. Other files are never deleted.
+    - ``progress``: show huggingface_hub's upload bars (default: only when stderr is a terminal).
+
+    The head of the target is read first and passed as ``parent_commit``: if another push lands in between, the
+    Hub refuses the commit and this raises :class:`HubError` ("moved while pushing") without having changed
+    anything. Raises :class:`UsageError` for contradictory arguments, :class:`HubError` for everything else.
+    """
+    _check_repo_id(repo_id)
+    files = list(files)
+    if not files:
+        raise UsageError("nothing to publish: the file list is empty")
+    paths = [f.path_in_repo for f in files]
+    if len(set(paths)) != len(paths):
+        duplicated = sorted({p for p in paths if paths.count(p) > 1})
+        raise UsageError(f"the same path is uploaded twice: {', '.join(duplicated)}")
+    if not commit_message or not commit_message.strip():
+        raise UsageError("a commit message is required")
+    if revision is not None and revision.startswith("refs/heads/"):
+        revision = revision[len("refs/heads/") :]
+    if create_pr and revision not in (None, DEFAULT_BRANCH):
+        raise UsageError(f"create_pr opens a pull request against {DEFAULT_BRANCH}: drop revision {revision!r}")
+    if revision is not None and _COMMIT_OID.fullmatch(revision):
+        raise UsageError(f"revision {revision!r} is a commit id: commits go to a branch")
+    target = revision or DEFAULT_BRANCH
 
     endpoint = resolve_endpoint(endpoint)
+    # Refuse before anything else: the client would refuse each request anyway, with a less helpful message.
     if _offline():
-        raise HubError("offline mode is on (HF_HUB_OFFLINE): eaglekit push needs the network")
+        raise HubError("offline mode is on (HF_HUB_OFFLINE=1): publishing needs the Hub; unset HF_HUB_OFFLINE")
     token = resolve_token(token)
     if not token:
-        raise HubError("no Hub token: pass --token, set HF_TOKEN, or log in with `hf auth login`")
-    if create_pr and revision not in (None, "main"):
-        raise HubError("--create-pr opens a pull request against the default branch: drop --revision")
+        raise HubError("no Hub token: pass --token, set HF_TOKEN, or run `hf auth login`")
+
+    from huggingface_hub import CommitOperationDelete, HfApi
+    from huggingface_hub import errors as hub_errors
+    from huggingface_hub.hf_api import RepoFile
+
     api = HfApi(endpoint=endpoint, token=token, library_name="eaglekit", library_version=__version__)
-    if not sys.stderr.isatty():  # upload bars would garble logs and the one-line error contract
-        from huggingface_hub.utils import disable_progress_bars
+    ctx = _Context(repo_id=repo_id, endpoint=endpoint, token=token, revision=target)
+    show_bars = sys.stderr.isatty() if progress is None else progress
 
-        disable_progress_bars()
-    with _hub_errors(repo_id, endpoint, token):
+    with _progress_bars(show_bars), _hub_errors(ctx):
+        # Fail fast on a bad token, before hashing and uploading gigabytes.
+        ctx.stage = _CHECKING_TOKEN
         api.whoami()
-        existed = True
-        try:
-            api.repo_info(repo_id)
-        except Exception as exc:  # only "does not exist" means create it; everything else is a real failure
-            from huggingface_hub import errors as hub_errors
 
-            if not isinstance(exc, hub_errors.RepositoryNotFoundError) or isinstance(exc, hub_errors.GatedRepoError):
-                raise
-            existed = False
-        api.create_repo(repo_id, private=private, exist_ok=True)
-        branch = "main" if create_pr else (revision or "main")
-        refs = {b.name: b.target_commit for b in api.list_repo_refs(repo_id).branches}
-        if branch not in refs:
-            api.create_branch(repo_id, branch=branch, exist_ok=True)
-            refs = {b.name: b.target_commit for b in api.list_repo_refs(repo_id).branches}
-        parent = refs.get(branch)
-        existing = api.list_repo_files(repo_id, revision=branch) if parent else []
-        deleted = _stale(existing, {f.path_in_repo for f in files}) if delete_stale else []
-        operations = [f.operation() for f in files] + [CommitOperationDelete(p) for p in deleted]
+        ctx.stage = "reading the repository's branches"
+        created_repo = False
+        try:
+            refs = api.list_repo_refs(repo_id, include_pull_requests=True)
+        except hub_errors.RepositoryNotFoundError as exc:
+            if isinstance(exc, hub_errors.GatedRepoError) or _status(exc) != 404:
+                raise  # gated, or a 401 "not visible": creating it would not help
+            ctx.stage = "creating the repository"
+            api.create_repo(repo_id, private=private, exist_ok=True)
+            created_repo = True
+            ctx.stage = "reading the repository's branches"
+            refs = api.list_repo_refs(repo_id, include_pull_requests=True)
+
+        heads = {b.name: b.target_commit for b in refs.branches}
+        heads.update({p.ref: p.target_commit for p in (refs.pull_requests or [])})
+        created_branch = False
+        if target not in heads:
+            if target.startswith("refs/pr/"):
+                raise ctx.error(f"{repo_id}: pull request {target} not found: open one with create_pr")
+            if target in {t.name for t in refs.tags}:
+                raise ctx.error(f"{repo_id}: {target!r} is a tag, not a branch: commits go to a branch")
+            if target != DEFAULT_BRANCH:  # a missing default branch means an empty repository: commit onto it
+                ctx.stage = f"creating branch {target}"
+                api.create_branch(repo_id, branch=target, exist_ok=True)  # from the default branch
+                created_branch = True
+                ctx.stage = "reading the repository's branches"
+                heads = {b.name: b.target_commit for b in api.list_repo_refs(repo_id).branches}
+        parent = heads.get(target)
+
+        # Files at exactly the commit we will build on (by oid, so the listing cannot race with the head read).
+        ctx.stage = "listing the files already there"
+        remote: dict[str, Any] = {}
+        if parent is not None:
+            for entry in api.list_repo_tree(repo_id, recursive=True, revision=parent):
+                if isinstance(entry, RepoFile):
+                    remote[entry.path] = entry
+        new_paths = set(paths)
+        deleted = sorted(p for p in remote if p not in new_paths and is_weight_file(p)) if delete_stale else []
+
+        if parent is not None and not deleted and all(
+            f.path_in_repo in remote and _same_content(f, remote[f.path_in_repo]) for f in files
+        ):
+            # Nothing would change: no commit. (The client would also skip it, but only after a preupload and an
+            # LFS batch round trip, and would then report whatever the branch head is by that time.)
+            return PublishResult(
+                repo_id=repo_id,
+                revision=target,
+                commit_url=f"{endpoint}/{repo_id}/commit/{parent}",
+                commit_oid=parent,
+                created_repo=created_repo,
+                created_branch=created_branch,
+                unchanged=True,
+            )
+
+        ctx.stage = _COMMITTING
+        operations = [f.operation() for f in files] + [CommitOperationDelete(path_in_repo=p) for p in deleted]
         info = api.create_commit(
             repo_id,
             operations,
             commit_message=commit_message,
             commit_description=commit_description,
-            revision=None if create_pr else branch,
+            revision=None if create_pr else target,
             create_pr=create_pr,
             parent_commit=parent,
         )
-    unchanged = not create_pr and info.oid == parent
+
+    # Should the client's own no-op filter still skip the commit (every file matching the head at upload time), it
+    # returns that head's info and opens no pull request: unchanged, when that head is the one we built on.
+    unchanged = info.pr_url is None and info.oid == parent
     return PublishResult(
         repo_id=repo_id,
-        revision=info.pr_revision or branch,
+        revision=info.pr_revision or target,
         commit_url=info.commit_url,
         commit_oid=info.oid,
         pr_url=info.pr_url,
         pr_num=info.pr_num,
-        created_repo=not existed,
+        created_repo=created_repo,
+        created_branch=created_branch,
         deleted=[] if unchanged else deleted,
         unchanged=unchanged,
     )

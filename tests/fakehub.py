@@ -1,22 +1,53 @@
-"""A loopback fake of the Hugging Face Hub's write API, enough for the real huggingface_hub client to create repos,
-branches and PRs, upload (LFS and regular) files and commit. Stdlib only; Xet must be disabled in the client.
+"""A loopback fake of the Hugging Face Hub's write API, for driving the REAL huggingface_hub client in tests.
 
-State: repos -> refs (branches and refs/pr/N) -> commits (oid, parent, files). Faults can be injected per request
-(``state.fail``), and a concurrent push simulated (``state.on`` a path: advance a branch when it is requested).
+Stdlib only (``ThreadingHTTPServer`` on 127.0.0.1, random port). It covers what ``eaglekit.hub.publish`` makes the
+client send on huggingface_hub 1.33 and 2.x with Xet disabled: whoami, repo create/info/refs/tree, branch create,
+validate-yaml, preupload, the LFS batch/upload/verify protocol and the NDJSON commit (``parentCommit`` checked:
+412 when the branch moved; ``create_pr`` opens ``refs/pr/N``). A request to anything else answers 404 and is
+recorded in ``state.unrouted``; the fixture fails the test on it, so a client that starts calling something new
+is noticed rather than silently mis-served.
+
+Use from a test module (no conftest needed)::
+
+    from fakehub import fake_hub  # noqa: F401  (a pytest fixture: importing it makes it available)
+
+    def test_push(fake_hub):
+        publish("tester/d", files, commit_message="m")  # endpoint and token come from HF_ENDPOINT / HF_TOKEN
+        assert fake_hub.state.commits_posted() == 1
+
+or, for a differently named fixture, ``with serve(monkeypatch, tmp_path) as hub: yield hub``.
+
+State: ``state.repos[repo_id]`` -> ``Repo`` (refs: branch name or ``refs/pr/N`` -> commit oid; commits: oid ->
+``Commit`` with parent, files {path: bytes}, lfs paths, message); ``state.blobs`` (LFS objects by sha256);
+``state.log`` (every request, in order). Test controls: ``state.fail(...)`` injects an error response,
+``state.on(...)`` runs an action when a request arrives (e.g. ``state.advance_branch`` to simulate a concurrent
+push), ``state.add_tag``.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import re
 import threading
-import uuid
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
-from urllib.parse import parse_qs, unquote, urlparse
+from pathlib import Path
+from typing import Any, NamedTuple
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import pytest
+
+TOKEN = "hf_SECRETtoken123"
+USER = "tester"
+# What the fake stores as LFS (the real Hub decides from .gitattributes, size and content; extensions suffice here).
+LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".onnx")
+_OID_COUNTER = itertools.count(1)
 
 
 @dataclass
@@ -24,270 +55,431 @@ class Commit:
     oid: str
     parent: str | None
     files: dict[str, bytes]  # path -> content (LFS files by their uploaded bytes)
+    lfs: frozenset[str]  # which of ``files`` are stored as LFS objects
     message: str
+    description: str = ""
 
 
 @dataclass
 class Repo:
     repo_id: str
     private: bool
-    refs: dict[str, str] = field(default_factory=dict)  # ref name -> commit oid
+    refs: dict[str, str] = field(default_factory=dict)  # branch name or "refs/pr/N" -> commit oid
+    tags: dict[str, str] = field(default_factory=dict)
     commits: dict[str, Commit] = field(default_factory=dict)
     prs: int = 0
 
 
 @dataclass
 class Fault:
-    method: str
-    path: re.Pattern
+    method: str  # "*" for any
+    path: re.Pattern[str]
     status: int
-    headers: dict
-    body: dict
+    headers: dict[str, str]
+    body: Any
     times: int
 
 
+class Request(NamedTuple):
+    method: str
+    path: str  # unquoted
+    query: dict[str, list[str]]
+    headers: dict[str, str]  # lower-cased names
+
+
 class HubState:
-    def __init__(self, token: str):
+    """Everything the fake knows; the test reads and steers it. All access happens under ``lock``."""
+
+    def __init__(self, token: str = TOKEN):
         self.token = token
         self.repos: dict[str, Repo] = {}
         self.blobs: dict[str, bytes] = {}  # sha256 -> content
-        self.log: list[tuple[str, str]] = []  # (method, path)
+        self.log: list[Request] = []
+        self.unrouted: list[Request] = []  # requests no route answered (404)
+        self.crashes: list[str] = []  # requests the fake itself failed on (500)
         self.faults: list[Fault] = []
-        self.hooks: list[tuple[str, re.Pattern, Callable[[], None]]] = []
-        self.lock = threading.Lock()
+        self.hooks: list[tuple[str, re.Pattern[str], Callable[[], None]]] = []
+        self.lock = threading.RLock()  # hooks run under it and may call back into the state
 
-    # -- helpers for tests -----------------------------------------------------------------------------------
+    # -- controls for tests -------------------------------------------------------------------------------------
 
-    def fail(self, method: str, path_regex: str, status: int, *, error_code: str | None = None, times: int = 1, body: dict | None = None) -> None:
-        headers = {"X-Error-Code": error_code} if error_code else {}
-        self.faults.append(Fault(method, re.compile(path_regex), status, headers, body or {"error": f"injected {status}"}, times))
+    def fail(
+        self,
+        method: str,
+        path_regex: str,
+        status: int,
+        *,
+        error_code: str | None = None,
+        times: int = 1,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Answer the next ``times`` requests matching ``method`` ("*": any) and ``path_regex`` (searched in the
+        unquoted path) with ``status``, an ``X-Error-Code`` header when given, and a JSON ``body``."""
+        all_headers = {"X-Error-Code": error_code} if error_code else {}
+        all_headers.update(headers or {})
+        self.faults.append(
+            Fault(method, re.compile(path_regex), status, all_headers,
+                  body if body is not None else {"error": f"injected {status}"}, times)
+        )
 
     def on(self, method: str, path_regex: str, action: Callable[[], None]) -> None:
+        """Run ``action`` once, when the first request matching ``method`` and ``path_regex`` arrives (before it
+        is answered)."""
         self.hooks.append((method, re.compile(path_regex), action))
 
-    def files(self, repo_id: str, ref: str = "main") -> dict[str, bytes]:
-        repo = self.repos[repo_id]
-        return dict(repo.commits[repo.refs[ref]].files)
+    def advance_branch(self, repo_id: str, ref: str = "main", files: dict[str, bytes] | None = None) -> str:
+        """Another pusher's commit lands on ``ref`` (default content: an ``other.txt``). Returns its oid."""
+        with self.lock:
+            repo = self.repos[repo_id]
+            parent = repo.refs[ref]
+            content = dict(repo.commits[parent].files)
+            content.update(files if files is not None else {"other.txt": b"someone else"})
+            return self._commit(repo, ref, parent, content, repo.commits[parent].lfs, "concurrent push")
 
-    def commits_posted(self) -> int:
-        return sum(1 for m, p in self.log if m == "POST" and "/commit/" in p)
+    def add_tag(self, repo_id: str, tag: str, ref: str = "main") -> None:
+        with self.lock:
+            repo = self.repos[repo_id]
+            repo.tags[tag] = repo.refs[ref]
+
+    # -- queries for tests --------------------------------------------------------------------------------------
+
+    def files(self, repo_id: str, ref: str = "main") -> dict[str, bytes]:
+        with self.lock:
+            repo = self.repos[repo_id]
+            return dict(repo.commits[repo.refs[ref]].files)
 
     def head(self, repo_id: str, ref: str = "main") -> str:
-        return self.repos[repo_id].refs[ref]
+        with self.lock:
+            return self.repos[repo_id].refs[ref]
 
-    def advance_branch(self, repo_id: str, ref: str = "main", files: dict[str, bytes] | None = None) -> str:
-        """Another pusher's commit lands on ``ref``."""
-        repo = self.repos[repo_id]
-        parent = repo.refs[ref]
-        content = dict(repo.commits[parent].files)
-        content.update(files or {"other.txt": b"someone else"})
-        return self._commit(repo, ref, parent, content, "concurrent push")
+    def commit(self, repo_id: str, ref_or_oid: str = "main") -> Commit:
+        with self.lock:
+            repo = self.repos[repo_id]
+            return repo.commits[repo.refs.get(ref_or_oid, ref_or_oid)]
 
-    # -- model ----------------------------------------------------------------------------------------------
+    def requests(self, method: str | None = None, path_regex: str | None = None) -> list[Request]:
+        with self.lock:
+            return [
+                r
+                for r in self.log
+                if (method is None or r.method == method) and (path_regex is None or re.search(path_regex, r.path))
+            ]
 
-    def _commit(self, repo: Repo, ref: str, parent: str | None, files: dict[str, bytes], message: str) -> str:
-        oid = hashlib.sha1(uuid.uuid4().bytes).hexdigest()
-        repo.commits[oid] = Commit(oid, parent, files, message)
+    def commits_posted(self) -> int:
+        """How many commit POSTs the client sent (whatever the answer)."""
+        return len(self.requests("POST", r"^/api/models/[^/]+/[^/]+/commit/"))
+
+    # -- model --------------------------------------------------------------------------------------------------
+
+    def create_repo(self, repo_id: str, private: bool = False) -> Repo:
+        """A new repo, with the initial ``.gitattributes`` commit on main as on the real Hub."""
+        with self.lock:
+            repo = Repo(repo_id, private)
+            self.repos[repo_id] = repo
+            gitattributes = b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n*.bin filter=lfs diff=lfs merge=lfs -text\n"
+            self._commit(repo, "main", None, {".gitattributes": gitattributes}, frozenset(), "initial commit")
+            return repo
+
+    def _commit(
+        self,
+        repo: Repo,
+        ref: str,
+        parent: str | None,
+        files: dict[str, bytes],
+        lfs: frozenset[str],
+        message: str,
+        description: str = "",
+    ) -> str:
+        oid = hashlib.sha1(f"{repo.repo_id}:{next(_OID_COUNTER)}".encode()).hexdigest()
+        repo.commits[oid] = Commit(oid, parent, files, frozenset(p for p in lfs if p in files), message, description)
         repo.refs[ref] = oid
         return oid
 
-    def create_repo(self, repo_id: str, private: bool) -> Repo:
-        repo = Repo(repo_id, private)
-        self.repos[repo_id] = repo
-        self._commit(repo, "main", None, {".gitattributes": b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"}, "initial commit")
-        return repo
+
+def git_blob_sha1(content: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
 
 
-def _handler(state: HubState, base_url: str):
+class _Answer(Exception):
+    """Raised by route code to answer at once (keeps the routes flat)."""
+
+    def __init__(self, status: int, body: Any = None, headers: dict[str, str] | None = None):
+        super().__init__(status)
+        self.status, self.body, self.headers = status, body if body is not None else {}, headers or {}
+
+
+def _not_found(what: str, code: str) -> _Answer:
+    return _Answer(404, {"error": f"{what} not found"}, {"X-Error-Code": code, "X-Error-Message": f"{what} not found"})
+
+
+def _handler(state: HubState, base_url: str) -> type[BaseHTTPRequestHandler]:
+    request_ids = itertools.count(1)
+
     class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+        protocol_version = "HTTP/1.1"  # keep-alive, as the client expects; every answer has a Content-Length
+        # Headers and body go out in separate writes: without TCP_NODELAY, Nagle + delayed ACK add ~40 ms a request.
+        disable_nagle_algorithm = True
 
-        def log_message(self, *args):  # quiet
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
             pass
 
-        # -- plumbing ---------------------------------------------------------------------------------------
+        def do_GET(self) -> None:
+            self._dispatch("GET")
 
-        def _send(self, status: int, body=None, headers: dict | None = None, raw: bytes | None = None):
-            data = raw if raw is not None else json.dumps(body if body is not None else {}).encode()
+        def do_POST(self) -> None:
+            self._dispatch("POST")
+
+        def do_PUT(self) -> None:
+            self._dispatch("PUT")
+
+        def do_DELETE(self) -> None:
+            self._dispatch("DELETE")
+
+        def do_HEAD(self) -> None:
+            self._dispatch("HEAD")
+
+        # -- plumbing -----------------------------------------------------------------------------------------
+
+        def _send(self, status: int, body: Any, headers: dict[str, str]) -> None:
+            data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
-            for k, v in (headers or {}).items():
-                self.send_header(k, v)
+            self.send_header("X-Request-Id", f"fake-{next(request_ids)}")
+            for key, value in headers.items():
+                self.send_header(key, value)
             self.end_headers()
-            self.wfile.write(data)
+            if self.command != "HEAD":
+                self.wfile.write(data)
 
-        def _body(self) -> bytes:
+        def _read_body(self) -> bytes:
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                chunks = []
+                while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                    chunks.append(self.rfile.read(size))
+                    self.rfile.readline()
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):  # trailers
+                    pass
+                return b"".join(chunks)
             length = int(self.headers.get("Content-Length") or 0)
             return self.rfile.read(length) if length else b""
 
-        def _authorized(self) -> bool:
-            return self.headers.get("Authorization") == f"Bearer {state.token}"
-
-        def _dispatch(self, method: str):
-            url = urlparse(self.path)
-            path = unquote(url.path)
-            query = parse_qs(url.query)
-            body = self._body() if method in ("POST", "PUT") else b""
+        def _dispatch(self, method: str) -> None:
+            url = urlsplit(self.path)
+            # Route on segments unquoted one by one: revisions arrive quoted ("refs%2Fpr%2F1" is ONE segment).
+            segments = [unquote(s) for s in url.path.split("/")[1:]]
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            request = Request(method, unquote(url.path), parse_qs(url.query), headers)
+            body = self._read_body()
             with state.lock:
-                state.log.append((method, path))
-                for hook_method, pattern, action in list(state.hooks):
-                    if hook_method == method and pattern.search(path):
-                        state.hooks.remove((hook_method, pattern, action))
-                        action()
+                state.log.append(request)
+                for hook in list(state.hooks):
+                    if hook[0] == method and hook[1].search(request.path):
+                        state.hooks.remove(hook)
+                        hook[2]()
                 for fault in state.faults:
-                    if fault.method == method and fault.path.search(path) and fault.times > 0:
+                    if fault.times > 0 and fault.method in ("*", method) and fault.path.search(request.path):
                         fault.times -= 1
                         return self._send(fault.status, fault.body, fault.headers)
                 try:
-                    return self._route(method, path, query, body)
-                except KeyError as exc:
-                    return self._send(404, {"error": f"not found: {exc}"}, {"X-Error-Code": "RepoNotFound"})
+                    self._route(request, segments, body)
+                except _Answer as answer:
+                    return self._send(answer.status, answer.body, answer.headers)
+                except Exception as exc:  # a bug in the fake, or a request it cannot parse: fail loudly
+                    state.crashes.append(f"{method} {request.path}: {exc!r}")
+                    return self._send(500, {"error": f"fake hub crashed: {exc!r}"}, {})
+                state.unrouted.append(request)
+                self._send(404, {"error": f"the fake hub has no route for {method} {request.path}"}, {})
 
-        def do_GET(self):
-            self._dispatch("GET")
+        def _authorize(self) -> None:
+            if self.headers.get("Authorization") != f"Bearer {state.token}":
+                message = "Invalid credentials in Authorization header"
+                raise _Answer(401, {"error": message}, {"X-Error-Message": message})
 
-        def do_POST(self):
-            self._dispatch("POST")
+        # -- routes (raise _Answer; returning means "no such route") -------------------------------------------
 
-        def do_PUT(self):
-            self._dispatch("PUT")
+        def _route(self, request: Request, seg: list[str], body: bytes) -> None:
+            method = request.method
+            if seg == ["api", "whoami-v2"] and method == "GET":
+                self._authorize()
+                auth = {"type": "access_token", "accessToken": {"role": "write"}}
+                raise _Answer(200, {"type": "user", "name": USER, "orgs": [], "auth": auth})
+            if len(seg) == 2 and seg[0] == "lfs-upload" and method == "PUT":  # a presigned URL: no auth
+                return self._lfs_put(seg[1], body)
+            self._authorize()
+            if seg == ["api", "repos", "create"] and method == "POST":
+                return self._create_repo(json.loads(body or b"{}"))
+            if seg == ["api", "validate-yaml"] and method == "POST":
+                raise _Answer(200, {"errors": [], "warnings": []})
+            if len(seg) >= 4 and seg[:2] == ["api", "models"]:
+                return self._model_api(method, f"{seg[2]}/{seg[3]}", seg[4:], request.query, body)
+            if len(seg) == 6 and seg[1].endswith(".git") and seg[2:] == ["info", "lfs", "objects", "batch"] and method == "POST":
+                return self._lfs_batch(f"{seg[0]}/{seg[1][: -len('.git')]}", json.loads(body))
+            if len(seg) == 2 and seg[0] == "lfs-verify" and method == "POST":
+                if seg[1] not in state.blobs:
+                    raise _Answer(404, {"error": "object not uploaded"})
+                raise _Answer(200, {})
 
-        def do_HEAD(self):
-            self._dispatch("HEAD")
+        def _create_repo(self, payload: dict[str, Any]) -> None:
+            repo_id = f"{payload.get('organization') or USER}/{payload['name']}"
+            if repo_id in state.repos:
+                # huggingface_hub reads "url" from a 409 when exist_ok=True.
+                raise _Answer(409, {"error": "You already created this model repo", "url": f"{base_url}/{repo_id}"})
+            private = payload.get("visibility") == "private" or bool(payload.get("private"))
+            state.create_repo(repo_id, private)
+            raise _Answer(200, {"url": f"{base_url}/{repo_id}", "name": repo_id})
 
-        # -- routes -----------------------------------------------------------------------------------------
-
-        def _route(self, method: str, path: str, query: dict, body: bytes):
-            if path == "/api/whoami-v2":
-                if not self._authorized():
-                    return self._send(401, {"error": "Invalid credentials in Authorization header"})
-                return self._send(200, {"type": "user", "name": "tester", "orgs": [], "auth": {"accessToken": {"role": "write"}}})
-            if not self._authorized() and method != "PUT":
-                return self._send(401, {"error": "Invalid credentials"})
-            if path == "/api/repos/create" and method == "POST":
-                payload = json.loads(body or b"{}")
-                repo_id = f"{payload.get('organization') or 'tester'}/{payload['name']}"
-                if repo_id in state.repos:
-                    return self._send(409, {"error": "You already created this model repo", "url": f"{base_url}/{repo_id}"})
-                state.create_repo(repo_id, bool(payload.get("private")))
-                return self._send(200, {"url": f"{base_url}/{repo_id}", "name": repo_id})
-            if path == "/api/validate-yaml":
-                return self._send(200, {"errors": [], "warnings": []})
-            m = re.match(r"^/api/models/([^/]+/[^/]+)(/.*)?$", path)
-            if m:
-                return self._model_api(method, m.group(1), m.group(2) or "", query, body)
-            m = re.match(r"^/([^/]+/[^/]+)\.git/info/lfs/objects/batch$", path)
-            if m and method == "POST":
-                payload = json.loads(body)
-                objects = []
-                for obj in payload["objects"]:
-                    entry = {"oid": obj["oid"], "size": obj["size"]}
-                    if obj["oid"] not in state.blobs:
-                        entry["actions"] = {"upload": {"href": f"{base_url}/lfs-upload/{obj['oid']}"}}
-                    objects.append(entry)
-                return self._send(200, {"transfer": "basic", "objects": objects})
-            m = re.match(r"^/lfs-upload/([0-9a-f]{64})$", path)
-            if m and method == "PUT":
-                if hashlib.sha256(body).hexdigest() != m.group(1):
-                    return self._send(400, {"error": "sha256 mismatch"})
-                state.blobs[m.group(1)] = body
-                return self._send(200, {})
-            return self._send(404, {"error": f"fake hub has no route for {method} {path}"})
-
-        def _model_api(self, method: str, repo_id: str, rest: str, query: dict, body: bytes):
+        def _model_api(self, method: str, repo_id: str, rest: list[str], query: dict[str, list[str]], body: bytes) -> None:
             repo = state.repos.get(repo_id)
             if repo is None:
-                return self._send(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
-            if method == "GET" and (rest == "" or rest.startswith("/revision/")):
-                rev = rest[len("/revision/") :] if rest else "main"
-                if rev not in repo.refs and rev not in repo.commits:
-                    return self._send(404, {"error": "Revision not found"}, {"X-Error-Code": "RevisionNotFound"})
-                oid = repo.refs.get(rev, rev)
-                files = repo.commits[oid].files
-                return self._send(200, {"id": repo_id, "modelId": repo_id, "sha": oid, "private": repo.private,
-                                        "siblings": [{"rfilename": f} for f in sorted(files)]})
-            if method == "GET" and rest == "/refs":
-                branches = [{"name": r, "ref": f"refs/heads/{r}", "targetCommit": o} for r, o in repo.refs.items() if not r.startswith("refs/pr/")]
-                prs = [{"name": r, "ref": r, "targetCommit": o} for r, o in repo.refs.items() if r.startswith("refs/pr/")]
-                return self._send(200, {"branches": branches, "tags": [], "converts": [], "pullRequests": prs})
-            m = re.match(r"^/tree/(.+?)(/.*)?$", rest)
-            if method == "GET" and m:
-                rev = m.group(1)
-                if rev not in repo.refs:
-                    return self._send(404, {"error": "Revision not found"}, {"X-Error-Code": "RevisionNotFound"})
-                files = repo.commits[repo.refs[rev]].files
-                return self._send(200, [{"type": "file", "path": p, "size": len(c), "oid": hashlib.sha1(c).hexdigest()} for p, c in sorted(files.items())])
-            m = re.match(r"^/branch/(.+)$", rest)
-            if method == "POST" and m:
-                branch = m.group(1)
-                if branch in repo.refs:
-                    return self._send(409, {"error": "Reference already exists"})
-                payload = json.loads(body or b"{}")
-                start = payload.get("startingPoint") or "main"
-                repo.refs[branch] = repo.refs.get(start, start)
-                return self._send(200, {})
-            m = re.match(r"^/preupload/(.+)$", rest)
-            if method == "POST" and m:
-                payload = json.loads(body)
-                rev = m.group(1)
-                current = repo.commits[repo.refs[rev]].files if rev in repo.refs else {}
-                out = []
-                for f in payload["files"]:
-                    lfs = f["path"].endswith((".safetensors", ".bin"))
-                    remote = current.get(f["path"])
-                    oid = (hashlib.sha256(remote).hexdigest() if lfs else _git_blob_sha(remote)) if remote is not None else None
-                    out.append({"path": f["path"], "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid})
-                return self._send(200, {"files": out, "commitOid": repo.refs.get(rev)})
-            m = re.match(r"^/commit/(.+)$", rest)
-            if method == "POST" and m:
-                return self._commit(repo, m.group(1), query, body)
-            return self._send(404, {"error": f"fake hub has no route for {method} /api/models/{repo_id}{rest}"})
+                raise _not_found("Repository", "RepoNotFound")
 
-        def _commit(self, repo: Repo, rev: str, query: dict, body: bytes):
+            def resolve(rev: str) -> str:
+                oid = repo.refs.get(rev) or repo.tags.get(rev) or (rev if rev in repo.commits else None)
+                if oid is None:
+                    raise _not_found("Revision", "RevisionNotFound")
+                return oid
+
+            if method == "GET" and (rest == [] or rest[:1] == ["revision"]):
+                oid = resolve("/".join(rest[1:]) if rest else "main")
+                files = repo.commits[oid].files
+                raise _Answer(200, {"id": repo_id, "modelId": repo_id, "sha": oid, "private": repo.private, "tags": [],
+                                    "siblings": [{"rfilename": f} for f in sorted(files)]})
+            if method == "GET" and rest == ["refs"]:
+                def ref(name: str, full: str, oid: str) -> dict[str, str]:
+                    return {"name": name, "ref": full, "targetCommit": oid}
+
+                raise _Answer(200, {
+                    "branches": [ref(r, f"refs/heads/{r}", o) for r, o in repo.refs.items() if not r.startswith("refs/pr/")],
+                    "tags": [ref(t, f"refs/tags/{t}", o) for t, o in repo.tags.items()],
+                    "converts": [],
+                    "pullRequests": [ref(r.rsplit("/", 1)[1], r, o) for r, o in repo.refs.items() if r.startswith("refs/pr/")],
+                })
+            if method == "GET" and len(rest) >= 2 and rest[0] == "tree":
+                commit = repo.commits[resolve(rest[1])]
+                prefix = "/".join(rest[2:])
+                raise _Answer(200, self._tree(commit, prefix, query.get("recursive", ["false"])[0].lower() in ("1", "true")))
+            if method == "POST" and len(rest) >= 2 and rest[0] == "branch":
+                branch = "/".join(rest[1:])
+                if branch in repo.refs:
+                    raise _Answer(409, {"error": "Reference already exists"})
+                start = json.loads(body or b"{}").get("startingPoint") or "main"
+                repo.refs[branch] = resolve(start)
+                raise _Answer(200, {})
+            if method == "POST" and len(rest) >= 2 and rest[0] == "preupload":
+                return self._preupload(repo, "/".join(rest[1:]), json.loads(body))
+            if method == "POST" and len(rest) >= 2 and rest[0] == "commit":
+                return self._commit(repo, "/".join(rest[1:]), query, body)
+
+        @staticmethod
+        def _tree(commit: Commit, prefix: str, recursive: bool) -> list[dict[str, Any]]:
+            entries: dict[str, dict[str, Any]] = {}
+            for path, content in sorted(commit.files.items()):
+                if prefix and not path.startswith(prefix + "/"):
+                    continue
+                relative = path[len(prefix) + 1 :] if prefix else path
+                if not recursive and "/" in relative:
+                    folder = f"{prefix}/{relative.split('/')[0]}" if prefix else relative.split("/")[0]
+                    entries[folder] = {"type": "directory", "path": folder, "oid": "0" * 40, "size": 0}
+                    continue
+                entry: dict[str, Any] = {"type": "file", "path": path, "size": len(content)}
+                if path in commit.lfs:
+                    sha256 = hashlib.sha256(content).hexdigest()
+                    pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {len(content)}\n".encode()
+                    entry["oid"] = git_blob_sha1(pointer)  # a git blob id: the pointer's, as on the real Hub
+                    entry["lfs"] = {"oid": sha256, "size": len(content), "pointerSize": len(pointer)}
+                else:
+                    entry["oid"] = git_blob_sha1(content)
+                entries[path] = entry
+            return list(entries.values())
+
+        def _preupload(self, repo: Repo, rev: str, payload: dict[str, Any]) -> None:
+            head = repo.commits.get(repo.refs.get(rev, ""))
+            answers = []
+            for item in payload["files"]:
+                path = item["path"]
+                lfs = path.endswith(LFS_SUFFIXES)
+                oid = None
+                if head is not None and path in head.files:  # the client skips files whose oid matches
+                    content = head.files[path]
+                    oid = hashlib.sha256(content).hexdigest() if path in head.lfs else git_blob_sha1(content)
+                answers.append({"path": path, "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid})
+            raise _Answer(200, {"files": answers, "commitOid": repo.refs.get(rev)})
+
+        def _lfs_batch(self, repo_id: str, payload: dict[str, Any]) -> None:
+            if repo_id not in state.repos:
+                raise _not_found("Repository", "RepoNotFound")
+            objects = []
+            for obj in payload["objects"]:
+                entry: dict[str, Any] = {"oid": obj["oid"], "size": obj["size"]}
+                if obj["oid"] not in state.blobs:  # no "actions": already stored, the client skips the upload
+                    entry["actions"] = {
+                        "upload": {"href": f"{base_url}/lfs-upload/{obj['oid']}"},
+                        "verify": {"href": f"{base_url}/lfs-verify/{obj['oid']}"},
+                    }
+                objects.append(entry)
+            raise _Answer(200, {"transfer": "basic", "objects": objects})
+
+        @staticmethod
+        def _lfs_put(oid: str, body: bytes) -> None:
+            if hashlib.sha256(body).hexdigest() != oid:
+                raise _Answer(400, {"error": "sha256 mismatch"})
+            state.blobs[oid] = body
+            raise _Answer(200, {})
+
+        def _commit(self, repo: Repo, rev: str, query: dict[str, list[str]], body: bytes) -> None:
             lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
-            header = next(x["value"] for x in lines if x["key"] == "header")
+            header = next(line["value"] for line in lines if line["key"] == "header")
             create_pr = query.get("create_pr", ["0"])[0] in ("1", "true")
             if rev not in repo.refs:
-                return self._send(404, {"error": "Revision not found"}, {"X-Error-Code": "RevisionNotFound"})
+                raise _not_found("Revision", "RevisionNotFound")
             head = repo.refs[rev]
             parent = header.get("parentCommit")
             if parent and parent != head:
-                return self._send(412, {"error": "A commit has happened since. Please refresh and try again."})
+                raise _Answer(412, {"error": "A commit has happened since. Please refresh and try again."})
             files = dict(repo.commits[head].files)
+            lfs = set(repo.commits[head].lfs)
             for line in lines:
                 key, value = line["key"], line["value"]
                 if key == "file":
                     files[value["path"]] = base64.b64decode(value["content"])
+                    lfs.discard(value["path"])
                 elif key == "lfsFile":
                     if value["oid"] not in state.blobs:
-                        return self._send(422, {"error": f"LFS object {value['oid']} was never uploaded"})
+                        raise _Answer(422, {"error": f"LFS object {value['oid']} was never uploaded"})
                     files[value["path"]] = state.blobs[value["oid"]]
+                    lfs.add(value["path"])
                 elif key == "deletedFile":
-                    files.pop(value["path"], None)
+                    if value["path"] not in files:
+                        raise _not_found("A file with this name doesn't exist: entry", "EntryNotFound")
+                    del files[value["path"]]
+                elif key != "header":
+                    raise _Answer(400, {"error": f"the fake hub does not implement {key!r} commit lines"})
+            summary, description = header.get("summary", ""), header.get("description", "")
             if create_pr:
                 repo.prs += 1
                 ref = f"refs/pr/{repo.prs}"
-                oid = state._commit(repo, ref, head, files, header.get("summary", ""))
-                return self._send(200, {"commitUrl": f"{base_url}/{repo.repo_id}/commit/{oid}", "commitOid": oid,
-                                        "pullRequestUrl": f"{base_url}/{repo.repo_id}/discussions/{repo.prs}"})
-            oid = state._commit(repo, rev, head, files, header.get("summary", ""))
-            return self._send(200, {"commitUrl": f"{base_url}/{repo.repo_id}/commit/{oid}", "commitOid": oid})
+                oid = state._commit(repo, ref, head, files, frozenset(lfs), summary, description)
+                raise _Answer(200, {"commitUrl": f"{base_url}/{repo.repo_id}/commit/{oid}", "commitOid": oid,
+                                    "pullRequestUrl": f"{base_url}/{repo.repo_id}/discussions/{repo.prs}"})
+            oid = state._commit(repo, rev, head, files, frozenset(lfs), summary, description)
+            raise _Answer(200, {"commitUrl": f"{base_url}/{repo.repo_id}/commit/{oid}", "commitOid": oid, "pullRequestUrl": None})
 
     return Handler
 
 
-def _git_blob_sha(content: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
-
-
 class FakeHub:
-    def __init__(self, token: str = "hf_SECRETtoken123"):
+    """The server: ``url`` to point the client at, ``state`` to steer and inspect, ``close()`` when done."""
+
+    def __init__(self, token: str = TOKEN):
         self.state = HubState(token)
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), None)
+        self.sleeps: list[float] = []  # backoff waits the client asked for (recorded, not slept) under serve()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.server.RequestHandlerClass = _handler(self.state, self.url)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # A short poll interval: shutdown() waits up to one interval.
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
         self.thread.start()
 
     @property
@@ -297,3 +489,57 @@ class FakeHub:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class _NoSleepTime:
+    """Stands in for the ``time`` module inside huggingface_hub's HTTP backoff: records sleeps, does not wait."""
+
+    def __init__(self, sleeps: list[float]):
+        self._sleeps = sleeps
+
+    def sleep(self, seconds: float) -> None:
+        self._sleeps.append(seconds)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+@contextmanager
+def serve(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *, token: str = TOKEN, check_routes: bool = True) -> Iterator[FakeHub]:
+    """Start a fake hub and point the real client at it for the duration.
+
+    Sets ``HF_ENDPOINT`` (read at call time by eaglekit.hub) and ``HF_TOKEN``; disables Xet (not emulable) and
+    offline mode (it blocks loopback too); moves the token file into ``tmp_path`` (huggingface_hub froze its path
+    at import, so ``HF_HOME`` alone would not keep a developer's stored token out); makes backoff sleeps instant.
+    With ``check_routes``, fails on exit if the client sent a request the fake does not implement or crashed on.
+    """
+    from huggingface_hub import constants
+    from huggingface_hub.utils import _http
+
+    hub = FakeHub(token)
+    home = tmp_path / "hf-home"
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_IMPLICIT_TOKEN", False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(home / "token"))
+    monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(home / "stored_tokens"))
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_TOKEN", token)
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE", "HF_OIDC_ID_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(_http, "time", _NoSleepTime(hub.sleeps))
+    try:
+        yield hub
+    finally:
+        hub.close()
+    if check_routes:
+        assert not hub.state.unrouted, f"the client sent requests the fake hub does not implement: {hub.state.unrouted}"
+        assert not hub.state.crashes, f"the fake hub failed on: {hub.state.crashes}"
+
+
+@pytest.fixture
+def fake_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeHub]:
+    """A running fake hub the real client talks to (see ``serve``); token ``fakehub.TOKEN`` in HF_TOKEN."""
+    with serve(monkeypatch, tmp_path) as hub:
+        yield hub

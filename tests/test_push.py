@@ -11,26 +11,14 @@ import torch
 
 from drafters import Dims, write_vllm
 from eaglekit.convert import ConvertOptions, convert
-from fakehub import FakeHub
-
-TOKEN = "hf_SECRETtoken123"
+from fakehub import TOKEN, serve
 
 
 @pytest.fixture
 def hub(monkeypatch, tmp_path):
-    from huggingface_hub import constants
-    from huggingface_hub.utils import _http
-
-    fake = FakeHub(TOKEN)
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # Xet cannot be emulated; the LFS path is exercised
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # offline mode would block loopback too
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # never read a developer's stored token
-    monkeypatch.setenv("HF_ENDPOINT", fake.url)
-    monkeypatch.setenv("HF_TOKEN", TOKEN)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setattr(_http.time, "sleep", lambda s: None)  # retries on 429/5xx would otherwise back off for seconds
-    yield fake
-    fake.close()
+    """The real huggingface_hub client against the loopback fake Hub (Xet off, no stored token, no backoff sleeps)."""
+    with serve(monkeypatch, tmp_path) as fake:
+        yield fake
 
 
 @pytest.fixture
