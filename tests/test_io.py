@@ -106,6 +106,27 @@ def test_listing_reads_headers_only(tmp_path):
     assert ckpt.byte_range("huge").length == nbytes
 
 
+@pytest.mark.slow
+def test_a_tensor_over_2_gib_reads_whole(tmp_path):
+    """One read(2) returns at most 2 GiB - 4 KiB on Linux: a Kimi-sized embedding must be read in pieces, not
+    reported as truncated. The file is sparse except for the tensor's last bytes, which must arrive."""
+    root = tmp_path / "big"
+    root.mkdir()
+    nbytes = 2**31 + 16
+    header = json.dumps({"__metadata__": {"format": "pt"}, "big": {"dtype": "U8", "shape": [nbytes], "data_offsets": [0, nbytes]}}).encode()
+    header += b" " * (-len(header) % 8)
+    path = root / "model.safetensors"
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.seek(8 + len(header) + nbytes - 16)
+        f.write(bytes(range(1, 17)))
+    with Checkpoint.open(root) as ckpt:
+        tensor = ckpt.read("big")
+        assert tensor.numel() == nbytes and tensor[-16:].tolist() == list(range(1, 17)) and int(tensor[:4096].sum()) == 0
+        del tensor
+        assert sum(piece.numel() for piece in ckpt.read_chunks("big", max_bytes=2**30)) == nbytes
+
+
 # -- writer ------------------------------------------------------------------------------------------------
 
 

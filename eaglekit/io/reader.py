@@ -238,7 +238,7 @@ class Checkpoint:
             return torch.empty(info.shape, dtype=info.dtype)
         buffer = bytearray(nbytes)
         handle.seek(self._headers[info.file].data_start + entry.begin)
-        got = handle.readinto(buffer)
+        got = _read_into(handle, buffer)
         if got != nbytes:
             raise CheckpointError(f"{self._where(info.file)}: tensor {info.name!r} is truncated ({got} of {nbytes} bytes)")
         return torch.frombuffer(buffer, dtype=torch.uint8).view(info.dtype).reshape(info.shape)
@@ -260,7 +260,7 @@ class Checkpoint:
             count = min(per_piece, info.numel - start)
             buffer = bytearray(count * itemsize)
             handle.seek(base + start * itemsize)
-            if handle.readinto(buffer) != len(buffer):
+            if _read_into(handle, buffer) != len(buffer):
                 raise CheckpointError(f"{self._where(info.file)}: tensor {name!r} is truncated")
             yield torch.frombuffer(buffer, dtype=torch.uint8).view(info.dtype)
 
@@ -300,3 +300,17 @@ class Checkpoint:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _read_into(handle, buffer: bytearray) -> int:
+    """Fill ``buffer`` from an unbuffered file, however many reads it takes: one read(2) returns at most
+    0x7ffff000 bytes on Linux, so a tensor over 2 GiB (a Kimi-sized embedding) arrives in pieces. Returns the
+    bytes read; fewer than asked only at end of file."""
+    view = memoryview(buffer)
+    done = 0
+    while done < len(view):
+        got = handle.readinto(view[done:])
+        if not got:
+            break
+        done += got
+    return done

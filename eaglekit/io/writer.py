@@ -160,7 +160,12 @@ def _write_tensor(plan: TensorPlan, tensor: torch.Tensor, out) -> None:
     if plan.nbytes == 0:
         return
     flat = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
-    view = memoryview(flat.numpy())
+    _write_all(out, memoryview(flat.numpy()))
+
+
+def _write_all(out, view: memoryview | bytes) -> None:
+    """An unbuffered write may take only part of what it is given (and one write(2) at most ~2 GiB)."""
+    view = memoryview(view)
     written = 0
     while written < len(view):
         written += out.write(view[written:])
@@ -185,5 +190,5 @@ def _copy_range(src: ByteRange, out) -> None:
             chunk = f.read(min(_COPY_CHUNK, remaining))
             if not chunk:
                 raise CheckpointError(f"{src.path}: ended {remaining} bytes early")
-            out.write(chunk)
+            _write_all(out, chunk)
             remaining -= len(chunk)
