@@ -27,6 +27,16 @@ def _tags(dialect: str, eagle_version: str) -> list[str]:
     return tags
 
 
+def _target_label(report_target: object, verifier: str) -> str:
+    """The verify report's target as the card shows it: a Hub id as is, a local path by its last component only
+    (a path on the publisher's machine means nothing to a reader and says more than it should)."""
+    if not isinstance(report_target, str) or not report_target:
+        return verifier
+    if report_target.startswith(("/", ".", "~")) or "\\" in report_target or report_target.count("/") != 1 or Path(report_target).exists():
+        return f"`{Path(report_target).name}` (a local copy)"
+    return report_target
+
+
 def read_verify_report(directory: Path) -> dict | None:
     path = directory / VERIFY_REPORT
     if not path.is_file():
@@ -117,7 +127,7 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
         lines += [
             "## Verification",
             "",
-            f"`eaglekit verify` on {r.get('target', target)} ({len(r.get('prompts', []))} prompts, K={r.get('num_speculative_tokens')}, "
+            f"`eaglekit verify` on {_target_label(r.get('target'), target)} ({len(r.get('prompts', []))} prompts, K={r.get('num_speculative_tokens')}, "
             f"{r.get('device')} {r.get('dtype')}): mean acceptance length **{r.get('acceptance_length', 0):.3f}** as a greedy vLLM run "
             f"would count it; per-position acceptance [{rates}].",
             "",
@@ -130,7 +140,8 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
     source = d.provenance.source_dialect
     lines.append(f"- read as the {source} dialect" + (f" ({d.provenance.framework})" if d.provenance.framework else ""))
     if d.provenance.eaglekit_version:
-        lines.append(f"- written by eaglekit {d.provenance.eaglekit_version}")
+        origin = f" from the {d.provenance.converted_from} dialect" if d.provenance.converted_from else ""
+        lines.append(f"- converted{origin} by eaglekit {d.provenance.eaglekit_version}")
     for note in d.provenance.notes:
         lines.append(f"- {note}")
     lines.append(

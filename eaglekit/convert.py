@@ -158,7 +158,7 @@ def _upgrade(d: Drafter, notes: list[Finding]) -> tuple[Drafter, list[str]]:
     d = d.with_(
         flags=replace(d.flags, fc_norm=True, norm_output=True),
         tensors=d.tensors | frozenset(added),
-        provenance=Provenance(prov.source_dialect, prov.framework, prov.eaglekit_version, prov.notes + (message,)),
+        provenance=replace(prov, notes=prov.notes + (message,)),
     )
     return d, added
 
@@ -198,7 +198,7 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
     if d.low_rank_lm_head:
         d = d.with_(tensors=(d.tensors - {"lm_head.down.weight", "lm_head.up.weight"}) | {"lm_head.weight"})
         notes.append(Finding("lm_head.materialised", "info", "factorised lm_head.down/up materialised into a dense lm_head.weight (up @ down)"))
-    d = d.with_(provenance=Provenance(d.provenance.source_dialect, d.provenance.framework, __version__, d.provenance.notes))
+    d = d.with_(provenance=replace(d.provenance, eaglekit_version=__version__))
     if options.dtype is not None:
         d = d.with_(dtype=dtypes.name(options.dtype))
     writer.check_writable(d)

@@ -72,6 +72,7 @@ def describe(loaded: LoadedDrafter) -> dict:
             "source_dialect": d.provenance.source_dialect,
             "framework": d.provenance.framework,
             "eaglekit_version": d.provenance.eaglekit_version,
+            "converted_from": d.provenance.converted_from,
             "notes": list(d.provenance.notes),
         },
         "unknown_tensors": loaded.unknown,

@@ -263,6 +263,14 @@ def test_upgrade_to_31(tmp_path, cli):
             assert w.shape == (16,) and w.dtype == torch.float32 and torch.all(w == 1)
     cfg = json.loads((out / "config.json").read_text())
     assert any("upgraded EAGLE 3 -> 3.1" in n for n in cfg["eaglekit"]["notes"])
+    # the record survives a further conversion, and inspect says where the checkpoint came from
+    again = tmp_path / "again"
+    convert(out, again, ConvertOptions(to="vllm"))
+    cfg = json.loads((again / "config.json").read_text())
+    assert cfg["eaglekit"]["source_dialect"] == "speculators"
+    assert [n for n in cfg["eaglekit"]["notes"] if "upgraded EAGLE 3 -> 3.1" in n] and len(cfg["eaglekit"]["notes"]) == 1
+    shown = cli("inspect", again).stdout
+    assert "(converted from speculators)" in shown and "upgraded EAGLE 3 -> 3.1" in shown
 
 
 def test_upgrade_refused_when_already_31_and_downgrade_refused(tmp_path):

@@ -176,6 +176,16 @@ def test_card_metadata_and_verify_figures(cli, hub, drafter):
     assert "base_model: org/target" in meta and "eagle3" in meta and "speculative-decoding" in meta and "pipeline_tag: text-generation" in meta
     assert "vllm serve org/target" in card and "**2.345**" in card and "passed: reference_parity" in card
     assert "eaglekit-verify.json" in hub.state.files("tester/drafter")
+    assert "- converted from the vllm dialect by eaglekit" in card
+
+
+def test_card_names_a_local_target_by_its_file_name_only(cli, hub, drafter, tmp_path):
+    local = tmp_path / "private" / "models" / "target.Q4_1.gguf"
+    report = {"target": str(local), "acceptance_length": 2.0, "num_speculative_tokens": 3, "device": "cpu", "dtype": "float32",
+              "trajectory": {"per_position_rate": [0.5, 0.3, 0.2]}, "prompts": [{}], "checks": []}
+    (drafter / "eaglekit-verify.json").write_text(json.dumps(report))
+    card = push(cli, drafter, "tester/drafter", "--dry-run", "--base-model", "org/target").stdout
+    assert "`target.Q4_1.gguf` (a local copy)" in card and "private" not in card
 
 
 def test_existing_readme_is_kept_unless_overwritten(cli, hub, drafter):

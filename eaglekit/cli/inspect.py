@@ -53,7 +53,9 @@ def render(r: dict) -> str:
         ("tensors", f"{r['num_tensors']} ({r['num_parameters']:,} parameters, {human_bytes(r['total_bytes'])}); " + ", ".join(f"{k} x{v}" for k, v in r["dtypes"].items())),
     ]
     if r["provenance"]["framework"] or r["provenance"]["eaglekit_version"]:
-        written = [x for x in (r["provenance"]["framework"], r["provenance"]["eaglekit_version"] and f"eaglekit {r['provenance']['eaglekit_version']}") if x]
+        p = r["provenance"]
+        by_eaglekit = p["eaglekit_version"] and f"eaglekit {p['eaglekit_version']}" + (f" (converted from {p['converted_from']})" if p["converted_from"] else "")
+        written = [x for x in (p["framework"], by_eaglekit) if x]
         rows.append(("provenance", ", ".join(written)))
     for note in r["provenance"]["notes"]:
         rows.append(("", note))

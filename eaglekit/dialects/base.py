@@ -13,7 +13,7 @@ The reading algorithm is shared (``read``); dialects hook in only where their se
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
@@ -267,6 +267,11 @@ class Dialect:
             # formats with no verifier field: eaglekit kept it in its own block
             archs = block.get("verifier_architectures")
             drafter = drafter.with_(verifier=block["verifier"], verifier_architectures=tuple(archs) if isinstance(archs, list) else ())
+        if block.get("version"):
+            # what an earlier eaglekit conversion recorded: where it came from and any numerics change (the upgrade)
+            notes_kept = tuple(n for n in block.get("notes", ()) if isinstance(n, str)) if isinstance(block.get("notes"), list) else ()
+            source = block.get("source_dialect") if isinstance(block.get("source_dialect"), str) else None
+            drafter = drafter.with_(provenance=replace(drafter.provenance, converted_from=source, notes=drafter.provenance.notes + notes_kept))
         if isinstance(block.get("model_type"), str) and block["model_type"] in MLA_MODEL_TYPES and drafter.attention == "mla":
             drafter = drafter.with_(model_type=block["model_type"])  # a writer had to spell it differently for its engine
         return LoadedDrafter(drafter, ckpt, self.name, detection, names, unknown, notes)

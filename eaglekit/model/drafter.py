@@ -90,6 +90,7 @@ class Provenance:
     source_dialect: str | None = None
     framework: str | None = None  # e.g. "speculators 0.9.0", "torchspec 0.3"
     eaglekit_version: str | None = None  # the eaglekit that wrote it, when it did
+    converted_from: str | None = None  # the dialect that eaglekit converted it from, when it did
     notes: tuple[str, ...] = ()  # e.g. the 3.0 -> 3.1 upgrade
 
 
