@@ -283,7 +283,7 @@ def _compare(vllm, llm, verifier, model: ReferenceDrafter, results, options):
         Check(
             "vllm_logits",
             logits_ok,
-            f"reference vs vLLM's live drafter on the same inputs, {sum(v['calls'] for v in state_worst.values())} calls: largest difference "
+            f"reference vs vLLM's live drafter on the same inputs, {int(sum(v['calls'] for v in state_worst.values()))} calls: largest difference "
             f"{worst_rel:.3g} of the output state's / logits' magnitude (max |logit diff| "
             f"{max((v['max_abs_logit_diff'] for v in state_worst.values()), default=float('nan')):.3g}); tolerance {tolerance:g} "
             f"in {str(model.dtype).removeprefix('torch.')}",

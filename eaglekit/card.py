@@ -33,7 +33,7 @@ def _target_label(report_target: object, verifier: str) -> str:
     if not isinstance(report_target, str) or not report_target:
         return verifier
     if report_target.startswith(("/", ".", "~")) or "\\" in report_target or report_target.count("/") != 1 or Path(report_target).exists():
-        return f"`{Path(report_target).name}` (a local copy)"
+        return f"a local `{Path(report_target).name}`"
     return report_target
 
 

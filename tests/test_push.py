@@ -185,7 +185,7 @@ def test_card_names_a_local_target_by_its_file_name_only(cli, hub, drafter, tmp_
               "trajectory": {"per_position_rate": [0.5, 0.3, 0.2]}, "prompts": [{}], "checks": []}
     (drafter / "eaglekit-verify.json").write_text(json.dumps(report))
     card = push(cli, drafter, "tester/drafter", "--dry-run", "--base-model", "org/target").stdout
-    assert "`target.Q4_1.gguf` (a local copy)" in card and "private" not in card
+    assert "on a local `target.Q4_1.gguf` (1 prompts" in card and "private" not in card
 
 
 def test_existing_readme_is_kept_unless_overwritten(cli, hub, drafter):
