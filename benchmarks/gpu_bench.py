@@ -28,8 +28,9 @@ K = 3
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def run_one(model: ReferenceDrafter, tokens: torch.Tensor, aux: torch.Tensor, starts: torch.Tensor, device: str):
+def run_one(model: ReferenceDrafter, tokens: torch.Tensor, aux: torch.Tensor, starts: torch.Tensor):
     """Teacher-forced chains (every dtype follows the same tokens, so logits stay comparable), timed after a warm-up."""
+    device = model.device.type
     with torch.no_grad():
         draft_chains(model, tokens[:64], aux[:64], starts[starts < 62], K, teacher=True)
         if device == "cuda":
@@ -60,7 +61,7 @@ def bench(kind: str, workdir: Path, positions: int, cpu_positions: int, device: 
     fp32_logits = fp32_drafts = None
     for name, dtype in DTYPES.items():
         model = ReferenceDrafter(drafter, weights, device=device, dtype=dtype)
-        chains, logits, seconds, peak = run_one(model, tokens, aux, starts, device)
+        chains, logits, seconds, peak = run_one(model, tokens, aux, starts)
         run = {"seconds": seconds, "drafted_tokens_per_s": starts.numel() * K / seconds, "peak_gpu_gib": peak}
         if fp32_logits is None:
             fp32_logits, fp32_drafts = logits.cpu(), chains.drafts.cpu()
@@ -77,7 +78,7 @@ def bench(kind: str, workdir: Path, positions: int, cpu_positions: int, device: 
     # the same forward on the host's CPU, fp32, over fewer positions: the speed a CPU-only user gets
     model = ReferenceDrafter(drafter, weights)
     cpu_starts = starts[starts <= cpu_positions - K]  # chains whose teacher tokens all lie inside the shorter sequence
-    chains, logits, seconds, _ = run_one(model, tokens[: cpu_positions + 1], aux[: cpu_positions + 1], cpu_starts, "cpu")
+    chains, logits, seconds, _ = run_one(model, tokens[: cpu_positions + 1], aux[: cpu_positions + 1], cpu_starts)
     diff = (logits - fp32_logits[: cpu_starts.numel()]).abs().max() / fp32_logits[: cpu_starts.numel()].abs().max()
     result["runs"]["cpu float32"] = {
         "seconds": seconds, "positions": cpu_positions, "drafted_tokens_per_s": cpu_starts.numel() * K / seconds,

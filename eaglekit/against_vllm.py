@@ -257,7 +257,7 @@ def _compare(vllm, llm, verifier, model: ReferenceDrafter, results, options):
             mismatch = sum(1 for a, b in zip(generated, expected) if a != b) + abs(len(expected) - len(generated))
             output_mismatch += mismatch
             for step, entry in replay(model, recorder.calls).items():
-                worst = state_worst.setdefault(step, {k: 0.0 for k in entry})
+                worst = state_worst.setdefault(step, dict.fromkeys(entry, 0))
                 for key, value in entry.items():
                     worst[key] = worst[key] + value if key in ("calls", "vllm_seconds", "reference_seconds") else max(worst[key], value)
             per_prompt.append({"id": prompt.id, "vllm": delta.to_dict(), "simulated": result.trajectory.to_dict(), "output_mismatches": mismatch})
@@ -283,7 +283,7 @@ def _compare(vllm, llm, verifier, model: ReferenceDrafter, results, options):
         Check(
             "vllm_logits",
             logits_ok,
-            f"reference vs vLLM's live drafter on the same inputs, {int(sum(v['calls'] for v in state_worst.values()))} calls: largest difference "
+            f"reference vs vLLM's live drafter on the same inputs, {sum(v['calls'] for v in state_worst.values())} calls: largest difference "
             f"{worst_rel:.3g} of the output state's / logits' magnitude (max |logit diff| "
             f"{max((v['max_abs_logit_diff'] for v in state_worst.values()), default=float('nan')):.3g}); tolerance {tolerance:g} "
             f"in {str(model.dtype).removeprefix('torch.')}",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from . import __version__
 from .dialects.base import LoadedDrafter
+from .io.locate import looks_like_repo_id
 
 VERIFY_REPORT = "eaglekit-verify.json"
 
@@ -27,14 +28,17 @@ def _tags(dialect: str, eagle_version: str) -> list[str]:
     return tags
 
 
+def _hub_id(text: object) -> str | None:
+    """``text`` when it names a Hub repo, not a path on the publisher's machine."""
+    return text if isinstance(text, str) and looks_like_repo_id(text) and not Path(text).exists() else None
+
+
 def _target_label(report_target: object, verifier: str) -> str:
-    """The verify report's target as the card shows it: a Hub id as is, a local path by its last component only
-    (a path on the publisher's machine means nothing to a reader and says more than it should)."""
+    """The verify report's target as the card shows it: a Hub id as is, a local path by its file name only (a
+    path on the publisher's machine means nothing to a reader and says more than it should)."""
     if not isinstance(report_target, str) or not report_target:
         return verifier
-    if report_target.startswith(("/", ".", "~")) or "\\" in report_target or report_target.count("/") != 1 or Path(report_target).exists():
-        return f"a local `{Path(report_target).name}`"
-    return report_target
+    return _hub_id(report_target) or f"a local `{Path(report_target).name}`"
 
 
 def read_verify_report(directory: Path) -> dict | None:
@@ -54,7 +58,7 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
     d = loaded.drafter
     verifier = d.verifier
     metadata = ModelCardData(
-        base_model=verifier if verifier and "/" in verifier and not verifier.startswith(("/", ".")) else None,
+        base_model=_hub_id(verifier),
         library_name={"speculators": "speculators", "sglang": "sglang"}.get(loaded.dialect, "vllm"),
         pipeline_tag="text-generation",
         tags=_tags(loaded.dialect, d.eagle_version),

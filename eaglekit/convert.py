@@ -21,7 +21,7 @@ from .io import dtypes, jsonfile
 from .io.atomic import atomic_directory, check_destination
 from .io.reader import Checkpoint
 from .io.writer import DEFAULT_MAX_SHARD_BYTES, Payload, TensorPlan, plan_shards, shard_names, write_checkpoint_tensors
-from .model.drafter import INPUT, AuxLayers, Drafter, Provenance, default_aux_ids
+from .model.drafter import INPUT, AuxLayers, Drafter, default_aux_ids
 from .target import TargetConfig, read_target_config
 from .validate.checks import CheckInput, run_checks
 

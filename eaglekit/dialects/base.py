@@ -13,7 +13,7 @@ The reading algorithm is shared (``read``); dialects hook in only where their se
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
@@ -257,21 +257,16 @@ class Dialect:
             flags=flags,
             dtype=_dominant_dtype(infos),
             tensors=frozenset(names),
-            provenance=Provenance(source_dialect=self.name, framework=self.framework(ckpt), eaglekit_version=_eaglekit_version(top)),
+            provenance=_provenance(self.name, self.framework(ckpt), _eaglekit_block(top)),
             extra_config={k: ckpt.config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if k in ckpt.config},
             **fields,
         )
         drafter = self.adjust(drafter, top, ckpt, notes)
-        block = top.data.get("eaglekit") if isinstance(top.data.get("eaglekit"), dict) else {}
+        block = _eaglekit_block(top)
         if drafter.verifier is None and isinstance(block.get("verifier"), str):
             # formats with no verifier field: eaglekit kept it in its own block
             archs = block.get("verifier_architectures")
             drafter = drafter.with_(verifier=block["verifier"], verifier_architectures=tuple(archs) if isinstance(archs, list) else ())
-        if block.get("version"):
-            # what an earlier eaglekit conversion recorded: where it came from and any numerics change (the upgrade)
-            notes_kept = tuple(n for n in block.get("notes", ()) if isinstance(n, str)) if isinstance(block.get("notes"), list) else ()
-            source = block.get("source_dialect") if isinstance(block.get("source_dialect"), str) else None
-            drafter = drafter.with_(provenance=replace(drafter.provenance, converted_from=source, notes=drafter.provenance.notes + notes_kept))
         if isinstance(block.get("model_type"), str) and block["model_type"] in MLA_MODEL_TYPES and drafter.attention == "mla":
             drafter = drafter.with_(model_type=block["model_type"])  # a writer had to spell it differently for its engine
         return LoadedDrafter(drafter, ckpt, self.name, detection, names, unknown, notes)
@@ -369,9 +364,24 @@ def _dominant_dtype(infos: Mapping) -> str | None:
     return counts.most_common(1)[0][0] if counts else None
 
 
-def _eaglekit_version(top: ConfigView) -> str | None:
+def _eaglekit_block(top: ConfigView) -> dict:
+    """The ``eaglekit`` key an earlier eaglekit conversion wrote into config.json (see ``provenance_block``)."""
     block = top.data.get("eaglekit")
-    return block.get("version") if isinstance(block, dict) and isinstance(block.get("version"), str) else None
+    return block if isinstance(block, dict) else {}
+
+
+def _provenance(dialect: str, framework: str | None, block: dict) -> Provenance:
+    """Where the checkpoint comes from; an eaglekit output also says what it was converted from and any numerics
+    change it recorded (the 3.0 -> 3.1 upgrade), so a further conversion keeps them."""
+    text = lambda key: block.get(key) if isinstance(block.get(key), str) else None  # noqa: E731
+    notes = block.get("notes") if isinstance(block.get("notes"), list) else []
+    return Provenance(
+        source_dialect=dialect,
+        framework=framework,
+        eaglekit_version=text("version"),
+        converted_from=text("source_dialect") if text("version") else None,
+        notes=tuple(n for n in notes if isinstance(n, str)),
+    )
 
 
 # Shared building blocks for dialect modules ----------------------------------------------------------
