@@ -12,10 +12,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+import re
+
 import torch
 
 from . import dialects
-from .errors import UsageError, ValidationFailed
+from .errors import CheckpointError, UsageError, ValidationFailed
 from .findings import Finding, errors
 from .io import dtypes, jsonfile
 from .io.atomic import atomic_directory, check_destination
@@ -163,6 +165,30 @@ def _upgrade(d: Drafter, notes: list[Finding]) -> tuple[Drafter, list[str]]:
     return d, added
 
 
+# What a conversion writes (and what verify --report may add beside it): the only names --force replaces.
+_OUTPUT_FILE = re.compile(r"config\.json|model(-\d+-of-\d+)?\.safetensors|model\.safetensors\.index\.json|eaglekit-verify\.json")
+
+
+def foreign_entries(directory: Path) -> list[str]:
+    """What stops ``directory`` being an earlier eaglekit conversion that ``--force`` may replace.
+
+    It is one when its config.json carries the ``eaglekit`` block every writer adds and it holds nothing
+    but the files a conversion writes. Every other entry is named, so the refusal says what would be lost.
+    """
+    foreign = sorted(p.name + "/" for p in directory.iterdir() if p.is_dir() or p.is_symlink())
+    foreign += sorted(p.name for p in directory.iterdir() if p.is_file() and not p.is_symlink() and not _OUTPUT_FILE.fullmatch(p.name))
+    if foreign:
+        return foreign
+    try:
+        config = jsonfile.load_object(directory / "config.json")
+    except CheckpointError:
+        config = {}
+    block = config.get("eaglekit")
+    if not (isinstance(block, dict) and "dialect" in block):
+        return sorted(p.name for p in directory.iterdir())  # safetensors and a config, but not eaglekit's
+    return []
+
+
 def plan_conversion(source: str | Path, out: str | Path | None, options: ConvertOptions) -> ConversionPlan:
     writer = dialects.get_writer(options.to)
     if options.upgrade not in (None, "3.1"):
@@ -170,7 +196,7 @@ def plan_conversion(source: str | Path, out: str | Path | None, options: Convert
             raise UsageError("--upgrade 3: downgrading EAGLE 3.1 to 3 drops trained fc_norm weights and changes the math; refused")
         raise UsageError(f"--upgrade {options.upgrade!r}: only 3.1 is supported")
     if out is not None:
-        check_destination(Path(out), force=options.force, protect=[Path(source)])
+        check_destination(Path(out), force=options.force, protect=[Path(source)], replaceable=foreign_entries)
     loaded = dialects.load(source, options.source_dialect)
     try:
         return _plan(loaded, writer, options)
@@ -293,7 +319,8 @@ def execute(plan: ConversionPlan, out: str | Path, *, progress: Callable[[int], 
         raise ValidationFailed(_refusal("the converted drafter would not validate", errors(plan.findings)), plan.findings)
     options = plan.options or ConvertOptions(to=plan.dialect.name)
     tensor_plans = [TensorPlan(t.name, t.dtype, t.shape, _producer(t, plan.loaded)) for t in plan.tensors]
-    with atomic_directory(Path(out), force=options.force, protect=[plan.loaded.checkpoint.directory]) as tmp:
+    with atomic_directory(Path(out), force=options.force, protect=[plan.loaded.checkpoint.directory],
+                          replaceable=foreign_entries) as tmp:
         files = write_checkpoint_tensors(tmp, tensor_plans, max_shard_bytes=options.max_shard_bytes, progress=progress)
         (tmp / "config.json").write_text(jsonfile.dumps(plan.config))
         files.append("config.json")

@@ -205,10 +205,40 @@ def test_refuses_to_overwrite_without_force_and_replaces_with_it(tmp_path):
         with atomic_directory(dest):
             pass
     assert (dest / "old.txt").exists()
-    with atomic_directory(dest, force=True) as tmp:
+    with atomic_directory(dest, force=True, replaceable=lambda d: []) as tmp:  # the caller recognises its output
         (tmp / "new.txt").write_text("new")
     assert sorted(p.name for p in dest.iterdir()) == ["new.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_force_never_replaces_a_directory_the_caller_does_not_recognise(tmp_path):
+    dest = tmp_path / "out"
+    (dest / "data").mkdir(parents=True)
+    (dest / "notes.txt").write_text("mine")
+    with pytest.raises(OutputExistsError, match=r"did not write \(data/, notes.txt\)"):
+        with atomic_directory(dest, force=True) as tmp:
+            (tmp / "new.txt").write_text("new")
+    assert (dest / "notes.txt").read_text() == "mine" and (dest / "data").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_force_replaces_an_empty_directory(tmp_path):
+    dest = tmp_path / "out"
+    dest.mkdir()
+    with atomic_directory(dest, force=True) as tmp:
+        (tmp / "new.txt").write_text("new")
+    assert [p.name for p in dest.iterdir()] == ["new.txt"]
+
+
+def test_output_directory_honours_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        with atomic_directory(tmp_path / "out") as tmp:
+            (tmp / "x").write_text("x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "out").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "out" / "x").stat().st_mode & 0o777 == 0o644
 
 
 def test_refuses_destination_inside_or_around_the_source(tmp_path):

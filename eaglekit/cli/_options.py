@@ -9,7 +9,7 @@ from ..errors import UsageError
 from ..io import dtypes
 
 json_option = click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON (schema in schemas/).")
-force_option = click.option("--force", is_flag=True, help="Replace OUT if it exists.")
+force_option = click.option("--force", is_flag=True, help="Replace OUT if it is empty or an earlier eaglekit output (never a directory with other files).")
 target_option = click.option(
     "--target",
     metavar="MODEL",

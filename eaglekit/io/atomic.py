@@ -2,6 +2,11 @@
 
 A failed, interrupted or killed run leaves no destination (or the old one, untouched); its hidden
 ``.NAME.eaglekit-tmp-PID-*`` folder is removed by the next run once that PID is gone.
+
+``force`` replaces only what is safe to replace: an empty directory, or one that the caller's ``replaceable``
+test recognises as its own earlier output. Anything else (a user's project, a directory with one file too
+many) is refused with what it holds: a flag must never delete files eaglekit did not write.
+The output directory gets the permissions ``mkdir`` would give it (0777 less the umask), not mkdtemp's 0700.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from ..errors import OutputExistsError, UsageError
 
@@ -23,8 +28,17 @@ def _inside(a: Path, b: Path) -> bool:
     return a == b or b in a.parents
 
 
-def check_destination(destination: Path, *, force: bool, protect: Iterable[Path] = ()) -> Path:
-    """Refuse destinations that would clobber a source or an existing output without ``force``."""
+# Given an existing directory, the entries that make it NOT a replaceable earlier output ([] = replaceable).
+Replaceable = Callable[[Path], list[str]]
+
+
+def _nothing_is_replaceable(directory: Path) -> list[str]:
+    return sorted(p.name + ("/" if p.is_dir() else "") for p in directory.iterdir())
+
+
+def check_destination(destination: Path, *, force: bool, protect: Iterable[Path] = (),
+                      replaceable: Replaceable = _nothing_is_replaceable) -> Path:
+    """Refuse destinations that would clobber a source, a user's files, or an existing output without ``force``."""
     dest = Path(os.path.abspath(destination))
     real_dest = dest.resolve()
     for source in protect:
@@ -37,6 +51,12 @@ def check_destination(destination: Path, *, force: bool, protect: Iterable[Path]
         raise UsageError(f"{destination}: exists and is not a directory")
     if dest.exists() and not force:
         raise OutputExistsError(f"{destination}: already exists (pass --force to replace it)")
+    if dest.exists():
+        foreign = replaceable(dest) if any(dest.iterdir()) else []
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise OutputExistsError(f"{destination}: not replaced even with --force: it holds files eaglekit did not write "
+                                    f"({shown}); choose an empty or new directory")
     return dest
 
 
@@ -66,14 +86,22 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
-def atomic_directory(destination: Path, *, force: bool = False, protect: Iterable[Path] = ()) -> Iterator[Path]:
+def atomic_directory(destination: Path, *, force: bool = False, protect: Iterable[Path] = (),
+                     replaceable: Replaceable = _nothing_is_replaceable) -> Iterator[Path]:
     """Yield an empty temporary directory; on success it becomes ``destination``."""
-    dest = check_destination(destination, force=force, protect=protect)
+    dest = check_destination(destination, force=force, protect=protect, replaceable=replaceable)
     parent = dest.parent
     parent.mkdir(parents=True, exist_ok=True)
     _clean_stale(parent, dest.name)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}{_TMP_MARK}{os.getpid()}-", dir=parent))
+    os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
         for child in tmp.iterdir():
