@@ -11,21 +11,15 @@ import json
 from pathlib import Path
 
 from . import __version__
-from .dialects.base import LoadedDrafter
+from . import dialects
+from .dialects.base import Dialect, LoadedDrafter
 from .io.locate import looks_like_repo_id
 
 VERIFY_REPORT = "eaglekit-verify.json"
 
 
-def _tags(dialect: str, eagle_version: str) -> list[str]:
-    tags = ["eagle3.1" if eagle_version == "3.1" else "eagle3", "speculative-decoding", "eaglekit"]
-    if dialect in ("vllm", "speculators"):
-        tags.append("vllm")
-    if dialect == "speculators":
-        tags.append("speculators")
-    if dialect == "sglang":
-        tags.append("sglang")
-    return tags
+def _tags(dialect: Dialect, eagle_version: str) -> list[str]:
+    return ["eagle3.1" if eagle_version == "3.1" else "eagle3", "speculative-decoding", "eaglekit", *dialect.hub_tags]
 
 
 def _hub_id(text: object) -> str | None:
@@ -56,12 +50,13 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
     from huggingface_hub import ModelCardData
 
     d = loaded.drafter
+    dialect = dialects.get(loaded.dialect)
     verifier = d.verifier
     metadata = ModelCardData(
         base_model=_hub_id(verifier),
-        library_name={"speculators": "speculators", "sglang": "sglang"}.get(loaded.dialect, "vllm"),
+        library_name=dialect.library_name,
         pipeline_tag="text-generation",
-        tags=_tags(loaded.dialect, d.eagle_version),
+        tags=_tags(dialect, d.eagle_version),
     )
     target = verifier or "<target model>"
     name = repo_id.split("/")[-1]
@@ -94,7 +89,7 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
         "```",
         "",
     ]
-    if loaded.dialect == "sglang":
+    if "sglang" in dialect.hub_tags:  # a layout SGLang loads as it is
         lines += [
             "SGLang:",
             "",

@@ -18,15 +18,6 @@ from referencing import Registry, Resource
 from .findings import Finding
 
 BASE_URI = "https://eaglekit.dev/schemas/"
-CONFIG_SCHEMAS = {
-    "vllm": "config/vllm.schema.json",
-    "speculators": "config/speculators.schema.json",
-    "sglang": "config/sglang.schema.json",
-    "eagle": "config/eagle.schema.json",
-    "modelopt": "config/modelopt.schema.json",
-    "torchspec": "config/torchspec.schema.json",
-    "automodel": "config/automodel.schema.json",
-}
 MLA_SCHEMA = "config/mla.schema.json"
 
 
@@ -77,9 +68,10 @@ def check(data: Any, name: str) -> list[str]:
     return [_describe(e) for e in errors]
 
 
-def check_config(config: dict, dialect: str, *, mla: bool, label: str = "config.json") -> list[Finding]:
+def check_config(config: dict, schema: str | None, *, mla: bool, label: str = "config.json") -> list[Finding]:
+    """``config`` against a dialect's schema (``Dialect.schema``) and, for an MLA drafter, the MLA schema."""
     findings = []
-    names = [CONFIG_SCHEMAS[dialect]] if dialect in CONFIG_SCHEMAS else []
+    names = [schema] if schema else []
     if mla:
         names.append(MLA_SCHEMA)
     for name in names:

@@ -4,9 +4,52 @@ from __future__ import annotations
 
 import click
 
-from .. import dialects
+from .. import dialects, engines
 from ..errors import UsageError
 from ..io import dtypes
+
+
+# -- option types: parse and check once, where the option is read; a bad value is a one-line usage error (exit 2)
+
+
+class DialectType(click.ParamType):
+    """A dialect name or alias (``writable``: one eaglekit can write); ``auto`` where detection may decide."""
+
+    name = "dialect"
+
+    def __init__(self, *, writable: bool = False, auto: bool = False):
+        self.writable, self.auto = writable, auto
+
+    def convert(self, value, param, ctx):
+        if value is None or (self.auto and value == "auto"):
+            return value
+        return (dialects.get_writer(value) if self.writable else dialects.get(value)).name
+
+
+class EngineSpecType(click.ParamType):
+    """``ENGINE==VERSION`` for which eaglekit has rules (checked now, used as written)."""
+
+    name = "engine"
+
+    def convert(self, value, param, ctx):
+        if value is not None:
+            engines.parse(value)
+        return value
+
+
+class AuxIdsType(click.ParamType):
+    """Comma-separated target layer ids: ``2,16,29``."""
+
+    name = "ids"
+
+    def convert(self, value, param, ctx):
+        return value if isinstance(value, tuple) else parse_ids(value)
+
+
+DIALECT = DialectType(auto=True)
+WRITABLE_DIALECT = DialectType(writable=True)
+ENGINE_SPEC = EngineSpecType()
+AUX_IDS = AuxIdsType()
 
 json_option = click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON (schema in schemas/).")
 force_option = click.option("--force", is_flag=True, help="Replace OUT if it is empty or an earlier eaglekit output (never a directory with other files).")
@@ -17,6 +60,7 @@ target_option = click.option(
 )
 engine_option = click.option(
     "--engine",
+    type=ENGINE_SPEC,
     metavar="ENGINE==VERSION",
     help="Judge the drafter as this engine release would load and run it, e.g. vllm==0.24.",
 )
@@ -33,6 +77,7 @@ def from_option(func):
     return click.option(
         "--from",
         "source_dialect",
+        type=DIALECT,
         default="auto",
         show_default=True,
         metavar="DIALECT",

@@ -10,7 +10,7 @@ from ..errors import UsageError
 from ..findings import Finding
 from ..io import dtypes
 from ..io.writer import DEFAULT_MAX_SHARD_BYTES, parse_size
-from ._options import dtype_option, force_option, from_option, json_option, parse_ids, target_option
+from ._options import AUX_IDS, WRITABLE_DIALECT, dtype_option, force_option, from_option, json_option, target_option
 from ._output import Output, findings_text, human_bytes, table
 
 
@@ -74,10 +74,11 @@ def _render(r: dict) -> str:
 @click.command("convert")
 @click.argument("src", required=False)
 @click.argument("out", required=False)
-@click.option("--to", "to", metavar="DIALECT", help="Output dialect: vllm, speculators, sglang (alias specforge) or eagle.")
+@click.option("--to", "to", type=WRITABLE_DIALECT, metavar="DIALECT",
+              help=f"Output dialect: {', '.join(dialects.names(writable=True))} (aliases: {', '.join(a for d in dialects.DIALECTS.values() if d.can_write for a in d.aliases)}).")
 @from_option
 @target_option
-@click.option("--aux-layers", metavar="IDS", help="Aux (target) layer ids in vLLM's input-of-layer convention, e.g. 2,16,29.")
+@click.option("--aux-layers", type=AUX_IDS, metavar="IDS", help="Aux (target) layer ids in vLLM's input-of-layer convention, e.g. 2,16,29.")
 @click.option("--upgrade", metavar="3.1", help="Upgrade an EAGLE 3 drafter to 3.1 for fine-tuning: fc_norm weights of ones, norm_output on.")
 @dtype_option
 @click.option("--max-shard-size", default="5GB", show_default=True, help="Largest output shard, e.g. 5GB, 500MB.")
@@ -107,7 +108,7 @@ def convert_command(src, out, to, source_dialect, target, aux_layers, upgrade, d
         to=to,
         source_dialect=source_dialect,
         target=target,
-        aux_layers=parse_ids(aux_layers),
+        aux_layers=aux_layers,
         upgrade=upgrade,
         dtype=dtypes.parse_cast(dtype),
         max_shard_bytes=parse_size(max_shard_size) if max_shard_size else DEFAULT_MAX_SHARD_BYTES,

@@ -5,7 +5,7 @@ these must be converted before serving. Read only.
 
 from __future__ import annotations
 
-from .base import FLAT_FLAGS_FALSE, INPUT, OUTPUT, Clue, ConfigRules, Dialect, NameMap, architectures, has_prefix
+from .base import FLAT_FLAGS_FALSE, INPUT, OUTPUT, Clue, ConfigRules, Dialect, NameMap, architecture_clue, has_prefix
 
 
 class AutomodelDialect(Dialect):
@@ -21,9 +21,10 @@ class AutomodelDialect(Dialect):
             ("eagle_config.eagle_aux_hidden_state_layer_ids", OUTPUT),
         ),
     )
+    schema = "config/automodel.schema.json"
     evidence = (
         Clue("tensor names carry the model. prefix", 80, lambda c, n, k: "model.fc.weight" in n or has_prefix(n, "model.layers.")),
-        Clue("architectures is LlamaEagle3DraftModel", 20, lambda c, n, k: "LlamaEagle3DraftModel" in architectures(c)),
+        architecture_clue("automodel", 20),
     )
 
 

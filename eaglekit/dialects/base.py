@@ -23,6 +23,7 @@ from ..findings import Finding
 from ..io.reader import Checkpoint
 from ..model.config_view import ConfigView
 from ..model.drafter import INPUT, OUTPUT, AuxLayers, Convention, Drafter, Flags, Provenance
+from ..model import architectures as arch_table
 from ..model.hf_config import MLA_MODEL_TYPES, base_fields, read_rope
 
 # -- names ---------------------------------------------------------------------------------------------
@@ -114,6 +115,24 @@ def architectures(config: dict) -> tuple[str, ...]:
     return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
 
+def architecture_clue(dialect: str, score: int, text: str | None = None, *, alone: bool = False) -> Clue:
+    """Evidence from the architecture table: config.json names a string that ``dialect`` claims (``alone``: and
+    nothing else). The table is read at detection time, so a row added to it is recognised everywhere."""
+    text = text or "architectures is " + " or ".join(arch_table.claimed_by(dialect))
+
+    def test(config: dict, names: frozenset[str], ckpt: Checkpoint) -> bool:
+        found, claimed = architectures(config), set(arch_table.claimed_by(dialect))
+        return (len(found) == 1 and found[0] in claimed) if alone else bool(claimed & set(found))
+
+    return Clue(text, score, test)
+
+
+def written_by_eaglekit(config: dict, dialect: str) -> bool:
+    """The ``eaglekit`` block a writer adds (``provenance_block``) names this dialect."""
+    block = config.get("eaglekit")
+    return isinstance(block, dict) and block.get("dialect") == dialect
+
+
 def has_prefix(names: Iterable[str], prefix: str) -> bool:
     return any(n.startswith(prefix) for n in names)
 
@@ -165,6 +184,14 @@ class Dialect:
     rules: ConfigRules = ConfigRules()
     evidence: tuple[Clue, ...] = ()
     single_layer_model: bool = False  # the dialect's model class has exactly one decoder layer (`midlayer`)
+    # facts other parts of eaglekit read (card, schemas, convert --list): each dialect states its own
+    schema: str | None = None  # its config.json schema, relative to schemas/
+    library_name: str = "vllm"  # the Hub's library_name for a drafter published in this dialect
+    hub_tags: tuple[str, ...] = ()  # the engines/libraries a model card tags it with
+    # the writer's vocabulary maps: with a pruned vocabulary, synthesise t2d if missing; with a full one, drop both
+    writes_t2d: bool = False
+    drops_full_vocab_maps: bool = True
+    carries_extra_config: bool = True  # harmless HF keys (token ids) ride along in the written config
 
     @property
     def can_write(self) -> bool:
@@ -172,9 +199,16 @@ class Dialect:
 
     # detection ---------------------------------------------------------------------------------------
 
+    def clues(self) -> tuple[Clue, ...]:
+        """The dialect's evidence, plus the mark its own writer leaves (an eaglekit output says what it is)."""
+        if not self.can_write:
+            return self.evidence
+        name = self.name
+        return self.evidence + (Clue(f"written by eaglekit as {name}", 60, lambda c, n, k: written_by_eaglekit(c, name)),)
+
     def detect(self, config: dict, names: frozenset[str], ckpt: Checkpoint) -> Detection:
         score, evidence = 0, []
-        for clue in self.evidence:
+        for clue in self.clues():
             try:
                 hit = clue.test(config, names, ckpt)
             except (TypeError, AttributeError, KeyError, ValueError):
@@ -327,9 +361,28 @@ class Dialect:
 
     def output_names(self, drafter: Drafter) -> dict[str, str]:
         """canonical name -> output name, for every canonical tensor this dialect ships."""
+        names = self.tensor_names(drafter)
+        if drafter.pruned_vocab:
+            if self.writes_t2d:
+                names["t2d"] = "t2d"  # synthesised from d2t when the source has none
+        elif self.drops_full_vocab_maps:
+            names.pop("d2t", None)
+            names.pop("t2d", None)
+        return names
+
+    def tensor_names(self, drafter: Drafter) -> dict[str, str]:
+        """canonical name -> output name before the vocabulary-map rule (default: the name rules)."""
         return {c: self.names.from_canonical(c) for c in sorted(drafter.tensors)}
 
     def write_config(self, drafter: Drafter) -> dict:
+        """config.json: the dialect's own keys, carried HF keys, then the ``eaglekit`` provenance block."""
+        config = self.config_keys(drafter)
+        if self.carries_extra_config:
+            config.update(drafter.extra_config)
+        config["eaglekit"] = provenance_block(drafter, self.name)
+        return config
+
+    def config_keys(self, drafter: Drafter) -> dict:
         raise UnsupportedError(f"the {self.name} dialect cannot be written")
 
     # helpers -----------------------------------------------------------------------------------------
@@ -427,6 +480,7 @@ __all__ = [
     "MIDLAYER",
     "NameMap",
     "OUTPUT",
+    "architecture_clue",
     "architectures",
     "has_prefix",
     "lookup",

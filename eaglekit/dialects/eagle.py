@@ -14,7 +14,8 @@ from ..io.reader import Checkpoint
 from ..model.config_view import ConfigView
 from ..model.drafter import INPUT, AuxLayers, Drafter, default_aux_ids
 from ..model.hf_config import base_config
-from .base import MIDLAYER, Clue, ConfigRules, Dialect, Key, NameMap, architectures, has_prefix, provenance_block
+from ..model.architectures import written_as
+from .base import MIDLAYER, Clue, ConfigRules, Dialect, Key, NameMap, architecture_clue, has_prefix
 
 NO_FLAGS = {
     "fc_norm": Key((), False),
@@ -40,13 +41,13 @@ class EagleDialect(Dialect):
     writes = "config.json + model.safetensors, midlayer.*, explicit rope_theta; EAGLE 3 Llama drafters only"
     names = NameMap(rules=MIDLAYER)
     rules = ConfigRules(flags=NO_FLAGS, aux_ids=())
+    schema = "config/eagle.schema.json"
     evidence = (
         Clue("pytorch_model.bin", 30, lambda c, n, k: k.format == "bin"),
-        Clue("architectures is LlamaForCausalLM", 20, lambda c, n, k: architectures(c) == ("LlamaForCausalLM",)),
+        architecture_clue("eagle", 20, alone=True),
         Clue("tensors named midlayer.*", 20, lambda c, n, k: has_prefix(n, "midlayer.")),
         Clue("no eagle_config, no EAGLE 3.1 flags", 10, lambda c, n, k: not any(x in c for x in ("eagle_config", "fc_norm", "norm_output", "speculators_config"))),
         Clue("no rope_theta (EAGLE assumes 10000)", 5, lambda c, n, k: "rope_theta" not in c and "rope_parameters" not in c),
-        Clue("written by eaglekit as eagle", 60, lambda c, n, k: (c.get("eaglekit") or {}).get("dialect") == "eagle"),
     )
     single_layer_model = True
 
@@ -101,25 +102,19 @@ class EagleDialect(Dialect):
         if problems:
             raise UnsupportedError("the eagle format cannot hold this drafter: " + "; ".join(problems))
 
-    def output_names(self, d: Drafter) -> dict[str, str]:
-        names = {c: self.names.from_canonical(c) for c in sorted(d.tensors) if c != "embed_tokens.weight"}
-        if d.pruned_vocab:
-            names["t2d"] = "t2d"
-        else:
-            names.pop("d2t", None)  # EAGLE deletes the maps when the vocabularies are equal
-            names.pop("t2d", None)
-        return names
+    writes_t2d = True
+    drops_full_vocab_maps = True  # EAGLE deletes the maps when the vocabularies are equal
 
-    def write_config(self, d: Drafter) -> dict:
-        config = {
-            "architectures": ["LlamaForCausalLMEagle3"],
+    def tensor_names(self, d: Drafter) -> dict[str, str]:
+        return {c: self.names.from_canonical(c) for c in sorted(d.tensors) if c != "embed_tokens.weight"}
+
+    def config_keys(self, d: Drafter) -> dict:
+        return {
+            "architectures": [written_as(self.name, d.attention)],
             "model_type": "llama",
             **base_config(d),
             "draft_vocab_size": d.draft_vocab_size,
         }
-        config.update(d.extra_config)
-        config["eaglekit"] = provenance_block(d, self.name)
-        return config
 
 
 DIALECT = EagleDialect()

@@ -5,7 +5,7 @@ Read only.
 
 from __future__ import annotations
 
-from .base import FLAT_FLAGS_FALSE, OUTPUT, Clue, ConfigRules, Dialect, NameMap, architectures, has_prefix
+from .base import FLAT_FLAGS_FALSE, OUTPUT, Clue, ConfigRules, Dialect, NameMap, architecture_clue, has_prefix
 
 MODELOPT_EAGLE_KEYS = (
     "use_input_layernorm_in_first_layer",
@@ -23,6 +23,7 @@ class ModeloptDialect(Dialect):
     reads = "export_speculative_decoding outputs, Llama and Kimi-K2 MLA templates (fc_input_norm read as input_norm)"
     names = NameMap(aliases={"fc_input_norm.weight": "input_norm.weight"})
     rules = ConfigRules(flags=FLAT_FLAGS_FALSE, aux_ids=(("eagle_config.eagle_aux_hidden_state_layer_ids", OUTPUT),))
+    schema = "config/modelopt.schema.json"
     evidence = (
         Clue(
             "eagle_config has ModelOpt's keys (use_last_layernorm, next_layer_regular, ...)",
@@ -31,11 +32,7 @@ class ModeloptDialect(Dialect):
         ),
         Clue("d2t without t2d", 15, lambda c, n, k: "d2t" in n and "t2d" not in n),
         Clue("tensors named layers.N.*, no embeddings", 10, lambda c, n, k: has_prefix(n, "layers.") and not has_prefix(n, "embed_tokens")),
-        Clue(
-            "architectures is LlamaForCausalLMEagle3 or Eagle3DeepseekV2ForCausalLM",
-            5,
-            lambda c, n, k: bool({"LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM"} & set(architectures(c))),
-        ),
+        architecture_clue("modelopt", 5),
     )
 
 

@@ -14,9 +14,9 @@ from ..findings import Finding
 from ..io.reader import Checkpoint
 from ..model.config_view import ConfigView
 from ..model.drafter import Drafter
-from ..model.hf_config import base_config
-from .base import INPUT, MIDLAYER, OUTPUT, Clue, ConfigRules, Dialect, Key, NameMap, architectures, has_prefix, provenance_block
-from .vllm import model_type_for
+from ..model.architectures import written_as
+from ..model.hf_config import base_config, model_type_for
+from .base import INPUT, MIDLAYER, OUTPUT, Clue, ConfigRules, Dialect, Key, NameMap, architecture_clue, has_prefix, written_by_eaglekit
 
 SGLANG_FLAGS = {
     "fc_norm": Key(("fc_norm", "use_aux_norm"), False),
@@ -41,8 +41,13 @@ class SglangDialect(Dialect):
             ("eagle_aux_hidden_state_layer_ids", INPUT),
         ),
     )
+    schema = "config/sglang.schema.json"
+    library_name = "sglang"
+    hub_tags = ("sglang",)
+    writes_t2d = True
+    drops_full_vocab_maps = False
     evidence = (
-        Clue("architectures is LlamaForCausalLMEagle3", 30, lambda c, n, k: "LlamaForCausalLMEagle3" in architectures(c)),
+        architecture_clue("sglang", 30),
         Clue("tensors named midlayer.*", 20, lambda c, n, k: has_prefix(n, "midlayer.")),
         Clue(
             "aux layer ids only in eagle_config",
@@ -52,12 +57,11 @@ class SglangDialect(Dialect):
         ),
         Clue("SGLang's legacy use_aux_norm / aux_norm_* names", 40, lambda c, n, k: "use_aux_norm" in c or has_prefix(n, "aux_norm_")),
         Clue("safetensors file, no embeddings, t2d shipped", 10, lambda c, n, k: k.format == "safetensors" and "t2d" in n and not has_prefix(n, "embed_tokens")),
-        Clue("written by eaglekit as sglang", 60, lambda c, n, k: (c.get("eaglekit") or {}).get("dialect") == "sglang"),
     )
     single_layer_model = True
 
     def adjust(self, d: Drafter, top: ConfigView, ckpt: Checkpoint, notes: list[Finding]) -> Drafter:
-        if d.flags.norm_output and (top.data.get("eaglekit") or {}).get("dialect") != "sglang":
+        if d.flags.norm_output and not written_by_eaglekit(top.data, self.name):
             notes.append(
                 Finding(
                     "flags.norm_output_semantics",
@@ -78,24 +82,22 @@ class SglangDialect(Dialect):
         if d.attention == "mla" and (d.mla is None or not d.mla.q_lora_rank):
             raise UnsupportedError("SGLang's MLA drafter requires q_lora_rank")
 
-    def output_names(self, d: Drafter) -> dict[str, str]:
+    def tensor_names(self, d: Drafter) -> dict[str, str]:
         # midlayer.* loads in every SGLang; multi-layer and MLA drafters need layers.N.* (newer SGLang)
         rename = (lambda c: self.names.from_canonical(c)) if d.num_layers == 1 and d.attention != "mla" else (lambda c: c)
         names = {c: rename(c) for c in sorted(d.tensors)}
         if d.hidden_size == d.target_hidden_size:
             names.pop("embed_tokens.weight", None)  # SGLang shares the target's embedding
-        if d.pruned_vocab:
-            names["t2d"] = "t2d"
         return names
 
-    def write_config(self, d: Drafter) -> dict:
+    def config_keys(self, d: Drafter) -> dict:
         ids = d.aux.as_output()
         eagle_config: dict = {}
         if ids is not None:
             eagle_config["eagle_aux_hidden_state_layer_ids"] = list(ids)
         eagle_config["use_aux_hidden_state"] = d.flags.use_aux_hidden_state
         config = {
-            "architectures": ["Eagle3DeepseekV2ForCausalLM" if d.attention == "mla" else "LlamaForCausalLMEagle3"],
+            "architectures": [written_as(self.name, d.attention)],
             "model_type": model_type_for(d),
             **base_config(d),
             "draft_vocab_size": d.draft_vocab_size,
@@ -106,8 +108,6 @@ class SglangDialect(Dialect):
             "norm_before_residual": d.flags.norm_before_residual,
             "eagle_config": eagle_config,
         }
-        config.update(d.extra_config)
-        config["eaglekit"] = provenance_block(d, self.name)
         return config
 
 

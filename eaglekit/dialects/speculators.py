@@ -13,7 +13,8 @@ from ..io.reader import Checkpoint
 from ..model.config_view import ConfigView
 from ..model.drafter import Drafter
 from ..model.hf_config import base_config
-from .base import INPUT, Clue, ConfigRules, Dialect, Key, NameMap, architectures, provenance_block
+from ..model.architectures import written_as
+from .base import INPUT, Clue, ConfigRules, Dialect, Key, NameMap, architecture_clue
 
 SPECULATORS_FORMAT_VERSION = "0.9.0"  # the speculators release whose schema the writer follows
 
@@ -36,14 +37,13 @@ class SpeculatorsDialect(Dialect):
         aux_ids=(("eagle_aux_hidden_state_layer_ids", INPUT),),
         num_aux=("transformer_layer_config.num_aux_hidden_states", "num_aux_hidden_states"),
     )
+    schema = "config/speculators.schema.json"
+    library_name = "speculators"
+    hub_tags = ("vllm", "speculators")
     evidence = (
         Clue("speculators_model_type is eagle3", 100, lambda c, n, k: c.get("speculators_model_type") == "eagle3"),
         Clue("has speculators_config", 30, lambda c, n, k: isinstance(c.get("speculators_config"), dict)),
-        Clue(
-            "architectures is Eagle3Speculator or Eagle3DraftModel",
-            20,
-            lambda c, n, k: any(a in ("Eagle3Speculator", "Eagle3DraftModel") for a in architectures(c)),
-        ),
+        architecture_clue("speculators", 20),
     )
 
     def adjust(self, d: Drafter, top: ConfigView, ckpt: Checkpoint, notes: list[Finding]) -> Drafter:
@@ -80,21 +80,19 @@ class SpeculatorsDialect(Dialect):
         if not d.flags.use_aux_hidden_state:
             raise UnsupportedError("the speculators format cannot express use_aux_hidden_state: false")
 
-    def output_names(self, d: Drafter) -> dict[str, str]:
-        names = {c: c for c in sorted(d.tensors)}
-        if d.pruned_vocab:
-            names["t2d"] = "t2d"  # speculators derives the target vocab from t2d: synthesised if missing
-        else:
-            names.pop("d2t", None)  # speculators registers no vocab maps when Vd == V
-            names.pop("t2d", None)
-        return names
+    writes_t2d = True  # speculators derives the target vocab from t2d: synthesised if missing
+    drops_full_vocab_maps = True  # speculators registers no vocab maps when Vd == V
+    carries_extra_config = False
 
-    def write_config(self, d: Drafter) -> dict:
+    def tensor_names(self, d: Drafter) -> dict[str, str]:
+        return {c: c for c in sorted(d.tensors)}
+
+    def config_keys(self, d: Drafter) -> dict:
         layer = {"model_type": d.attention, **base_config(d), "num_aux_hidden_states": d.num_aux}
         layer.pop("torch_dtype", None)
         ids = d.aux.as_input()
         config = {
-            "architectures": ["Eagle3DraftModel"],
+            "architectures": [written_as(self.name, d.attention)],
             "speculators_model_type": "eagle3",
             "speculators_version": SPECULATORS_FORMAT_VERSION,
             "speculators_config": {
@@ -117,7 +115,6 @@ class SpeculatorsDialect(Dialect):
         }
         if d.dtype:
             config["torch_dtype"] = d.dtype
-        config["eaglekit"] = provenance_block(d, self.name)
         return config
 
 

@@ -36,6 +36,7 @@ class TorchspecDialect(Dialect):
             ("eagle_aux_hidden_state_layer_ids", INPUT),
         ),
     )
+    schema = "config/torchspec.schema.json"
     evidence = (
         Clue("config has _torchspec_version or safetensors metadata torchspec_version", 100, lambda c, n, k: _torchspec_version(c, k) is not None),
         Clue("factorised lm_head.down / lm_head.up", 50, lambda c, n, k: "lm_head.down.weight" in n),

@@ -9,22 +9,9 @@ from __future__ import annotations
 
 from ..errors import UnsupportedError
 from ..model.drafter import Drafter
-from ..model.hf_config import MLA_MODEL_TYPES, base_config
-from .base import FLAT_FLAGS_FALSE, INPUT, Clue, ConfigRules, Dialect, NameMap, architectures, has_prefix, provenance_block
-
-# Architecture strings vLLM's registry resolves to an EAGLE 3 drafter class (vllm-eagle3.md §1.2).
-VLLM_LLAMA_ARCHS = (
-    "Eagle3LlamaForCausalLM",
-    "LlamaForCausalLMEagle3",
-    "Eagle3MiniMaxM2ForCausalLM",
-    "Eagle3Qwen2_5vlForCausalLM",
-    "Eagle3Qwen3vlForCausalLM",
-)
-VLLM_QWEN3_ARCHS = ("Eagle3Qwen3ForCausalLM",)
-VLLM_MLA_ARCHS = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
-VLLM_NATIVE_ARCHS = tuple(a for a in VLLM_LLAMA_ARCHS + VLLM_QWEN3_ARCHS + VLLM_MLA_ARCHS if a.startswith("Eagle3"))
-
-ARCH_FOR = {"llama": "Eagle3LlamaForCausalLM", "qwen3": "Eagle3Qwen3ForCausalLM", "mla": "Eagle3DeepseekV2ForCausalLM"}
+from ..model.architectures import written_as
+from ..model.hf_config import base_config, model_type_for
+from .base import FLAT_FLAGS_FALSE, INPUT, Clue, ConfigRules, Dialect, NameMap, architecture_clue, has_prefix
 
 
 def flat_flags(d: Drafter) -> dict:
@@ -34,16 +21,6 @@ def flat_flags(d: Drafter) -> dict:
         "norm_before_fc": d.flags.norm_before_fc,
         "norm_before_residual": d.flags.norm_before_residual,
     }
-
-
-def model_type_for(d: Drafter, *, vllm: bool = False) -> str:
-    if d.attention == "mla":
-        if vllm:
-            # vLLM rewrites a deepseek_v3 draft config into a DeepSeek MTP drafter and refuses it; kimi_k2 selects
-            # the same DeepseekV3Config without that rewrite
-            return "deepseek_v2" if d.model_type == "deepseek_v2" else "kimi_k2"
-        return d.model_type if d.model_type in MLA_MODEL_TYPES else "deepseek_v3"
-    return d.attention  # "llama" | "qwen3"
 
 
 class VllmDialect(Dialect):
@@ -60,15 +37,16 @@ class VllmDialect(Dialect):
         ),
         num_aux=("num_aux_hidden_states", "num_aux_layers"),
     )
+    schema = "config/vllm.schema.json"
+    hub_tags = ("vllm",)
     evidence = (
-        Clue("architectures names a vLLM-native Eagle3* class", 40, lambda c, n, k: any(a in VLLM_NATIVE_ARCHS for a in architectures(c))),
+        architecture_clue("vllm", 40, "architectures names a vLLM-native Eagle3* class"),
         Clue(
             "top-level eagle_aux_hidden_state_layer_ids outside a speculators config",
             30,
             lambda c, n, k: "eagle_aux_hidden_state_layer_ids" in c and "speculators_config" not in c,
         ),
         Clue("tensors named layers.N.*", 10, lambda c, n, k: has_prefix(n, "layers.")),
-        Clue("written by eaglekit as vllm", 60, lambda c, n, k: (c.get("eaglekit") or {}).get("dialect") == "vllm"),
     )
 
     def check_writable(self, d: Drafter) -> None:
@@ -79,15 +57,13 @@ class VllmDialect(Dialect):
         if d.attention == "mla" and (d.mla is None or not d.mla.q_lora_rank):
             raise UnsupportedError("vLLM's MLA drafter needs q_lora_rank (without it the fused q/kv projection cannot load)")
 
-    def output_names(self, d: Drafter) -> dict[str, str]:
-        names = {c: c for c in sorted(d.tensors)}
-        if not d.pruned_vocab:
-            # vLLM >= 0.31 has no draft_id_to_target_id when Vd == V: a d2t would fail to load
-            names.pop("d2t", None)
-            names.pop("t2d", None)
-        return names
+    # vLLM >= 0.31 has no draft_id_to_target_id when Vd == V: a full-vocabulary d2t would fail to load
+    drops_full_vocab_maps = True
 
-    def write_config(self, d: Drafter) -> dict:
+    def tensor_names(self, d: Drafter) -> dict[str, str]:
+        return {c: c for c in sorted(d.tensors)}  # canonical names are vLLM's
+
+    def config_keys(self, d: Drafter) -> dict:
         ids = d.aux.as_input()
         eagle_config: dict = {}
         if ids is not None:
@@ -95,7 +71,7 @@ class VllmDialect(Dialect):
         eagle_config["use_aux_hidden_state"] = d.flags.use_aux_hidden_state
         eagle_config["norm_before_fc"] = d.flags.norm_before_fc
         config = {
-            "architectures": [ARCH_FOR[d.attention]],
+            "architectures": [written_as(self.name, d.attention)],
             "model_type": model_type_for(d, vllm=True),
             **base_config(d),
             "draft_vocab_size": d.draft_vocab_size,
@@ -106,8 +82,10 @@ class VllmDialect(Dialect):
             config["eagle_aux_hidden_state_layer_ids"] = list(ids)
         config.update(flat_flags(d))
         config["eagle_config"] = eagle_config
-        config.update(d.extra_config)
-        config["eaglekit"] = provenance_block(d, self.name)
+        return config
+
+    def write_config(self, d: Drafter) -> dict:
+        config = super().write_config(d)
         if d.model_type and config["model_type"] != d.model_type:
             config["eaglekit"]["model_type"] = d.model_type  # what the drafter was, for the way back
         return config

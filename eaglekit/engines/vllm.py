@@ -19,23 +19,10 @@ from typing import Any
 
 from ..errors import UsageError
 from ..findings import Finding
+from ..model.architectures import vllm_family
 from ..model.drafter import INPUT, AuxLayers, Drafter, Flags, default_aux_ids
 from ..model.layout import expected_tensors
 
-# Architecture strings vLLM's registry resolves to an EAGLE 3 class, by class family (vllm-eagle3.md §1.2).
-REGISTRY = {
-    "Eagle3LlamaForCausalLM": "llama",
-    "LlamaForCausalLMEagle3": "llama",
-    "Eagle3MiniMaxM2ForCausalLM": "llama",
-    "Eagle3Qwen2_5vlForCausalLM": "llama",
-    "Eagle3Qwen3vlForCausalLM": "llama",
-    "PEagleDraftModel": "llama",
-    "PeagleLlamaForCausalLM": "llama",
-    "Eagle3Qwen3ForCausalLM": "qwen3",
-    "PeagleQwen3ForCausalLM": "qwen3",
-    "Eagle3DeepseekV2ForCausalLM": "mla",
-    "Eagle3DeepseekV3ForCausalLM": "mla",
-}
 FIRST_RELEASE = (0, 22, 0)
 
 
@@ -72,10 +59,6 @@ def release(version: str) -> Release:
     rows = sorted(_table()["releases"].items(), key=lambda kv: parse_version(kv[0]))
     row = [r for r in rows if parse_version(r[0]) <= wanted][-1]
     return Release(version, row[0], row[1], wanted > parse_version(rows[-1][0]))
-
-
-def known_releases() -> list[str]:
-    return sorted(_table()["releases"], key=parse_version)
 
 
 @dataclass
@@ -153,7 +136,7 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             out.refuse("engine.architecture", "config.json has no architectures", "cannot pick a drafter class")
             return out.view
         resolved = arch if (arch.startswith("Eagle3") or arch.endswith("Eagle3")) else "Eagle3" + arch
-        family = REGISTRY.get(resolved)
+        family = vllm_family(resolved)
         if family is None:
             out.refuse("engine.architecture", f"architecture {arch!r} becomes {resolved!r}, which vLLM does not register", "refuses to load: unknown architecture")
             return out.view

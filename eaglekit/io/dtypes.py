@@ -62,11 +62,6 @@ def itemsize(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def is_floating(dtype: torch.dtype) -> bool:
-    """Floating tensors are the only ones ``--dtype`` may cast (never d2t/t2d or other integer maps)."""
-    return dtype.is_floating_point
-
-
 def parse_cast(value: str) -> torch.dtype | None:
     """Parse a ``--dtype`` value; ``auto`` (keep each tensor's own dtype) is None."""
     if value == "auto":

@@ -279,13 +279,6 @@ class Checkpoint:
             self._open_handle.close()
         self._open_handle, self._open_name = None, None
 
-    def iter_tensors(self):
-        """(name, tensor) in storage order, one shard open at a time."""
-        for file in self.files:
-            for name, info in self.tensors.items():
-                if info.file == file:
-                    yield name, self.read(name)
-
     # -- summary -------------------------------------------------------------------------------------
 
     @property

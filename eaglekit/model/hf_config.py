@@ -16,6 +16,17 @@ MLA_KEYS = ("kv_lora_rank", "qk_rope_head_dim")
 MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 
 
+def model_type_for(d: Drafter, *, vllm: bool = False) -> str:
+    """The ``model_type`` a writer gives the drafter (``vllm``: one vLLM will load as an EAGLE 3 MLA drafter)."""
+    if d.attention == "mla":
+        if vllm:
+            # vLLM rewrites a deepseek_v3 draft config into a DeepSeek MTP drafter and refuses it; kimi_k2 selects
+            # the same DeepseekV3Config without that rewrite
+            return "deepseek_v2" if d.model_type == "deepseek_v2" else "kimi_k2"
+        return d.model_type if d.model_type in MLA_MODEL_TYPES else "deepseek_v3"
+    return d.attention  # "llama" | "qwen3"
+
+
 def read_rope(view: ConfigView) -> tuple[Rope, bool]:
     """(rope, theta_was_given)."""
     params = view.sub("rope_parameters")

@@ -59,7 +59,7 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
             loaded.drafter = d
         report = ValidationReport(str(source), loaded.dialect, d.eagle_version, release.label if release else None, target_cfg.name if target_cfg else None, scan)
         config = loaded.checkpoint.config or {}
-        report.findings += schemas.check_config(config, loaded.dialect, mla=d.attention == "mla", label=f"{loaded.checkpoint.label}/config.json")
+        report.findings += schemas.check_config(config, dialects.get(loaded.dialect).schema, mla=d.attention == "mla", label=f"{loaded.checkpoint.label}/config.json")
         report.findings += loaded.notes
         present = loaded.present()
         report.findings += run_checks(CheckInput(d, present, read=loaded.read, target=target_cfg))
@@ -92,7 +92,7 @@ def _unreadable(source, source_dialect, exc, release, target_cfg, scan) -> Valid
         report = ValidationReport(str(source), dialect, None, release.label if release else None, target_cfg.name if target_cfg else None, scan)
         config = ckpt.config or {}
         mla = any(k in config for k in ("kv_lora_rank", "qk_rope_head_dim"))
-        report.findings += schemas.check_config(config, dialect, mla=mla, label=f"{ckpt.label}/config.json")
+        report.findings += schemas.check_config(config, dialects.get(dialect).schema, mla=mla, label=f"{ckpt.label}/config.json")
     report.findings.append(Finding("config.unreadable", "error", str(exc)))
     return report
 

@@ -1,0 +1,35 @@
+"""The architecture table (``architectures.json``): one row per architecture string, read by dialects and engines.
+
+Detection asks which dialects claim a string (``claimed_by``), the vLLM engine rules ask which drafter class
+vLLM builds for it (``vllm_family``), and writers ask which string to write (``written_as``). Nothing else in
+eaglekit spells an architecture string, so a new one is a data edit.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+_TABLE: dict[str, Any] = json.loads(resources.files("eaglekit.model").joinpath("architectures.json").read_text())
+ROWS: dict[str, dict[str, Any]] = _TABLE["architectures"]
+WRITTEN_AS: dict[str, dict[str, str]] = _TABLE["written_as"]
+
+
+def claimed_by(dialect: str) -> tuple[str, ...]:
+    """The architecture strings whose presence is evidence for ``dialect``, in table order."""
+    return tuple(name for name, row in ROWS.items() if dialect in row.get("claimed_by", ()))
+
+
+def vllm_family(architecture: str) -> str | None:
+    """The drafter class family vLLM builds for this string (llama, qwen3, mla), or None if it registers none."""
+    row = ROWS.get(architecture)
+    return row.get("vllm") if row else None
+
+
+def written_as(dialect: str, attention: str) -> str:
+    """The architecture string ``dialect``'s writer puts on a drafter with this attention."""
+    return WRITTEN_AS[dialect][attention]
+
+
+__all__ = ["ROWS", "WRITTEN_AS", "claimed_by", "vllm_family", "written_as"]
