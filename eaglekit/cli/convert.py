@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import click
 
 from .. import dialects
-from ..convert import ConversionPlan, ConvertOptions, execute, plan_conversion
+from .. import api
+from ..convert import ConversionPlan
 from ..errors import UsageError
 from ..findings import Finding
 from ..io import dtypes
-from ..io.writer import DEFAULT_MAX_SHARD_BYTES, parse_size
+from ..io.writer import parse_size
 from ._options import AUX_IDS, WRITABLE_DIALECT, dtype_option, force_option, from_option, json_option, target_option
 from ._output import Output, findings_text, human_bytes, table
 
@@ -31,15 +34,6 @@ def _render_list(r: dict) -> str:
         lines.append(f"  reads:  {d['reads']}")
         lines.append(f"  writes: {d['writes'] or '- (read only)'}")
     return "\n".join(lines)
-
-
-def _result(plan: ConversionPlan, out: str, written: list[str] | None) -> dict:
-    data = plan.to_dict()
-    data["output"] = out
-    data["written"] = written is not None
-    if written is not None:
-        data["files"] = written
-    return data
 
 
 def _render(r: dict) -> str:
@@ -104,25 +98,21 @@ def convert_command(src, out, to, source_dialect, target, aux_layers, upgrade, d
         return
     if not src or not out or not to:
         raise UsageError("convert needs SRC, OUT and --to DIALECT (or --list)")
-    options = ConvertOptions(
-        to=to,
-        source_dialect=source_dialect,
-        target=target,
-        aux_layers=aux_layers,
-        upgrade=upgrade,
-        dtype=dtypes.parse_cast(dtype),
-        max_shard_bytes=parse_size(max_shard_size) if max_shard_size else DEFAULT_MAX_SHARD_BYTES,
-        force=force,
-    )
-    plan = plan_conversion(src, None if dry_run else out, options)
-    try:
-        written = None
-        if not dry_run:
+    with contextlib.ExitStack() as stack:
+        bar = None
+
+        def on_plan(plan: ConversionPlan) -> None:
+            nonlocal bar
+            if dry_run:
+                return
             for note in plan.notes:
                 if note.check == "upgrade.numerics":
                     output.note(f"warning: {note.message}")
-            with output.progress(plan.total_bytes, "converting") as bar:
-                written = execute(plan, out, progress=bar.update)
-        output.emit(_result(plan, out, written), _render)
-    finally:
-        plan.loaded.close()
+            bar = stack.enter_context(output.progress(plan.total_bytes, "converting"))
+
+        result = api.convert(
+            src, out, to=to, source_dialect=source_dialect, target=target, aux_layers=aux_layers, upgrade=upgrade,
+            dtype=dtypes.parse_cast(dtype), max_shard_bytes=parse_size(max_shard_size) if max_shard_size else None,
+            force=force, dry_run=dry_run, on_plan=on_plan, progress=lambda n: bar.update(n),
+        )
+    output.emit(result.data, _render)

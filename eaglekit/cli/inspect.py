@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .. import dialects
-from ..describe import describe
+from .. import api
 from ..findings import Finding
 from ._options import from_option, json_option
 from ._output import Output, findings_text, human_bytes, table
@@ -81,6 +80,4 @@ def inspect_command(path: str, source_dialect: str, json_mode: bool) -> None:
       eaglekit inspect ./my-drafter
       eaglekit inspect org/drafter --json      # a Hub id already in the local cache
     """
-    out = Output(json_mode)
-    with dialects.load(path, source_dialect) as loaded:
-        out.emit(describe(loaded), render)
+    Output(json_mode).emit(api.inspect(path, source_dialect=source_dialect).data, render)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..push import PushOptions, push
+from .. import api
 from ._output import Output, human_bytes, table
 
 
@@ -58,8 +58,8 @@ def push_command(path, repo_id, private, revision, create_pr, commit_message, to
       eaglekit push ./for-vllm my-org/SmolLM2-135M-Instruct-eagle3 --private
       eaglekit push ./for-vllm my-org/drafter --revision v2 --create-pr
     """
-    options = PushOptions(
-        repo_id=repo_id, private=private, revision=revision, create_pr=create_pr, commit_message=commit_message, token=token,
+    published = api.push(
+        path, repo_id, private=private, revision=revision, create_pr=create_pr, commit_message=commit_message, token=token,
         endpoint=endpoint, dry_run=dry_run, validate=not skip_validate, overwrite_card=overwrite_card, base_model=base_model,
     )
-    Output(json_mode).emit(push(path, options), render)
+    Output(json_mode).emit(published.data, render)

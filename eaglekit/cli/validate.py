@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..findings import Finding
-from ..validate import validate
+from .. import api
 from ._options import engine_option, from_option, json_option, target_option
 from ._output import Output, findings_text
 
@@ -45,7 +45,7 @@ def validate_command(path, target, engine, scan, source_dialect, json_mode):
       eaglekit validate ./drafter --engine vllm==0.24 --target ./Llama-3.1-8B-Instruct
       eaglekit validate ./drafter --scan --json
     """
-    report = validate(path, target=target, engine=engine, scan=scan, source_dialect=source_dialect)
+    report = api.validate(path, target=target, engine=engine, scan=scan, source_dialect=source_dialect)
     Output(json_mode).emit(report.to_dict(), render)
     if not report.ok:
         sys.exit(1)

@@ -1,0 +1,57 @@
+"""The public Python API drives every command alone (no CLI), with typed results that match the CLI's JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import tiny_pair
+from drafters import Dims, write_specforge
+from eaglekit import api, schemas
+from eaglekit.errors import EaglekitError, OutputExistsError
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> dict:
+    return tiny_pair.build(tmp_path_factory.mktemp("api-pair"), eagle="3.1")
+
+
+def test_inspect_convert_validate_through_the_api(tmp_path, cli):
+    src = write_specforge(tmp_path / "src", Dims(fc_norm=True), norm_output=True)
+    info = api.inspect(src)
+    assert isinstance(info, api.Inspection)
+    assert (info.dialect, info.eagle_version, info.flags["fc_norm"]) == ("sglang", "3.1", True)
+    assert info.data == json.loads(cli("inspect", src, "--json").stdout)
+
+    plan = api.convert(src, tmp_path / "out", to="vllm", dry_run=True)
+    assert not plan.written and not (tmp_path / "out").exists() and "config.json" in plan.files
+    done = api.convert(src, tmp_path / "out", to="vllm")
+    assert done.written and sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(done.files)
+    assert (done.source_dialect, done.to) == ("sglang", "vllm")
+    with pytest.raises(OutputExistsError):
+        api.convert(src, tmp_path / "out", to="vllm")
+
+    report = api.validate(tmp_path / "out", engine="vllm==0.32")
+    assert report.ok and report.dialect == "vllm"
+    assert schemas.check(report.to_dict(), "validate.schema.json") == []
+
+
+def test_errors_are_eaglekit_errors(tmp_path):
+    with pytest.raises(EaglekitError, match="nothing-here: no such checkpoint directory"):
+        api.inspect(tmp_path / "nothing-here")
+
+
+def test_verify_through_the_api(pair):
+    result = api.verify(pair["drafter"], target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=16, num_prompts=2)
+    assert isinstance(result, api.Verification)
+    assert result.passed and result.acceptance_length == result.data["acceptance_length"] > 1.0
+    assert schemas.check(result.data, "verify.schema.json") == []
+
+
+def test_push_dry_run_through_the_api(tmp_path):
+    out = tmp_path / "drafter"
+    api.convert(write_specforge(tmp_path / "src", Dims()), out, to="vllm", aux_layers=(2, 4, 5))
+    published = api.push(out, "tester/drafter", dry_run=True)
+    assert published.dry_run and published.commit is None
+    assert set(published.files) == {"config.json", "model.safetensors", "README.md"}
