@@ -1,6 +1,6 @@
 """Tiny drafter checkpoints in every dialect, written the way each framework writes them.
 
-Shapes and names here are typed out from ../shared/reference/formats.md independently of
+Shapes and names here are typed out from the formats themselves (docs/formats.md) independently of
 ``eaglekit.model.layout``, so the readers are tested against the formats, not against eaglekit's writers.
 """
 

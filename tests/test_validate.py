@@ -1,4 +1,4 @@
-"""validate: one test per invariant, the field failures of vllm-eagle3.md §6, and every vLLM version gate."""
+"""validate: one test per invariant, the field failures users reported, and every vLLM version gate."""
 
 from __future__ import annotations
 
@@ -247,7 +247,7 @@ def test_releases_between_rows_use_the_previous_row():
     assert engines.parse("vllm==0.40").beyond_table
 
 
-# -- vllm-eagle3.md §6.1 field failures ---------------------------------------------------------------------------
+# -- field failures users reported ---------------------------------------------------------------------------
 
 
 def test_vllm_54526_four_top_level_ids_without_count(tmp_path):

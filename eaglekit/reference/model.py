@@ -1,6 +1,6 @@
 """The reference forward: an EAGLE 3 / 3.1 drafter in plain torch, from the canonical model, on any device/dtype.
 
-It follows vLLM's computation step for step (vllm-eagle3.md §4):
+It follows vLLM's computation step for step (docs/engines.md; vLLM's llama_eagle3.py):
 
 - fusion ``combine``: ``input_norm`` over the concatenation (norm_before_fc), per-chunk ``fc_norm`` (3.1), ``fc``;
   the identity when ``use_aux_hidden_state`` is false;
