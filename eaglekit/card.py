@@ -46,6 +46,12 @@ def read_verify_report(directory: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+def _features_31(d) -> str:
+    """The EAGLE 3.1 features the drafter really uses, e.g. ' (per-aux fc_norm)'; empty for EAGLE 3."""
+    used = [text for on, text in ((d.flags.fc_norm, "per-aux fc_norm"), (d.flags.norm_output, "post-norm feedback")) if on]
+    return f" ({', '.join(used)})" if used else ""
+
+
 def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_report: dict | None = None) -> str:
     from huggingface_hub import ModelCardData
 
@@ -106,7 +112,7 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
         "",
         "| | |",
         "|---|---|",
-        f"| EAGLE version | {d.eagle_version}{' (per-aux fc_norm, post-norm feedback)' if d.eagle_version == '3.1' else ''} |",
+        f"| EAGLE version | {d.eagle_version}{_features_31(d)} |",
         f"| verifier (target) | {target} |",
         f"| format | {loaded.dialect} |",
         f"| attention | {attention} |",

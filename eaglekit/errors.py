@@ -2,6 +2,10 @@
 
 Every failure eaglekit anticipates is one of these. The CLI maps them to a one-line message and an exit
 code (see ``eaglekit.cli._errors``); library users catch ``EaglekitError``.
+
+Exit codes: 1 means the command ran and found problems (a drafter that does not validate, a failed check,
+a push the Hub refused); 2 means it could not run (bad options, a missing or malformed file, an existing
+output, a request no dialect can hold, a missing optional dependency).
 """
 
 from __future__ import annotations
@@ -27,19 +31,27 @@ class UsageError(EaglekitError):
 
 
 class CheckpointError(EaglekitError):
-    """A checkpoint directory, index, or tensor file is missing, malformed, or unsafe."""
+    """A checkpoint directory, index, or tensor file is missing, malformed, or unsafe (exit 2)."""
+
+    exit_code = 2
 
 
 class ConfigError(EaglekitError):
-    """A config.json is malformed or contradicts itself or its tensors."""
+    """A config.json is malformed or contradicts itself or its tensors (exit 2)."""
+
+    exit_code = 2
 
 
 class UnsupportedError(EaglekitError):
-    """The drafter is valid but the requested dialect or engine cannot represent it."""
+    """The drafter is valid but the requested dialect or engine cannot represent it (exit 2)."""
+
+    exit_code = 2
 
 
 class OutputExistsError(EaglekitError):
-    """The destination exists and ``--force`` was not given."""
+    """The destination exists and may not be replaced (exit 2)."""
+
+    exit_code = 2
 
 
 class ValidationFailed(EaglekitError):

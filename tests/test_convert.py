@@ -383,7 +383,7 @@ def test_force_leaves_a_users_project_alone(tmp_path, cli, monkeypatch):
     (project / "train.py").write_text("print('mine')\n")
     (project / "data" / "notes.txt").write_text("precious")
     monkeypatch.chdir(project)
-    r = cli("convert", src, ".", "--to", "vllm", "--force", expect=1)
+    r = cli("convert", src, ".", "--to", "vllm", "--force", expect=2)
     assert "did not write (data/, train.py)" in r.stderr
     assert (project / "train.py").read_text() == "print('mine')\n"
     assert (project / "data" / "notes.txt").read_text() == "precious"
@@ -396,7 +396,7 @@ def test_force_refuses_an_earlier_output_with_a_file_added(tmp_path, cli):
     out = tmp_path / "out"
     cli("convert", src, out, "--to", "vllm")
     (out / "notes.txt").write_text("mine")
-    r = cli("convert", src, out, "--to", "speculators", "--force", expect=1)
+    r = cli("convert", src, out, "--to", "speculators", "--force", expect=2)
     assert "notes.txt" in r.stderr and (out / "notes.txt").exists()
     (out / "notes.txt").unlink()
     cli("convert", src, out, "--to", "speculators", "--force")  # its own output alone: replaced
@@ -407,7 +407,7 @@ def test_force_refuses_a_checkpoint_eaglekit_did_not_write(tmp_path, cli):
     src = write_vllm(tmp_path / "src", Dims())
     theirs = write_specforge(tmp_path / "theirs", Dims())  # the same file names, but someone else's drafter
     before = {p.name: p.read_bytes() for p in theirs.iterdir()}
-    cli("convert", src, theirs, "--to", "vllm", "--force", expect=1)
+    cli("convert", src, theirs, "--to", "vllm", "--force", expect=2)
     assert {p.name: p.read_bytes() for p in theirs.iterdir()} == before
 
 

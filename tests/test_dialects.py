@@ -236,7 +236,7 @@ def test_inspect_is_header_only_and_complete(tmp_path, cli):
 
 
 def test_inspect_of_nothing_is_a_clean_error(tmp_path, cli):
-    result = cli("inspect", tmp_path / "missing", expect=1)
+    result = cli("inspect", tmp_path / "missing", expect=2)
     assert result.stderr.startswith("error: ") and "no such checkpoint directory" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -246,3 +246,10 @@ def test_d2t_is_int64_and_t2d_bool_in_every_fixture(tmp_path):
     with loaded:
         assert loaded.read("d2t").dtype == torch.int64
         assert loaded.read("t2d").dtype == torch.bool
+
+
+@pytest.mark.parametrize("fc_norm, norm_output, label", [(True, True, "3.1 (fc_norm, norm_output)"), (True, False, "3.1 (fc_norm)"), (False, True, "3.1 (norm_output)")])
+def test_inspect_names_only_the_31_flags_that_are_set(fc_norm, norm_output, label, cli, tmp_path):
+    src = write_vllm(tmp_path / "s", Dims(fc_norm=fc_norm), norm_output=norm_output)
+    line = next(l for l in cli("inspect", src).stdout.splitlines() if l.startswith("EAGLE"))
+    assert line.split(None, 1)[1].strip() == label

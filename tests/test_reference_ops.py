@@ -76,4 +76,4 @@ def test_hub_ids_resolve_from_the_local_cache(tmp_path, monkeypatch, cli):
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
     result = cli("inspect", "org/drafter")
     assert "dialect     vllm" in result.stdout
-    assert "not a Hub repo in the local cache" in cli("inspect", "org/missing", expect=1).stderr
+    assert "not a Hub repo in the local cache" in cli("inspect", "org/missing", expect=2).stderr

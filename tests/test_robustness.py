@@ -33,7 +33,7 @@ class Evil:
         return (os.system, (f"touch {self.marker}",))
 
 
-def assert_clean_failure(result, *fragments, code=1):
+def assert_clean_failure(result, *fragments, code=2):  # bad input: could not run
     assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
     err = result.stderr
     assert err.startswith("error: ") and err.count("\n") == 1, err
@@ -194,7 +194,7 @@ main()
 """
     start = time.perf_counter()
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert p.returncode == 1 and "needs" in p.stderr, p.stderr
+    assert p.returncode == 2 and "needs" in p.stderr, p.stderr
     assert time.perf_counter() - start < 60
 
 

@@ -342,3 +342,32 @@ def test_mla_drafter_with_deepseek_v3_model_type_becomes_an_mtp_drafter_in_vllm(
     convert(src, out, ConvertOptions(to="vllm"))
     assert json.loads((out / "config.json").read_text())["model_type"] == "kimi_k2"
     assert "engine.mla_model_type" not in ids_of(validate(out, engine="vllm==0.32"))
+
+
+# -- what `pip show vllm` prints is accepted as an engine version ---------------------------------------------
+
+
+@pytest.mark.parametrize("version, row", [("0.32.0+cpu", (0, 32, 0)), ("0.32.0rc1", (0, 32, 0)), ("0.31", (0, 31, 0)), ("0.33.1.dev4+g1234", (0, 33, 1))])
+def test_engine_versions_with_local_and_prerelease_suffixes(version, row, cli, tmp_path):
+    from eaglekit.engines.vllm import parse_version
+
+    assert parse_version(version) == row
+    cli("validate", write_vllm(tmp_path / "s", Dims()), "--engine", f"vllm=={version}")
+
+
+def test_a_garbled_engine_version_is_a_usage_error(cli, tmp_path):
+    result = cli("validate", write_vllm(tmp_path / "s", Dims()), "--engine", "vllm==latest", expect=2)
+    assert "not like 0.24" in result.stderr
+
+
+# -- exit codes: 1 ran and found problems, 2 could not run ----------------------------------------------------
+
+
+def test_exit_codes_separate_findings_from_bad_input(cli, tmp_path):
+    assert "no such checkpoint directory" in cli("validate", tmp_path / "typo-dir", expect=2).stderr
+    src = write_vllm(tmp_path / "s", Dims())
+    cli("convert", src, tmp_path / "o", "--to", "vllm", "--aux-layers", "1,99", expect=1)  # ran: the result would not validate
+    cli("convert", src, tmp_path / "o", "--to", "vllm", "--aux-layers", "a,b,c", expect=2)
+    cli("convert", src, src / "inside", "--to", "vllm", expect=2)
+    cli("convert", src, tmp_path / "o2", "--to", "vllm")
+    assert "already exists" in cli("convert", src, tmp_path / "o2", "--to", "vllm", expect=2).stderr

@@ -1,6 +1,7 @@
 """The one place where failures become messages and exit codes.
 
-0 ok; 1 findings or failure; 2 usage (bad options, missing optional dependency); 130 interrupted.
+0 ok; 1 ran and found problems, or the system failed it (disk full); 2 could not run (bad options or input, missing files, missing optional
+dependency); 130 interrupted.
 No traceback reaches the user unless EAGLEKIT_DEBUG=1.
 """
 
@@ -47,7 +48,7 @@ class EaglekitGroup(click.Group):
             if _debug():
                 traceback.print_exc()
             where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
-            fail(f"{where}{exc.strerror or exc}", EXIT_FAILURE)
+            fail(f"{where}{exc.strerror or exc}", EXIT_FAILURE)  # the system failed the operation (disk full, ...)
         except Exception as exc:  # a bug in eaglekit: still one line, with a way to see more
             if _debug():
                 traceback.print_exc()

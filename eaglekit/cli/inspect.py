@@ -36,7 +36,8 @@ def render(r: dict) -> str:
         aux_text = f"{aux['ids']} output-of-layer = {aux['input_ids']} input-of-layer (vLLM)"
     det = r["dialect"]
     rope = f"theta {r['rope']['theta']:g}" + (f", {r['rope']['scaling']['rope_type']} scaling" if r["rope"]["scaling"] else "")
-    version = r["eagle_version"] + (" (fc_norm, norm_output)" if r["eagle_version"] == "3.1" else "")
+    set_31 = [flag for flag in ("fc_norm", "norm_output") if r["flags"][flag]]
+    version = r["eagle_version"] + (f" ({', '.join(set_31)})" if set_31 else "")
     rows = [
         ("checkpoint", f"{r['source']} ({r['format']}, {len(r['files'])} file{'s' if len(r['files']) != 1 else ''}{', indexed' if r['index'] else ''})"),
         ("dialect", f"{det['dialect']}" + (f" (score {det['score']}: {'; '.join(det['evidence'])})" if det["score"] is not None else " (given)")),

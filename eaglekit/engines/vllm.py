@@ -13,6 +13,7 @@ simulates beside the intended one.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any
@@ -26,14 +27,16 @@ from ..model.layout import expected_tensors
 FIRST_RELEASE = (0, 22, 0)
 
 
+# 0.24, 0.24.1, and what `pip show vllm` prints for CPU builds and release candidates: 0.32.0+cpu, 0.32.0rc1
+_VERSION = re.compile(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:(?:a|b|rc|\.?dev|\.?post)\d*)*(?:\+[0-9A-Za-z.]+)?")
+
+
 def parse_version(text: str) -> tuple[int, ...]:
-    try:
-        parts = tuple(int(p) for p in text.strip().split("."))
-    except ValueError:
-        raise UsageError(f"engine version {text!r} is not like 0.24 or 0.24.1") from None
-    if not parts or len(parts) > 3:
-        raise UsageError(f"engine version {text!r} is not like 0.24 or 0.24.1")
-    return parts + (0,) * (3 - len(parts))
+    """The release's numbers; a pre-release or local build (rc1, +cpu) is judged by the rules of its release."""
+    match = _VERSION.fullmatch(text.strip())
+    if not match:
+        raise UsageError(f"engine version {text!r} is not like 0.24, 0.24.1 or 0.32.0+cpu")
+    return tuple(int(p or 0) for p in match.groups())
 
 
 def _table() -> dict:
