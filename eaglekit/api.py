@@ -125,11 +125,15 @@ def convert(
         files = None if dry_run else execute(plan, out, progress=progress)
     finally:
         plan.loaded.close()
+    from .serving import serve_command
+
     data = plan.to_dict()
     data["output"] = str(out)
     data["written"] = files is not None
     if files is not None:
         data["files"] = files
+    target_name = target or plan.drafter.verifier or "<target model>"
+    data["serve"] = serve_command(plan.dialect.hub_tags, target_name, str(Path(out).resolve()))
     return Conversion(str(source), str(out), data["source_dialect"], data["to"], list(data["files"]), files is not None, plan, data)
 
 

@@ -14,6 +14,7 @@ from . import __version__
 from . import dialects
 from .dialects.base import Dialect, LoadedDrafter
 from .io.locate import looks_like_repo_id
+from .serving import sglang_serve, vllm_serve
 
 VERIFY_REPORT = "eaglekit-verify.json"
 
@@ -75,7 +76,6 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
     else:
         attention = f"{'Qwen3' if d.attention == 'qwen3' else 'Llama'} GQA: {d.num_heads} heads, {d.num_kv_heads} KV heads, head_dim {d.head_dim}"
     params = sum(i.numel for i in loaded.checkpoint.tensors.values())
-    spec = json.dumps({"model": repo_id, "method": "eagle3", "num_speculative_tokens": 3})
     lines = [
         "---",
         metadata.to_yaml().strip(),
@@ -91,7 +91,7 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
         "vLLM:",
         "",
         "```bash",
-        f"vllm serve {target} --speculative-config '{spec}'",
+        vllm_serve(target, repo_id),
         "```",
         "",
     ]
@@ -100,8 +100,7 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
             "SGLang:",
             "",
             "```bash",
-            f"python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 --speculative-draft-model-path {repo_id} "
-            "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4",
+            sglang_serve(target, repo_id),
             "```",
             "",
         ]

@@ -453,3 +453,15 @@ def test_plan_reports_renames_and_config_diff(tmp_path):
     assert renames["midlayer.hidden_norm.weight"] == "layers.0.hidden_norm.weight"
     assert "architectures" in plan.config_diff()["changed"]
     assert plan.drafter.aux.as_input() == tuple(default_input_ids(Dims()))
+
+
+def test_conversion_prints_the_command_that_serves_it(tmp_path, cli, target_dir):
+    src = write_specforge(tmp_path / "src", Dims())
+    out = tmp_path / "out"
+    text = cli("convert", src, out, "--to", "vllm", "--target", target_dir).stdout
+    serve = next(line for line in text.splitlines() if line.startswith("serve it: "))
+    spec = json.loads(serve.split("--speculative-config ", 1)[1].strip("'"))
+    assert serve.startswith(f"serve it: vllm serve {target_dir} ") and spec["model"] == str(out.resolve()) and spec["method"] == "eagle3"
+    data = json.loads(cli("convert", src, tmp_path / "sg", "--to", "sglang", "--json").stdout)
+    assert data["serve"].startswith("python -m sglang.launch_server --model-path <target model>")
+    assert json.loads(cli("convert", src, tmp_path / "e", "--to", "eagle", "--json").stdout)["serve"] is None

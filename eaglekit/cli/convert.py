@@ -62,6 +62,8 @@ def _render(r: dict) -> str:
         lines.append(findings_text(notes))
     if not r["written"]:
         lines.append("nothing written (--dry-run)")
+    elif r.get("serve"):
+        lines.append(f"serve it: {r['serve']}")
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ Listing reads safetensors headers only. ``read(name)`` returns one tensor; safet
 from __future__ import annotations
 
 import pickle
+import re
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
@@ -53,6 +54,12 @@ class ByteRange:
     path: Path
     offset: int
     length: int
+
+
+def pickle_request(exc: Exception) -> str:
+    """What a refused pickle asked for, in eaglekit's words (torch's own message advises turning the guard off)."""
+    found = re.search(r"GLOBAL ([\w.]+)", str(exc))
+    return f"it asks for {found.group(1)}" if found else "it asks for an object torch's weights-only loader does not allow"
 
 
 class Checkpoint:
@@ -185,10 +192,9 @@ class Checkpoint:
                 # legacy (pre-zip) torch.save format cannot be memory-mapped; still weights-only
                 state = torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise CheckpointError(
-                f"{where}: refused to unpickle: it asks for more than plain tensors, which could run code "
-                f"({first[:200]})"
+                f"{where}: refused to unpickle: {pickle_request(exc)}, more than plain tensors; loading it could run "
+                "code, so eaglekit never does"
             ) from None
         except (RuntimeError, EOFError, ValueError, OSError, KeyError, AttributeError, TypeError) as exc:
             raise CheckpointError(f"{where}: not a readable torch checkpoint ({type(exc).__name__}: {str(exc)[:200]})") from None
