@@ -23,7 +23,7 @@ from .io import dtypes, jsonfile
 from .io.atomic import atomic_directory, check_destination
 from .io.reader import Checkpoint
 from .io.writer import DEFAULT_MAX_SHARD_BYTES, Payload, TensorPlan, plan_shards, shard_names, write_checkpoint_tensors
-from .model.drafter import INPUT, AuxLayers, Drafter, default_aux_ids
+from .model.drafter import INPUT, UPGRADE_NOTE, AuxLayers, Drafter, default_aux_ids
 from .target import TargetConfig, read_target_config
 from .validate.checks import CheckInput, run_checks
 
@@ -152,7 +152,7 @@ def _upgrade(d: Drafter, notes: list[Finding]) -> tuple[Drafter, list[str]]:
         raise UsageError("--upgrade 3.1: the drafter uses norm_before_fc, which EAGLE 3.1's fc_norm replaces; refusing to combine them")
     added = [f"fc_norm.{i}.weight" for i in range(d.num_aux)]
     message = (
-        f"upgraded EAGLE 3 -> 3.1 by eaglekit {__version__}: fc_norm.0..{d.num_aux - 1} initialised to ones and norm_output "
+        f"{UPGRADE_NOTE} by eaglekit {__version__}: fc_norm.0..{d.num_aux - 1} initialised to ones and norm_output "
         "enabled. This changes the drafter's numerics (RMSNorm rescales even with unit weights): fine-tune before serving"
     )
     notes.append(Finding("upgrade.numerics", "warning", message))
@@ -246,6 +246,8 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
     for s in loaded.unknown:
         out_present[s] = present[s]
     findings = run_checks(CheckInput(d, out_present, read=lambda c: _read_for_checks(loaded, c), target=target))
+    if options.upgrade:  # this run's own upgrade note already says it, once
+        findings = [f for f in findings if f.check != "flags.untrained_upgrade"]
     config = writer.write_config(d)
     shards = plan_shards([TensorPlan(t.name, t.dtype, t.shape, lambda: None) for t in tensors], options.max_shard_bytes)
     files = shard_names(len(shards)) + (["model.safetensors.index.json"] if len(shards) > 1 else []) + ["config.json"]

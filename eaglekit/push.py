@@ -28,6 +28,7 @@ class PushOptions:
     validate: bool = True
     overwrite_card: bool = False
     base_model: str | None = None  # the verifier's Hub id for the card
+    allow_untrained: bool = False  # publish a drafter eaglekit upgraded to 3.1 and nobody trained since
 
 
 def collect_files(directory: Path) -> list[Path]:
@@ -67,6 +68,11 @@ def prepare(path: str, options: PushOptions):
                 findings,
             )
     with dialects.load(path) as loaded:
+        if loaded.drafter.provenance.untrained_upgrade and not options.allow_untrained:
+            raise ValidationFailed(
+                "refusing to publish: eaglekit upgraded this drafter to EAGLE 3.1 with fc_norm weights of ones and it has not "
+                "been trained since, so it would serve with poor acceptance; fine-tune it first, or pass --allow-untrained"
+            )
         if options.base_model:
             loaded.drafter = loaded.drafter.with_(verifier=options.base_model)
         card = render_card(loaded, options.repo_id, validated=options.validate, verify_report=read_verify_report(loaded.checkpoint.directory))

@@ -200,3 +200,16 @@ def test_no_token_at_all(cli, hub, drafter, monkeypatch):
     monkeypatch.delenv("HF_TOKEN")
     result = cli("push", drafter, "tester/drafter", expect=1)
     assert "no Hub token" in result.stderr and hub.state.log == []
+
+
+def test_an_untrained_upgrade_is_flagged_by_validate_and_refused_by_push(cli, hub, tmp_path):
+    up = tmp_path / "up"
+    convert(write_vllm(tmp_path / "src3", Dims()), up, ConvertOptions(to="vllm", upgrade="3.1"))
+    report = json.loads(cli("validate", up, "--json").stdout)
+    assert [f["check"] for f in report["findings"] if f["severity"] == "warning"] == ["flags.untrained_upgrade"]
+    again = json.loads(cli("convert", up, tmp_path / "again", "--to", "speculators", "--json").stdout)
+    assert [f["check"] for f in again["findings"]] == ["flags.untrained_upgrade"]  # still untrained after another conversion
+    result = push(cli, up, "tester/drafter", "--dry-run", expect=1)
+    assert "fine-tune it first, or pass --allow-untrained" in result.stderr
+    assert "Serve it" in push(cli, up, "tester/drafter", "--dry-run", "--allow-untrained").stdout
+    assert hub.state.log == []

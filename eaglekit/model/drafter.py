@@ -93,6 +93,15 @@ class Provenance:
     converted_from: str | None = None  # the dialect that eaglekit converted it from, when it did
     notes: tuple[str, ...] = ()  # e.g. the 3.0 -> 3.1 upgrade
 
+    @property
+    def untrained_upgrade(self) -> bool:
+        """eaglekit upgraded it from EAGLE 3 to 3.1 (fc_norm weights of ones) and it was not trained since."""
+        return any(note.startswith(UPGRADE_NOTE) for note in self.notes)
+
+
+# How the provenance note of ``convert --upgrade 3.1`` begins (it travels in config.json's eaglekit block).
+UPGRADE_NOTE = "upgraded EAGLE 3 -> 3.1"
+
 
 @dataclass(frozen=True)
 class Drafter:

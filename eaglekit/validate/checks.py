@@ -28,6 +28,7 @@ CHECKS: dict[str, str] = {
     "flags.fc_norm_without_flag": "fc_norm.* tensors present but fc_norm is not true",
     "flags.input_norm_without_flag": "input_norm.weight present but norm_before_fc is not true (vLLM drops it silently)",
     "flags.fc_without_aux": "fc.weight present but use_aux_hidden_state is false (engines drop fc)",
+    "flags.untrained_upgrade": "upgraded to EAGLE 3.1 by eaglekit (fc_norm weights of ones) and not trained since",
     "config.fc_bias": "fc.bias present: EAGLE 3 fc has no bias",
     "config.hidden_act": "hidden_act is not silu (vLLM's drafter MLP rejects anything else)",
     "config.num_layers": "num_hidden_layers disagrees with the decoder layers shipped",
@@ -71,6 +72,9 @@ def _f(check: str, severity: str, message: str, subject: str | None = None) -> F
 def check_flags(x: CheckInput) -> list[Finding]:
     d, present = x.drafter, x.present
     out = []
+    if d.provenance.untrained_upgrade:
+        out.append(_f("flags.untrained_upgrade", "warning", "eaglekit upgraded this drafter to EAGLE 3.1 with fc_norm weights of ones and "
+                      "it has not been trained since: its acceptance will be poor until it is fine-tuned", "fc_norm"))
     if d.flags.fc_norm and d.flags.norm_before_fc:
         out.append(_f("flags.fc_norm_and_norm_before_fc", "error", "fc_norm and norm_before_fc are both true; a drafter uses one or neither", "fc_norm"))
     if not d.flags.fc_norm and any(n.startswith("fc_norm.") for n in present):
