@@ -23,7 +23,7 @@ def _tags(dialect: Dialect, eagle_version: str) -> list[str]:
     return ["eagle3.1" if eagle_version == "3.1" else "eagle3", "speculative-decoding", "eaglekit", *dialect.hub_tags]
 
 
-def _hub_id(text: object) -> str | None:
+def hub_id(text: object) -> str | None:
     """``text`` when it names a Hub repo, not a path on the publisher's machine."""
     return text if isinstance(text, str) and looks_like_repo_id(text) and not Path(text).exists() else None
 
@@ -33,7 +33,7 @@ def _target_label(report_target: object, verifier: str) -> str:
     path on the publisher's machine means nothing to a reader and says more than it should)."""
     if not isinstance(report_target, str) or not report_target:
         return verifier
-    return _hub_id(report_target) or f"a local `{Path(report_target).name}`"
+    return hub_id(report_target) or f"a local `{Path(report_target).name}`"
 
 
 def read_verify_report(directory: Path) -> dict | None:
@@ -60,12 +60,12 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
     dialect = dialects.get(loaded.dialect)
     verifier = d.verifier
     metadata = ModelCardData(
-        base_model=_hub_id(verifier),
+        base_model=hub_id(verifier),
         library_name=dialect.library_name,
         pipeline_tag="text-generation",
         tags=_tags(dialect, d.eagle_version),
     )
-    target = verifier or "<target model>"
+    target = metadata.base_model or "<target model>"  # never a path on the publisher's machine
     name = repo_id.split("/")[-1]
     ids = d.aux.as_input()
     aux = f"{list(ids)} (input-of-layer, vLLM's convention)" if ids is not None else "not recorded: the engine's default (2, L//2, L-3)"

@@ -340,7 +340,7 @@ def _progress_bars(enabled: bool) -> Iterator[None]:
             enable_progress_bars()
 
 
-def _check_repo_id(repo_id: str) -> None:
+def check_repo_id(repo_id: str) -> None:
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
@@ -390,7 +390,7 @@ def publish(
     Hub refuses the commit and this raises :class:`HubError` ("moved while pushing") without having changed
     anything. Raises :class:`UsageError` for contradictory arguments, :class:`HubError` for everything else.
     """
-    _check_repo_id(repo_id)
+    check_repo_id(repo_id)
     files = list(files)
     if not files:
         raise UsageError("nothing to publish: the file list is empty")

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import dialects
-from .card import read_verify_report, render_card
+from .card import VERIFY_REPORT, hub_id, read_verify_report, render_card
 from .errors import UsageError, ValidationFailed
-from .findings import errors
+from .findings import Finding, errors
+from .io import jsonfile
 from .validate import validate
 
 
@@ -49,9 +51,31 @@ def collect_files(directory: Path) -> list[Path]:
     return files
 
 
+def _is_local_path(value: str) -> bool:
+    return value.startswith(("/", "~", "./", "../")) or (len(value) > 2 and value[1] == ":" and value[2] in "\\/")
+
+
+def scrub_local_paths(value: Any, base_model: str | None) -> Any:
+    """``value`` (parsed JSON) with every path on the publisher's machine replaced: by the base model's Hub id where
+    one is given, else by the path's file name. What a published file says must mean something to its readers."""
+    if isinstance(value, dict):
+        return {k: scrub_local_paths(v, base_model) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub_local_paths(v, base_model) for v in value]
+    if isinstance(value, str) and _is_local_path(value):
+        return base_model or Path(value).name
+    return value
+
+
+# The JSON files of a drafter that may record where things were on the publisher's machine.
+_SCRUBBED = ("config.json", VERIFY_REPORT)
+
+
 def prepare(path: str, options: PushOptions):
     """(UploadFile list, card text, card kept?, validation findings), without touching the network."""
-    from .hub import UploadFile
+    from .hub import UploadFile, check_repo_id
+
+    check_repo_id(options.repo_id)
 
     if options.create_pr and options.revision not in (None, "main"):
         raise UsageError("--create-pr opens a pull request against the default branch: drop --revision")
@@ -76,12 +100,26 @@ def prepare(path: str, options: PushOptions):
         if options.base_model:
             loaded.drafter = loaded.drafter.with_(verifier=options.base_model)
         card = render_card(loaded, options.repo_id, validated=options.validate, verify_report=read_verify_report(loaded.checkpoint.directory))
-    files = [UploadFile(str(p.relative_to(directory)), local_path=p) for p in collect_files(directory)]
+        if hub_id(loaded.drafter.verifier) is None:
+            findings = [*findings, Finding("card.base_model", "warning", "the drafter names its target by a local path or not at all, so "
+                                           "the card names no base model and its serve line says <target model>: pass --base-model ORG/NAME")]
+    files = [_upload(p, p.relative_to(directory).as_posix(), options.base_model) for p in collect_files(directory)]
     kept = any(f.path_in_repo == "README.md" for f in files) and not options.overwrite_card
     if not kept:
         files = [f for f in files if f.path_in_repo != "README.md"]
         files.append(UploadFile("README.md", data=card.encode("utf-8")))
     return files, card, kept, findings
+
+
+def _upload(path: Path, name: str, base_model: str | None):
+    from .hub import UploadFile
+
+    if name in _SCRUBBED:
+        original = jsonfile.load(path, name)
+        scrubbed = scrub_local_paths(original, base_model)
+        if scrubbed != original:
+            return UploadFile(name, data=jsonfile.dumps(scrubbed).encode("utf-8"))
+    return UploadFile(name, local_path=path)
 
 
 def push(path: str, options: PushOptions) -> dict:

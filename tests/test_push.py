@@ -213,3 +213,31 @@ def test_an_untrained_upgrade_is_flagged_by_validate_and_refused_by_push(cli, hu
     assert "fine-tune it first, or pass --allow-untrained" in result.stderr
     assert "Serve it" in push(cli, up, "tester/drafter", "--dry-run", "--allow-untrained").stdout
     assert hub.state.log == []
+
+
+def test_no_local_path_is_published(cli, hub, tmp_path):
+    """The drafter records its target as a path on the publisher's machine: neither the card nor the files show it."""
+    local_target = tmp_path / "home" / "me" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    src = write_vllm(tmp_path / "src", Dims())
+    out = tmp_path / "drafter"
+    convert(src, out, ConvertOptions(to="speculators", aux_layers=(2, 4, 5)))
+    config = json.loads((out / "config.json").read_text())
+    config["speculators_config"]["verifier"]["name_or_path"] = str(local_target)
+    (out / "config.json").write_text(json.dumps(config))
+    (out / "eaglekit-verify.json").write_text(json.dumps({"drafter": str(out), "target": str(local_target), "acceptance_length": 2.0,
+                                                          "num_speculative_tokens": 3, "device": "cpu", "dtype": "float32",
+                                                          "trajectory": {"per_position_rate": [0.5]}, "prompts": [{}], "checks": []}))
+    dry = push(cli, out, "tester/drafter", "--dry-run").stdout
+    assert str(tmp_path) not in dry and "<target model>" in dry and "pass --base-model ORG/NAME" in dry
+    push(cli, out, "tester/drafter", "--base-model", "HuggingFaceTB/SmolLM2-135M-Instruct")
+    published = hub.state.files("tester/drafter")
+    for name in ("config.json", "eaglekit-verify.json", "README.md"):
+        assert str(tmp_path).encode() not in published[name], name
+    sent = json.loads(published["config.json"])
+    assert sent["speculators_config"]["verifier"]["name_or_path"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert json.loads((out / "config.json").read_text())["speculators_config"]["verifier"]["name_or_path"] == str(local_target)  # source untouched
+
+
+def test_dry_run_checks_the_repo_id(cli, hub, drafter):
+    assert "is not a valid repository id" in push(cli, drafter, "not a repo", "--dry-run", expect=2).stderr
+    assert hub.state.log == []

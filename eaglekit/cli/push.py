@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from .. import api
-from ._output import Output, human_bytes, table
+from ..findings import Finding
+from ._output import Output, findings_text, human_bytes, table
 
 
 def render(r: dict) -> str:
@@ -14,6 +15,8 @@ def render(r: dict) -> str:
     lines = []
     if r["dry_run"]:
         lines.append(f"dry run: would publish to {where}, in one commit:")
+    if r["findings"]:
+        lines.append(findings_text([Finding(**f) for f in r["findings"]]))
     rows = [(f"  {f['path']}", human_bytes(f["size"]), f["sha256"]) for f in r["files"]]
     if r["dry_run"]:
         lines.append(table(rows))
