@@ -22,6 +22,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from .convert import ConversionPlan
     from .validate import ValidationReport
 
+# Every JSON document eaglekit prints starts with the same three keys: the contract's version, whether the command
+# succeeded (its one success key) and the path it was given (its one path key). Bump the version on any change
+# that could break a reader (a key removed or renamed, a meaning changed).
+SCHEMA_VERSION = 1
+
+
+def document(path: str | Path, ok: bool, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` under the shared contract keys (see ``SCHEMA_VERSION``)."""
+    return {"schema_version": SCHEMA_VERSION, "ok": ok, "path": str(path), **data}
+
 
 @dataclass(frozen=True)
 class Inspection:
@@ -78,7 +88,7 @@ def inspect(path: str | Path, *, source_dialect: str = "auto") -> Inspection:
     from .describe import describe
 
     with dialects.load(path, source_dialect) as loaded:
-        data = describe(loaded)
+        data = document(path, True, describe(loaded))
     return Inspection(str(path), data["dialect"]["dialect"], data["eagle_version"], data["attention"], data["aux_layers"]["input_ids"],
                       dict(data["flags"]), data)
 
@@ -134,6 +144,7 @@ def convert(
         data["files"] = files
     target_name = target or plan.drafter.verifier or "<target model>"
     data["serve"] = serve_command(plan.dialect.hub_tags, target_name, str(Path(out).resolve()))
+    data = document(source, True, data)
     return Conversion(str(source), str(out), data["source_dialect"], data["to"], list(data["files"]), files is not None, plan, data)
 
 
@@ -156,7 +167,8 @@ def verify(path: str | Path, *, target: str, progress: Callable[[str, int], obje
     (``num_prompts``, ``max_new_tokens``, ``k``, ``engine``, ``reference``, ``against``, ...)."""
     from .verify import VerifyOptions, verify as run
 
-    report = run(str(path), VerifyOptions(target=target, **options), progress)
+    report = document(path, False, run(str(path), VerifyOptions(target=target, **options), progress))
+    report["ok"] = report["passed"]  # `passed` stays for readers of schema version 0
     return Verification(str(path), report["acceptance_length"], report["passed"], report["checks"], report)
 
 
@@ -165,8 +177,8 @@ def push(path: str | Path, repo_id: str, **options: Any) -> Publication:
     (``dry_run``, ``private``, ``revision``, ``create_pr``, ``token``, ``endpoint``, ``base_model``, ...)."""
     from .push import PushOptions, push as run
 
-    result = run(str(path), PushOptions(repo_id=repo_id, **options))
+    result = document(path, True, run(str(path), PushOptions(repo_id=repo_id, **options)))
     return Publication(repo_id, [f["path"] for f in result["files"]], result["dry_run"], result.get("commit"), result)
 
 
-__all__ = ["Conversion", "Inspection", "Publication", "Verification", "convert", "inspect", "push", "validate", "verify"]
+__all__ = ["SCHEMA_VERSION", "Conversion", "document", "Inspection", "Publication", "Verification", "convert", "inspect", "push", "validate", "verify"]

@@ -73,3 +73,55 @@ def test_schemas_ship_in_the_wheel(tmp_path):
     for name in schemas.all_schema_files():
         assert f"eaglekit/schemas/{name}" in names
     assert "eaglekit/engines/vllm_releases.json" in names and "eaglekit/data/prompts.jsonl" in names
+    assert "eaglekit/model/architectures.json" in names
+
+
+# -- the JSON contract: one success key, one path key, a version; offline schemas; an error document ---------------
+
+OUTPUT_SCHEMAS = ("inspect", "convert", "validate", "verify", "push", "convert-list", "error")
+
+
+@pytest.mark.parametrize("name", OUTPUT_SCHEMAS)
+def test_output_schemas_need_nothing_but_themselves(name, monkeypatch):
+    """A user validates with plain jsonschema and no network: no schema refers outside its own file."""
+    import socket
+
+    import jsonschema
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("a schema tried to reach the network")
+
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    schema = json.loads((ROOT / "schemas" / f"{name}.schema.json").read_text())
+    refs = [v for v in json.dumps(schema).split('"$ref": ')[1:]]
+    assert all(ref.startswith('"#') for ref in refs), refs
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"schema_version": 1, "ok": "yes", "path": 3, "findings": [{"check": 1}]}, schema)
+
+
+def test_every_command_prints_the_contract_keys(tmp_path, cli):
+    import jsonschema
+
+    src = write_vllm(tmp_path / "src", Dims())
+    docs = {
+        "inspect": json.loads(cli("inspect", src, "--json").stdout),
+        "validate": json.loads(cli("validate", src, "--json").stdout),
+        "convert": json.loads(cli("convert", src, tmp_path / "out", "--to", "vllm", "--json").stdout),
+        "convert-list": json.loads(cli("convert", "--list", "--json").stdout),
+    }
+    for name, doc in docs.items():
+        assert doc["schema_version"] == 1 and doc["ok"] is True, name
+        if name != "convert-list":
+            assert doc["path"] == str(src), name
+        jsonschema.validate(doc, json.loads((ROOT / "schemas" / f"{name}.schema.json").read_text()))
+
+
+def test_under_json_a_failure_prints_an_error_document(tmp_path, cli):
+    import jsonschema
+
+    result = cli("validate", tmp_path / "typo-dir", "--json", expect=2)
+    doc = json.loads(result.stdout)
+    jsonschema.validate(doc, json.loads((ROOT / "schemas" / "error.schema.json").read_text()))
+    assert doc["error"] == {"message": f"{tmp_path / 'typo-dir'}: no such checkpoint directory", "type": "CheckpointError", "exit_code": 2}
+    assert result.stderr.startswith("error: ")

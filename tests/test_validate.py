@@ -57,6 +57,8 @@ def broken(name: str):
         "flags.fc_norm_without_flag": (lambda p: config(v(p, fc_norm=True), lambda c: c.update(fc_norm=False)), {}),
         "flags.input_norm_without_flag": (lambda p: config(v(p, norm_before_fc=True), lambda c: c.update(norm_before_fc=False)), {}),
         "flags.fc_without_aux": (lambda p: config(v(p), lambda c: c.update(eagle_config={"use_aux_hidden_state": False})), {}),
+        "flags.untrained_upgrade": (lambda p: config(v(p, fc_norm=True), lambda c: c.update(
+            norm_output=True, eaglekit={"dialect": "vllm", "notes": ["upgraded EAGLE 3 -> 3.1 by eaglekit 0.1: fc_norm set to ones"]})), {}),
         "config.fc_bias": (lambda p: tensors(v(p), lambda t: t.update({"fc.bias": torch.zeros(16)})), {}),
         "config.hidden_act": (lambda p: config(v(p), lambda c: c.update(hidden_act="gelu")), {}),
         "config.num_layers": (lambda p: config(write_eagle(p, Dims()), lambda c: c.update(num_hidden_layers=40)), {}),
@@ -115,7 +117,7 @@ def test_each_invariant_is_caught_by_its_id(tmp_path, check):
     assert "\n" not in finding.message
     severity = {"aux.not_recorded": "info", "rope.defaulted": "warning", "rope.target": "warning", "aux.unsorted": "warning",
                 "config.num_layers": "warning", "flags.fc_without_aux": "warning", "scan.zero": "warning",
-                "scan.uninitialised": "warning", "scan.unit_fc_norm": "warning"}.get(check, "error")
+                "scan.uninitialised": "warning", "scan.unit_fc_norm": "warning", "flags.untrained_upgrade": "warning"}.get(check, "error")
     assert finding.severity == severity
 
 

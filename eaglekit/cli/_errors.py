@@ -7,6 +7,7 @@ No traceback reaches the user unless EAGLEKIT_DEBUG=1.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import traceback
@@ -22,8 +23,14 @@ def _debug() -> bool:
     return os.environ.get("EAGLEKIT_DEBUG", "") not in ("", "0")
 
 
-def fail(message: str, code: int) -> "NoReturn":  # noqa: F821
-    click.echo(f"error: {' '.join(str(message).split())}", err=True)
+def fail(message: str, code: int, *, json_mode: bool = False, kind: str = "EaglekitError") -> "NoReturn":  # noqa: F821
+    """One line on stderr; under --json also the error document (schemas/error.schema.json) on stdout."""
+    line = " ".join(str(message).split())
+    click.echo(f"error: {line}", err=True)
+    if json_mode:
+        from ..api import SCHEMA_VERSION
+
+        click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "ok": False, "error": {"message": line, "type": kind, "exit_code": code}}))
     sys.exit(code)
 
 
@@ -31,6 +38,7 @@ class EaglekitGroup(click.Group):
     """A click group whose commands' exceptions are mapped to one line and an exit code."""
 
     def invoke(self, ctx: click.Context):
+        json_mode = "--json" in (*ctx.__dict__.get("_protected_args", ()), *ctx.args)  # the command line still to run
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
@@ -38,18 +46,20 @@ class EaglekitGroup(click.Group):
         except EaglekitError as exc:
             if _debug():
                 traceback.print_exc()
-            fail(str(exc), exc.exit_code)
+            fail(str(exc), exc.exit_code, json_mode=json_mode, kind=type(exc).__name__)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
         except MemoryError:
-            fail("out of memory", EXIT_FAILURE)
+            fail("out of memory", EXIT_FAILURE, json_mode=json_mode, kind="MemoryError")
         except OSError as exc:
             if _debug():
                 traceback.print_exc()
             where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
-            fail(f"{where}{exc.strerror or exc}", EXIT_FAILURE)  # the system failed the operation (disk full, ...)
+            # the system failed the operation (disk full, ...)
+            fail(f"{where}{exc.strerror or exc}", EXIT_FAILURE, json_mode=json_mode, kind=type(exc).__name__)
         except Exception as exc:  # a bug in eaglekit: still one line, with a way to see more
             if _debug():
                 traceback.print_exc()
-            fail(f"internal error: {type(exc).__name__}: {exc} (set EAGLEKIT_DEBUG=1 for the traceback)", EXIT_FAILURE)
+            fail(f"internal error: {type(exc).__name__}: {exc} (set EAGLEKIT_DEBUG=1 for the traceback)", EXIT_FAILURE,
+                 json_mode=json_mode, kind="InternalError")

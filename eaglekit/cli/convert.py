@@ -19,6 +19,8 @@ from ._output import Output, findings_text, human_bytes, table
 
 def _list() -> dict:
     return {
+        "schema_version": api.SCHEMA_VERSION,
+        "ok": True,
         "dialects": [
             {"name": d.name, "aliases": list(d.aliases), "summary": d.summary, "reads": d.reads, "writes": d.writes or None}
             for d in dialects.DIALECTS.values()

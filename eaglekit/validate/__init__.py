@@ -31,14 +31,18 @@ class ValidationReport:
 
     def to_dict(self) -> dict:
         counts = {s: sum(1 for f in self.findings if f.severity == s) for s in ("error", "warning", "info")}
+        from ..api import SCHEMA_VERSION
+
         return {
+            "schema_version": SCHEMA_VERSION,
+            "ok": self.ok,
+            "path": self.source,
             "source": self.source,
             "dialect": self.dialect,
             "eagle_version": self.eagle_version,
             "engine": self.engine,
             "target": self.target,
             "scanned": self.scanned,
-            "ok": self.ok,
             "counts": counts,
             "findings": [f.to_dict() for f in self.findings],
             "engine_view": self.engine_view,
