@@ -26,8 +26,9 @@ from .io import jsonfile
 from .model.drafter import Drafter
 from .reference.model import ReferenceDrafter, weights_for
 from .reference.simulate import Chains, Counters, accepted_lengths, draft_chains, every_position, trajectory
-from .reference.target import DTYPES, TargetModel, pick_device
 from .target import read_target_config
+from .target.runner import DTYPES, TargetModel, pick_device
+from .target.weights import read_target_weight
 from .validate.checks import CheckInput, run_checks
 
 
@@ -245,19 +246,10 @@ class Verifier:
         self.stored_ids = ids
 
     def target_weight(self, kind: str) -> torch.Tensor | None:
+        """The target's input embedding ("embed") or lm_head: from the loaded model, else from its checkpoint."""
         if self.target is not None:
             return self.target.embed_weight if kind == "embed" else self.target.lm_head_weight
-        from .io.reader import Checkpoint
-        from .validate.scan import TARGET_LM_HEAD_NAMES
-
-        names = ("model.embed_tokens.weight", "embed_tokens.weight", "transformer.wte.weight") if kind == "embed" else TARGET_LM_HEAD_NAMES
-        if self.target_config.gguf_file:
-            return None
-        with Checkpoint.open(self.target_config.directory) as target:
-            for name in names:
-                if name in target.tensors:
-                    return target.read(name)
-        return None
+        return read_target_weight(self.target_config, kind)
 
     def aux(self, index: int, ids: tuple[int, ...]) -> tuple[torch.Tensor, int]:
         prompt, tokens = self.sequences[index]

@@ -158,8 +158,8 @@ def stored_states(pair, directory: Path, layout: str) -> list:
     from safetensors.torch import save_file
 
     from eaglekit.hidden_states import write_sequence
-    from eaglekit.reference.target import TargetModel
     from eaglekit.target import read_target_config
+    from eaglekit.target.runner import TargetModel
 
     directory.mkdir()
     target = TargetModel.load(read_target_config(pair["target"]))
@@ -189,8 +189,8 @@ def stored_states(pair, directory: Path, layout: str) -> list:
 def test_verify_from_stored_hidden_states(pair, tmp_path, layout):
     from eaglekit import dialects
     from eaglekit.reference.model import ReferenceDrafter, weights_for
-    from eaglekit.reference.target import TargetModel
     from eaglekit.target import read_target_config
+    from eaglekit.target.runner import TargetModel
     from eaglekit.verify import Prompt, simulate
 
     stored = stored_states(pair, tmp_path / "hs", layout)
