@@ -24,7 +24,8 @@ import torch
 from eaglekit import dialects
 from eaglekit.convert import ConvertOptions, convert
 from eaglekit.reference.simulate import chains_from, first_pass
-from eaglekit.verify import Verifier, VerifyOptions, _totals
+from eaglekit.verify import Verifier, VerifyOptions
+from eaglekit.verify.run import totals
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,12 +63,12 @@ def throughput(verifier, model, ids, k: int) -> tuple[float, float]:
 def vllm_timing(verifier, drafter: Path, model, k: int) -> dict | None:
     if importlib.util.find_spec("vllm") is None:
         return None
-    from eaglekit.against_vllm import Recorder, _engine, import_vllm, target_directory
+    from eaglekit.verify.against_vllm import Recorder, import_vllm, start_engine, target_directory
 
     _, LLM, SamplingParams, TokensPrompt = import_vllm()
     target_directory(verifier)
     longest = max(int(t.shape[0]) for _, t in verifier.sequences)
-    llm = _engine(LLM, verifier, str(drafter), verifier.options, longest)
+    llm = start_engine(LLM, verifier, str(drafter), longest)
     runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
     recorder = Recorder()
     recorder.install(runner.drafter.model)
@@ -151,7 +152,7 @@ def main() -> None:
                 save_file(t, str(path / "model.safetensors"))
         m, i = model_for(verifier, path)
         results, _ = verifier.run(m, i, name)
-        traj, every = _totals(results)
+        traj, every = totals(results)
         print(f"  {name:40s} {every.acceptance_length:.3f} / {traj.acceptance_length:.3f}")
     shutil.rmtree(work, ignore_errors=True)
 

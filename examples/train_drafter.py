@@ -37,8 +37,8 @@ from safetensors.torch import save_file
 from eaglekit.model.drafter import INPUT, AuxLayers, Drafter, Flags, Rope, default_aux_ids
 from eaglekit.reference.model import ReferenceDrafter
 from eaglekit.reference.simulate import accepted_lengths, draft_chains, every_position, trajectory
-from eaglekit.reference.target import TargetModel
 from eaglekit.target import read_target_config
+from eaglekit.target.runner import TargetModel
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -16,7 +16,8 @@ from safetensors.torch import load_file, save_file
 from eaglekit import dialects, schemas
 from eaglekit.convert import ConvertOptions, convert
 from eaglekit.validate import validate
-from eaglekit.verify import Verifier, VerifyOptions, _totals, verify
+from eaglekit.verify import Verifier, VerifyOptions, verify
+from eaglekit.verify.run import totals as _totals
 from parity import require
 
 pytestmark = [pytest.mark.real_target, pytest.mark.slow]
@@ -120,7 +121,7 @@ def test_aux_ids_of_another_target_collapse_acceptance(verifier, converted, tmp_
 
 
 def drafts_compared(verifier, a: Path, b: Path) -> list[dict]:
-    from eaglekit.verify import _compare_chains
+    from eaglekit.verify.parity import compare_chains as _compare_chains
 
     runs = []
     for path in (a, b):

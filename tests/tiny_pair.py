@@ -34,8 +34,8 @@ def build(root: Path, *, eagle: str = "3", steps: int = 120, seed: int = 0, voca
           attention_scale: float = 0.3) -> dict:
     """Target dir, drafter dir (SpecForge layout), prompts file and the training figures."""
     from eaglekit.model.drafter import default_aux_ids
-    from eaglekit.reference.target import TargetModel
     from eaglekit.target import read_target_config
+    from eaglekit.target.runner import TargetModel
 
     tm = train_module()
     # head_dim 32: the smallest vLLM's CPU attention kernels support

@@ -10,8 +10,9 @@ from .. import dialects, engines, schemas
 from ..errors import ConfigError
 from ..findings import Finding, errors
 from ..target import TargetConfig, read_target_config
+from ..target.weights import read_target_weight
 from .checks import CHECKS, CheckInput, run_checks
-from .scan import check_lm_head_order, read_target_lm_head, scan_all
+from .scan import check_lm_head_order, scan_all
 
 
 @dataclass
@@ -67,8 +68,8 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
         report.findings += loaded.notes
         present = loaded.present()
         report.findings += run_checks(CheckInput(d, present, read=loaded.read, target=target_cfg))
-        if target_cfg is not None and d.has_d2t and "lm_head.weight" in loaded.names and not target_cfg.gguf_file:
-            target_head = read_target_lm_head(target_cfg.directory)
+        if target_cfg is not None and d.has_d2t and "lm_head.weight" in loaded.names:
+            target_head = _target_lm_head(target_cfg)
             if target_head is not None:
                 report.findings += check_lm_head_order(loaded.read("lm_head.weight"), loaded.read("d2t"), target_head)
         if release is not None:
@@ -84,6 +85,14 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
                 for f in report.findings
             ]
     return report
+
+
+def _target_lm_head(target_cfg: TargetConfig):
+    """The target's lm_head rows for the order check, or None: without them the check is skipped."""
+    try:
+        return read_target_weight(target_cfg, "lm_head")
+    except Exception:  # the target's checkpoint is not ours to judge here (a config-only target has none)
+        return None
 
 
 def _unreadable(source, source_dialect, exc, release, target_cfg, scan) -> ValidationReport:

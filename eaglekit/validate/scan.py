@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Iterable
 
 import torch
@@ -56,21 +55,6 @@ def scan_all(ckpt: Checkpoint, names: Iterable[str]) -> list[Finding]:
     for name in names:
         findings += scan_pieces(name, ckpt.read_chunks(name, 16 * 2**20))
     return findings
-
-
-TARGET_LM_HEAD_NAMES = ("lm_head.weight", "model.embed_tokens.weight", "embed_tokens.weight", "transformer.wte.weight")
-
-
-def read_target_lm_head(directory: Path) -> torch.Tensor | None:
-    """The target's output embedding (or the tied input embedding), read alone from its checkpoint."""
-    try:
-        with Checkpoint.open(directory) as target:
-            for name in TARGET_LM_HEAD_NAMES:
-                if name in target.tensors:
-                    return target.read(name)
-    except Exception:  # the target's checkpoint is not ours to judge here
-        return None
-    return None
 
 
 def check_lm_head_order(drafter_lm_head: torch.Tensor, d2t: torch.Tensor, target_lm_head: torch.Tensor) -> list[Finding]:

@@ -15,16 +15,21 @@ greedy, K speculative tokens, stats on. Two comparisons:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from .errors import MissingDependencyError, UnsupportedError
-from .reference.model import ReferenceDrafter
-from .reference.simulate import Counters
+from ..errors import MissingDependencyError, UnsupportedError
+from ..io.tensorfile import write_safetensors
+from ..reference.model import ReferenceDrafter
+from ..reference.simulate import Counters
+from .checks import Check
+from .run import SequenceResult, Verifier
 
 # allowed max |difference| relative to the largest magnitude of the compared tensor (state or logits)
 DTYPE_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 5e-3}
@@ -43,7 +48,7 @@ def import_vllm():
     return vllm, LLM, SamplingParams, TokensPrompt
 
 
-def target_directory(verifier) -> Path:
+def target_directory(verifier: Verifier) -> Path:
     """vLLM loads a transformers directory; a GGUF target is saved once as safetensors in eaglekit's cache."""
     cfg = verifier.target_config
     if not cfg.gguf_file:
@@ -51,10 +56,6 @@ def target_directory(verifier) -> Path:
     key = hashlib.sha256(str((cfg.directory / cfg.gguf_file).resolve()).encode()).hexdigest()[:12]
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "eaglekit" / "targets" / f"{Path(cfg.gguf_file).stem}-{key}"
     if not (cache / "config.json").exists():
-        import shutil
-
-        from safetensors.torch import save_file
-
         tmp = cache.with_name(cache.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -64,10 +65,10 @@ def target_directory(verifier) -> Path:
         state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
         if getattr(model.config, "tie_word_embeddings", False):
             state.pop("lm_head.weight", None)
-        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        write_safetensors(tmp / "model.safetensors", state, {"format": "pt"})
         config = model.config.to_dict()
         config.pop("quantization_config", None)
-        (tmp / "config.json").write_text(__import__("json").dumps(config, indent=2, default=str))
+        (tmp / "config.json").write_text(json.dumps(config, indent=2, default=str))
         if verifier.target.tokenizer is not None:
             verifier.target.tokenizer.save_pretrained(tmp)
         tmp.replace(cache)
@@ -196,21 +197,23 @@ def _difference(a: Counters, b: Counters) -> Counters:
     return c
 
 
-def against_vllm(path: str, verifier, model: ReferenceDrafter, results, ids, options):
-    from .verify import Check
-
+def against_vllm(path: str, verifier: Verifier, model: ReferenceDrafter, results: list[SequenceResult]) -> tuple[dict, list[Check]]:
+    """vLLM serving the target with the drafter at ``path``, on the verifier's prompts: its drafter's outputs
+    replayed through ``model``, and its counters beside the simulated ``results``."""
     vllm, LLM, _, _ = import_vllm()
     longest = max(int(tokens.shape[0]) for _, tokens in verifier.sequences)
     try:
-        llm = _engine(LLM, verifier, path, options, longest)
+        llm = start_engine(LLM, verifier, path, longest)
     except Exception as exc:  # vLLM's own refusal is the finding here
         message = " ".join(str(exc).split())[:400] or type(exc).__name__
         data = {"vllm_version": getattr(vllm, "__version__", "?"), "status": f"vLLM refused to load it: {type(exc).__name__}: {message}"}
         return data, [Check("vllm_load", False, data["status"])]
-    return _compare(vllm, llm, verifier, model, results, options)
+    return _compare(vllm, llm, verifier, model, results)
 
 
-def _engine(LLM, verifier, path, options, longest):
+def start_engine(LLM, verifier: Verifier, path: str, longest: int):
+    """vLLM's ``LLM`` for the target and the drafter at ``path``: greedy, one sequence at a time, stats on."""
+    options = verifier.options
     k = options.k
     return LLM(
         model=str(target_directory(verifier)),
@@ -226,9 +229,8 @@ def _engine(LLM, verifier, path, options, longest):
     )
 
 
-def _compare(vllm, llm, verifier, model: ReferenceDrafter, results, options):
-    from .verify import Check
-
+def _compare(vllm, llm, verifier: Verifier, model: ReferenceDrafter, results: list[SequenceResult]):
+    options = verifier.options
     _, _, SamplingParams, TokensPrompt = import_vllm()
     k = options.k
     runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner

@@ -13,6 +13,8 @@ Three layouts, one file per sequence in a directory (or one file):
   with ``input_ids`` [S], ``loss_mask`` [S] and ``aux_hidden_state`` [1, S, n*T], right-padded with token 0 (the
   padding is trimmed; the prompt ends where ``loss_mask`` first turns on). Loaded with ``weights_only=True``.
 
+Files are read through ``eaglekit.io.tensorfile``.
+
 None of these record which target layers were captured except eaglekit's: for the others the drafter's ids
 are assumed, and only the width is checked.
 
@@ -27,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 
-from .errors import CheckpointError
-from .io.safetensors_header import read_header
+from ..errors import CheckpointError
+from ..io.safetensors_header import read_header
+from ..io.tensorfile import load_torch, read_safetensors, write_safetensors
 
 
 @dataclass
@@ -61,21 +63,8 @@ def _files(path: Path) -> list[Path]:
     return files
 
 
-def _specforge(file: Path, num_aux: int, hidden: int) -> tuple[torch.Tensor, torch.Tensor, int]:
-    import gzip
-    import io
-    import pickle
-
-    try:
-        if file.name.endswith(".gz"):
-            with gzip.open(file, "rb") as f:
-                data = torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
-        else:
-            data = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
-    except pickle.UnpicklingError as exc:
-        raise CheckpointError(f"{file}: refused to unpickle: it asks for more than plain tensors ({str(exc)[:120]})") from None
-    except (RuntimeError, OSError, EOFError) as exc:
-        raise CheckpointError(f"{file}: not a readable torch file ({type(exc).__name__})") from None
+def _specforge(file: Path) -> tuple[torch.Tensor, torch.Tensor, int]:
+    data = load_torch(file)
     if not isinstance(data, dict) or not {"input_ids", "aux_hidden_state"} <= set(data):
         raise CheckpointError(f"{file}: expected SpecForge's input_ids, loss_mask and aux_hidden_state")
     tokens = data["input_ids"].reshape(-1)
@@ -94,31 +83,33 @@ def read_sequences(path: str | Path, *, num_aux: int, hidden: int, limit: int | 
     out = []
     for file in _files(Path(path))[:limit] if limit else _files(Path(path)):
         if not file.name.endswith(".safetensors"):
-            tokens, aux, prompt_len = _specforge(file, num_aux, hidden)
+            tokens, aux, prompt_len = _specforge(file)
             ids = None
             _check(file, tokens, aux, prompt_len, num_aux, hidden)
             out.append(StoredSequence(file.name.split(".")[0], tokens.to(torch.int64), aux, prompt_len, ids))
             continue
-        header = read_header(file)  # validated before the library maps it
+        header = read_header(file)
         names = set(header.entries)
-        with safe_open(str(file), framework="pt") as f:
-            if {"input_ids", "aux_hidden_states"} <= names:
-                tokens, aux = f.get_tensor("input_ids"), f.get_tensor("aux_hidden_states")
-                meta = header.metadata
-                ids = tuple(int(i) for i in meta["aux_layer_ids"].split(",")) if meta.get("aux_layer_ids") else None
-                prompt_len = int(meta.get("prompt_len", 1))
-            elif {"token_ids", "hidden_states"} <= names:
-                tokens, states = f.get_tensor("token_ids"), f.get_tensor("hidden_states")
-                if "hidden_states_scales" in names:
-                    states = states.float() * f.get_tensor("hidden_states_scales").float()
-                if states.dim() != 3 or states.shape[1] not in (num_aux, num_aux + 1):
-                    raise CheckpointError(
-                        f"{file}: hidden_states {list(states.shape)} should be [S, {num_aux} or {num_aux + 1}, {hidden}] for a drafter fusing {num_aux} states"
-                    )
-                aux = states[:, :num_aux].flatten(1)
-                ids, prompt_len = None, 1
-            else:
-                raise CheckpointError(f"{file}: expected input_ids + aux_hidden_states (eaglekit) or token_ids + hidden_states (speculators)")
+        if {"input_ids", "aux_hidden_states"} <= names:
+            tensors = read_safetensors(file, ("input_ids", "aux_hidden_states"))
+            tokens, aux = tensors["input_ids"], tensors["aux_hidden_states"]
+            meta = header.metadata
+            ids = tuple(int(i) for i in meta["aux_layer_ids"].split(",")) if meta.get("aux_layer_ids") else None
+            prompt_len = int(meta.get("prompt_len", 1))
+        elif {"token_ids", "hidden_states"} <= names:
+            scaled = "hidden_states_scales" in names
+            tensors = read_safetensors(file, ("token_ids", "hidden_states") + (("hidden_states_scales",) if scaled else ()))
+            tokens, states = tensors["token_ids"], tensors["hidden_states"]
+            if scaled:
+                states = states.float() * tensors["hidden_states_scales"].float()
+            if states.dim() != 3 or states.shape[1] not in (num_aux, num_aux + 1):
+                raise CheckpointError(
+                    f"{file}: hidden_states {list(states.shape)} should be [S, {num_aux} or {num_aux + 1}, {hidden}] for a drafter fusing {num_aux} states"
+                )
+            aux = states[:, :num_aux].flatten(1)
+            ids, prompt_len = None, 1
+        else:
+            raise CheckpointError(f"{file}: expected input_ids + aux_hidden_states (eaglekit) or token_ids + hidden_states (speculators)")
         _check(file, tokens, aux, prompt_len, num_aux, hidden)
         out.append(StoredSequence(file.stem, tokens.to(torch.int64), aux, prompt_len, ids))
     return out
@@ -133,10 +124,8 @@ def _check(file: Path, tokens: torch.Tensor, aux: torch.Tensor, prompt_len: int,
 
 def write_sequence(path: Path, tokens: torch.Tensor, aux: torch.Tensor, aux_layer_ids: tuple[int, ...], prompt_len: int) -> None:
     """eaglekit's own layout (what a data-generation job can write for ``verify --hidden-states``)."""
-    from safetensors.torch import save_file
-
-    save_file(
+    write_safetensors(
+        path,
         {"input_ids": tokens.to(torch.int64).contiguous(), "aux_hidden_states": aux.contiguous()},
-        str(path),
-        metadata={"format": "pt", "aux_layer_ids": ",".join(map(str, aux_layer_ids)), "prompt_len": str(prompt_len)},
+        {"format": "pt", "aux_layer_ids": ",".join(map(str, aux_layer_ids)), "prompt_len": str(prompt_len)},
     )

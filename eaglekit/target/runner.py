@@ -1,4 +1,5 @@
-"""The target side of verify, through transformers: greedy continuations and the aux hidden states.
+"""The target model itself, through transformers (for verify): loading, greedy continuations, the aux hidden states,
+its embedding and lm_head.
 
 Aux id k (vLLM's input-of-layer convention) is HF ``hidden_states[k]`` for k < L. For k == L vLLM captures the
 final *pre*-norm residual stream, while HF's last hidden state is after the final norm, so that one is taken
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import MissingDependencyError, UnsupportedError
-from ..target import TargetConfig
+from .config import TargetConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -1,4 +1,5 @@
-"""What eaglekit needs to know about a target (verifier) model from its config alone: no weights are read.
+"""What eaglekit needs to know about a target (verifier) model from its config alone: no weights are read,
+and neither torch nor transformers is imported (transformers only to read a GGUF file's metadata).
 
 A target is a local directory, a Hub id already in the local cache, or a GGUF file (whose metadata
 transformers turns into a config; needs the ``gguf`` package).
@@ -9,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import CheckpointError, ConfigError
-from .io import jsonfile
-from .io.locate import locate
-from .model.config_view import ConfigView
-from .model.drafter import Rope
-from .model.hf_config import read_rope
+from ..errors import CheckpointError, ConfigError
+from ..io import jsonfile
+from ..io.locate import locate
+from ..model.config_view import ConfigView
+from ..model.drafter import Rope
+from ..model.hf_config import read_rope
 
 TEXT_CONFIG_KEYS = ("text_config", "language_config", "llm_config")  # multimodal wrappers
 
@@ -85,7 +86,7 @@ def _gguf_config(directory: Path, gguf_file: str, label: str) -> dict:
         import gguf  # noqa: F401  (transformers needs it to read GGUF metadata)
         from transformers import AutoConfig
     except ImportError:
-        from .errors import MissingDependencyError
+        from ..errors import MissingDependencyError
 
         raise MissingDependencyError(f"{label}: reading a GGUF target needs the gguf package (pip install gguf)") from None
     try:

@@ -1,0 +1,43 @@
+"""Single tensor files outside a checkpoint directory (precomputed hidden states, a GGUF target saved for vLLM):
+named tensors of one safetensors file, a torch file loaded weights-only, one safetensors file written whole."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import pickle
+from pathlib import Path
+from typing import Iterable
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from ..errors import CheckpointError
+from .safetensors_header import read_header
+
+
+def read_safetensors(path: Path, names: Iterable[str]) -> dict[str, torch.Tensor]:
+    """The named tensors of one safetensors file, as stored; its header is validated before the library maps it."""
+    read_header(path)
+    with safe_open(str(path), framework="pt") as f:
+        return {name: f.get_tensor(name) for name in names}
+
+
+def load_torch(path: Path) -> object:
+    """A ``torch.save`` file (gzipped where the name ends in ``.gz``) loaded with ``weights_only=True``: a pickle
+    that asks for more than plain tensors is refused and runs nothing."""
+    try:
+        if path.name.endswith(".gz"):
+            with gzip.open(path, "rb") as f:
+                return torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(f"{path}: refused to unpickle: it asks for more than plain tensors ({str(exc)[:120]})") from None
+    except (RuntimeError, OSError, EOFError) as exc:
+        raise CheckpointError(f"{path}: not a readable torch file ({type(exc).__name__})") from None
+
+
+def write_safetensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
+    """One safetensors file holding ``tensors`` (contiguous) and ``metadata``."""
+    save_file(tensors, str(path), metadata=metadata)

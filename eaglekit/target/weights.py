@@ -1,0 +1,28 @@
+"""The target's input embedding and lm_head, read alone from its checkpoint (no model is built): what a drafter
+that ships neither borrows, and what validate compares a drafter's lm_head rows with."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from ..io.reader import Checkpoint
+from .config import TargetConfig
+
+EMBED_NAMES = ("model.embed_tokens.weight", "embed_tokens.weight", "transformer.wte.weight")
+LM_HEAD_NAMES = ("lm_head.weight", *EMBED_NAMES)  # a tied lm_head is stored as the input embedding only
+
+
+def read_target_weight(config: TargetConfig, kind: Literal["embed", "lm_head"]) -> torch.Tensor | None:
+    """The tensor as stored, or None where the target has none under a known name or is a GGUF file (whose tensors
+    only transformers reads). A checkpoint that cannot be read raises, as ``Checkpoint`` does (CheckpointError):
+    the caller decides whether that matters."""
+    if config.gguf_file:
+        return None
+    names = EMBED_NAMES if kind == "embed" else LM_HEAD_NAMES
+    with Checkpoint.open(config.directory) as target:
+        for name in names:
+            if name in target.tensors:
+                return target.read(name)
+    return None

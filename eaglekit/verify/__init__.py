@@ -1,0 +1,89 @@
+"""``verify``: run a drafter on its target's real hidden states and measure what a greedy vLLM run would see.
+
+Per prompt: the target generates a greedy continuation; one target pass over the whole sequence gives the
+aux states; the reference drafter drafts a K-step chain at every position (batched); drafts are compared
+with the target's tokens. Reported with vLLM's definitions: along the positions a vLLM run visits
+("trajectory": what its counters would say) and over every position (a steadier estimate).
+
+Parity: ``reference`` runs a second checkpoint of the same drafter on the same states; ``engine`` runs the
+drafter as a vLLM release would interpret it beside the intended drafter; ``against`` runs vLLM itself.
+
+One module per stage, in the order the data flows (each imports only those above it):
+
+- ``options``: VerifyOptions; ``checks``: Check, the pass/fail lines every stage returns;
+- ``prompts``: prompt records and their token ids;
+- ``stored``: precomputed hidden states (``--hidden-states``);
+- ``run``: the Verifier: the target's run (or the stored states), a drafter's run, the acceptance simulation;
+- ``parity``: ``--reference`` and ``--engine``;
+- ``against_vllm``: ``--against vllm``, vLLM itself;
+- ``report``: the report dict;
+
+and ``verify()`` below, which strings them together.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .. import dialects
+from ..errors import UsageError
+from ..findings import errors
+from ..validate.checks import CheckInput, run_checks
+from .against_vllm import against_vllm
+from .checks import Check
+from .options import VerifyOptions
+from .parity import engine_parity, reference_parity
+from .prompts import Prompt, encode_prompts, read_prompt_records
+from .report import drafter_report, finish
+from .run import SequenceResult, Verifier, resolved_ids, simulate, totals
+
+
+def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], object] | None = None) -> dict:
+    """Run the verification and return the report (a dict following schemas/verify.schema.json)."""
+    if options.hidden_states and options.against:
+        raise UsageError("--against vllm runs the target itself; it cannot use --hidden-states")
+    verifier = Verifier(options, progress)
+    L = verifier.target_config.num_layers
+    loaded = dialects.load(path, options.source_dialect)
+    with loaded:
+        d = loaded.drafter.with_(target_num_layers=L)
+        loaded.drafter = d
+        findings = run_checks(CheckInput(d, loaded.present(), read=loaded.read, target=verifier.target_config))
+        checks: list[Check] = []
+        if errors(findings):
+            checks.append(Check("validate", False, f"{len(errors(findings))} error(s), first: {errors(findings)[0].message}"))
+        ids = resolved_ids(d, L)
+        if options.hidden_states:
+            verifier.prepare_stored(d, ids)
+        else:
+            verifier.prepare()
+        model = verifier.model_for(loaded)
+        results, seconds = verifier.run(model, ids, "drafter")
+        report = drafter_report(path, loaded, verifier, ids, findings, results, seconds)
+        if options.min_acceptance_length is not None:
+            traj, _ = totals(results)
+            ok = traj.acceptance_length >= options.min_acceptance_length
+            checks.append(Check("min_acceptance_length", ok, f"acceptance length {traj.acceptance_length:.3f} {'>=' if ok else '<'} {options.min_acceptance_length}"))
+        if options.reference:
+            report["reference"], check = reference_parity(verifier, loaded, model, results)
+            checks.append(check)
+        if options.engine:
+            report["engine"], check = engine_parity(verifier, loaded, model, results)
+            checks.append(check)
+        if options.against:
+            report["against"], new_checks = against_vllm(path, verifier, model, results)
+            checks.extend(new_checks)
+    return finish(report, checks)
+
+
+__all__ = [
+    "Check",
+    "Prompt",
+    "SequenceResult",
+    "Verifier",
+    "VerifyOptions",
+    "encode_prompts",
+    "read_prompt_records",
+    "simulate",
+    "verify",
+]

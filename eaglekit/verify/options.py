@@ -1,0 +1,24 @@
+"""What a verify run is asked to do: the command line's options, read by every stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class VerifyOptions:
+    target: str
+    prompts: str | None = None  # JSONL file; None: the built-in set
+    num_prompts: int | None = None
+    max_new_tokens: int = 64
+    k: int = 3
+    engine: str | None = None
+    reference: str | None = None
+    against: str | None = None  # "vllm"
+    min_acceptance_length: float | None = None
+    device: str = "cpu"
+    dtype: str = "float32"
+    device_map: str | None = None
+    hidden_states: str | None = None
+    source_dialect: str = "auto"
+    atol: float | None = None  # logit tolerance for --reference; None: 0 for same dtypes, else dtype-based

@@ -1,0 +1,64 @@
+"""The prompts verify runs: records from a JSONL file (or the built-in set), encoded to token ids with the target's
+tokenizer (its chat template where it has one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from ..errors import UsageError
+from ..io import jsonfile
+
+
+@dataclass
+class Prompt:
+    id: str
+    category: str
+    ids: list[int]
+
+
+def read_prompt_records(path: str | None) -> list[dict]:
+    if path is None:
+        text = resources.files("eaglekit").joinpath("data/prompts.jsonl").read_text()
+        label = "built-in prompts"
+    else:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise UsageError(f"--prompts {path}: cannot read ({exc.strerror})") from None
+        label = path
+    records = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        record = jsonfile.loads(line, f"{label} line {number}")
+        if not isinstance(record, dict) or not any(k in record for k in ("prompt", "messages", "input_ids")):
+            raise UsageError(f"{label} line {number}: expected an object with 'prompt', 'messages' or 'input_ids'")
+        record.setdefault("id", f"prompt-{number}")
+        records.append(record)
+    if not records:
+        raise UsageError(f"{label}: no prompts")
+    return records
+
+
+def encode_prompts(records: list[dict], tokenizer, limit: int | None) -> list[Prompt]:
+    out = []
+    for record in records[:limit] if limit else records:
+        if "input_ids" in record:
+            ids = [int(i) for i in record["input_ids"]]
+        else:
+            if tokenizer is None:
+                raise UsageError("the target has no tokenizer: give prompts as input_ids")
+            messages = record.get("messages") or [{"role": "user", "content": record["prompt"]}]
+            if getattr(tokenizer, "chat_template", None):
+                ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+                if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+                    ids = ids["input_ids"]
+                ids = list(ids)
+            else:
+                ids = tokenizer("\n".join(m["content"] for m in messages))["input_ids"]
+        if len(ids) < 2:
+            raise UsageError(f"prompt {record['id']}: fewer than 2 tokens")
+        out.append(Prompt(str(record["id"]), str(record.get("category", "custom")), ids))
+    return out

@@ -1,0 +1,177 @@
+"""The Verifier: the target's side of a run (greedy continuations and aux states, or stored ones), then any drafter
+run on them, simulated as a greedy vLLM run would accept its drafts.
+
+Per prompt: the target generates a greedy continuation; one target pass over the whole sequence gives the aux
+states; the reference drafter drafts a K-step chain at every position (batched); drafts are compared with the
+target's tokens, along the positions a vLLM run visits ("trajectory") and over every position.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .. import dialects
+from ..errors import UnsupportedError, UsageError
+from ..model.drafter import Drafter
+from ..reference.model import ReferenceDrafter, weights_for
+from ..reference.simulate import Chains, Counters, accepted_lengths, draft_chains, every_position, trajectory
+from ..target import read_target_config
+from ..target.runner import DTYPES, TargetModel, pick_device
+from ..target.weights import read_target_weight
+from .options import VerifyOptions
+from .prompts import Prompt, encode_prompts, read_prompt_records
+from .stored import read_sequences
+
+
+@dataclass
+class SequenceResult:
+    prompt: Prompt
+    tokens: torch.Tensor  # prompt + continuation
+    chains: Chains
+    accepted: torch.Tensor
+    trajectory: Counters
+    every_position: Counters
+    target_mismatches: int = 0  # continuation tokens the full-sequence pass would not pick (numerics)
+
+
+def simulate(model: ReferenceDrafter, prompt: Prompt, tokens: torch.Tensor, aux: torch.Tensor, k: int, max_new_tokens: int, eos: int | None) -> SequenceResult:
+    """``tokens`` runs up to K+1 tokens past ``max_new_tokens`` so that the last verification is judged as vLLM
+    judges it; ``eos`` is the index of the first end-of-sequence token, if any."""
+    P, S = len(prompt.ids), tokens.shape[0]
+    starts = torch.arange(P - 1, S - 1)
+    chains = draft_chains(model, tokens, aux, starts, k)
+    accepted = accepted_lengths(chains, tokens).cpu()
+    end = min(S, P + max_new_tokens, eos + 1 if eos is not None else S)
+    return SequenceResult(
+        prompt,
+        tokens,
+        chains,
+        accepted,
+        trajectory(accepted, starts, k, P, max_new_tokens, eos),
+        every_position(accepted, starts, k, last_full=end - 2 - k),
+    )
+
+
+def first_eos(tokens: torch.Tensor, prompt_len: int, eos_ids: set[int]) -> int | None:
+    for i in range(prompt_len, tokens.shape[0]):
+        if int(tokens[i]) in eos_ids:
+            return i
+    return None
+
+
+def totals(results: list[SequenceResult]) -> tuple[Counters, Counters]:
+    """(trajectory, every position) summed over the sequences."""
+    traj, every = Counters(), Counters()
+    for r in results:
+        traj.merge(r.trajectory)
+        every.merge(r.every_position)
+    return traj, every
+
+
+def resolved_ids(d: Drafter, L: int) -> tuple[int, ...]:
+    """The target layers a drafter fuses, for an L-layer target."""
+    ids = d.aux.resolved(L)
+    if ids is None:  # pragma: no cover - resolved() falls back to the default whenever L is known
+        raise UnsupportedError("aux layer ids cannot be resolved")
+    return ids
+
+
+class Verifier:
+    """Holds the target and prompts so several drafters (the drafter, a reference, an engine's view) share them."""
+
+    def __init__(self, options: VerifyOptions, progress: Callable[[str, int], object] | None = None):
+        if options.k < 1:
+            raise UsageError("--num-speculative-tokens must be at least 1")
+        if options.dtype not in DTYPES:
+            raise UsageError(f"--dtype {options.dtype!r}: one of {', '.join(DTYPES)}")
+        self.options = options
+        self.device = pick_device(options.device)
+        self.dtype = DTYPES[options.dtype]
+        self.target_config = read_target_config(options.target)
+        self.progress = progress
+        self.target: TargetModel | None = None
+        self.sequences: list[tuple[Prompt, torch.Tensor]] = []  # prompt + continuation + K+1 lookahead tokens
+        self.eos: list[int | None] = []
+        self.max_new: list[int] = []  # per sequence: how many tokens the trajectory may produce
+        self.stored_ids: tuple[int, ...] | None = None  # --hidden-states: the only aux layers available
+        self._aux_cache: dict[tuple[str, tuple[int, ...]], tuple[torch.Tensor, int]] = {}  # -> (aux, target mismatches)
+
+    def prepare(self) -> None:
+        self.target = TargetModel.load(self.target_config, device=self.device, dtype=self.dtype, device_map=self.options.device_map)
+        records = read_prompt_records(self.options.prompts)
+        prompts = encode_prompts(records, self.target.tokenizer, self.options.num_prompts)
+        bar = self.progress("generating", len(prompts)) if self.progress else None
+        eos_ids = self.target.eos_token_ids()
+        for prompt in prompts:
+            tokens = self.target.generate(prompt.ids, self.options.max_new_tokens + self.options.k + 1)
+            self.sequences.append((prompt, tokens))
+            self.eos.append(first_eos(tokens, len(prompt.ids), eos_ids))
+            self.max_new.append(self.options.max_new_tokens)
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+
+    def prepare_stored(self, drafter: Drafter, ids: tuple[int, ...]) -> None:
+        """--hidden-states: sequences and aux states from files; the target contributes its config and, where the
+        drafter ships none, its embedding and lm_head (read alone from its checkpoint)."""
+        stored = read_sequences(self.options.hidden_states, num_aux=drafter.num_aux, hidden=drafter.target_hidden_size, limit=self.options.num_prompts)
+        for seq in stored:
+            if seq.aux_layer_ids is not None and tuple(sorted(seq.aux_layer_ids)) != ids:
+                raise UsageError(f"{seq.name}: the file holds target layers {list(seq.aux_layer_ids)}, the drafter fuses {list(ids)}")
+            prompt = Prompt(seq.name, "stored", seq.tokens[: seq.prompt_len].tolist())
+            self.sequences.append((prompt, seq.tokens))
+            self.eos.append(None)
+            self.max_new.append(int(seq.tokens.shape[0]) - seq.prompt_len)
+            self._aux_cache[(prompt.id, ids)] = (seq.aux, 0)
+        self.stored_ids = ids
+
+    def target_weight(self, kind: str) -> torch.Tensor | None:
+        """The target's input embedding ("embed") or lm_head: from the loaded model, else from its checkpoint."""
+        if self.target is not None:
+            return self.target.embed_weight if kind == "embed" else self.target.lm_head_weight
+        return read_target_weight(self.target_config, kind)
+
+    def aux(self, index: int, ids: tuple[int, ...]) -> tuple[torch.Tensor, int]:
+        prompt, tokens = self.sequences[index]
+        key = (prompt.id, ids)
+        if key not in self._aux_cache and self.stored_ids is not None:
+            raise UnsupportedError(f"the stored hidden states hold target layers {list(self.stored_ids)}, not {list(ids)}: run the target to compare these")
+        if key not in self._aux_cache:
+            aux, target_next = self.target.aux_states(tokens, ids)
+            mismatches = int((target_next[len(prompt.ids) - 1 : -1].cpu() != tokens[len(prompt.ids) :]).sum())
+            self._aux_cache[key] = (aux, mismatches)
+        return self._aux_cache[key]
+
+    def model_for(self, loaded: dialects.LoadedDrafter, drafter: Drafter | None = None, extra_weights: dict | None = None) -> ReferenceDrafter:
+        needs_embed = "embed_tokens.weight" not in loaded.names
+        needs_head = "lm_head.weight" not in loaded.names and "lm_head.up.weight" not in loaded.names
+        weights = weights_for(
+            loaded,
+            target_embed=self.target_weight("embed") if needs_embed else None,
+            target_lm_head=self.target_weight("lm_head") if needs_head else None,
+        )
+        weights.update(extra_weights or {})
+        return ReferenceDrafter(drafter or loaded.drafter, weights, device=self.device, dtype=self.dtype)
+
+    def run(self, model: ReferenceDrafter, ids: tuple[int, ...], label: str) -> tuple[list[SequenceResult], float]:
+        """The drafter ``model`` on every sequence, fusing target layers ``ids``: results and simulation seconds."""
+        results = []
+        seconds = 0.0
+        bar = self.progress(f"drafting ({label})", len(self.sequences)) if self.progress else None
+        for index, (prompt, tokens) in enumerate(self.sequences):
+            aux, mismatches = self.aux(index, ids)
+            start = time.perf_counter()
+            result = simulate(model, prompt, tokens, aux, self.options.k, self.max_new[index], self.eos[index])
+            seconds += time.perf_counter() - start
+            result.target_mismatches = mismatches
+            results.append(result)
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+        return results, seconds
