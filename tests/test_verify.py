@@ -39,7 +39,8 @@ def test_trained_drafter_accepts_and_report_follows_schema(pair, cli, tmp_path):
     assert schemas.check(report, "verify.schema.json") == []
     path = tmp_path / "r.json"
     result = cli("verify", pair["drafter"], "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", 40, "--report", path)
-    assert "acceptance, as a greedy vLLM run would count it" in result.stdout and "result: PASSED" in result.stdout
+    assert "acceptance, as a greedy vLLM run would count it" in result.stdout
+    assert "result: measured; no thresholds requested" in result.stdout  # not PASSED: nothing was asked
     assert json.loads(path.read_text())["acceptance_length"] == report["acceptance_length"]
 
 
@@ -214,3 +215,35 @@ def test_stored_states_of_other_layers_are_refused(pair, tmp_path, cli):
     assert "holds target layers [1, 2, 3], the drafter fuses [2, 4, 5]" in result.stderr
     assert "cannot use --hidden-states" in cli("verify", pair["drafter"], "--target", pair["target"], "--hidden-states", tmp_path / "hs",
                                                 "--against", "vllm", expect=2).stderr
+
+
+def test_a_drafter_that_does_not_fit_the_target_fails_before_loading_it(pair, cli, tmp_path):
+    wide = tmp_path / "wide-target"
+    shutil.copytree(pair["target"], wide)
+    config = json.loads((wide / "config.json").read_text())
+    config["hidden_size"] = config["hidden_size"] * 9
+    (wide / "config.json").write_text(json.dumps(config))
+    for name in wide.glob("*.safetensors"):
+        name.write_bytes(b"")  # proof: the target's weights are never opened
+    result = cli("verify", pair["drafter"], "--target", wide, expect=1)
+    assert "does not fit the target" in result.stderr and "has hidden size" in result.stderr
+
+
+def test_nothing_accepted_is_said(pair, cli, tmp_path):
+    """A drafter that always drafts one token, on stored sequences that never contain it: AL 1.0 and a warning."""
+    from safetensors.torch import load_file
+
+    from drafters import edit_tensors
+    from eaglekit.verify.stored import write_sequence
+
+    broken = tmp_path / "broken"
+    shutil.copytree(pair["drafter"], broken)
+    edit_tensors(broken, lambda t: t.update({"lm_head.weight": torch.zeros_like(t["lm_head.weight"])}))  # argmax: draft id 0
+    weights = load_file(broken / "model.safetensors")
+    drafted = int(weights["d2t"][0]) if "d2t" in weights else 0  # the target token draft id 0 stands for
+    (tmp_path / "hs").mkdir()
+    write_sequence(tmp_path / "hs" / "a.safetensors", torch.full((24,), drafted + 1), torch.zeros(24, 192), (2, 4, 5), 4)
+    result = cli("verify", broken, "--target", pair["target"], "--hidden-states", tmp_path / "hs", "--json")
+    report = json.loads(result.stdout)
+    assert report["every_position"]["num_accepted_tokens"] == 0 and report["acceptance_length"] == 1.0
+    assert "verify.nothing_accepted" in [f["check"] for f in report["findings"]]

@@ -123,3 +123,19 @@ def test_vllm_54526_four_top_level_ids_fail_to_load_as_predicted(tmp_path, targe
     report = verify(str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=8, against="vllm"))
     check = next(c for c in report["checks"] if c["name"] == "vllm_load")
     assert not check["passed"] and "size" in check["detail"]
+
+
+def test_against_vllm_json_is_json(tmp_path, target, prompts):
+    """vLLM logs to stdout by default; under eaglekit its logs go to stderr and stdout holds the report alone."""
+    import subprocess
+    import sys
+
+    drafter = write_vllm(tmp_path / "drafter", CASES["eagle3"]["dims"], ids=[2, 4, 5])
+    served = tmp_path / "served"
+    convert(drafter, served, ConvertOptions(to="vllm"))
+    run = subprocess.run([sys.executable, "-m", "eaglekit", "verify", str(served), "--target", str(target), "--prompts", str(prompts),
+                          "--max-new-tokens", "8", "--against", "vllm", "--json"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(run.stdout)  # nothing but the report
+    assert report["against"]["vllm"] == report["against"]["simulated"]
+    assert "INFO" in run.stderr  # vLLM did log: to stderr

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..verify import VerifyOptions, verify
+from .. import api
 from ._options import engine_option, from_option, json_option
 from ._output import Output, table
 
@@ -50,7 +50,10 @@ def render(r: dict) -> str:
         lines.append(f"{f['severity']}: [{f['check']}] {f['message']}")
     for c in r["checks"]:
         lines.append(f"{'PASS' if c['passed'] else 'FAIL'}  {c['name']}: {c['detail']}")
-    lines.append(f"result: {'PASSED' if r['passed'] else 'FAILED'}")
+    if not r["checks"]:
+        lines.append("result: measured; no thresholds requested (--min-acceptance-length, --reference, --engine, --against)")
+    else:
+        lines.append(f"result: {'PASSED' if r['passed'] else 'FAILED'}")
     return "\n".join(lines)
 
 
@@ -93,14 +96,13 @@ def verify_command(path, target, prompts_file, num_prompts, max_new_tokens, k, e
 
         return tqdm(total=total, desc=description, disable=json_mode or not sys.stderr.isatty(), file=sys.stderr, leave=False)
 
-    options = VerifyOptions(
-        target=target, prompts=prompts_file, num_prompts=num_prompts, max_new_tokens=max_new_tokens, k=k, engine=engine,
+    result = api.verify(
+        path, target=target, prompts=prompts_file, num_prompts=num_prompts, max_new_tokens=max_new_tokens, k=k, engine=engine,
         reference=reference, against=against, min_acceptance_length=min_acceptance_length, device=device, dtype=dtype,
-        device_map=device_map, hidden_states=hidden_states, source_dialect=source_dialect, atol=atol,
+        device_map=device_map, hidden_states=hidden_states, source_dialect=source_dialect, atol=atol, progress=progress,
     )
-    report = verify(path, options, progress)
     if report_path:
-        Path(report_path).write_text(json.dumps(report, indent=2) + "\n")
-    output.emit(report, render)
-    if not report["passed"]:
+        Path(report_path).write_text(json.dumps(result.data, indent=2) + "\n")
+    output.emit(result.data, render)
+    if not result.passed:
         sys.exit(1)

@@ -21,6 +21,7 @@ import torch
 
 from ..errors import CheckpointError
 from . import dtypes, jsonfile
+from .tensorfile import pickle_request
 from .locate import Located, locate, resolve_inside
 from .safetensors_header import SafetensorsHeader, read_header
 
@@ -54,12 +55,6 @@ class ByteRange:
     path: Path
     offset: int
     length: int
-
-
-def pickle_request(exc: Exception) -> str:
-    """What a refused pickle asked for, in eaglekit's words (torch's own message advises turning the guard off)."""
-    found = re.search(r"GLOBAL ([\w.]+)", str(exc))
-    return f"it asks for {found.group(1)}" if found else "it asks for an object torch's weights-only loader does not allow"
 
 
 class Checkpoint:

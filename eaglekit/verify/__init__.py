@@ -26,8 +26,8 @@ from __future__ import annotations
 from typing import Callable
 
 from .. import dialects
-from ..errors import UsageError
-from ..findings import errors
+from ..errors import UsageError, ValidationFailed
+from ..findings import Finding, errors
 from ..validate.checks import CheckInput, run_checks
 from .against_vllm import against_vllm
 from .checks import Check
@@ -49,6 +49,9 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
         d = loaded.drafter.with_(target_num_layers=L)
         loaded.drafter = d
         findings = run_checks(CheckInput(d, loaded.present(), read=loaded.read, target=verifier.target_config))
+        misfit = [f for f in errors(findings) if f.check.startswith("target.")]
+        if misfit:  # before the target is loaded: it could not run on this target at all
+            raise ValidationFailed(f"{path} does not fit the target {verifier.target_config.name}: {misfit[0].message}", findings)
         checks: list[Check] = []
         if errors(findings):
             checks.append(Check("validate", False, f"{len(errors(findings))} error(s), first: {errors(findings)[0].message}"))
@@ -60,6 +63,9 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
         model = verifier.model_for(loaded)
         results, seconds = verifier.run(model, ids, "drafter")
         report = drafter_report(path, loaded, verifier, ids, findings, results, seconds)
+        if report["trajectory"]["num_drafts"] and not report["every_position"]["num_accepted_tokens"]:
+            report["findings"].append(Finding("verify.nothing_accepted", "warning", "no drafted token was accepted at any position: the "
+                                              "drafter does not predict this target (wrong target, aux layers or vocab map?)").to_dict())
         if options.min_acceptance_length is not None:
             traj, _ = totals(results)
             ok = traj.acceptance_length >= options.min_acceptance_length

@@ -14,9 +14,11 @@ greedy, K speculative tokens, stats on. Two comparisons:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import sys
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -35,8 +37,24 @@ from .run import SequenceResult, Verifier
 DTYPE_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 5e-3}
 
 
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """While vLLM runs, whatever it writes to stdout (its logs, warm-up tracebacks, worker prints) goes to stderr:
+    eaglekit's stdout carries only its own report, so ``--json`` stays JSON."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def import_vllm():
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: its drafter module is reachable
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # vLLM's logger writes to stdout by default
     try:
         import vllm  # noqa: F401
         from vllm import LLM, SamplingParams
@@ -200,15 +218,16 @@ def _difference(a: Counters, b: Counters) -> Counters:
 def against_vllm(path: str, verifier: Verifier, model: ReferenceDrafter, results: list[SequenceResult]) -> tuple[dict, list[Check]]:
     """vLLM serving the target with the drafter at ``path``, on the verifier's prompts: its drafter's outputs
     replayed through ``model``, and its counters beside the simulated ``results``."""
-    vllm, LLM, _, _ = import_vllm()
-    longest = max(int(tokens.shape[0]) for _, tokens in verifier.sequences)
-    try:
-        llm = start_engine(LLM, verifier, path, longest)
-    except Exception as exc:  # vLLM's own refusal is the finding here
-        message = " ".join(str(exc).split())[:400] or type(exc).__name__
-        data = {"vllm_version": getattr(vllm, "__version__", "?"), "status": f"vLLM refused to load it: {type(exc).__name__}: {message}"}
-        return data, [Check("vllm_load", False, data["status"])]
-    return _compare(vllm, llm, verifier, model, results)
+    with stdout_to_stderr():
+        vllm, LLM, _, _ = import_vllm()
+        longest = max(int(tokens.shape[0]) for _, tokens in verifier.sequences)
+        try:
+            llm = start_engine(LLM, verifier, path, longest)
+        except Exception as exc:  # vLLM's own refusal is the finding here
+            message = " ".join(str(exc).split())[:400] or type(exc).__name__
+            data = {"vllm_version": getattr(vllm, "__version__", "?"), "status": f"vLLM refused to load it: {type(exc).__name__}: {message}"}
+            return data, [Check("vllm_load", False, data["status"])]
+        return _compare(vllm, llm, verifier, model, results)
 
 
 def start_engine(LLM, verifier: Verifier, path: str, longest: int):
