@@ -133,3 +133,46 @@ def test_specforge_norm_output_true_read_as_specforge_is_eagle3(tmp_path):
     convert(src, out, ConvertOptions(to="vllm", norm_output_semantics="specforge"))
     assert json.loads((out / "config.json").read_text())["norm_output"] is False
     assert validate(out, engine="vllm==0.32").ok
+
+
+# -- EAGLE-layout EAGLE 3.1 (issue 15, item 3) ------------------------------------------------------------
+
+
+def eagle_layout_31(path):
+    """An original-EAGLE-layout pytorch_model.bin whose config states fc_norm and norm_output, with fc_norm.* tensors."""
+    from drafters import write_eagle
+
+    src = write_eagle(path, Dims(fc_norm=True))
+    return edit_config(src, lambda c: c.update(fc_norm=True, norm_output=True))
+
+
+def test_eagle_layout_31_is_read_with_the_flags_its_config_states(tmp_path, cli):
+    src = eagle_layout_31(tmp_path / "e31")
+    assert (src / "pytorch_model.bin").exists()
+    for dialect in ("auto", "eagle", "vllm", "sglang"):
+        with dialects.load(src, dialect) as loaded:
+            d = loaded.drafter
+            assert d.flags.fc_norm and d.flags.norm_output and d.eagle_version == "3.1", dialect
+    report = validate(src)
+    assert "flags.fc_norm_without_flag" not in checks(report.findings)
+    report = validate(src, engine="vllm==0.32")
+    assert not checks(report.findings) & {"flags.fc_norm_without_flag", "engine.flag.fc_norm", "engine.flag.norm_output", "engine.unknown_tensor"}
+    assert "3.1 (fc_norm, norm_output)" in cli("inspect", src).stdout
+
+
+# -- smaller (item 4) ---------------------------------------------------------------------------------------
+
+
+def test_inspect_hints_when_fc_norm_tensors_are_missing(tmp_path, cli):
+    from drafters import edit_tensors
+
+    src = write_speculators(tmp_path / "s", Dims(fc_norm=True), norm_output=True)
+    edit_tensors(src, lambda t: t.pop("fc_norm.1.weight"))
+    shown = cli("inspect", src).stdout
+    assert "[tensor.missing]" in shown and "fc_norm.1.weight" in shown and "unit weights" in shown
+
+
+def test_convert_says_a_dropped_embed_tokens_without_dry_run(tmp_path, cli):
+    src = write_speculators(tmp_path / "s", Dims())  # ships embed_tokens; sglang takes the target's
+    shown = cli("convert", src, tmp_path / "out", "--to", "sglang").stdout
+    assert "embed_tokens.weight dropped: sglang takes embeddings from the target" in shown

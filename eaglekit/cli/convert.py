@@ -50,13 +50,13 @@ def _render(r: dict) -> str:
             dtype = t["dtype"] if t["dtype_in"] == t["dtype"] else f"{t['dtype_in']} -> {t['dtype']}"
             rows.append((f"  {arrow}", dtype, str(t["shape"]), t["op"]))
         lines += ["tensors:", table(rows)]
-        for name, why in r["dropped"].items():
-            lines.append(f"  {name} dropped: {why}")
         diff = r["config_diff"]
         lines.append(
             "config: "
             + "; ".join(f"{k} {', '.join(v)}" for k, v in (("added", diff["added"]), ("removed", diff["removed"]), ("changed", diff["changed"])) if v)
         )
+    for name, why in r["dropped"].items():  # said on every run: a shipped tensor left out is not a detail of the plan
+        lines.append(f"  {name} dropped: {why}")
     notes = [Finding(**n) for n in r["notes"]] + [Finding(**f) for f in r["findings"]]
     if notes:
         lines.append(findings_text(notes))
