@@ -82,12 +82,13 @@ class Publication:
     data: dict[str, Any] = field(repr=False)
 
 
-def inspect(path: str | Path, *, source_dialect: str = "auto") -> Inspection:
-    """Read a drafter's headers and config (never its tensor data) and describe it."""
+def inspect(path: str | Path, *, source_dialect: str = "auto", norm_output_semantics: str = "auto") -> Inspection:
+    """Read a drafter's headers and config (never its tensor data) and describe it. ``norm_output_semantics``:
+    how to read a SpecForge-style ``norm_output`` ("eagle31", "specforge"; "auto": as the checkpoint says)."""
     from . import dialects
     from .describe import describe
 
-    with dialects.load(path, source_dialect) as loaded:
+    with dialects.load(path, source_dialect, norm_output_semantics=norm_output_semantics) as loaded:
         data = document(path, True, describe(loaded))
     return Inspection(str(path), data["dialect"]["dialect"], data["eagle_version"], data["attention"], data["aux_layers"]["input_ids"],
                       dict(data["flags"]), data)
@@ -99,6 +100,7 @@ def convert(
     *,
     to: str,
     source_dialect: str = "auto",
+    norm_output_semantics: str = "auto",
     target: str | None = None,
     aux_layers: tuple[int, ...] | None = None,
     upgrade: str | None = None,
@@ -121,6 +123,7 @@ def convert(
     options = ConvertOptions(
         to=to,
         source_dialect=source_dialect,
+        norm_output_semantics=norm_output_semantics,
         target=target,
         aux_layers=tuple(aux_layers) if aux_layers is not None else None,
         upgrade=upgrade,
@@ -155,11 +158,12 @@ def validate(
     engine: str | None = None,
     scan: bool = False,
     source_dialect: str = "auto",
+    norm_output_semantics: str = "auto",
 ) -> "ValidationReport":
     """Check a drafter: schemas, invariants, its target (``target``), and what an engine release will do (``engine``)."""
     from .validate import validate as run
 
-    return run(path, target=target, engine=engine, scan=scan, source_dialect=source_dialect)
+    return run(path, target=target, engine=engine, scan=scan, source_dialect=source_dialect, norm_output_semantics=norm_output_semantics)
 
 
 def verify(path: str | Path, *, target: str, progress: Callable[[str, int], object] | None = None, **options: Any) -> Verification:

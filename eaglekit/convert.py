@@ -32,6 +32,7 @@ from .validate.checks import CheckInput, run_checks
 class ConvertOptions:
     to: str
     source_dialect: str = "auto"
+    norm_output_semantics: str = "auto"  # how to read a SpecForge-style norm_output (eagle31 | specforge | auto)
     target: str | None = None
     aux_layers: tuple[int, ...] | None = None  # input-of-layer ids (vLLM's convention)
     upgrade: str | None = None  # "3.1"
@@ -197,7 +198,7 @@ def plan_conversion(source: str | Path, out: str | Path | None, options: Convert
         raise UsageError(f"--upgrade {options.upgrade!r}: only 3.1 is supported")
     if out is not None:
         check_destination(Path(out), force=options.force, protect=[Path(source)], replaceable=foreign_entries)
-    loaded = dialects.load(source, options.source_dialect)
+    loaded = dialects.load(source, options.source_dialect, norm_output_semantics=options.norm_output_semantics)
     try:
         return _plan(loaded, writer, options)
     except BaseException:
@@ -227,6 +228,7 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
     d = d.with_(provenance=replace(d.provenance, eaglekit_version=__version__))
     if options.dtype is not None:
         d = d.with_(dtype=dtypes.name(options.dtype))
+    writer.check_flags_holdable(d)
     writer.check_writable(d)
 
     out_names = writer.output_names(d)

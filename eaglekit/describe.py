@@ -6,7 +6,27 @@ from collections import Counter
 
 from . import dialects
 from .dialects.base import LoadedDrafter
+from .findings import Finding
 from .io import dtypes
+
+
+def hints(loaded: LoadedDrafter) -> list[Finding]:
+    """What inspect can tell from the names alone and validate would report at length."""
+    d = loaded.drafter
+    out = []
+    if d.flags.fc_norm:
+        missing = [f"fc_norm.{i}.weight" for i in range(d.num_aux) if f"fc_norm.{i}.weight" not in loaded.names]
+        if missing:
+            out.append(
+                Finding(
+                    "tensor.missing",
+                    "warning",
+                    f"fc_norm is true but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing: engines run "
+                    "with unit weights in their place, without a word (see `eaglekit validate`)",
+                    missing[0],
+                )
+            )
+    return out
 
 
 def describe(loaded: LoadedDrafter) -> dict:
@@ -60,6 +80,9 @@ def describe(loaded: LoadedDrafter) -> dict:
             "num_aux": d.num_aux,
         },
         "flags": d.flags.__dict__,
+        "norm_output_semantics": (
+            {"reading": d.norm_output_semantics, "certain": d.norm_output_certain} if d.norm_output_semantics else None
+        ),
         "rope": {"theta": d.rope.theta, "scaling": d.rope.scaling},
         "rms_norm_eps": d.rms_norm_eps,
         "verifier": d.verifier,
@@ -76,6 +99,6 @@ def describe(loaded: LoadedDrafter) -> dict:
             "notes": list(d.provenance.notes),
         },
         "unknown_tensors": loaded.unknown,
-        "notes": [n.to_dict() for n in loaded.notes],
+        "notes": [n.to_dict() for n in loaded.notes + hints(loaded)],
         "tensors": tensors,
     }

@@ -48,7 +48,8 @@ def test_eagle_original(tmp_path):
     assert "pytorch_model.bin" in loaded.detection.evidence
     assert_dims(d, dims)
     assert d.aux.ids is None  # EAGLE records none
-    assert d.flags.__dict__ == dict(fc_norm=False, norm_before_fc=False, norm_output=False, norm_before_residual=False, use_aux_hidden_state=True)
+    assert d.flags.__dict__ == dict(fc_norm=False, norm_before_fc=False, norm_output=False, norm_before_residual=False, use_aux_hidden_state=True,
+                                    norm_before_lm_head=True)
     assert d.rope.theta == 10000.0 and any(n.check == "rope.defaulted" for n in loaded.notes)
     assert not d.ships_embed and d.has_d2t and d.has_t2d
     assert loaded.names["layers.0.self_attn.q_proj.weight"] == "midlayer.self_attn.q_proj.weight"

@@ -7,6 +7,7 @@ import click
 from .. import dialects, engines
 from ..errors import UsageError
 from ..io import dtypes
+from ..model.drafter import NORM_OUTPUT_SEMANTICS
 
 
 # -- option types: parse and check once, where the option is read; a bad value is a one-line usage error (exit 2)
@@ -46,10 +47,23 @@ class AuxIdsType(click.ParamType):
         return value if isinstance(value, tuple) else parse_ids(value)
 
 
+class NormOutputSemanticsType(click.ParamType):
+    """How to read a ``norm_output`` key whose meaning depends on the producer: ``auto``, ``eagle31``, ``specforge``."""
+
+    name = "semantics"
+    choices = ("auto", *NORM_OUTPUT_SEMANTICS)
+
+    def convert(self, value, param, ctx):
+        if value is None or value in self.choices:
+            return value
+        raise UsageError(f"--norm-output-semantics {value!r}: expected one of {', '.join(self.choices)}")
+
+
 DIALECT = DialectType(auto=True)
 WRITABLE_DIALECT = DialectType(writable=True)
 ENGINE_SPEC = EngineSpecType()
 AUX_IDS = AuxIdsType()
+NORM_OUTPUT_SEMANTICS_TYPE = NormOutputSemanticsType()
 
 json_option = click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON (schema in schemas/).")
 force_option = click.option("--force", is_flag=True, help="Replace OUT if it is empty or an earlier eaglekit output (never a directory with other files).")
@@ -70,6 +84,18 @@ dtype_option = click.option(
     show_default=True,
     type=click.Choice(["auto", *dtypes.CAST_TARGETS]),
     help="Cast floating tensors (never d2t/t2d); auto keeps each tensor's own dtype.",
+)
+
+
+norm_output_option = click.option(
+    "--norm-output-semantics",
+    type=NORM_OUTPUT_SEMANTICS_TYPE,
+    default="auto",
+    show_default=True,
+    metavar="auto|eagle31|specforge",
+    help="How to read norm_output in a SpecForge-style (sglang) config, where the checkpoint cannot tell: eagle31 = "
+    "the post-norm state feeds the next step; specforge = SpecForge 0.2.0's (false: lm_head reads the un-normalised "
+    "state; pre-norm feedback either way); auto = as the checkpoint records, else eagle31 with a warning.",
 )
 
 

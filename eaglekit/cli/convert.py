@@ -13,7 +13,7 @@ from ..errors import UsageError
 from ..findings import Finding
 from ..io import dtypes
 from ..io.writer import parse_size
-from ._options import AUX_IDS, WRITABLE_DIALECT, dtype_option, force_option, from_option, json_option, target_option
+from ._options import AUX_IDS, WRITABLE_DIALECT, dtype_option, force_option, from_option, json_option, norm_output_option, target_option
 from ._output import Output, findings_text, human_bytes, table
 
 
@@ -52,13 +52,13 @@ def _render(r: dict) -> str:
             dtype = t["dtype"] if t["dtype_in"] == t["dtype"] else f"{t['dtype_in']} -> {t['dtype']}"
             rows.append((f"  {arrow}", dtype, str(t["shape"]), t["op"]))
         lines += ["tensors:", table(rows)]
-        for name, why in r["dropped"].items():
-            lines.append(f"  {name} dropped: {why}")
         diff = r["config_diff"]
         lines.append(
             "config: "
             + "; ".join(f"{k} {', '.join(v)}" for k, v in (("added", diff["added"]), ("removed", diff["removed"]), ("changed", diff["changed"])) if v)
         )
+    for name, why in r["dropped"].items():  # said on every run: a shipped tensor left out is not a detail of the plan
+        lines.append(f"  {name} dropped: {why}")
     notes = [Finding(**n) for n in r["notes"]] + [Finding(**f) for f in r["findings"]]
     if notes:
         lines.append(findings_text(notes))
@@ -75,6 +75,7 @@ def _render(r: dict) -> str:
 @click.option("--to", "to", type=WRITABLE_DIALECT, metavar="DIALECT",
               help=f"Output dialect: {', '.join(dialects.names(writable=True))} (aliases: {', '.join(a for d in dialects.DIALECTS.values() if d.can_write for a in d.aliases)}).")
 @from_option
+@norm_output_option
 @target_option
 @click.option("--aux-layers", type=AUX_IDS, metavar="IDS", help="Aux (target) layer ids in vLLM's input-of-layer convention, e.g. 2,16,29.")
 @click.option("--upgrade", metavar="3.1", help="Upgrade an EAGLE 3 drafter to 3.1 for fine-tuning: fc_norm weights of ones, norm_output on.")
@@ -84,7 +85,7 @@ def _render(r: dict) -> str:
 @force_option
 @click.option("--list", "list_dialects", is_flag=True, help="List every dialect with what it reads and writes.")
 @json_option
-def convert_command(src, out, to, source_dialect, target, aux_layers, upgrade, dtype, max_shard_size, dry_run, force, list_dialects, json_mode):
+def convert_command(src, out, to, source_dialect, norm_output_semantics, target, aux_layers, upgrade, dtype, max_shard_size, dry_run, force, list_dialects, json_mode):
     """Convert the drafter SRC into OUT in another dialect, keeping its math: tensors bit-identical (unless --dtype),
     aux layer ids translated between conventions, every flag written explicitly. Streams one tensor at a time;
     OUT appears only when complete.
@@ -115,7 +116,7 @@ def convert_command(src, out, to, source_dialect, target, aux_layers, upgrade, d
             bar = stack.enter_context(output.progress(plan.total_bytes, "converting"))
 
         result = api.convert(
-            src, out, to=to, source_dialect=source_dialect, target=target, aux_layers=aux_layers, upgrade=upgrade,
+            src, out, to=to, source_dialect=source_dialect, norm_output_semantics=norm_output_semantics, target=target, aux_layers=aux_layers, upgrade=upgrade,
             dtype=dtypes.parse_cast(dtype), max_shard_bytes=parse_size(max_shard_size) if max_shard_size else None,
             force=force, dry_run=dry_run, on_plan=on_plan, progress=lambda n: bar.update(n),
         )

@@ -6,12 +6,21 @@ import click
 
 from .. import api
 from ..findings import Finding
-from ._options import from_option, json_option
+from ._options import from_option, json_option, norm_output_option
 from ._output import Output, findings_text, human_bytes, table
 
 
 def _flags(flags: dict) -> str:
-    return ", ".join(f"{k} {'true' if v else 'false'}" for k, v in flags.items())
+    shown = {k: v for k, v in flags.items() if k != "norm_before_lm_head"}
+    text = ", ".join(f"{k} {'true' if v else 'false'}" for k, v in shown.items())
+    if not flags.get("norm_before_lm_head", True):
+        text += "; lm_head reads the un-normalised state (no final norm before it)"
+    return text
+
+
+def _semantics(s: dict) -> str:
+    meaning = {"eagle31": "EAGLE 3.1's (post-norm feedback)", "specforge": "SpecForge 0.2.0's (final norm before lm_head or not; pre-norm feedback)"}
+    return f"read as {meaning[s['reading']]}" + ("" if s["certain"] else ", assumed: the checkpoint cannot tell (--norm-output-semantics)")
 
 
 def render(r: dict) -> str:
@@ -48,6 +57,7 @@ def render(r: dict) -> str:
         ("ships", f"embed_tokens {'yes' if vocab['embed_tokens'] else 'no'}, lm_head {vocab['lm_head'] if vocab['lm_head'] == 'factorised' else ('yes' if vocab['lm_head'] else 'no')}"),
         ("aux layers", aux_text),
         ("flags", _flags(r["flags"])),
+        *([("norm_output", _semantics(r["norm_output_semantics"]))] if r.get("norm_output_semantics") else []),
         ("rope", rope),
         ("verifier", r["verifier"] or "not recorded"),
         ("tensors", f"{r['num_tensors']} ({r['num_parameters']:,} parameters, {human_bytes(r['total_bytes'])}); " + ", ".join(f"{k} x{v}" for k, v in r["dtypes"].items())),
@@ -71,8 +81,9 @@ def render(r: dict) -> str:
 @click.command("inspect")
 @click.argument("path")
 @from_option
+@norm_output_option
 @json_option
-def inspect_command(path: str, source_dialect: str, json_mode: bool) -> None:
+def inspect_command(path: str, source_dialect: str, norm_output_semantics: str, json_mode: bool) -> None:
     """Show what the drafter checkpoint PATH is: dialect (with evidence), EAGLE version, dimensions, aux layers,
     flags, vocab maps, dtypes and shards. Reads headers only.
 
@@ -81,4 +92,4 @@ def inspect_command(path: str, source_dialect: str, json_mode: bool) -> None:
       eaglekit inspect ./my-drafter
       eaglekit inspect org/drafter --json      # a Hub id already in the local cache
     """
-    Output(json_mode).emit(api.inspect(path, source_dialect=source_dialect).data, render)
+    Output(json_mode).emit(api.inspect(path, source_dialect=source_dialect, norm_output_semantics=norm_output_semantics).data, render)

@@ -8,7 +8,7 @@ import click
 
 from ..findings import Finding
 from .. import api
-from ._options import engine_option, from_option, json_option, target_option
+from ._options import engine_option, from_option, json_option, norm_output_option, target_option
 from ._output import Output, findings_text
 
 
@@ -33,8 +33,9 @@ def render(r: dict) -> str:
 @engine_option
 @click.option("--scan", is_flag=True, help="Also read every tensor once (streamed): NaN/Inf, all-zero and uninitialised-looking tensors.")
 @from_option
+@norm_output_option
 @json_option
-def validate_command(path, target, engine, scan, source_dialect, json_mode):
+def validate_command(path, target, engine, scan, source_dialect, norm_output_semantics, json_mode):
     """Check the drafter checkpoint PATH: config.json against its dialect's JSON Schema, tensor shapes and dtypes
     against the config, flags against tensors, the vocab maps, aux layer ids (in range for --target), and with
     --engine what that engine release will actually do. Exit 0 when clean, 1 on any error.
@@ -45,7 +46,8 @@ def validate_command(path, target, engine, scan, source_dialect, json_mode):
       eaglekit validate ./drafter --engine vllm==0.24 --target ./Llama-3.1-8B-Instruct
       eaglekit validate ./drafter --scan --json
     """
-    report = api.validate(path, target=target, engine=engine, scan=scan, source_dialect=source_dialect)
+    report = api.validate(path, target=target, engine=engine, scan=scan, source_dialect=source_dialect,
+                             norm_output_semantics=norm_output_semantics)
     Output(json_mode).emit(report.to_dict(), render)
     if not report.ok:
         sys.exit(1)

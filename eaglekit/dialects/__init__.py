@@ -50,8 +50,11 @@ def detect(ckpt: Checkpoint) -> list[Detection]:
     return sorted(found, key=lambda det: -det.score)
 
 
-def load(source: str | Path, dialect: str = "auto") -> LoadedDrafter:
-    """Open a drafter checkpoint and read it into the canonical model (detecting its dialect unless given)."""
+def load(source: str | Path, dialect: str = "auto", *, norm_output_semantics: str = "auto") -> LoadedDrafter:
+    """Open a drafter checkpoint and read it into the canonical model (detecting its dialect unless given).
+
+    ``norm_output_semantics``: how to read a ``norm_output`` key whose meaning depends on the producer
+    (SpecForge-style configs): "eagle31", "specforge", or "auto" (as the checkpoint says, else EAGLE 3.1's)."""
     ckpt = Checkpoint.open(source)
     try:
         if ckpt.config is None:
@@ -65,7 +68,7 @@ def load(source: str | Path, dialect: str = "auto") -> LoadedDrafter:
         else:
             chosen = get(dialect)
             best = next(d for d in detections if d.dialect == chosen.name)
-        return chosen.read(ckpt, best)
+        return chosen.read(ckpt, best, norm_output_semantics=norm_output_semantics)
     except BaseException:
         ckpt.close()
         raise

@@ -192,6 +192,7 @@ class Dialect:
     writes_t2d: bool = False
     drops_full_vocab_maps: bool = True
     carries_extra_config: bool = True  # harmless HF keys (token ids) ride along in the written config
+    holds_unnormed_lm_head: bool = False  # its config can say "lm_head reads the un-normalised state" (SpecForge)
 
     @property
     def can_write(self) -> bool:
@@ -238,7 +239,7 @@ class Dialect:
                 unknown.append(source)
         return canonical, unknown
 
-    def read(self, ckpt: Checkpoint, detection: Detection | None = None) -> LoadedDrafter:
+    def read(self, ckpt: Checkpoint, detection: Detection | None = None, *, norm_output_semantics: str = "auto") -> LoadedDrafter:
         if ckpt.config is None:
             raise ConfigError(f"{ckpt.label}: no config.json")
         label = f"{ckpt.label}/config.json"
@@ -296,6 +297,7 @@ class Dialect:
             **fields,
         )
         drafter = self.adjust(drafter, top, ckpt, notes)
+        drafter = self.read_norm_output(drafter, top, norm_output_semantics, notes)
         block = _eaglekit_block(top)
         if drafter.verifier is None and isinstance(block.get("verifier"), str):
             # formats with no verifier field: eaglekit kept it in its own block
@@ -350,6 +352,11 @@ class Dialect:
         """Dialect-specific corrections after the shared reading (default: none)."""
         return drafter
 
+    def read_norm_output(self, drafter: Drafter, top: ConfigView, semantics: str, notes: list[Finding]) -> Drafter:
+        """Where ``norm_output`` has more than one producer meaning, read it as ``semantics`` ("auto": as the
+        checkpoint says, else EAGLE 3.1's reading, with a warning). Default: the dialect's meaning is fixed."""
+        return drafter
+
     def framework(self, ckpt: Checkpoint) -> str | None:
         return None
 
@@ -358,6 +365,14 @@ class Dialect:
     def check_writable(self, drafter: Drafter) -> None:
         if not self.can_write:
             raise UnsupportedError(f"the {self.name} dialect can be read but not written")
+
+    def check_flags_holdable(self, drafter: Drafter) -> None:
+        """Refuse a drafter whose math this format has no way to say (checked for every writer)."""
+        if not drafter.flags.norm_before_lm_head and not self.holds_unnormed_lm_head:
+            raise UnsupportedError(
+                f"the {self.name} format cannot hold a drafter whose lm_head reads the un-normalised state (SpecForge's "
+                "norm_output: false): its readers always apply the final norm before lm_head; write sglang (SpecForge) instead"
+            )
 
     def output_names(self, drafter: Drafter) -> dict[str, str]:
         """canonical name -> output name, for every canonical tensor this dialect ships."""
@@ -463,6 +478,8 @@ def provenance_block(drafter: Drafter, dialect: str) -> dict:
             block["verifier_architectures"] = list(drafter.verifier_architectures)
     if drafter.aux.ids is not None:
         block["aux_layer_ids_input_convention"] = list(drafter.aux.as_input())
+    if not drafter.flags.norm_before_lm_head:
+        block["norm_before_lm_head"] = False  # no engine's flag says it; kept so the way back knows
     if drafter.provenance.notes:
         block["notes"] = list(drafter.provenance.notes)
     return block

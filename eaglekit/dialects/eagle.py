@@ -1,9 +1,11 @@
 """SafeAILab EAGLE (the original EAGLE-3 code): ``midlayer.*``, usually ``pytorch_model.bin``, no embeddings.
 
-EAGLE records no aux layer ids (it always captures input-of-layer 2, L//2, L-3), no flags (its math is
-plain EAGLE 3: pre-norm feedback, residual = h), computes head_dim as H // heads whatever the config says,
-and treats a missing ``rope_theta`` as 10000. So the format cannot hold a 3.1 drafter, MLA, Qwen3
-attention, several layers, or ids other than the default: the writer refuses those.
+EAGLE records no aux layer ids (it always captures input-of-layer 2, L//2, L-3), computes head_dim as
+H // heads whatever the config says, and treats a missing ``rope_theta`` as 10000. Its EAGLE 3 math is plain
+(pre-norm feedback, residual = h); an EAGLE 3.1 drafter in this layout says so in its config
+(``fc_norm: true, norm_output: true``, with ``fc_norm.*`` tensors), and those flags are read as stated. The
+writer still writes only plain EAGLE 3 Llama drafters: no 3.1, MLA, Qwen3 attention, several layers, or ids
+other than the default.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from ..model.architectures import written_as
 from .base import MIDLAYER, Clue, ConfigRules, Dialect, Key, NameMap, architecture_clue, has_prefix
 
 NO_FLAGS = {
-    "fc_norm": Key((), False),
+    "fc_norm": Key(("fc_norm",), False),  # EAGLE 3.1 in the EAGLE layout states its flags; EAGLE 3 has none
     "norm_before_fc": Key((), False),
-    "norm_output": Key((), False),
+    "norm_output": Key(("norm_output",), False),
     "norm_before_residual": Key((), False),
     "use_aux_hidden_state": Key((), True),
 }

@@ -2,18 +2,28 @@
 output-of-layer ids (SGLang adds 1 when capturing).
 
 Two traps are handled here. SGLang's legacy 3.1 spellings (``use_aux_norm``, ``aux_norm_{low,mid,high}``)
-are read as ``fc_norm``. And SpecForge before PR #879 (2026-09-15) wrote ``norm_output: true`` meaning
-"apply the final norm before lm_head" while still feeding the *pre*-norm state to the next step; engines
-read the flag as EAGLE 3.1 post-norm feedback. The flag cannot tell which, so reading one says so.
+are read as ``fc_norm``. And ``norm_output`` means two things in this layout:
+
+- SGLang (the engine) and EAGLE 3.1: feed the state *after* the final norm to the next draft step.
+- SpecForge 0.2.0 (``specforge/modeling/draft/llama3_eagle.py``: ``self.norm_output = getattr(config,
+  "norm_output", True)``; ``compute_logits`` applies ``self.norm`` only when it is true): apply the final norm
+  before lm_head; false means lm_head reads the un-normalised state. The state fed to the next step is always
+  the pre-norm one (``backbone``'s output). SpecForge 0.1.0 has no such key: it always applies the norm.
+
+The key cannot tell which; a config eaglekit wrote records the reading (``eaglekit.norm_output_semantics``),
+``--norm-output-semantics`` lets the user say, and otherwise the EAGLE 3.1 reading is taken with a warning that
+names both. Absent, both meanings agree (plain EAGLE 3), so the writer leaves the key out for EAGLE 3 drafters.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from ..errors import UnsupportedError
 from ..findings import Finding
 from ..io.reader import Checkpoint
 from ..model.config_view import ConfigView
-from ..model.drafter import Drafter
+from ..model.drafter import NORM_OUTPUT_SEMANTICS, Drafter
 from ..model.architectures import written_as
 from ..model.hf_config import base_config, model_type_for
 from .base import INPUT, MIDLAYER, OUTPUT, Clue, ConfigRules, Dialect, Key, NameMap, architecture_clue, has_prefix, written_by_eaglekit
@@ -46,6 +56,7 @@ class SglangDialect(Dialect):
     hub_tags = ("sglang",)
     writes_t2d = True
     drops_full_vocab_maps = False
+    holds_unnormed_lm_head = True  # SpecForge's norm_output: false
     evidence = (
         architecture_clue("sglang", 30),
         Clue("tensors named midlayer.*", 20, lambda c, n, k: has_prefix(n, "midlayer.")),
@@ -60,15 +71,30 @@ class SglangDialect(Dialect):
     )
     single_layer_model = True
 
-    def adjust(self, d: Drafter, top: ConfigView, ckpt: Checkpoint, notes: list[Finding]) -> Drafter:
-        if d.flags.norm_output and not written_by_eaglekit(top.data, self.name):
+    def read_norm_output(self, d: Drafter, top: ConfigView, semantics: str, notes: list[Finding]) -> Drafter:
+        raw = top.data.get("norm_output")
+        if not isinstance(raw, bool):
+            return d  # absent: SGLang and SpecForge agree (EAGLE 3); a non-boolean was refused by read_flags
+        block = top.data.get("eaglekit") if isinstance(top.data.get("eaglekit"), dict) else {}
+        recorded = block.get("norm_output_semantics") if block.get("norm_output_semantics") in NORM_OUTPUT_SEMANTICS else None
+        if recorded is None and written_by_eaglekit(top.data, self.name):
+            recorded = "eagle31"  # eaglekit wrote it before it recorded the reading: always EAGLE 3.1's
+        chosen = semantics if semantics in NORM_OUTPUT_SEMANTICS else recorded
+        reading = chosen or "eagle31"
+        if reading == "specforge":
+            flags = replace(d.flags, norm_output=False, norm_before_lm_head=raw)
+        else:
+            flags = replace(d.flags, norm_output=raw, norm_before_lm_head=True)
+        d = d.with_(flags=flags, norm_output_semantics=reading, norm_output_certain=chosen is not None)
+        if chosen is None:
+            notes.append(Finding("flags.norm_output_semantics", "warning", ambiguity(raw), "norm_output"))
+        elif not flags.norm_before_lm_head:
             notes.append(
                 Finding(
-                    "flags.norm_output_semantics",
+                    "flags.lm_head_unnormed",
                     "warning",
-                    "norm_output: true in a SpecForge-style config: SpecForge before PR #879 (2026-09-15) trained such "
-                    "drafters with pre-norm feedback (EAGLE 3), while engines feed the post-norm state; check with "
-                    "`eaglekit verify`, and set norm_output to what training did",
+                    "norm_output: false read as SpecForge's: lm_head reads the un-normalised state (no final norm before "
+                    "lm_head); vLLM and SGLang always apply the final norm, so no engine serves it as trained",
                     "norm_output",
                 )
             )
@@ -79,6 +105,11 @@ class SglangDialect(Dialect):
             raise UnsupportedError("SGLang's EAGLE 3 Llama drafter has no q_norm/k_norm: a qwen3-attention drafter cannot be written as sglang")
         if d.flags.norm_before_fc:
             raise UnsupportedError("SGLang's EAGLE 3 drafter has no norm_before_fc (input_norm) path")
+        if d.flags.norm_output and not d.flags.norm_before_lm_head:
+            raise UnsupportedError(
+                "the drafter feeds the post-norm state forward (norm_output) and its lm_head reads the un-normalised "
+                "state: one norm_output key cannot say both"
+            )
         if d.attention == "mla" and (d.mla is None or not d.mla.q_lora_rank):
             raise UnsupportedError("SGLang's MLA drafter requires q_lora_rank")
 
@@ -104,11 +135,40 @@ class SglangDialect(Dialect):
             "target_hidden_size": d.target_hidden_size,
             "num_aux_hidden_states": d.num_aux,
             "fc_norm": d.flags.fc_norm,
-            "norm_output": d.flags.norm_output,
             "norm_before_residual": d.flags.norm_before_residual,
             "eagle_config": eagle_config,
         }
+        # norm_output as both readers of this layout run it: absent is EAGLE 3 for SGLang and SpecForge alike;
+        # true is EAGLE 3.1 for SGLang; false is SpecForge's "no final norm before lm_head"
+        if not d.flags.norm_before_lm_head:
+            config["norm_output"] = False
+        elif d.flags.norm_output:
+            config["norm_output"] = True
         return config
+
+    def write_config(self, d: Drafter) -> dict:
+        config = super().write_config(d)
+        if "norm_output" in config:
+            config["eaglekit"]["norm_output_semantics"] = "specforge" if not d.flags.norm_before_lm_head else "eagle31"
+        return config
+
+
+def ambiguity(raw: bool) -> str:
+    """The warning for a norm_output key nobody said the meaning of: both readings, and how to choose."""
+    if raw:
+        readings = (
+            "EAGLE 3.1's (the state after the final norm feeds the next step; read so) or SpecForge 0.2.0's (final "
+            "norm before lm_head, pre-norm feedback: plain EAGLE 3, which engines would run with post-norm feedback)"
+        )
+    else:
+        readings = (
+            "EAGLE 3.1's (plain EAGLE 3; read so) or SpecForge 0.2.0's (lm_head reads the un-normalised state, no final "
+            "norm: vLLM and SGLang always apply it, so the drafter could not be served as trained)"
+        )
+    return (
+        f"norm_output: {str(raw).lower()} in a SpecForge-style config has two readings: {readings}; pass "
+        "--norm-output-semantics eagle31 or specforge to say which training used, or check with `eaglekit verify`"
+    )
 
 
 DIALECT = SglangDialect()

@@ -206,9 +206,39 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
         want, got = getattr(intended.flags, key), getattr(flags, key)
         if want != got:
             effect = effects[key].format(got)
+            if key == "norm_output" and got:
+                effect = "reads norm_output as EAGLE 3.1: feeds the post-norm state to the next step (trained with the pre-norm one)"
             if key == "norm_before_residual":
                 effect = effect + " (absent from a speculators config means true)" if speculators and key not in config else effect
             out.add(f"engine.flag.{key}", "error", f"the drafter has {label}={str(want).lower()}", effect, label)
+
+    if not intended.flags.norm_before_lm_head:
+        out.add(
+            "engine.lm_head_unnormed",
+            "error",
+            "the drafter's lm_head reads the un-normalised state (SpecForge's norm_output: false)",
+            "always applies the final norm before lm_head: it cannot serve the drafter as trained",
+            "norm_output",
+        )
+    elif intended.norm_output_semantics is not None and not intended.norm_output_certain:
+        raw = config.get("norm_output")
+        if raw is False:
+            effect = (
+                "serves it as plain EAGLE 3 (EAGLE 3.1's reading, taken); if SpecForge 0.2.0 wrote it, its lm_head was "
+                "trained on the un-normalised state, which this vLLM always normalises: it cannot be served as trained"
+            )
+        else:
+            effect = (
+                "feeds the post-norm state forward (EAGLE 3.1's reading, taken); if SpecForge 0.2.0 wrote it, training fed "
+                "the pre-norm state forward and this vLLM does not"
+            )
+        out.add(
+            "engine.norm_output_reading",
+            "warning",
+            f"norm_output: {str(raw).lower()} has two readings (EAGLE 3.1's, SpecForge's); pass --norm-output-semantics",
+            effect,
+            "norm_output",
+        )
 
     # -- fused-state count and capture layers -------------------------------------------------------------
     top_ids = _ids(config.get("eagle_aux_hidden_state_layer_ids"))

@@ -62,6 +62,12 @@ class Flags:
     norm_output: bool = False  # EAGLE 3.1: feed the post-norm state to the next draft step
     norm_before_residual: bool = False  # layer 0 residual is hidden_norm(h) instead of h
     use_aux_hidden_state: bool = True  # False: no fc; the target's last hidden state is used directly
+    # False: lm_head reads the un-normalised (pre-final-norm) state, as SpecForge 0.2.0 runs ``norm_output: false``;
+    # no engine serves that (vLLM and SGLang always apply the final norm before lm_head)
+    norm_before_lm_head: bool = True
+
+
+NORM_OUTPUT_SEMANTICS = ("eagle31", "specforge")
 
 
 @dataclass(frozen=True)
@@ -133,6 +139,11 @@ class Drafter:
     tensors: frozenset[str] = field(default_factory=frozenset)  # canonical names shipped
     provenance: Provenance = field(default_factory=Provenance)
     extra_config: dict = field(default_factory=dict)  # harmless HF keys carried through (token ids, ...)
+    # how a ``norm_output`` key whose meaning depends on the producer was read: "eagle31" (post-norm feedback) or
+    # "specforge" (SpecForge 0.2.0: final norm before lm_head or not, pre-norm feedback); None where the dialect's
+    # meaning is fixed or no such key was written. ``norm_output_certain``: the checkpoint (or the user) said which.
+    norm_output_semantics: str | None = None
+    norm_output_certain: bool = True
 
     # -- derived views -------------------------------------------------------------------------------
 

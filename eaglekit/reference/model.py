@@ -8,8 +8,9 @@ It follows vLLM's computation step for step (docs/engines.md; vLLM's llama_eagle
   (``norm_before_residual``); further layers are plain decoder layers on the running residual;
 - attention: Llama GQA (neox rope, llama3/yarn/linear scaling), Qwen3 (per-head q/k norm before rope), or
   DeepSeek/Kimi MLA (low-rank q/kv, interleaved rope on the rope slice, yarn mscale² in the softmax scale);
-- final fused add-norm gives ``y`` (to lm_head) and ``pre``; the state fed to the next draft step is ``pre``
-  (EAGLE 3) or ``y`` (``norm_output``, EAGLE 3.1);
+- final fused add-norm gives the post-norm state and ``pre``; the state fed to the next draft step is ``pre``
+  (EAGLE 3) or the post-norm one (``norm_output``, EAGLE 3.1); lm_head reads the post-norm state, or ``pre``
+  where it was trained so (``norm_before_lm_head`` false: SpecForge 0.2.0's ``norm_output: false``);
 - logits over the draft vocabulary; a draft index i is target token ``i + d2t[i]``.
 
 Attention takes a callback so that one decoder serves both the causal first pass over a sequence and the
@@ -39,7 +40,7 @@ class KV:
 
 @dataclass
 class StepOutput:
-    y: torch.Tensor  # post-norm hidden [N, H]: what lm_head sees
+    y: torch.Tensor  # what lm_head sees [N, H]: the post-norm hidden (pre-norm without norm_before_lm_head)
     pre: torch.Tensor  # pre-norm residual sum [N, H]
     feedback: torch.Tensor  # what the next draft step receives as its hidden state
     kv: list[KV]  # this call's keys/values, per layer
@@ -186,8 +187,9 @@ class ReferenceDrafter:
             o = self._linear(attn, f"{p}.self_attn.o_proj")
             h2, residual = add_rms_norm(o, residual, self.w[f"{p}.post_attention_layernorm.weight"], eps)
             m = self._mlp(i, h2)
-        y, pre = add_rms_norm(m, residual, self.w["norm.weight"], eps)
-        return StepOutput(y, pre, y if d.flags.norm_output else pre, kvs)
+        normed, pre = add_rms_norm(m, residual, self.w["norm.weight"], eps)
+        y = normed if d.flags.norm_before_lm_head else pre
+        return StepOutput(y, pre, normed if d.flags.norm_output else pre, kvs)
 
     # -- attention ---------------------------------------------------------------------------------------
 

@@ -50,11 +50,12 @@ class ValidationReport:
         }
 
 
-def validate(source: str | Path, *, target: str | None = None, engine: str | None = None, scan: bool = False, source_dialect: str = "auto") -> ValidationReport:
+def validate(source: str | Path, *, target: str | None = None, engine: str | None = None, scan: bool = False, source_dialect: str = "auto",
+             norm_output_semantics: str = "auto") -> ValidationReport:
     release = engines.parse(engine) if engine else None
     target_cfg: TargetConfig | None = read_target_config(target) if target else None
     try:
-        loaded = dialects.load(source, source_dialect)
+        loaded = dialects.load(source, source_dialect, norm_output_semantics=norm_output_semantics)
     except ConfigError as exc:
         return _unreadable(source, source_dialect, exc, release, target_cfg, scan)
     with loaded:
