@@ -157,7 +157,7 @@ class Ambiguity:
     decide: str
 
     def message(self) -> str:
-        what = "two dialects fit equally" if self.kind == "dialect" else "the aux ids' convention is not settled"
+        what = "two dialects fit within the detection margin" if self.kind == "dialect" else "the aux ids' convention is not settled"
         return f"ambiguous: {what}, and they name different target layers: " + "; ".join(r.text() for r in self.readings) + f"; {self.decide}"
 
     def to_dict(self) -> dict:
@@ -448,7 +448,7 @@ class Dialect:
                 Reading(self.name, OUTPUT, aux.ids, f"{location} read as {self.name} does: output-of-layer"),
                 Reading(self.name, INPUT, aux.ids, "the same ids already input-of-layer (boundary ids)"),
             ),
-            "pass --target (a reading naming a layer outside the target's 0..L is discarded) or --aux-layers",
+            "pass --target to validate or convert (a reading naming a layer outside the target's 0..L is discarded) or --aux-layers",
         )
 
     def adjust(self, drafter: Drafter, top: ConfigView, ckpt: Checkpoint, notes: list[Finding]) -> Drafter:
