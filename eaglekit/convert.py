@@ -198,21 +198,25 @@ def plan_conversion(source: str | Path, out: str | Path | None, options: Convert
         raise UsageError(f"--upgrade {options.upgrade!r}: only 3.1 is supported")
     if out is not None:
         check_destination(Path(out), force=options.force, protect=[Path(source)], replaceable=foreign_entries)
-    loaded = dialects.load(source, options.source_dialect, norm_output_semantics=options.norm_output_semantics)
+    target = read_target_config(options.target) if options.target else None
+    loaded = dialects.load(source, options.source_dialect, norm_output_semantics=options.norm_output_semantics,
+                           target_num_layers=target.num_layers if target else None)
     try:
-        return _plan(loaded, writer, options)
+        if loaded.ambiguity is not None and options.aux_layers is None:
+            # the user must decide: converting would write one reading's ids as if they were certain
+            raise UsageError(f"{loaded.checkpoint.label}: refusing to convert, {loaded.ambiguity.message()}")
+        return _plan(loaded, writer, options, target)
     except BaseException:
         loaded.close()
         raise
 
 
-def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: ConvertOptions) -> ConversionPlan:
+def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: ConvertOptions, target: TargetConfig | None) -> ConversionPlan:
     from . import __version__
 
     source = loaded.drafter
     notes = list(loaded.notes)
-    target = read_target_config(options.target) if options.target else None
-    problems = errors(run_checks(CheckInput(source, loaded.present(), read=loaded.read, target=target)))
+    problems = errors(run_checks(CheckInput(source, loaded.present(), read=loaded.read, target=target, config=loaded.checkpoint.config)))
     if problems:
         raise ValidationFailed(_refusal("the source drafter does not validate", problems), problems)
     d = source
@@ -230,6 +234,13 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
         d = d.with_(dtype=dtypes.name(options.dtype))
     writer.check_flags_holdable(d)
     writer.check_writable(d)
+    if any(n.check == "config.architecture_mismatch" for n in notes):
+        from .model.architectures import written_as
+
+        notes.append(
+            Finding("architecture.repaired", "info", f"the source's architecture label did not fit its tensors: wrote "
+                    f"{written_as(writer.name, d.attention)} (model_type {d.attention}), the class the tensors fit", "architectures")
+        )
 
     out_names = writer.output_names(d)
     present = loaded.present()
@@ -247,10 +258,10 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
     out_present = {t.canonical: (t.shape, t.dtype) for t in tensors}
     for s in loaded.unknown:
         out_present[s] = present[s]
-    findings = run_checks(CheckInput(d, out_present, read=lambda c: _read_for_checks(loaded, c), target=target))
+    config = writer.write_config(d)
+    findings = run_checks(CheckInput(d, out_present, read=lambda c: _read_for_checks(loaded, c), target=target, config=config))
     if options.upgrade:  # this run's own upgrade note already says it, once
         findings = [f for f in findings if f.check != "flags.untrained_upgrade"]
-    config = writer.write_config(d)
     shards = plan_shards([TensorPlan(t.name, t.dtype, t.shape, lambda: None) for t in tensors], options.max_shard_bytes)
     files = shard_names(len(shards)) + (["model.safetensors.index.json"] if len(shards) > 1 else []) + ["config.json"]
     return ConversionPlan(loaded, source, d, writer, tensors, dropped, config, files, notes, findings, options)

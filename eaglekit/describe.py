@@ -98,6 +98,8 @@ def describe(loaded: LoadedDrafter) -> dict:
             "converted_from": d.provenance.converted_from,
             "notes": list(d.provenance.notes),
         },
+        "ambiguous": loaded.ambiguity is not None,
+        "ambiguity": loaded.ambiguity.to_dict() if loaded.ambiguity else None,
         "unknown_tensors": loaded.unknown,
         "notes": [n.to_dict() for n in loaded.notes + hints(loaded)],
         "tensors": tensors,

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from drafters import Dims, edit_config as config, edit_tensors as tensors, mla_dims, write_automodel, write_eagle, write_specforge, write_speculators, write_torchspec, write_vllm
+from drafters import Dims, edit_config as config, edit_tensors as tensors, mla_dims, write_automodel, write_eagle, write_modelopt, write_specforge, write_speculators, write_torchspec, write_vllm
 from eaglekit import engines, schemas
 from eaglekit.errors import UsageError
 from eaglekit.validate import CHECKS, validate
@@ -74,6 +74,14 @@ def broken(name: str):
         "aux.unsorted": (lambda p: write_vllm(p, Dims(), ids=[5, 2, 4]), {}),
         "aux.count": (lambda p: config(v(p), lambda c: c.update(eagle_aux_hidden_state_layer_ids=[2, 5], num_aux_hidden_states=3)), {}),
         "aux.range": (lambda p: write_vllm(p, Dims(), ids=[2, 4, 9]), {"target": True}),
+        # SpecForge-style [2, 4, 8] read output-of-layer is [3, 5, 9] input-of-layer: past an 8-layer target's 0..8
+        "aux.impossible_reading": (lambda p: write_specforge(p, Dims(), ids=[2, 4, 8]), {"target": True}),
+        # layers.N.* names, no producer metadata, not the output-of-layer default: the convention is not settled
+        "aux.ambiguous": (lambda p: config(write_modelopt(p, Dims()), lambda c: c["eagle_config"].update(eagle_aux_hidden_state_layer_ids=[2, 3, 5])), {}),
+        # an MLA architecture string (vllm 40) with midlayer.* and nested-only ids (sglang 40)
+        "dialect.ambiguous": (lambda p: write_vllm(p, Dims(mla=mla_dims()), midlayer=True, nested_only=True), {}),
+        "config.architecture_mismatch": (lambda p: config(v(p), lambda c: c.update(model_type="qwen3")), {}),
+        "vocab.lm_head_borrowed": (lambda p: v(p, Vd=64, lm_head=False), {}),
         "aux.not_recorded": (lambda p: write_eagle(p, Dims()), {}),
         "rope.defaulted": (lambda p: write_eagle(p, Dims()), {}),
         "rope.target": (lambda p: v(p), {"target": {"rope_theta": 500000.0}}),
@@ -117,7 +125,10 @@ def test_each_invariant_is_caught_by_its_id(tmp_path, check):
     assert "\n" not in finding.message
     severity = {"aux.not_recorded": "info", "rope.defaulted": "warning", "rope.target": "warning", "aux.unsorted": "warning",
                 "config.num_layers": "warning", "flags.fc_without_aux": "warning", "scan.zero": "warning",
-                "scan.uninitialised": "warning", "scan.unit_fc_norm": "warning", "flags.untrained_upgrade": "warning"}.get(check, "error")
+                "scan.uninitialised": "warning", "scan.unit_fc_norm": "warning", "flags.untrained_upgrade": "warning",
+                    # eaglekit cannot tell or guessed from the tensors: the user decides (convert refuses the ambiguous)
+                    "aux.ambiguous": "warning", "dialect.ambiguous": "warning", "aux.impossible_reading": "warning",
+                    "config.architecture_mismatch": "warning", "vocab.lm_head_borrowed": "info"}.get(check, "error")
     assert finding.severity == severity
 
 

@@ -43,19 +43,27 @@ def render(r: dict) -> str:
         aux_text = f"{aux['ids']} input-of-layer (vLLM convention)"
     else:
         aux_text = f"{aux['ids']} output-of-layer = {aux['input_ids']} input-of-layer (vLLM)"
+    if r.get("ambiguity"):
+        amb = r["ambiguity"]
+        what = "which dialect" if amb["kind"] == "dialect" else "which convention"
+        aux_text = f"AMBIGUOUS ({what}): eaglekit does not choose; {amb['decide']}"
     det = r["dialect"]
     rope = f"theta {r['rope']['theta']:g}" + (f", {r['rope']['scaling']['rope_type']} scaling" if r["rope"]["scaling"] else "")
     set_31 = [flag for flag in ("fc_norm", "norm_output") if r["flags"][flag]]
     version = r["eagle_version"] + (f" ({', '.join(set_31)})" if set_31 else "")
     rows = [
         ("checkpoint", f"{r['source']} ({r['format']}, {len(r['files'])} file{'s' if len(r['files']) != 1 else ''}{', indexed' if r['index'] else ''})"),
-        ("dialect", f"{det['dialect']}" + (f" (score {det['score']}: {'; '.join(det['evidence'])})" if det["score"] is not None else " (given)")),
+        ("dialect", ("ambiguous, best " if (r.get("ambiguity") or {}).get("kind") == "dialect" else "") + f"{det['dialect']}"
+         + (f" (score {det['score']}: {'; '.join(det['evidence'])})" if det["score"] is not None else " (given)")),
         ("EAGLE", version),
         ("attention", attention),
         ("dimensions", f"hidden {dims['hidden_size']}, target hidden {dims['target_hidden_size']}, layers {dims['num_layers']}, intermediate {dims['intermediate_size']}"),
         ("vocab", f"{vocab['vocab_size']} target, {vocab['draft_vocab_size']} draft" + (f" ({', '.join(maps)})" if maps else "")),
         ("ships", f"embed_tokens {'yes' if vocab['embed_tokens'] else 'no'}, lm_head {vocab['lm_head'] if vocab['lm_head'] == 'factorised' else ('yes' if vocab['lm_head'] else 'no')}"),
         ("aux layers", aux_text),
+        *[("", f"reading {r_['dialect']}" + (f" (score {r_['score']})" if r_["score"] is not None else "") + ": "
+           + (f"{r_['ids']} {r_['convention']}-of-layer = " if r_["convention"] == "output" else "") + f"{r_['input_ids']} input-of-layer; {r_['why']}")
+          for r_ in (r.get("ambiguity") or {}).get("readings", [])],
         ("flags", _flags(r["flags"])),
         *([("norm_output", _semantics(r["norm_output_semantics"]))] if r.get("norm_output_semantics") else []),
         ("rope", rope),

@@ -13,7 +13,7 @@ from ._output import Output, findings_text
 
 
 def render(r: dict) -> str:
-    context = [f"{r['dialect']}" + (f", EAGLE {r['eagle_version']}" if r["eagle_version"] else "")]
+    context = [("AMBIGUOUS, read as " if r.get("ambiguous") else "") + f"{r['dialect']}" + (f", EAGLE {r['eagle_version']}" if r["eagle_version"] else "")]
     if r["engine"]:
         context.append(f"for {r['engine']}")
     if r["target"]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import ConfigError, UsageError
+from ..errors import ConfigError, EaglekitError, UsageError
 from ..io.reader import Checkpoint
 from . import automodel, eagle, modelopt, sglang, speculators, torchspec, vllm
-from .base import Detection, Dialect, LoadedDrafter
+from .base import Ambiguity, Detection, Dialect, LoadedDrafter, Reading
 
 DIALECTS: dict[str, Dialect] = {
     d.name: d
@@ -50,11 +50,49 @@ def detect(ckpt: Checkpoint) -> list[Detection]:
     return sorted(found, key=lambda det: -det.score)
 
 
-def load(source: str | Path, dialect: str = "auto", *, norm_output_semantics: str = "auto") -> LoadedDrafter:
+# Two dialects whose detection scores differ by at most this much are both plausible readings. The smallest
+# clue that separates dialects on its own weighs 10 (a tensor-name pattern, a safetensors layout), so a gap of
+# 10 or less is one weak clue: not enough to choose between readings that name different target layers.
+AMBIGUITY_MARGIN = 10
+
+
+def _reading(loaded: LoadedDrafter, detection: Detection) -> Reading:
+    aux = loaded.drafter.aux
+    return Reading(loaded.dialect, aux.convention if aux.ids is not None else None, aux.ids,
+                   f"score {detection.score}: {'; '.join(detection.evidence)}", detection.score)
+
+
+def _dialect_ambiguity(ckpt: Checkpoint, detections: list[Detection], chosen: LoadedDrafter, target_num_layers: int | None,
+                       norm_output_semantics: str = "auto") -> Ambiguity | None:
+    """Dialects scoring within AMBIGUITY_MARGIN of the best whose readings name other target layers."""
+    best = detections[0]
+    readings = [_reading(chosen, best)]
+    for det in detections[1:]:
+        if det.score <= 0 or best.score - det.score > AMBIGUITY_MARGIN:
+            break
+        try:
+            other = DIALECTS[det.dialect].read(ckpt, det, norm_output_semantics=norm_output_semantics, target_num_layers=target_num_layers)
+        except EaglekitError:
+            continue  # this dialect cannot read the checkpoint at all: not a reading
+        ids = other.drafter.aux.as_input()
+        # a dialect that records no ids (EAGLE's fixed default) does not read these ids differently: it ignores them
+        if ids is not None and ids != chosen.drafter.aux.as_input() and all(ids != r.input_ids for r in readings):
+            readings.append(_reading(other, det))
+    if len(readings) < 2:
+        return None
+    return Ambiguity("dialect", tuple(readings), "pass --from DIALECT or --aux-layers to decide")
+
+
+def load(source: str | Path, dialect: str = "auto", *, norm_output_semantics: str = "auto", target_num_layers: int | None = None) -> LoadedDrafter:
     """Open a drafter checkpoint and read it into the canonical model (detecting its dialect unless given).
 
     ``norm_output_semantics``: how to read a ``norm_output`` key whose meaning depends on the producer
-    (SpecForge-style configs): "eagle31", "specforge", or "auto" (as the checkpoint says, else EAGLE 3.1's)."""
+    (SpecForge-style configs): "eagle31", "specforge", or "auto" (as the checkpoint says, else EAGLE 3.1's).
+
+    ``target_num_layers`` (the target's L) applies the boundary rule: an aux-id reading outside 0..L is discarded.
+    When detection cannot choose (two dialects within ``AMBIGUITY_MARGIN`` that read different aux ids, or ids whose
+    convention no evidence settles), the best-scoring reading is returned with ``ambiguity`` set: inspect and validate
+    report it, convert refuses until ``--from`` / ``--aux-layers`` / ``--target`` decides."""
     ckpt = Checkpoint.open(source)
     try:
         if ckpt.config is None:
@@ -64,14 +102,15 @@ def load(source: str | Path, dialect: str = "auto", *, norm_output_semantics: st
             best = detections[0]
             if best.score <= 0:
                 raise ConfigError(f"{ckpt.label}: cannot tell which dialect this is; pass --from (one of {', '.join(DIALECTS)})")
-            chosen = DIALECTS[best.dialect]
-        else:
-            chosen = get(dialect)
-            best = next(d for d in detections if d.dialect == chosen.name)
-        return chosen.read(ckpt, best, norm_output_semantics=norm_output_semantics)
+            loaded = DIALECTS[best.dialect].read(ckpt, best, norm_output_semantics=norm_output_semantics, target_num_layers=target_num_layers)
+            loaded.ambiguity = _dialect_ambiguity(ckpt, detections, loaded, target_num_layers, norm_output_semantics) or loaded.ambiguity
+            return loaded
+        chosen = get(dialect)
+        best = next(d for d in detections if d.dialect == chosen.name)
+        return chosen.read(ckpt, best, norm_output_semantics=norm_output_semantics, target_num_layers=target_num_layers, given=True)
     except BaseException:
         ckpt.close()
         raise
 
 
-__all__ = ["DIALECTS", "Detection", "Dialect", "LoadedDrafter", "detect", "get", "get_writer", "load", "names"]
+__all__ = ["AMBIGUITY_MARGIN", "Ambiguity", "DIALECTS", "Detection", "Dialect", "LoadedDrafter", "detect", "get", "get_writer", "load", "names"]

@@ -110,6 +110,60 @@ class Detection:
         return {"dialect": self.dialect, "score": self.score, "evidence": self.evidence}
 
 
+@dataclass(frozen=True)
+class Reading:
+    """One way to read a checkpoint's aux layer ids: which dialect, which convention, and the input-of-layer ids."""
+
+    dialect: str
+    convention: Convention | None
+    ids: tuple[int, ...] | None  # as recorded
+    why: str  # the evidence behind this reading
+    score: int | None = None  # the dialect's detection score, for a dialect ambiguity
+
+    @property
+    def input_ids(self) -> tuple[int, ...] | None:
+        return AuxLayers(self.ids, self.convention or INPUT).as_input()
+
+    def text(self) -> str:
+        if self.ids is None:
+            return f"{self.dialect}: no aux ids"
+        ids = list(self.ids)
+        if self.convention == OUTPUT:
+            return f"{self.dialect}: {ids} output-of-layer = {list(self.input_ids)} input-of-layer ({self.why})"
+        return f"{self.dialect}: {ids} input-of-layer ({self.why})"
+
+    def to_dict(self) -> dict:
+        return {
+            "dialect": self.dialect,
+            "score": self.score,
+            "ids": list(self.ids) if self.ids is not None else None,
+            "convention": self.convention,
+            "input_ids": list(self.input_ids) if self.ids is not None else None,
+            "why": self.why,
+        }
+
+
+@dataclass(frozen=True)
+class Ambiguity:
+    """Two readings of one checkpoint that the evidence cannot choose between.
+
+    ``kind`` "dialect": two dialects score within ``AMBIGUITY_MARGIN`` and read different aux ids (``--from`` or
+    ``--aux-layers`` decides); "convention": the ids' convention (input- or output-of-layer) is not settled by any
+    evidence and no target says which reading is possible (``--target`` or ``--aux-layers`` decides).
+    """
+
+    kind: str
+    readings: tuple[Reading, ...]
+    decide: str
+
+    def message(self) -> str:
+        what = "two dialects fit within the detection margin" if self.kind == "dialect" else "the aux ids' convention is not settled"
+        return f"ambiguous: {what}, and they name different target layers: " + "; ".join(r.text() for r in self.readings) + f"; {self.decide}"
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "readings": [r.to_dict() for r in self.readings], "decide": self.decide}
+
+
 def architectures(config: dict) -> tuple[str, ...]:
     value = config.get("architectures")
     return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
@@ -151,6 +205,7 @@ class LoadedDrafter:
     names: dict[str, str]  # canonical name -> name in the checkpoint
     unknown: list[str]  # checkpoint names that map to no canonical name
     notes: list[Finding] = field(default_factory=list)  # what reading noticed (defaults assumed, ambiguities)
+    ambiguity: Ambiguity | None = None  # two readings the evidence cannot choose between (see ``Ambiguity``)
 
     def present(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         out = {c: (self.checkpoint.tensors[s].shape, self.checkpoint.tensors[s].dtype) for c, s in self.names.items()}
@@ -239,7 +294,12 @@ class Dialect:
                 unknown.append(source)
         return canonical, unknown
 
-    def read(self, ckpt: Checkpoint, detection: Detection | None = None, *, norm_output_semantics: str = "auto") -> LoadedDrafter:
+    def read(self, ckpt: Checkpoint, detection: Detection | None = None, *, norm_output_semantics: str = "auto",
+             target_num_layers: int | None = None, given: bool = False) -> LoadedDrafter:
+        """Read ``ckpt`` in this dialect. ``norm_output_semantics``: how to read a producer-dependent ``norm_output``
+        key ("eagle31", "specforge", "auto"). ``target_num_layers`` (L, from ``--target``) lets the boundary rule discard
+        an aux-id reading outside 0..L; ``given``: the user named this dialect (``--from``), which settles the ids'
+        convention the way the dialect reads them."""
         if ckpt.config is None:
             raise ConfigError(f"{ckpt.label}: no config.json")
         label = f"{ckpt.label}/config.json"
@@ -258,6 +318,11 @@ class Dialect:
 
         flags = self.read_flags(ckpt.config, top)
         aux = self.read_aux_ids(ckpt.config, top, names, notes)
+        location = self.aux_location(ckpt.config)
+        aux = apply_boundaries(aux, location, target_num_layers, notes)
+        ambiguity = None
+        if target_num_layers is None and not given:
+            ambiguity = self.convention_ambiguity(aux, location, ckpt)
         infos = {c: ckpt.tensors[s] for c, s in names.items()}
         T = self._first_int(top, self.rules.target_hidden) or fields["hidden_size"]
         n = self._num_aux(top, aux, infos, T)
@@ -265,8 +330,11 @@ class Dialect:
         attention = "mla" if fields["mla"] is not None or fields["model_type"] in MLA_MODEL_TYPES else "llama"
         if attention == "mla" and fields["mla"] is None:
             raise ConfigError(f"{label}: model_type {fields['model_type']!r} is MLA but kv_lora_rank/qk_rope_head_dim are missing")
-        if attention == "llama" and ("layers.0.self_attn.q_norm.weight" in infos or fields["model_type"] == "qwen3"):
-            attention = "qwen3"
+        if attention == "llama":
+            attention, mismatch = attention_from_tensors(ckpt.config, fields["model_type"], infos)
+            if mismatch:
+                notes.append(Finding("config.architecture_mismatch", "warning", mismatch, "architectures"))
+                fields["model_type"] = "llama"  # the tensors decide; the label was wrong
 
         num_layers = base_view.int("num_hidden_layers", 1, minimum=1)
         if self.single_layer_model:
@@ -305,7 +373,7 @@ class Dialect:
             drafter = drafter.with_(verifier=block["verifier"], verifier_architectures=tuple(archs) if isinstance(archs, list) else ())
         if isinstance(block.get("model_type"), str) and block["model_type"] in MLA_MODEL_TYPES and drafter.attention == "mla":
             drafter = drafter.with_(model_type=block["model_type"])  # a writer had to spell it differently for its engine
-        return LoadedDrafter(drafter, ckpt, self.name, detection, names, unknown, notes)
+        return LoadedDrafter(drafter, ckpt, self.name, detection, names, unknown, notes, ambiguity)
 
     # hooks a dialect may override --------------------------------------------------------------------
 
@@ -347,6 +415,44 @@ class Dialect:
                     )
                 )
         return AuxLayers(ids, convention)
+
+    def aux_location(self, config: dict) -> str | None:
+        """The config key the aux ids were read from (the first recorded location, as ``read_aux_ids`` picks it)."""
+        for location, _ in self.rules.aux_ids:
+            value = lookup(config, location)
+            if isinstance(value, list) and value:
+                return location
+        return None
+
+    def pins_convention(self, ckpt: Checkpoint) -> str | None:
+        """Producer evidence that fixes the ids' convention as this dialect reads it (None: none). Hook."""
+        return None
+
+    def convention_ambiguity(self, aux: AuxLayers, location: str | None, ckpt: Checkpoint) -> Ambiguity | None:
+        """Without a target: output-of-layer ids in ``eagle_config`` that no evidence confirms are reported with both
+        readings instead of one being chosen. NVIDIA's gpt-oss-120b v3 drafter writes input-of-layer ids there
+        ([24, 30, 36] on 36 layers, sglang#32334) and its long-context variant output-of-layer ones ([1, 17, 32]), so
+        the location and the producer alone do not decide. Evidence that does: the ids are the output-of-layer default
+        (1, L//2-1, L-4) for some L; SpecForge's/EAGLE's own ``midlayer.*`` tensor names; the same layers recorded at
+        the top level too; an eaglekit block naming them; the dialect's producer metadata (``pins_convention``)."""
+        if aux.ids is None or aux.convention != OUTPUT or location is None or not location.startswith("eagle_config."):
+            return None
+        config = ckpt.config or {}
+        if is_output_default(aux.ids) or has_prefix(ckpt.tensors, "midlayer.") or self.pins_convention(ckpt):
+            return None
+        if isinstance(config.get("eagle_aux_hidden_state_layer_ids"), list):
+            return None  # both locations recorded: aux.conflicting_locations speaks if they disagree
+        recorded = (config.get("eaglekit") or {}).get("aux_layer_ids_input_convention") if isinstance(config.get("eaglekit"), dict) else None
+        if isinstance(recorded, list) and tuple(recorded) == aux.as_input():
+            return None
+        return Ambiguity(
+            "convention",
+            (
+                Reading(self.name, OUTPUT, aux.ids, f"{location} read as {self.name} does: output-of-layer"),
+                Reading(self.name, INPUT, aux.ids, "the same ids already input-of-layer (boundary ids)"),
+            ),
+            "pass --target to validate or convert (a reading naming a layer outside the target's 0..L is discarded) or --aux-layers",
+        )
 
     def adjust(self, drafter: Drafter, top: ConfigView, ckpt: Checkpoint, notes: list[Finding]) -> Drafter:
         """Dialect-specific corrections after the shared reading (default: none)."""
@@ -425,6 +531,65 @@ class Dialect:
         return len(fc_norms) or 3
 
 
+def is_output_default(ids: tuple[int, ...]) -> bool:
+    """The ids are SGLang/SpecForge's default capture layers (1, L//2-1, L-4) for some target depth L."""
+    if len(ids) != 3:
+        return False
+    from ..model.drafter import default_aux_ids
+
+    return tuple(sorted(i + 1 for i in ids)) == default_aux_ids(max(ids) + 4)
+
+
+def within_boundaries(ids: tuple[int, ...] | None, L: int) -> bool:
+    """Input-of-layer ids name boundaries of an L-layer target: 0 (the embeddings) .. L (the last layer's output)."""
+    return ids is not None and all(0 <= i <= L for i in ids)
+
+
+def apply_boundaries(aux: AuxLayers, location: str | None, L: int | None, notes: list[Finding]) -> AuxLayers:
+    """The impossible-reading rule, the same for every dialect and id location: with the target's depth L known, a
+    reading that names a layer outside 0..L cannot be what the producer meant. It is discarded, with a note, in
+    favour of the other convention when that one fits; when neither fits, the reading stays and ``aux.range`` says so."""
+    if aux.ids is None or L is None or within_boundaries(aux.as_input(), L):
+        return aux
+    other = AuxLayers(aux.ids, INPUT if aux.convention == OUTPUT else OUTPUT)
+    if not within_boundaries(other.as_input(), L):
+        return aux
+    notes.append(
+        Finding(
+            "aux.impossible_reading",
+            "warning",
+            f"{location or 'aux ids'} {list(aux.ids)} read {aux.convention}-of-layer would be target layers "
+            f"{list(aux.as_input())} (input-of-layer), past the target's boundaries 0..{L}: impossible, so they are read "
+            f"{other.convention}-of-layer = {list(other.as_input())} (input-of-layer)",
+            location,
+        )
+    )
+    return other
+
+
+def attention_from_tensors(config: dict, model_type: str | None, infos: Mapping) -> tuple[str, str | None]:
+    """Llama or Qwen3 attention, decided by the tensors (q_norm/k_norm present or not) when the config's label says
+    otherwise. AngelSlim's Qwen3 drafters are Llama-shaped but labelled ``Qwen3ForCausalLM`` / ``qwen3`` (sglang#9135).
+    Returns the attention and, on a mismatch, what to tell the user."""
+    has_qk_norm = "layers.0.self_attn.q_norm.weight" in infos or "layers.0.self_attn.k_norm.weight" in infos
+    has_q = "layers.0.self_attn.q_proj.weight" in infos
+    labels = [a for a in architectures(config) if (arch_table.ROWS.get(a) or {}).get("attention") == "qwen3"]
+    says_qwen3 = model_type == "qwen3" or bool(labels)
+    if has_qk_norm:
+        return "qwen3", None
+    if not says_qwen3:
+        return "llama", None
+    if not has_q:
+        return "qwen3", None  # no attention tensors to judge by: tensor.missing will speak
+    said = " / ".join(([f"architectures {labels[0]}"] if labels else []) + (["model_type qwen3"] if model_type == "qwen3" else []))
+    return "llama", (
+        f"{said} says Qwen3 attention (q_norm/k_norm), but the tensors are Llama-shaped (q/k/v projections, no "
+        "q_norm/k_norm): read as a Llama drafter. Engines trust the label: SGLang builds its Qwen3 model and fails "
+        "(KeyError 'midlayer.self_attn.qkv_proj.weight', sglang#9135); vLLM builds its Qwen3 drafter and runs q/k norms "
+        "the drafter never had, with unit weights. `eaglekit convert` writes the class the tensors fit"
+    )
+
+
 def _dominant_dtype(infos: Mapping) -> str | None:
     counts = Counter(str(i.dtype).removeprefix("torch.") for i in infos.values() if i.dtype.is_floating_point and len(i.shape) >= 2)
     if not counts:
@@ -486,6 +651,7 @@ def provenance_block(drafter: Drafter, dialect: str) -> dict:
 
 
 __all__ = [
+    "Ambiguity",
     "Clue",
     "ConfigRules",
     "Detection",
@@ -497,6 +663,8 @@ __all__ = [
     "MIDLAYER",
     "NameMap",
     "OUTPUT",
+    "Reading",
+    "apply_boundaries",
     "architecture_clue",
     "architectures",
     "has_prefix",

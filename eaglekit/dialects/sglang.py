@@ -71,6 +71,12 @@ class SglangDialect(Dialect):
     )
     single_layer_model = True
 
+    def pins_convention(self, ckpt: Checkpoint) -> str | None:
+        config = ckpt.config or {}
+        if "use_aux_norm" in config or has_prefix(ckpt.tensors, "aux_norm_"):
+            return "SGLang's own legacy names (use_aux_norm / aux_norm_*)"
+        return None
+
     def read_norm_output(self, d: Drafter, top: ConfigView, semantics: str, notes: list[Finding]) -> Drafter:
         raw = top.data.get("norm_output")
         if not isinstance(raw, bool):
@@ -131,7 +137,9 @@ class SglangDialect(Dialect):
             "architectures": [written_as(self.name, d.attention)],
             "model_type": model_type_for(d),
             **base_config(d),
-            "draft_vocab_size": d.draft_vocab_size,
+            # SGLang loads the target's lm_head only when draft_vocab_size is null; a number with no lm_head shipped
+            # makes it run an uninitialised head (sglang#27829/#27908; SGLang's llama_eagle3.py, not run here)
+            "draft_vocab_size": d.draft_vocab_size if d.ships_lm_head else None,
             "target_hidden_size": d.target_hidden_size,
             "num_aux_hidden_states": d.num_aux,
             "fc_norm": d.flags.fc_norm,

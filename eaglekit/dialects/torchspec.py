@@ -46,6 +46,10 @@ class TorchspecDialect(Dialect):
         version = _torchspec_version(ckpt.config or {}, ckpt)
         return f"torchspec {version}" if version else "torchspec"
 
+    def pins_convention(self, ckpt: Checkpoint) -> str | None:
+        version = _torchspec_version(ckpt.config or {}, ckpt)
+        return f"torchspec {version} metadata (TorchSpec writes output-of-layer ids)" if version else None
+
     def adjust(self, d: Drafter, top: ConfigView, ckpt: Checkpoint, notes: list[Finding]) -> Drafter:
         vllm_export = has_prefix(ckpt.tensors, "layers.")
         if vllm_export and d.model_type == "kimi_k2" and d.aux.ids is not None and d.aux.convention == OUTPUT:

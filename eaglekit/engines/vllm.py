@@ -156,6 +156,14 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
         out.refuse("engine.architecture", f"the architecture selects the MLA drafter but the tensors are {intended.attention} attention", "refuses to load")
     if family != "mla" and intended.attention == "mla":
         out.refuse("engine.architecture", f"MLA tensors under a {family} architecture", "refuses to load: unknown MLA parameters")
+    if family == "qwen3" and intended.attention == "llama":
+        out.add(
+            "engine.architecture",
+            "error",
+            "the architecture selects vLLM's Qwen3 drafter, but the tensors are Llama-shaped (no q_norm/k_norm)",
+            "builds the Qwen3 drafter and RMS-normalises q and k with unit weights the drafter was never trained with; write the Llama class (`eaglekit convert`)",
+            "architectures",
+        )
     if family == "llama" and intended.attention == "qwen3":
         out.refuse("engine.architecture", "q_norm/k_norm tensors, but vLLM builds the Llama drafter", "refuses to load: unknown parameter layers.0.self_attn.q_norm.weight", "architectures")
 

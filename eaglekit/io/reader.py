@@ -12,7 +12,6 @@ Listing reads safetensors headers only. ``read(name)`` returns one tensor; safet
 from __future__ import annotations
 
 import pickle
-import re
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path

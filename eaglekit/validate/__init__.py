@@ -25,6 +25,7 @@ class ValidationReport:
     scanned: bool
     findings: list[Finding] = field(default_factory=list)
     engine_view: dict | None = None
+    ambiguity: dict | None = None  # two readings the evidence cannot choose between (dialects.Ambiguity)
 
     @property
     def ok(self) -> bool:
@@ -47,6 +48,8 @@ class ValidationReport:
             "counts": counts,
             "findings": [f.to_dict() for f in self.findings],
             "engine_view": self.engine_view,
+            "ambiguous": self.ambiguity is not None,
+            "ambiguity": self.ambiguity,
         }
 
 
@@ -55,7 +58,8 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
     release = engines.parse(engine) if engine else None
     target_cfg: TargetConfig | None = read_target_config(target) if target else None
     try:
-        loaded = dialects.load(source, source_dialect, norm_output_semantics=norm_output_semantics)
+        loaded = dialects.load(source, source_dialect, norm_output_semantics=norm_output_semantics,
+                               target_num_layers=target_cfg.num_layers if target_cfg else None)
     except ConfigError as exc:
         return _unreadable(source, source_dialect, exc, release, target_cfg, scan)
     with loaded:
@@ -67,8 +71,12 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
         config = loaded.checkpoint.config or {}
         report.findings += schemas.check_config(config, dialects.get(loaded.dialect).schema, mla=d.attention == "mla", label=f"{loaded.checkpoint.label}/config.json")
         report.findings += loaded.notes
+        if loaded.ambiguity is not None:
+            report.ambiguity = loaded.ambiguity.to_dict()
+            check = "dialect.ambiguous" if loaded.ambiguity.kind == "dialect" else "aux.ambiguous"
+            report.findings.append(Finding(check, "warning", loaded.ambiguity.message() + f"; checked as the {loaded.dialect} reading", "eagle_aux_hidden_state_layer_ids"))
         present = loaded.present()
-        report.findings += run_checks(CheckInput(d, present, read=loaded.read, target=target_cfg))
+        report.findings += run_checks(CheckInput(d, present, read=loaded.read, target=target_cfg, config=config))
         if target_cfg is not None and d.has_d2t and "lm_head.weight" in loaded.names:
             target_head = _target_lm_head(target_cfg)
             if target_head is not None:

