@@ -192,9 +192,7 @@ def foreign_entries(directory: Path) -> list[str]:
 
 def plan_conversion(source: str | Path, out: str | Path | None, options: ConvertOptions) -> ConversionPlan:
     writer = dialects.get_writer(options.to)
-    if options.upgrade not in (None, "3.1"):
-        if options.upgrade in ("3", "3.0"):
-            raise UsageError("--upgrade 3: downgrading EAGLE 3.1 to 3 drops trained fc_norm weights and changes the math; refused")
+    if options.upgrade not in (None, "3", "3.0", "3.1"):
         raise UsageError(f"--upgrade {options.upgrade!r}: only 3.1 is supported")
     if out is not None:
         check_destination(Path(out), force=options.force, protect=[Path(source)], replaceable=foreign_entries)
@@ -202,6 +200,10 @@ def plan_conversion(source: str | Path, out: str | Path | None, options: Convert
     loaded = dialects.load(source, options.source_dialect, norm_output_semantics=options.norm_output_semantics,
                            target_num_layers=target.num_layers if target else None)
     try:
+        if options.upgrade in ("3", "3.0"):
+            if loaded.drafter.eagle_version == "3":
+                raise UsageError(f"--upgrade {options.upgrade}: {loaded.checkpoint.label} is already EAGLE 3, nothing to do")
+            raise UsageError("--upgrade 3: downgrading EAGLE 3.1 to 3 drops trained fc_norm weights and changes the math; refused")
         if loaded.ambiguity is not None and options.aux_layers is None:
             # the user must decide: converting would write one reading's ids as if they were certain
             raise UsageError(f"{loaded.checkpoint.label}: refusing to convert, {loaded.ambiguity.message()}")

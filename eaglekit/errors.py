@@ -42,6 +42,10 @@ class ConfigError(EaglekitError):
     exit_code = 2
 
 
+class NotADrafterError(CheckpointError):
+    """The checkpoint is a model of another kind (a base model, a target), not a drafter (exit 2)."""
+
+
 class UnsupportedError(EaglekitError):
     """The drafter is valid but the requested dialect or engine cannot represent it (exit 2)."""
 

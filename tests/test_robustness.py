@@ -266,3 +266,46 @@ main()
     assert p.returncode == 1, p.stderr
     assert p.stderr.startswith("error: ") and "File too large" in p.stderr, p.stderr
     nothing_written(tmp_path, "src")
+
+
+# -- a newcomer's mistakes get one line that says what to do ------------------------------------------------------
+
+
+def test_a_base_model_is_called_one(tmp_path, cli):
+    from drafters import write_tiny_target
+
+    base = write_tiny_target(tmp_path / "base", layers=12)
+    for command in ("inspect", "validate"):
+        assert_clean_failure(cli(command, base, expect=None), "is a base model (LlamaForCausalLM, 12 layers", "did you mean to pass it as --target?")
+
+
+def test_pointing_at_a_file_suggests_what_to_give(tmp_path, cli):
+    src = write_vllm(tmp_path / "src", Dims())
+    assert_clean_failure(cli("inspect", src / "model.safetensors", expect=None), f"got a file (give its directory: {src})")
+    (tmp_path / "t.gguf").write_bytes(b"GGUF")
+    assert_clean_failure(cli("inspect", tmp_path / "t.gguf", expect=None), "a GGUF file is a target model", "--target?")
+
+
+def test_a_misspelt_dialect_gets_a_suggestion(tmp_path, cli):
+    src = write_vllm(tmp_path / "src", Dims())
+    assert_clean_failure(cli("convert", src, tmp_path / "o", "--to", "speculator", expect=None), "did you mean 'speculators'?")
+
+
+def test_option_values_are_checked_before_anything_loads(tmp_path, cli):
+    src = write_vllm(tmp_path / "src", Dims())
+    assert_clean_failure(cli("verify", src, "--target", tmp_path, "--device", "gpu", expect=None), "--device 'gpu'")
+    assert_clean_failure(cli("verify", src, "--target", tmp_path, "--num-prompts", "0", expect=None), "--num-prompts", "see `eaglekit verify --help`")
+    assert_clean_failure(cli("verify", src, expect=None), "Missing option '--target'")
+
+
+def test_forcing_a_dialect_that_the_files_contradict_is_said(tmp_path, cli):
+    from drafters import write_specforge
+
+    src = write_specforge(tmp_path / "src", Dims(fc_norm=True), norm_output=True)
+    text = cli("inspect", src, "--from", "nemo").stdout
+    assert "dialect.override" in text and "read as automodel, as asked, though the files look like sglang" in text
+
+
+def test_upgrade_3_on_an_eagle_3_drafter_has_nothing_to_do(tmp_path, cli):
+    src = write_vllm(tmp_path / "src", Dims())
+    assert_clean_failure(cli("convert", src, tmp_path / "o", "--to", "vllm", "--upgrade", "3", expect=None), "already EAGLE 3, nothing to do")

@@ -41,6 +41,9 @@ class EaglekitGroup(click.Group):
         json_mode = "--json" in (*ctx.__dict__.get("_protected_args", ()), *ctx.args)  # the command line still to run
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # a bad option or argument: the same one-line style as every other error
+            hint = f" (see `eaglekit {exc.ctx.info_name} --help`)" if exc.ctx is not None and exc.ctx.parent is not None else ""
+            fail(exc.format_message() + hint, EXIT_USAGE, json_mode=json_mode, kind="UsageError")
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise
         except EaglekitError as exc:

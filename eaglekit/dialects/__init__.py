@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
+import re
+
 from pathlib import Path
 
-from ..errors import ConfigError, EaglekitError, UsageError
+from ..errors import ConfigError, EaglekitError, NotADrafterError, UsageError
+from ..findings import Finding
 from ..io.reader import Checkpoint
 from . import automodel, eagle, modelopt, sglang, speculators, torchspec, vllm
 from .base import Ambiguity, Detection, Dialect, LoadedDrafter, Reading
@@ -31,7 +35,10 @@ def names(*, writable: bool = False) -> list[str]:
 def get(name: str) -> Dialect:
     key = _ALIASES.get(name.lower(), name.lower())
     if key not in DIALECTS:
-        raise UsageError(f"unknown dialect {name!r} (known: {', '.join(sorted([*DIALECTS, *_ALIASES]))})")
+        known = sorted([*DIALECTS, *_ALIASES])
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise UsageError(f"unknown dialect {name!r} ({hint}known: {', '.join(known)})")
     return DIALECTS[key]
 
 
@@ -83,6 +90,23 @@ def _dialect_ambiguity(ckpt: Checkpoint, detections: list[Detection], chosen: Lo
     return Ambiguity("dialect", tuple(readings), "pass --from DIALECT or --aux-layers to decide")
 
 
+# Tensor names that only a full decoder stack has: a drafter has one layer (sometimes two), never this many.
+_BASE_MODEL_LAYER = re.compile(r"^(?:model\.)?layers\.([3-9]|[1-9]\d+)\.")
+
+
+def _refuse_base_model(ckpt: Checkpoint) -> None:
+    """A plain model (a target, not a drafter) is said to be one instead of being read as a broken drafter."""
+    names = ckpt.tensors
+    if any(n.endswith("fc.weight") or n.startswith("midlayer.") for n in names):
+        return
+    layers = {m.group(1) for n in names if (m := _BASE_MODEL_LAYER.match(n))}
+    if layers:
+        archs = (ckpt.config or {}).get("architectures") or ["a causal LM"]
+        count = (ckpt.config or {}).get("num_hidden_layers", "many")
+        raise NotADrafterError(f"{ckpt.label}: this is a base model ({archs[0]}, {count} layers, no fc fusion layer), not an EAGLE "
+                               "drafter; did you mean to pass it as --target?")
+
+
 def load(source: str | Path, dialect: str = "auto", *, norm_output_semantics: str = "auto", target_num_layers: int | None = None) -> LoadedDrafter:
     """Open a drafter checkpoint and read it into the canonical model (detecting its dialect unless given).
 
@@ -97,6 +121,7 @@ def load(source: str | Path, dialect: str = "auto", *, norm_output_semantics: st
     try:
         if ckpt.config is None:
             raise ConfigError(f"{ckpt.label}: no config.json, so the drafter's dimensions are unknown")
+        _refuse_base_model(ckpt)
         detections = detect(ckpt)
         if dialect == "auto":
             best = detections[0]
@@ -106,8 +131,16 @@ def load(source: str | Path, dialect: str = "auto", *, norm_output_semantics: st
             loaded.ambiguity = _dialect_ambiguity(ckpt, detections, loaded, target_num_layers, norm_output_semantics) or loaded.ambiguity
             return loaded
         chosen = get(dialect)
-        best = next(d for d in detections if d.dialect == chosen.name)
-        return chosen.read(ckpt, best, norm_output_semantics=norm_output_semantics, target_num_layers=target_num_layers, given=True)
+        given = next(d for d in detections if d.dialect == chosen.name)
+        loaded = chosen.read(ckpt, given, norm_output_semantics=norm_output_semantics, target_num_layers=target_num_layers, given=True)
+        detected = detections[0]
+        if detected.dialect != chosen.name and detected.score - given.score > AMBIGUITY_MARGIN:
+            loaded.notes.append(Finding(
+                "dialect.override", "warning",
+                f"read as {chosen.name}, as asked, though the files look like {detected.dialect} (score {detected.score}: "
+                f"{'; '.join(detected.evidence)}) and fit {chosen.name} less (score {given.score})"
+                + (f"; {len(loaded.unknown)} tensors mean nothing in {chosen.name}" if loaded.unknown else ""), "dialect"))
+        return loaded
     except BaseException:
         ckpt.close()
         raise

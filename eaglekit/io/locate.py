@@ -31,7 +31,10 @@ def locate(source: str | Path, what: str = "checkpoint") -> Located:
     path = Path(source).expanduser()
     if path.exists():
         if not path.is_dir():
-            raise CheckpointError(f"{source}: expected a {what} directory, got a file")
+            if path.suffix == ".gguf":
+                raise CheckpointError(f"{source}: a GGUF file is a target model, not a drafter checkpoint (did you mean --target?)")
+            hint = f" (give its directory: {path.parent})" if path.name == "config.json" or path.suffix in (".safetensors", ".bin", ".json") else ""
+            raise CheckpointError(f"{source}: expected a {what} directory, got a file{hint}")
         real = path.resolve()
         return Located(path, _roots_for(real))
     text = str(source)
