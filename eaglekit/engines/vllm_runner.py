@@ -1,0 +1,133 @@
+"""vLLM's side of ``verify --against``: serve the target with the drafter, record every live drafter call, read the
+spec-decode counters. It imports nothing of eaglekit, so it runs in any environment that has vLLM:
+
+- in eaglekit's own (``--against vllm``): ``verify/against_vllm.py`` imports ``run`` from here;
+- in an engine environment (``--against vllm==X``, ``eaglekit engines install``) or any ``--vllm-python``:
+  eaglekit runs ``python vllm_runner.py JOB.json OUT_DIR`` with that environment's Python. The job is JSON; the
+  result is ``OUT_DIR/result.json`` plus one ``calls-N.pt`` per prompt (tensors only, read back weights-only).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+
+def _install_recorder(drafter_module, recorder: dict) -> list:
+    """Hooks that record each drafter forward: token ids, positions, the hidden state it received, the fused aux input
+    (first pass of a draft only) and its post-norm output."""
+    original_combine = drafter_module.combine_hidden_states
+
+    def combine(hidden_states):
+        if recorder["active"]:
+            recorder["pending_aux"] = hidden_states.detach().clone()
+        return original_combine(hidden_states)
+
+    drafter_module.combine_hidden_states = combine
+
+    def pre_hook(module, args, kwargs):
+        recorder["started"] = time.perf_counter()
+
+    def hook(module, args, kwargs, output):
+        if not recorder["active"]:
+            return
+        seconds = time.perf_counter() - recorder["started"]
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        positions = kwargs.get("positions", args[1] if len(args) > 1 else None)
+        hidden = kwargs.get("hidden_states", args[2] if len(args) > 2 else None)
+        y = output[0] if isinstance(output, tuple) else output
+        aux = recorder["pending_aux"]
+        recorder["pending_aux"] = None
+        if aux is not None:
+            recorder["step"] = 1
+            n = aux.shape[0]
+        else:
+            recorder["step"] += 1
+            n = 1  # one request at a time: one row per draft step
+        recorder["calls"].append({
+            "ids": ids[:n].detach().clone(), "positions": positions[:n].detach().clone(), "hidden": hidden[:n].detach().clone(),
+            "aux": aux, "y": y[:n].detach().clone(), "step": recorder["step"], "seconds": seconds,
+        })
+
+    return [
+        drafter_module.register_forward_pre_hook(pre_hook, with_kwargs=True),
+        drafter_module.register_forward_hook(hook, with_kwargs=True),
+    ]
+
+
+SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens")
+
+
+def _counters(metrics, k: int) -> dict:
+    """vLLM's spec-decode counters, summed over its metric series."""
+    values = dict.fromkeys(SPEC_COUNTERS, 0)
+    per_pos = [0] * k
+    for m in metrics:
+        if m.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
+            per_pos = [a + b for a, b in zip(per_pos, list(m.values) + [0] * k)]
+        elif m.name in values:
+            values[m.name] += int(m.value)
+    return {"num_drafts": values[SPEC_COUNTERS[0]], "num_draft_tokens": values[SPEC_COUNTERS[1]],
+            "num_accepted_tokens": values[SPEC_COUNTERS[2]], "accepted_per_pos": per_pos[:k]}
+
+
+def run(job: dict) -> dict:
+    """Serve ``job["target"]`` with the drafter ``job["drafter"]`` on each prompt; per prompt, the generated tokens, the
+    counters' increase and the recorded drafter calls. A refusal to load is returned, not raised."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: its drafter module is reachable
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # vLLM's logger writes to stdout by default
+    import vllm
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    k = job["k"]
+    try:
+        llm = LLM(
+            model=job["target"], dtype=job["dtype"], max_model_len=job["max_model_len"], enforce_eager=True, max_num_seqs=1,
+            skip_tokenizer_init=True, disable_log_stats=False, kv_cache_memory_bytes=256 * 2**20, seed=0,
+            speculative_config={"method": "eagle3", "model": job["drafter"], "num_speculative_tokens": k},
+            **job.get("engine_args", {}),
+        )
+    except Exception as exc:  # vLLM's own refusal is the finding
+        return {"vllm_version": vllm.__version__, "refused": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"}
+    runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+    recorder = {"calls": [], "pending_aux": None, "step": 0, "active": False, "started": 0.0}
+    handles = _install_recorder(runner.drafter.model, recorder)
+    params = SamplingParams(max_tokens=job["max_new_tokens"], temperature=0.0, detokenize=False)
+    prompts = []
+    try:
+        before = _counters(llm.get_metrics(), k)
+        for ids in job["prompts"]:
+            recorder["calls"] = []
+            recorder["active"] = True
+            out = llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)
+            recorder["active"] = False
+            after = _counters(llm.get_metrics(), k)
+            delta = {key: ([a - b for a, b in zip(after[key], before[key])] if isinstance(after[key], list) else after[key] - before[key])
+                     for key in after}
+            before = after
+            prompts.append({"generated": list(out[0].outputs[0].token_ids), "counters": delta, "calls": recorder["calls"]})
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {"vllm_version": vllm.__version__, "prompts": prompts}
+
+
+def main(argv: list[str]) -> int:
+    import torch
+
+    job_file, out_dir = argv
+    with open(job_file) as f:
+        result = run(json.load(f))
+    for i, prompt in enumerate(result.get("prompts", [])):
+        torch.save(prompt.pop("calls"), os.path.join(out_dir, f"calls-{i}.pt"))
+    with open(os.path.join(out_dir, "result.json"), "w") as f:
+        json.dump(result, f)
+    return 0
+
+
+if __name__ == "__main__":
+    # vLLM logs and warm-up chatter go to stderr; stdout is unused
+    sys.exit(main(sys.argv[1:]))
