@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test engines engines-test bench clean
 
 install: $(VENV)/.installed
 
@@ -24,6 +24,15 @@ demo: install
 
 test: install
 	EAGLEKIT_REQUIRE_PARITY=1 $(PY) -m pytest -q
+
+# vLLM releases whose behaviour the parity suite checks in their own environments (eaglekit engines install)
+ENGINE_RELEASES ?= 0.31.0
+
+engines: install
+	for r in $(ENGINE_RELEASES); do $(VENV)/bin/eaglekit engines install vllm==$$r || exit 1; done
+
+engines-test: engines
+	for r in $(ENGINE_RELEASES); do EAGLEKIT_AGAINST=vllm==$$r EAGLEKIT_REQUIRE_PARITY=1 $(PY) -m pytest -q tests/test_vllm_parity.py || exit 1; done
 
 bench: install
 	$(PY) benchmarks/run_all.py

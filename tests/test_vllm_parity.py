@@ -5,6 +5,7 @@ and acceptance counters on a trained tiny pair. Tolerance in fp32: differences w
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -17,10 +18,15 @@ from parity import require
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
+# Which vLLM: the one installed beside eaglekit ("vllm"), or a release's engine environment ("vllm==0.31.0", built by
+# `eaglekit engines install`): `make engines-test` runs this suite once per installed release.
+AGAINST = os.environ.get("EAGLEKIT_AGAINST", "vllm")
+
 
 @pytest.fixture(autouse=True)
 def _vllm():
-    require("vllm", "the vLLM parity suite")
+    if AGAINST == "vllm":
+        require("vllm", "the vLLM parity suite")
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +64,7 @@ def test_reference_matches_vllms_live_drafter(tmp_path, target, prompts, case):
         (drafter / "config.json").write_text(json.dumps(cfg))
     served = tmp_path / "served"
     convert(drafter, served, ConvertOptions(to="vllm"))  # what eaglekit writes for vLLM
-    report = verify(str(served), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against="vllm"))
+    report = verify(str(served), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against=AGAINST))
     against = report["against"]
     logits = {int(k): v for k, v in against["logits"].items()}
     assert set(logits) == {1, 2, 3}, "first pass and both later draft steps were compared"
@@ -80,7 +86,7 @@ def test_simulated_acceptance_equals_vllms_counters_on_a_trained_pair(tmp_path, 
     pair = pairs[eagle]
     out = tmp_path / "vllm"
     convert(pair["drafter"], out, ConvertOptions(to="vllm"))
-    report = verify(str(out), VerifyOptions(target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=30, against="vllm"))
+    report = verify(str(out), VerifyOptions(target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=30, against=AGAINST))
     against = report["against"]
     assert against["vllm"]["num_accepted_tokens"] > 0  # a drafter that accepts: the comparison means something
     assert against["vllm"] == against["simulated"]
@@ -92,7 +98,7 @@ def test_vllm_reads_specforge_ids_one_layer_early_as_eaglekit_predicts(pairs):
     served as-is, the SpecForge layout's acceptance is what eaglekit's vllm==0.32 interpretation predicts."""
     pair = pairs["3"]
     predicted = verify(str(pair["drafter"]), VerifyOptions(target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=30, engine="vllm==0.32"))
-    actual = verify(str(pair["drafter"]), VerifyOptions(target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=30, against="vllm"))
+    actual = verify(str(pair["drafter"]), VerifyOptions(target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=30, against=AGAINST))
     assert predicted["engine"]["aux_layer_ids"] == [1, 3, 4]
     assert actual["against"]["vllm"] == predicted["engine"]["served"]
     assert actual["against"]["vllm"] != actual["against"]["simulated"] or predicted["engine"]["served"] == predicted["trajectory"]
@@ -108,7 +114,7 @@ def test_missing_fc_norm_tensors_load_silently_with_unit_weights(tmp_path, targe
         t.pop(f"fc_norm.{i}.weight")
     save_file(t, str(drafter / "model.safetensors"))
     predicted = verify(str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, engine="vllm==0.32"))
-    actual = verify(str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against="vllm"))
+    actual = verify(str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against=AGAINST))
     assert actual["against"]["vllm"] == predicted["engine"]["served"]
     assert all(v["max_rel_logit_diff"] <= 1e-5 for v in actual["against"]["logits"].values())  # the reference also ran with ones
 
@@ -120,7 +126,7 @@ def test_vllm_54526_four_top_level_ids_fail_to_load_as_predicted(tmp_path, targe
 
     drafter = write_vllm(tmp_path / "drafter", CASES["target hidden != hidden, 4 aux layers, 2 layers"]["dims"], ids=[1, 3, 5, 7], norm_output=True)
     assert "engine.aux_count" in {f.check for f in validate(drafter, engine="vllm==0.32").findings}
-    report = verify(str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=8, against="vllm"))
+    report = verify(str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=8, against=AGAINST))
     check = next(c for c in report["checks"] if c["name"] == "vllm_load")
     assert not check["passed"] and "size" in check["detail"]
 
@@ -134,7 +140,7 @@ def test_against_vllm_json_is_json(tmp_path, target, prompts):
     served = tmp_path / "served"
     convert(drafter, served, ConvertOptions(to="vllm"))
     run = subprocess.run([sys.executable, "-m", "eaglekit", "verify", str(served), "--target", str(target), "--prompts", str(prompts),
-                          "--max-new-tokens", "8", "--against", "vllm", "--json"], capture_output=True, text=True, timeout=600)
+                          "--max-new-tokens", "8", "--against", AGAINST, "--json"], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     report = json.loads(run.stdout)  # nothing but the report
     assert report["against"]["vllm"] == report["against"]["simulated"]

@@ -129,5 +129,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    # vLLM logs and warm-up chatter go to stderr; stdout is unused
+    # Run as a file, this module's folder (eaglekit/engines, which has a vllm.py) would shadow the vllm package
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
     sys.exit(main(sys.argv[1:]))

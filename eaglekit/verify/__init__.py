@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .. import dialects
+from ..engines import envs
 from ..errors import UsageError, ValidationFailed
 from ..findings import Finding, errors
 from ..validate.checks import CheckInput, run_checks
@@ -43,6 +44,8 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
     """Run the verification and return the report (a dict following schemas/verify.schema.json)."""
     if options.hidden_states and options.against:
         raise UsageError("--against vllm runs the target itself; it cannot use --hidden-states")
+    if options.against not in (None, "vllm") and not options.vllm_python:
+        envs.python_for(options.against)  # before any work: is that release's environment there?
     verifier = Verifier(options, progress)
     L = verifier.target_config.num_layers
     loaded = dialects.load(path, options.source_dialect, norm_output_semantics=options.norm_output_semantics, target_num_layers=L)

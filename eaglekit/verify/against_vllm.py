@@ -179,7 +179,14 @@ def _run_elsewhere(python: Path, job: dict) -> dict:
         job_file = Path(tmp) / "job.json"
         job_file.write_text(json.dumps(job))
         env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_STREAM": "ext://sys.stderr"}
-        done = subprocess.run([*envs.runner_command(python), str(job_file), tmp], stdout=sys.stderr, env=env)
+        try:  # vLLM's output goes to our stderr; where that is no file (in-process callers), it is passed on
+            stream = sys.stderr.fileno()
+        except (AttributeError, OSError, ValueError):
+            stream = subprocess.PIPE
+        done = subprocess.run([*envs.runner_command(python), str(job_file), tmp], stdout=stream,
+                              stderr=subprocess.STDOUT if stream == subprocess.PIPE else None, env=env, text=True)
+        if stream == subprocess.PIPE:
+            sys.stderr.write(done.stdout or "")
         result_file = Path(tmp) / "result.json"
         if done.returncode != 0 or not result_file.exists():
             raise UnsupportedError(f"the vLLM runner in {python} failed (exit {done.returncode}); its output is above")

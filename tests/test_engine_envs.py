@@ -1,0 +1,61 @@
+"""Engine environments: `eaglekit engines` and `verify --against vllm==X / --vllm-python`, the runner in another process."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+import tiny_pair
+from parity import require
+
+
+@pytest.fixture
+def engines_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("EAGLEKIT_ENGINES_DIR", str(tmp_path / "engines"))
+    return tmp_path / "engines"
+
+
+def test_list_install_refusal_and_remove(cli, engines_dir):
+    assert "no engine environments" in cli("engines", "list").stdout
+    assert "0.25/0.26 pin a torch" in cli("engines", "install", "vllm==0.26.0", expect=2).stderr
+    assert "vllm==VERSION" in cli("engines", "install", "sglang==0.5.0", expect=2).stderr
+    fake = engines_dir / "vllm-0.30.0" / "bin"
+    fake.mkdir(parents=True)
+    os.symlink(sys.executable, fake / "python")
+    listed = json.loads(cli("engines", "list", "--json").stdout)
+    assert [e["engine"] for e in listed["engines"]] == ["vllm==0.30.0"]
+    assert json.loads(cli("engines", "remove", "vllm==0.30.0", "--json").stdout)["removed"] is True
+    assert not (engines_dir / "vllm-0.30.0").exists()
+
+
+def test_against_a_release_that_is_not_installed_says_how(cli, engines_dir, tmp_path):
+    from drafters import Dims, write_vllm
+
+    result = cli("verify", write_vllm(tmp_path / "d", Dims()), "--target", tmp_path / "no-target-needed", "--against", "vllm==0.30.0", expect=2)
+    assert "run `eaglekit engines install vllm==0.30.0` first" in result.stderr
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_the_runner_in_another_process_measures_what_the_in_process_one_does(cli, tmp_path):
+    """--vllm-python runs engines/vllm_runner.py as a file in that Python (here: this environment's): counters equal the
+    simulation and the replayed drafter calls agree, exactly as in-process."""
+    require("vllm", "the vLLM runner test")
+    from drafters import Dims, write_tiny_target, write_vllm
+    from eaglekit.convert import ConvertOptions, convert
+
+    target = write_tiny_target(tmp_path / "target", layers=8, hidden=64, vocab=96, heads=2, attention_scale=0.3)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps({"id": f"p{i}", "input_ids": p}) for i, p in enumerate(tiny_pair.prompts(2, 96, 3))) + "\n")
+    drafter = write_vllm(tmp_path / "drafter", Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96, embed=False, lm_head=True),
+                         ids=[2, 4, 5])
+    served = tmp_path / "served"
+    convert(drafter, served, ConvertOptions(to="vllm"))
+    report = json.loads(cli("verify", served, "--target", target, "--prompts", prompts, "--max-new-tokens", 8, "--against", "vllm",
+                            "--vllm-python", sys.executable, "--json").stdout)
+    against = report["against"]
+    assert against["vllm"] == against["simulated"] and against["output_mismatches"] == 0
+    assert [c["passed"] for c in report["checks"]] == [True, True]
