@@ -706,6 +706,11 @@ def serve(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *, token: str = TOKEN
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_IMPLICIT_TOKEN", False)
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(home / "token"))
     monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(home / "stored_tokens"))
+    # Downloads go to a cache inside tmp_path, never the developer's (the client froze these paths at import too).
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setattr(constants, "HUGGINGFACE_HUB_CACHE", str(home / "hub"), raising=False)
+    monkeypatch.setattr(constants, "HF_XET_CACHE", str(home / "xet"), raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(home / "hub"))
     monkeypatch.setenv("HF_HOME", str(home))
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.setenv("HF_TOKEN", token)
