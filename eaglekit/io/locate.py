@@ -11,6 +11,7 @@ is refused (a Hub cache snapshot links into the repo's own ``blobs/`` folder, wh
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
@@ -115,8 +116,11 @@ def split_revision(text: str, revision: str | None) -> tuple[str, str | None]:
 
 
 def _offline() -> bool:
+    """HF_HUB_OFFLINE as set now (huggingface_hub froze it at import) or as the client holds it."""
     from huggingface_hub import constants
 
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+        return True
     is_offline = getattr(constants, "is_offline_mode", None)
     return bool(is_offline() if callable(is_offline) else constants.HF_HUB_OFFLINE)
 
