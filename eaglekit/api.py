@@ -82,14 +82,22 @@ class Publication:
     data: dict[str, Any] = field(repr=False)
 
 
-def inspect(path: str | Path, *, source_dialect: str = "auto", norm_output_semantics: str = "auto") -> Inspection:
+def inspect(path: str | Path, *, source_dialect: str = "auto", norm_output_semantics: str = "auto", revision: str | None = None,
+            download: bool = False) -> Inspection:
     """Read a drafter's headers and config (never its tensor data) and describe it. ``norm_output_semantics``:
-    how to read a SpecForge-style ``norm_output`` ("eagle31", "specforge"; "auto": as the checkpoint says)."""
+    how to read a SpecForge-style ``norm_output`` ("eagle31", "specforge"; "auto": as the checkpoint says).
+
+    ``path`` may be a Hub id (``org/name`` or ``org/name@revision``, or ``revision=``): its config, index and
+    safetensors headers are read by HTTP range requests (``download``: the files are downloaded into the Hub cache
+    instead). ``data["origin"]`` says which was used, with the commit and the bytes read."""
     from . import dialects
     from .describe import describe
+    from .io.locate import open_source
 
-    with dialects.load(path, source_dialect, norm_output_semantics=norm_output_semantics) as loaded:
-        data = document(path, True, describe(loaded))
+    with open_source(path, revision=revision, mode="download" if download else "headers") as located:
+        with dialects.load(located, source_dialect, norm_output_semantics=norm_output_semantics) as loaded:
+            data = document(located, True, describe(loaded))
+        data["origin"] = located.origin
     return Inspection(str(path), data["dialect"]["dialect"], data["eagle_version"], data["attention"], data["aux_layers"]["input_ids"],
                       dict(data["flags"]), data)
 
@@ -110,6 +118,7 @@ def convert(
     dry_run: bool = False,
     on_plan: Callable[["ConversionPlan"], None] | None = None,
     progress: Callable[[int], None] | None = None,
+    revision: str | None = None,
 ) -> Conversion:
     """Convert ``source`` into ``out`` in dialect ``to`` (``dry_run``: plan only, write nothing).
 
@@ -131,13 +140,16 @@ def convert(
         max_shard_bytes=max_shard_bytes or DEFAULT_MAX_SHARD_BYTES,
         force=force,
     )
-    plan = plan_conversion(source, None if dry_run else out, options)
-    try:
-        if on_plan is not None:
-            on_plan(plan)
-        files = None if dry_run else execute(plan, out, progress=progress)
-    finally:
-        plan.loaded.close()
+    from .io.locate import open_source
+
+    with open_source(source, revision=revision, mode="download") as located:  # a Hub id: downloaded into the cache
+        plan = plan_conversion(located, None if dry_run else out, options)
+        try:
+            if on_plan is not None:
+                on_plan(plan)
+            files = None if dry_run else execute(plan, out, progress=progress)
+        finally:
+            plan.loaded.close()
     from .serving import serve_command
 
     data = plan.to_dict()
@@ -148,6 +160,7 @@ def convert(
     target_name = target or plan.drafter.verifier or "<target model>"
     data["serve"] = serve_command(plan.dialect.hub_tags, target_name, str(Path(out).resolve()))
     data = document(source, True, data)
+    data["origin"] = located.origin
     return Conversion(str(source), str(out), data["source_dialect"], data["to"], list(data["files"]), files is not None, plan, data)
 
 
@@ -159,19 +172,72 @@ def validate(
     scan: bool = False,
     source_dialect: str = "auto",
     norm_output_semantics: str = "auto",
+    revision: str | None = None,
+    download: bool = False,
 ) -> "ValidationReport":
-    """Check a drafter: schemas, invariants, its target (``target``), and what an engine release will do (``engine``)."""
+    """Check a drafter: schemas, invariants, its target (``target``), and what an engine release will do (``engine``).
+
+    A Hub id is read by headers only, as ``inspect`` does: checks that need tensor values (d2t contents, ``scan``)
+    are reported as skipped unless ``download``. ``report.origin`` says where it was read from."""
+    from .io.locate import open_source
     from .validate import validate as run
 
-    return run(path, target=target, engine=engine, scan=scan, source_dialect=source_dialect, norm_output_semantics=norm_output_semantics)
+    with open_source(path, revision=revision, mode="download" if download else "headers") as located:
+        report = run(located, target=target, engine=engine, scan=scan, source_dialect=source_dialect,
+                     norm_output_semantics=norm_output_semantics)
+    report.origin = located.origin
+    return report
+
+
+@dataclass(frozen=True)
+class SurveyRow:
+    """One drafter of a survey: its report, or why it could not be validated (``error``, ``exit_code``)."""
+
+    path: str
+    report: "ValidationReport | None"
+    error: str | None = None
+    error_type: str | None = None
+    exit_code: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.report is not None and self.report.ok
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.report is not None:
+            return self.report.to_dict()
+        return {"schema_version": SCHEMA_VERSION, "ok": False, "path": self.path,
+                "error": {"message": self.error, "type": self.error_type, "exit_code": self.exit_code}}
+
+
+def survey(paths: "list[str | Path]", *, max_workers: int = 8, **options: Any) -> list[SurveyRow]:
+    """``validate`` each drafter (Hub ids read by headers only), ``max_workers`` at a time; one that cannot be read
+    becomes a row with its one-line error and does not stop the rest. Rows come back in the order given."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .errors import EaglekitError
+
+    def one(path: str | Path) -> SurveyRow:
+        try:
+            return SurveyRow(str(path), validate(path, **options))
+        except EaglekitError as exc:
+            return SurveyRow(str(path), None, str(exc), type(exc).__name__, exc.exit_code)
+
+    if not paths:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(paths))), thread_name_prefix="eaglekit-survey") as pool:
+        return list(pool.map(one, paths))
 
 
 def verify(path: str | Path, *, target: str, progress: Callable[[str, int], object] | None = None, **options: Any) -> Verification:
     """Run the drafter on its target's hidden states and measure acceptance; ``options`` are ``VerifyOptions`` fields
     (``num_prompts``, ``max_new_tokens``, ``k``, ``engine``, ``reference``, ``against``, ...)."""
+    from .io.locate import open_source
     from .verify import VerifyOptions, verify as run
 
-    report = document(path, False, run(str(path), VerifyOptions(target=target, **options), progress))
+    with open_source(path, revision=options.pop("revision", None), mode="download") as located:
+        report = document(path, False, run(located, VerifyOptions(target=target, **options), progress))
+    report["origin"] = located.origin
     report["ok"] = report["passed"]  # `passed` stays for readers of schema version 0
     return Verification(str(path), report["acceptance_length"], report["passed"], report["checks"], report)
 
@@ -179,10 +245,15 @@ def verify(path: str | Path, *, target: str, progress: Callable[[str, int], obje
 def push(path: str | Path, repo_id: str, **options: Any) -> Publication:
     """Validate ``path`` and publish it to ``repo_id`` as one commit; ``options`` are ``PushOptions`` fields
     (``dry_run``, ``private``, ``revision``, ``create_pr``, ``token``, ``endpoint``, ``base_model``, ...)."""
+    from .io.locate import open_source
     from .push import PushOptions, push as run
 
-    result = document(path, True, run(str(path), PushOptions(repo_id=repo_id, **options)))
+    # --revision names the branch pushed to; the source's revision rides in its id (org/name@rev)
+    with open_source(path, mode="download") as located:
+        result = document(path, True, run(located, PushOptions(repo_id=repo_id, **options)))
+    result["origin"] = located.origin
     return Publication(repo_id, [f["path"] for f in result["files"]], result["dry_run"], result.get("commit"), result)
 
 
-__all__ = ["SCHEMA_VERSION", "Conversion", "document", "Inspection", "Publication", "Verification", "convert", "inspect", "push", "validate", "verify"]
+__all__ = ["SCHEMA_VERSION", "Conversion", "document", "Inspection", "Publication", "SurveyRow", "Verification", "convert", "inspect", "push",
+           "survey", "validate", "verify"]

@@ -231,7 +231,7 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
     if d.low_rank_lm_head:
         d = d.with_(tensors=(d.tensors - {"lm_head.down.weight", "lm_head.up.weight"}) | {"lm_head.weight"})
         notes.append(Finding("lm_head.materialised", "info", "factorised lm_head.down/up materialised into a dense lm_head.weight (up @ down)"))
-    d = d.with_(provenance=replace(d.provenance, eaglekit_version=__version__))
+    d = d.with_(provenance=replace(d.provenance, eaglekit_version=__version__).from_hub(loaded.checkpoint.located.origin))
     if options.dtype is not None:
         d = d.with_(dtype=dtypes.name(options.dtype))
     writer.check_flags_holdable(d)

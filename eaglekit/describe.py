@@ -96,6 +96,8 @@ def describe(loaded: LoadedDrafter) -> dict:
             "framework": d.provenance.framework,
             "eaglekit_version": d.provenance.eaglekit_version,
             "converted_from": d.provenance.converted_from,
+            "source_repo": d.provenance.source_repo,
+            "source_commit": d.provenance.source_commit,
             "notes": list(d.provenance.notes),
         },
         "ambiguous": loaded.ambiguity is not None,

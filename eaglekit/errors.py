@@ -70,6 +70,12 @@ class HubError(EaglekitError):
     """A Hugging Face Hub request failed; the message never contains the token."""
 
 
+class HubReadError(HubError):
+    """Reading a drafter from the Hub could not be done (unreachable, refused, missing, rate limited): exit 2."""
+
+    exit_code = 2
+
+
 class MissingDependencyError(EaglekitError):
     """An optional dependency (vLLM, gguf, ...) is needed but not installed (exit 2)."""
 

@@ -27,12 +27,16 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from . import __version__
-from .errors import HubError, UsageError
+from .errors import HubError, HubReadError, UsageError
 
 __all__ = [
     "DEFAULT_BRANCH",
     "DEFAULT_ENDPOINT",
     "PublishResult",
+    "RemoteRepo",
+    "download",
+    "open_remote",
+    "read_bytes",
     "UploadFile",
     "is_weight_file",
     "publish",
@@ -206,6 +210,7 @@ class _Context:
     token: str | None
     revision: str = DEFAULT_BRANCH
     stage: str = "starting"
+    reading: bool = False  # a read (inspect, validate, download): failures are "could not run" (exit 2)
 
     def scrub(self, text: object) -> str:
         text = " ".join(str(text).split())
@@ -214,7 +219,7 @@ class _Context:
         return _TOKENISH.sub("***", text)
 
     def error(self, message: str) -> HubError:
-        return HubError(self.scrub(message))
+        return (HubReadError if self.reading else HubError)(self.scrub(message))
 
 
 def _status(exc: BaseException) -> int | None:
@@ -240,6 +245,10 @@ def _describe_http(exc: BaseException, ctx: _Context) -> str:
     rid = f" (request id {request_id})" if request_id else ""
     where = f"while {ctx.stage}"
     repo = ctx.repo_id
+    if ctx.reading:
+        described = _describe_read(exc, ctx, status, code, where, rid)
+        if described is not None:
+            return described
     if isinstance(exc, hub_errors.GatedRepoError) or code == "GatedRepo":
         return f"{repo}: access is gated ({status} GatedRepo) {where}: request access on the Hub, or use a token that has it"
     if isinstance(exc, hub_errors.RevisionNotFoundError) or code == "RevisionNotFound":
@@ -272,6 +281,30 @@ def _describe_http(exc: BaseException, ctx: _Context) -> str:
     return f"{repo}: Hub request failed ({status}) {where}{detail}{rid}"
 
 
+def _describe_read(exc: BaseException, ctx: _Context, status: int | None, code: str | None, where: str, rid: str) -> str | None:
+    from huggingface_hub import errors as hub_errors
+
+    repo = ctx.repo_id
+    hint = "set HF_TOKEN (or run `hf auth login`) to a token that can read it"
+    if isinstance(exc, hub_errors.GatedRepoError) or code == "GatedRepo":
+        return f"{repo}: access is gated ({status} GatedRepo) {where}: request access on its Hub page, then {hint}"
+    if status == 401:
+        return f"{repo}: private or missing, and the Hub wants a token (401) {where}: if it is private, {hint}"
+    if isinstance(exc, hub_errors.RevisionNotFoundError) or code == "RevisionNotFound":
+        return f"{repo}: revision {ctx.revision!r} not found ({status} RevisionNotFound) {where}"
+    if isinstance(exc, hub_errors.EntryNotFoundError) or code == "EntryNotFound":
+        return f"{repo}: file not found at revision {ctx.revision!r} ({status} EntryNotFound) {where}"
+    if isinstance(exc, hub_errors.RepositoryNotFoundError) or code == "RepoNotFound":
+        return f"{repo}: repository not found, or private and not visible to this token ({status} RepoNotFound) {where}; if it is private, {hint}"
+    if status == 403:
+        return f"{repo}: forbidden (403) {where}: this token may not read it; {hint}"
+    if status == 429:
+        return f"{repo}: rate limited by the Hub (429) {where}, still after {_READ_RETRIES} retries with backoff: retry later{rid}"
+    if status is not None and status >= 500:
+        return f"{_display(ctx.endpoint)}: Hub server error ({status}) {where}, still after {_READ_RETRIES} retries: retry later{rid}"
+    return None
+
+
 def _translate(exc: BaseException, ctx: _Context) -> BaseException | None:
     """The eaglekit error for a failure raised by huggingface_hub or its transport, None when it is not one."""
     from huggingface_hub import errors as hub_errors
@@ -281,7 +314,16 @@ def _translate(exc: BaseException, ctx: _Context) -> BaseException | None:
     if isinstance(exc, (HubError, UsageError)):
         return exc
     if isinstance(exc, hub_errors.OfflineModeIsEnabled):
+        if ctx.reading:
+            return ctx.error(f"{ctx.repo_id}: offline mode is on (HF_HUB_OFFLINE=1) and it is not in the local cache")
         return ctx.error("offline mode is on (HF_HUB_OFFLINE=1): publishing needs the Hub; unset HF_HUB_OFFLINE")
+    if isinstance(exc, hub_errors.LocalEntryNotFoundError) and ctx.reading:
+        # snapshot_download falls back to the cache when the Hub cannot be asked; the cause says why it could not
+        cause = exc.__cause__ or exc.__context__
+        translated = _translate(cause, ctx) if cause is not None and cause is not exc else None
+        if translated is not None:
+            return translated
+        return ctx.error(f"{ctx.repo_id}: cannot reach the Hub and it is not in the local cache ({' '.join(str(exc).split())[:200]})")
     if isinstance(exc, hub_errors.LocalTokenNotFoundError):
         return ctx.error("no Hub token: pass --token, set HF_TOKEN, or run `hf auth login`")
     if isinstance(exc, hub_errors.HfHubHTTPError):
@@ -510,3 +552,159 @@ def publish(
         deleted=[] if unchanged else deleted,
         unchanged=unchanged,
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading: what inspect and validate fetch (configs and safetensors headers, by byte range) and what convert,
+# verify and push download (through the huggingface_hub cache)
+# ---------------------------------------------------------------------------------------------------------------
+
+_READ_RETRIES = 5  # huggingface_hub's http_backoff default
+_RETRY_STATUSES = (429, 500, 502, 503, 504)
+_READ_LIMIT = 64 * 2**20  # a whole-file read (config, index) larger than this is refused (= io.jsonfile.MAX_JSON_BYTES)
+
+
+@dataclass
+class RemoteRepo:
+    """One revision of a Hub model repo, pinned to its commit: every read after ``open_remote`` asks for that
+    commit, so a branch that moves meanwhile cannot mix two revisions. ``bytes_read``: file bytes fetched so far."""
+
+    repo_id: str
+    revision: str
+    commit: str
+    files: dict[str, int | None]  # path -> size in bytes (None when the Hub did not say)
+    endpoint: str
+    token: str | None
+    private: bool = False
+    bytes_read: int = 0
+    requests: int = 0
+
+    def context(self, stage: str) -> _Context:
+        return _Context(self.repo_id, self.endpoint, self.token, self.revision, stage, reading=True)
+
+
+def _read_headers(token: str | None) -> dict[str, str]:
+    from huggingface_hub.utils import build_hf_headers
+
+    return build_hf_headers(token=token or False, library_name="eaglekit", library_version=__version__)
+
+
+def _read_setup(repo_id: str, revision: str | None, endpoint: str | None, token: str | None) -> tuple[str, str | None, str]:
+    check_repo_id(repo_id)
+    endpoint = resolve_endpoint(endpoint)
+    if _offline():
+        raise HubReadError(f"{repo_id}: offline mode is on (HF_HUB_OFFLINE=1) and it is not in the local cache")
+    return endpoint, resolve_token(token), revision or DEFAULT_BRANCH
+
+
+def open_remote(repo_id: str, revision: str | None = None, *, endpoint: str | None = None, token: str | None = None) -> RemoteRepo:
+    """The repo's file list with sizes and the commit ``revision`` (branch, tag or commit; default main) points at:
+    one model-info request, retried with backoff on 429 and 5xx."""
+    from urllib.parse import quote
+
+    from huggingface_hub.utils import hf_raise_for_status, http_backoff
+
+    endpoint, token, revision = _read_setup(repo_id, revision, endpoint, token)
+    ctx = _Context(repo_id, endpoint, token, revision, "reading the repository's file list", reading=True)
+    with _hub_errors(ctx):
+        response = http_backoff(
+            "GET",
+            f"{endpoint}/api/models/{repo_id}/revision/{quote(revision, safe='')}",
+            headers=_read_headers(token),
+            params={"blobs": "true"},
+            retry_on_status_codes=_RETRY_STATUSES,
+        )
+        hf_raise_for_status(response)
+        info = response.json()
+    commit = info.get("sha") if isinstance(info, dict) else None
+    if not isinstance(commit, str) or not _COMMIT_OID.fullmatch(commit):
+        raise ctx.error(f"{repo_id}: the Hub's answer names no commit for revision {revision!r}")
+    files: dict[str, int | None] = {}
+    for sibling in info.get("siblings") or []:
+        if isinstance(sibling, dict) and isinstance(sibling.get("rfilename"), str):
+            lfs = sibling.get("lfs") if isinstance(sibling.get("lfs"), dict) else {}
+            size = lfs.get("size", sibling.get("size"))
+            files[sibling["rfilename"]] = size if isinstance(size, int) and size >= 0 else None
+    return RemoteRepo(repo_id, revision, commit, files, endpoint, token, bool(info.get("private")))
+
+
+def read_bytes(remote: RemoteRepo, path: str, start: int = 0, length: int | None = None) -> bytes:
+    """Bytes ``[start, start + length)`` of ``path`` at the pinned commit, by one ranged GET (``length`` None: the
+    whole file, at most 64 MB). A server that ignores the range, or answers fewer bytes than asked, is refused:
+    nothing past the asked-for bytes is ever read."""
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import hf_raise_for_status, http_stream_backoff
+
+    url = hf_hub_url(remote.repo_id, path, revision=remote.commit, endpoint=remote.endpoint)
+    headers = _read_headers(remote.token)
+    headers["Accept-Encoding"] = "identity"
+    limit = _READ_LIMIT if length is None else length
+    if length is not None:
+        if length <= 0:
+            return b""
+        headers["Range"] = f"bytes={start}-{start + length - 1}"
+    ctx = remote.context(f"reading {path}")
+    where = f"{remote.repo_id}/{path}"
+    with _hub_errors(ctx):
+        with http_stream_backoff("GET", url, headers=headers, retry_on_status_codes=_RETRY_STATUSES, follow_redirects=True) as response:
+            if response.status_code >= 400:
+                response.read()
+            hf_raise_for_status(response)
+            if length is not None and response.status_code != 206:
+                raise HubReadError(
+                    f"{where}: the server ignored the byte range ({response.status_code} instead of 206); "
+                    "eaglekit does not download a whole shard to read its header"
+                )
+            chunks, got = [], 0
+            for chunk in response.iter_bytes():
+                chunks.append(chunk)
+                got += len(chunk)
+                if got > limit:
+                    break
+    data = b"".join(chunks)
+    remote.bytes_read += min(len(data), limit)
+    remote.requests += 1
+    if length is None and len(data) > limit:
+        raise HubReadError(f"{where}: larger than {limit} bytes, too large for a config or index file")
+    if length is not None and len(data) != length:
+        raise HubReadError(
+            f"{where}: the server answered {len(data)} of the {length} bytes asked for (bytes {start}-{start + length - 1}): "
+            "a short ranged answer; retry later"
+        )
+    return data
+
+
+def download(
+    repo_id: str,
+    revision: str | None = None,
+    *,
+    allow_patterns: Sequence[str] | None = None,
+    endpoint: str | None = None,
+    token: str | None = None,
+    progress: bool | None = None,
+) -> tuple[Path, str]:
+    """``snapshot_download`` into the huggingface_hub cache (resumable; HF_TOKEN, HF_HUB_OFFLINE, HF_ENDPOINT
+    honoured): the snapshot directory and its commit. Offline, a cached snapshot is used as is."""
+    from huggingface_hub import snapshot_download
+
+    check_repo_id(repo_id)
+    endpoint = resolve_endpoint(endpoint)
+    offline = _offline()
+    token = None if offline else resolve_token(token)
+    revision = revision or DEFAULT_BRANCH
+    ctx = _Context(repo_id, endpoint, token, revision, "downloading", reading=True)
+    show_bars = sys.stderr.isatty() if progress is None else progress
+    with _progress_bars(show_bars), _hub_errors(ctx):
+        directory = Path(
+            snapshot_download(
+                repo_id,
+                revision=revision,
+                allow_patterns=list(allow_patterns) if allow_patterns else None,
+                endpoint=endpoint,
+                token=token or False,
+                local_files_only=offline,
+                library_name="eaglekit",
+                library_version=__version__,
+            )
+        )
+    return directory, directory.name

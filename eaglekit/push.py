@@ -33,8 +33,9 @@ class PushOptions:
     allow_untrained: bool = False  # publish a drafter eaglekit upgraded to 3.1 and nobody trained since
 
 
-def collect_files(directory: Path) -> list[Path]:
-    """Regular files under ``directory``, hidden ones and caches left out, each resolving inside it."""
+def collect_files(directory: Path, roots: tuple[Path, ...] = ()) -> list[Path]:
+    """Regular files under ``directory``, hidden ones and caches left out, each resolving inside it (or inside
+    ``roots``: a Hub cache snapshot links into its repo's ``blobs/``)."""
     root = directory.resolve()
     files = []
     for path in sorted(directory.rglob("*")):
@@ -44,7 +45,7 @@ def collect_files(directory: Path) -> list[Path]:
         if path.is_dir():
             continue
         real = path.resolve()
-        if root not in real.parents:
+        if root not in real.parents and not any(r in real.parents for r in roots):
             raise UsageError(f"{path}: a symlink pointing outside {directory}; refusing to upload it")
         if real.is_file():
             files.append(path)
@@ -92,6 +93,7 @@ def prepare(path: str, options: PushOptions):
                 findings,
             )
     with dialects.load(path) as loaded:
+        loaded.drafter = loaded.drafter.with_(provenance=loaded.drafter.provenance.from_hub(loaded.checkpoint.located.origin))
         if loaded.drafter.provenance.untrained_upgrade and not options.allow_untrained:
             raise ValidationFailed(
                 "refusing to publish: eaglekit upgraded this drafter to EAGLE 3.1 with fc_norm weights of ones and it has not "
@@ -103,7 +105,7 @@ def prepare(path: str, options: PushOptions):
         if hub_id(loaded.drafter.verifier) is None:
             findings = [*findings, Finding("card.base_model", "warning", "the drafter names its target by a local path or not at all, so "
                                            "the card names no base model and its serve line says <target model>: pass --base-model ORG/NAME")]
-    files = [_upload(p, p.relative_to(directory).as_posix(), options.base_model) for p in collect_files(directory)]
+    files = [_upload(p, p.relative_to(directory).as_posix(), options.base_model) for p in collect_files(directory, getattr(path, "roots", ()))]
     kept = any(f.path_in_repo == "README.md" for f in files) and not options.overwrite_card
     if not kept:
         files = [f for f in files if f.path_in_repo != "README.md"]

@@ -17,6 +17,15 @@ Use from a test module (no conftest needed)::
 
 or, for a differently named fixture, ``with serve(monkeypatch, tmp_path) as hub: yield hub``.
 
+Downloads behave like the real Hub's: ``HEAD``/``GET`` on ``/{repo}/resolve/{rev}/{path}`` with ``Range`` (206 +
+``Content-Range``, 416 past the end), ``X-Repo-Commit``, ``ETag`` (``X-Linked-Etag``/``X-Linked-Size`` for LFS
+files, answered directly rather than by a CDN redirect), ``X-Error-Code`` on 404s (RepoNotFound,
+RevisionNotFound, EntryNotFound), and model info whose ``siblings`` carry sizes and LFS data with ``?blobs=true``.
+Reads need no token for public repos; a private repo is 401 without a token, and one ``seed``ed private is someone else's:
+404 RepoNotFound to the test's token too (as the real Hub hides it); ``gated`` repos answer 403 GatedRepo. File contents may be
+``bytes`` or a ``Path`` served from disk (``state.seed`` a sparse 1 GB shard cheaply); ``state.served`` counts the
+body bytes sent per ``(repo_id, path)``; ``state.short_ranges`` makes ranged answers short.
+
 State: ``state.repos[repo_id]`` -> ``Repo`` (refs: branch name or ``refs/pr/N`` -> commit oid; commits: oid ->
 ``Commit`` with parent, files {path: bytes}, lfs paths, message); ``state.blobs`` (LFS objects by sha256);
 ``state.log`` (every request, in order). Test controls: ``state.fail(...)`` injects an error response,
@@ -38,6 +47,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from collections import Counter
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -54,7 +64,7 @@ _OID_COUNTER = itertools.count(1)
 class Commit:
     oid: str
     parent: str | None
-    files: dict[str, bytes]  # path -> content (LFS files by their uploaded bytes)
+    files: dict[str, bytes | Path]  # path -> content (LFS files by their uploaded bytes), or a file served from disk
     lfs: frozenset[str]  # which of ``files`` are stored as LFS objects
     message: str
     description: str = ""
@@ -68,6 +78,8 @@ class Repo:
     tags: dict[str, str] = field(default_factory=dict)
     commits: dict[str, Commit] = field(default_factory=dict)
     prs: int = 0
+    gated: bool = False  # reads answer 403 GatedRepo
+    hidden: bool = False  # private and not visible to the test's token (someone else's): 404 RepoNotFound
 
 
 @dataclass
@@ -100,6 +112,8 @@ class HubState:
         self.faults: list[Fault] = []
         self.hooks: list[tuple[str, re.Pattern[str], Callable[[], None]]] = []
         self.lock = threading.RLock()  # hooks run under it and may call back into the state
+        self.served: Counter[tuple[str, str]] = Counter()  # (repo_id, path) -> body bytes sent by resolve
+        self.short_ranges: dict[tuple[str, str], int] = {}  # (repo_id, path) -> at most this many bytes per range
 
     # -- controls for tests -------------------------------------------------------------------------------------
 
@@ -141,6 +155,23 @@ class HubState:
         with self.lock:
             repo = self.repos[repo_id]
             repo.tags[tag] = repo.refs[ref]
+
+    def seed(self, repo_id: str, files: dict[str, bytes | Path], *, private: bool = False, gated: bool = False,
+             ref: str = "main") -> str:
+        """A repo holding ``files`` (bytes, or paths served from disk) in one commit on ``ref``; returns its oid.
+        LFS status follows ``LFS_SUFFIXES``, as for pushed files."""
+        with self.lock:
+            repo = self.repos.get(repo_id) or self.create_repo(repo_id, private)
+            repo.private, repo.gated, repo.hidden = private, gated, private
+            parent = repo.refs.get(ref)
+            content = dict(repo.commits[parent].files) if parent else {}
+            content.update(files)
+            lfs = frozenset(p for p in content if p.endswith(LFS_SUFFIXES))
+            return self._commit(repo, ref, parent, content, lfs, "seed")
+
+    def bytes_served(self, repo_id: str, path: str | None = None) -> int:
+        with self.lock:
+            return sum(n for (r, p), n in self.served.items() if r == repo_id and (path is None or p == path))
 
     # -- queries for tests --------------------------------------------------------------------------------------
 
@@ -197,8 +228,47 @@ class HubState:
         return oid
 
 
-def git_blob_sha1(content: bytes) -> str:
+def git_blob_sha1(content: bytes | Path) -> str:
+    if isinstance(content, Path):
+        content = content.read_bytes()
     return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
+
+
+_SHA256_CACHE: dict[tuple[str, int, int], str] = {}
+
+
+def size_of(content: bytes | Path) -> int:
+    return content.stat().st_size if isinstance(content, Path) else len(content)
+
+
+def sha256_of(content: bytes | Path) -> str:
+    if not isinstance(content, Path):
+        return hashlib.sha256(content).hexdigest()
+    stat = content.stat()
+    key = (str(content), stat.st_size, stat.st_mtime_ns)
+    if key not in _SHA256_CACHE:
+        digest = hashlib.sha256()
+        with open(content, "rb") as f:
+            while block := f.read(8 * 2**20):
+                digest.update(block)
+        _SHA256_CACHE[key] = digest.hexdigest()
+    return _SHA256_CACHE[key]
+
+
+def read_range(content: bytes | Path, start: int, end: int) -> Iterator[bytes]:
+    """Bytes [start, end) of a file's content, in pieces (a disk file is never read whole)."""
+    if not isinstance(content, Path):
+        yield content[start:end]
+        return
+    with open(content, "rb") as f:
+        f.seek(start)
+        while start < end and (block := f.read(min(2**20, end - start))):
+            start += len(block)
+            yield block
+
+
+def lfs_pointer(content: bytes | Path) -> bytes:
+    return f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256_of(content)}\nsize {size_of(content)}\n".encode()
 
 
 class _Answer(Exception):
@@ -207,6 +277,17 @@ class _Answer(Exception):
     def __init__(self, status: int, body: Any = None, headers: dict[str, str] | None = None):
         super().__init__(status)
         self.status, self.body, self.headers = status, body if body is not None else {}, headers or {}
+
+
+class _Stream(Exception):
+    """Raised by the resolve route: answer with (part of) a file's bytes, sent after the state lock is released."""
+
+    def __init__(self, status: int, headers: dict[str, str], key: tuple[str, str], content: bytes | Path, start: int, end: int):
+        super().__init__(status)
+        self.status, self.headers, self.key, self.content, self.start, self.end = status, headers, key, content, start, end
+
+
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 
 
 def _not_found(what: str, code: str) -> _Answer:
@@ -272,6 +353,31 @@ def _handler(state: HubState, base_url: str) -> type[BaseHTTPRequestHandler]:
             headers = {k.lower(): v for k, v in self.headers.items()}
             request = Request(method, unquote(url.path), parse_qs(url.query), headers)
             body = self._read_body()
+            try:
+                self._locked_dispatch(method, request, segments, body)
+            except _Stream as stream:
+                self._send_stream(stream)
+
+        def _send_stream(self, stream: _Stream) -> None:
+            self.send_response(stream.status)
+            self.send_header("Content-Length", str(stream.end - stream.start))
+            self.send_header("X-Request-Id", f"fake-{next(request_ids)}")
+            for key, value in stream.headers.items():
+                self.send_header(key, value)
+            self.end_headers()
+            sent = 0
+            try:
+                if self.command != "HEAD":
+                    for block in read_range(stream.content, stream.start, stream.end):
+                        self.wfile.write(block)
+                        sent += len(block)
+            except (BrokenPipeError, ConnectionResetError):  # the client stopped reading
+                self.close_connection = True
+            finally:
+                with state.lock:
+                    state.served[stream.key] += sent
+
+        def _locked_dispatch(self, method: str, request: Request, segments: list[str], body: bytes) -> None:
             with state.lock:
                 state.log.append(request)
                 for hook in list(state.hooks):
@@ -284,6 +390,8 @@ def _handler(state: HubState, base_url: str) -> type[BaseHTTPRequestHandler]:
                         return self._send(fault.status, fault.body, fault.headers)
                 try:
                     self._route(request, segments, body)
+                except _Stream:
+                    raise
                 except _Answer as answer:
                     return self._send(answer.status, answer.body, answer.headers)
                 except Exception as exc:  # a bug in the fake, or a request it cannot parse: fail loudly
@@ -297,6 +405,63 @@ def _handler(state: HubState, base_url: str) -> type[BaseHTTPRequestHandler]:
                 message = "Invalid credentials in Authorization header"
                 raise _Answer(401, {"error": message}, {"X-Error-Message": message})
 
+        def _read_access(self, repo_id: str) -> Repo:
+            """Who may read: anyone for a public repo; a private one is 401 without a token and, when ``seed``ed
+            private (someone else's), hidden (404) from the test's token too; a gated one is 403 GatedRepo."""
+            auth = self.headers.get("Authorization")
+            if auth is not None and auth != f"Bearer {state.token}":
+                message = "Invalid credentials in Authorization header"
+                raise _Answer(401, {"error": message}, {"X-Error-Message": message})
+            repo = state.repos.get(repo_id)
+            if repo is None:
+                raise _not_found("Repository", "RepoNotFound")
+            if repo.private and auth is None:
+                raise _Answer(401, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Invalid username or password."})
+            if repo.private and repo.hidden:
+                raise _not_found("Repository", "RepoNotFound")
+            if repo.gated:
+                message = f"Access to model {repo_id} is restricted. You must have access to it and be authenticated to access it."
+                raise _Answer(403, {"error": message}, {"X-Error-Code": "GatedRepo", "X-Error-Message": message})
+            return repo
+
+        def _resolve(self, repo_id: str, rev: str, path: str, request: Request) -> None:
+            repo = self._read_access(repo_id)
+            oid = repo.refs.get(rev) or repo.tags.get(rev) or (rev if rev in repo.commits else None)
+            if oid is None:
+                raise _not_found("Revision", "RevisionNotFound")
+            commit = repo.commits[oid]
+            if path not in commit.files:
+                raise _Answer(404, {"error": "Entry not found"},
+                              {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found", "X-Repo-Commit": oid})
+            content = commit.files[path]
+            size = size_of(content)
+            headers = {"X-Repo-Commit": oid, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+            if path in commit.lfs:  # the real Hub redirects to a CDN; answering directly keeps the same headers
+                headers["ETag"] = f'"{git_blob_sha1(lfs_pointer(content))}"'
+                headers["X-Linked-Etag"] = f'"{sha256_of(content)}"'
+                headers["X-Linked-Size"] = str(size)
+            else:
+                headers["ETag"] = f'"{git_blob_sha1(content)}"'
+            start, end, status = 0, size, 200
+            spec = request.headers.get("range")
+            if spec is not None:
+                match = _RANGE.match(spec.strip())
+                if match is None or match.groups() == ("", ""):
+                    raise _Answer(400, {"error": f"bad Range {spec!r}"})
+                first, last = match.groups()
+                if first == "":
+                    start, end = max(0, size - int(last)), size
+                else:
+                    start, end = int(first), min(size, int(last) + 1) if last else size
+                if start >= size or start >= end:
+                    raise _Answer(416, {"error": "Requested Range Not Satisfiable"}, {"Content-Range": f"bytes */{size}"})
+                short = state.short_ranges.get((repo_id, path))
+                if short is not None:
+                    end = min(end, start + short)
+                status = 206
+                headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+            raise _Stream(status, headers, (repo_id, path), content, start, end)
+
         # -- routes (raise _Answer; returning means "no such route") -------------------------------------------
 
         def _route(self, request: Request, seg: list[str], body: bytes) -> None:
@@ -307,6 +472,11 @@ def _handler(state: HubState, base_url: str) -> type[BaseHTTPRequestHandler]:
                 raise _Answer(200, {"type": "user", "name": USER, "orgs": [], "auth": auth})
             if len(seg) == 2 and seg[0] == "lfs-upload" and method == "PUT":  # a presigned URL: no auth
                 return self._lfs_put(seg[1], body)
+            if method in ("GET", "HEAD") and len(seg) >= 5 and seg[2] == "resolve":
+                return self._resolve(f"{seg[0]}/{seg[1]}", seg[3], "/".join(seg[4:]), request)
+            if method == "GET" and len(seg) >= 4 and seg[:2] == ["api", "models"] and (len(seg) == 4 or seg[4] in ("revision", "tree")):
+                self._read_access(f"{seg[2]}/{seg[3]}")  # reads: anonymous for public repos, as on the real Hub
+                return self._model_api(method, f"{seg[2]}/{seg[3]}", seg[4:], request.query, body)
             self._authorize()
             if seg == ["api", "repos", "create"] and method == "POST":
                 return self._create_repo(json.loads(body or b"{}"))
@@ -343,9 +513,23 @@ def _handler(state: HubState, base_url: str) -> type[BaseHTTPRequestHandler]:
 
             if method == "GET" and (rest == [] or rest[:1] == ["revision"]):
                 oid = resolve("/".join(rest[1:]) if rest else "main")
-                files = repo.commits[oid].files
-                raise _Answer(200, {"id": repo_id, "modelId": repo_id, "sha": oid, "private": repo.private, "tags": [],
-                                    "siblings": [{"rfilename": f} for f in sorted(files)]})
+                commit = repo.commits[oid]
+                blobs = query.get("blobs", ["false"])[0].lower() in ("1", "true")
+                siblings = []
+                for name in sorted(commit.files):
+                    sibling: dict[str, Any] = {"rfilename": name}
+                    if blobs:  # sizes and LFS data, as the real Hub adds with ?blobs=true
+                        content = commit.files[name]
+                        sibling["size"] = size_of(content)
+                        if name in commit.lfs:
+                            pointer = lfs_pointer(content)
+                            sibling["blobId"] = git_blob_sha1(pointer)
+                            sibling["lfs"] = {"sha256": sha256_of(content), "size": size_of(content), "pointerSize": len(pointer)}
+                        else:
+                            sibling["blobId"] = git_blob_sha1(content)
+                    siblings.append(sibling)
+                raise _Answer(200, {"id": repo_id, "modelId": repo_id, "sha": oid, "private": repo.private,
+                                    "gated": False, "disabled": False, "tags": [], "siblings": siblings})
             if method == "GET" and rest == ["refs"]:
                 def ref(name: str, full: str, oid: str) -> dict[str, str]:
                     return {"name": name, "ref": full, "targetCommit": oid}
@@ -383,12 +567,11 @@ def _handler(state: HubState, base_url: str) -> type[BaseHTTPRequestHandler]:
                     folder = f"{prefix}/{relative.split('/')[0]}" if prefix else relative.split("/")[0]
                     entries[folder] = {"type": "directory", "path": folder, "oid": "0" * 40, "size": 0}
                     continue
-                entry: dict[str, Any] = {"type": "file", "path": path, "size": len(content)}
+                entry: dict[str, Any] = {"type": "file", "path": path, "size": size_of(content)}
                 if path in commit.lfs:
-                    sha256 = hashlib.sha256(content).hexdigest()
-                    pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {len(content)}\n".encode()
+                    pointer = lfs_pointer(content)
                     entry["oid"] = git_blob_sha1(pointer)  # a git blob id: the pointer's, as on the real Hub
-                    entry["lfs"] = {"oid": sha256, "size": len(content), "pointerSize": len(pointer)}
+                    entry["lfs"] = {"oid": sha256_of(content), "size": size_of(content), "pointerSize": len(pointer)}
                 else:
                     entry["oid"] = git_blob_sha1(content)
                 entries[path] = entry
@@ -403,7 +586,7 @@ def _handler(state: HubState, base_url: str) -> type[BaseHTTPRequestHandler]:
                 oid = None
                 if head is not None and path in head.files:  # the client skips files whose oid matches
                     content = head.files[path]
-                    oid = hashlib.sha256(content).hexdigest() if path in head.lfs else git_blob_sha1(content)
+                    oid = sha256_of(content) if path in head.lfs else git_blob_sha1(content)
                 answers.append({"path": path, "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid})
             raise _Answer(200, {"files": answers, "commitOid": repo.refs.get(rev)})
 
@@ -523,6 +706,11 @@ def serve(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *, token: str = TOKEN
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_IMPLICIT_TOKEN", False)
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(home / "token"))
     monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(home / "stored_tokens"))
+    # Downloads go to a cache inside tmp_path, never the developer's (the client froze these paths at import too).
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setattr(constants, "HUGGINGFACE_HUB_CACHE", str(home / "hub"), raising=False)
+    monkeypatch.setattr(constants, "HF_XET_CACHE", str(home / "xet"), raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(home / "hub"))
     monkeypatch.setenv("HF_HOME", str(home))
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.setenv("HF_TOKEN", token)

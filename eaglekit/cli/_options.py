@@ -94,6 +94,17 @@ ENGINE_SPEC = EngineSpecType()
 AUX_IDS = AuxIdsType()
 NORM_OUTPUT_SEMANTICS_TYPE = NormOutputSemanticsType()
 
+revision_option = click.option(
+    "--revision",
+    metavar="REV",
+    help="For a Hub id (org/name): the branch, tag or commit to read (default main; org/name@REV says the same).",
+)
+download_option = click.option(
+    "--download",
+    is_flag=True,
+    help="For a Hub id: download the files into the Hub cache (so checks that need tensor values run) instead of "
+    "reading headers only by HTTP range requests.",
+)
 json_option = click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON (schema in schemas/).")
 force_option = click.option("--force", is_flag=True, help="Replace OUT if it is empty or an earlier eaglekit output (never a directory with other files).")
 target_option = click.option(

@@ -13,7 +13,9 @@ from ..errors import UsageError
 from ..findings import Finding
 from ..io import dtypes
 from ..io.writer import parse_size
-from ._options import AUX_IDS, WRITABLE_DIALECT, dtype_option, force_option, from_option, json_option, norm_output_option, target_option
+from ..io.locate import origin_note
+from ._options import AUX_IDS, WRITABLE_DIALECT, dtype_option, force_option, from_option, json_option, norm_output_option, target_option, revision_option
+from ..io.locate import origin_note
 from ._output import Output, findings_text, human_bytes, table
 
 
@@ -84,8 +86,10 @@ def _render(r: dict) -> str:
 @click.option("--dry-run", is_flag=True, help="Print the plan (renames, config diff, dtypes, files) and write nothing.")
 @force_option
 @click.option("--list", "list_dialects", is_flag=True, help="List every dialect with what it reads and writes.")
+@revision_option
 @json_option
-def convert_command(src, out, to, source_dialect, norm_output_semantics, target, aux_layers, upgrade, dtype, max_shard_size, dry_run, force, list_dialects, json_mode):
+def convert_command(src, out, to, source_dialect, norm_output_semantics, target, aux_layers, upgrade, dtype, max_shard_size, dry_run, force, list_dialects, revision,
+                    json_mode):
     """Convert the drafter SRC into OUT in another dialect, keeping its math: tensors bit-identical (unless --dtype),
     aux layer ids translated between conventions, every flag written explicitly. Streams one tensor at a time;
     OUT appears only when complete.
@@ -118,6 +122,9 @@ def convert_command(src, out, to, source_dialect, norm_output_semantics, target,
         result = api.convert(
             src, out, to=to, source_dialect=source_dialect, norm_output_semantics=norm_output_semantics, target=target, aux_layers=aux_layers, upgrade=upgrade,
             dtype=dtypes.parse_cast(dtype), max_shard_bytes=parse_size(max_shard_size) if max_shard_size else None,
-            force=force, dry_run=dry_run, on_plan=on_plan, progress=lambda n: bar.update(n),
+            force=force, dry_run=dry_run, on_plan=on_plan, progress=lambda n: bar.update(n), revision=revision,
         )
+    note = origin_note(result.data.get("origin"))
+    if note:
+        output.note(note)
     output.emit(result.data, _render)

@@ -6,7 +6,8 @@ import click
 
 from .. import api
 from ..findings import Finding
-from ._options import from_option, json_option, norm_output_option
+from ..io.locate import origin_note
+from ._options import download_option, from_option, json_option, norm_output_option, revision_option
 from ._output import Output, findings_text, human_bytes, table
 
 
@@ -90,14 +91,22 @@ def render(r: dict) -> str:
 @click.argument("path")
 @from_option
 @norm_output_option
+@revision_option
+@download_option
 @json_option
-def inspect_command(path: str, source_dialect: str, norm_output_semantics: str, json_mode: bool) -> None:
+def inspect_command(path: str, source_dialect: str, norm_output_semantics: str, revision: str | None, download: bool, json_mode: bool) -> None:
     """Show what the drafter checkpoint PATH is: dialect (with evidence), EAGLE version, dimensions, aux layers,
-    flags, vocab maps, dtypes and shards. Reads headers only.
+    flags, vocab maps, dtypes and shards. Reads headers only: PATH may be a Hub id (org/name[@REV]), whose
+    config and safetensors headers are read by HTTP range requests, never its weights.
 
     \b
     Example:
       eaglekit inspect ./my-drafter
-      eaglekit inspect org/drafter --json      # a Hub id already in the local cache
+      eaglekit inspect RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3 --json
     """
-    Output(json_mode).emit(api.inspect(path, source_dialect=source_dialect, norm_output_semantics=norm_output_semantics).data, render)
+    out = Output(json_mode)
+    data = api.inspect(path, source_dialect=source_dialect, norm_output_semantics=norm_output_semantics, revision=revision, download=download).data
+    note = origin_note(data.get("origin"))
+    if note:
+        out.note(note)
+    out.emit(data, render)

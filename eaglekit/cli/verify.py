@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from .. import api
-from ._options import AGAINST, DEVICE, engine_option, from_option, json_option, norm_output_option
+from ._options import AGAINST, DEVICE, engine_option, from_option, json_option, norm_output_option, revision_option
 from ._output import Output, table
 
 
@@ -84,9 +84,10 @@ def render(r: dict) -> str:
 @click.option("--report", "report_path", metavar="FILE.json", help="Also write the JSON report here.")
 @from_option
 @norm_output_option
+@revision_option
 @json_option
 def verify_command(path, target, prompts_file, num_prompts, max_new_tokens, k, engine, reference, against, vllm_python, min_acceptance_length,
-                   device, dtype, device_map, hidden_states, atol, report_path, source_dialect, norm_output_semantics, json_mode):
+                   device, dtype, device_map, hidden_states, atol, report_path, source_dialect, norm_output_semantics, revision, json_mode):
     """Run the drafter PATH on the target's real hidden states: greedy continuations, aux states, a K-step chain at
     every position, and acceptance with vLLM's definitions (AL = 1 + accepted / drafts). Exit 1 when a threshold or
     a parity check fails.
@@ -109,7 +110,7 @@ def verify_command(path, target, prompts_file, num_prompts, max_new_tokens, k, e
         path, target=target, prompts=prompts_file, num_prompts=num_prompts, max_new_tokens=max_new_tokens, k=k, engine=engine,
         reference=reference, against=against, min_acceptance_length=min_acceptance_length, device=device, dtype=dtype,
         device_map=device_map, hidden_states=hidden_states, source_dialect=source_dialect, atol=atol, progress=progress, vllm_python=vllm_python,
-        norm_output_semantics=norm_output_semantics,
+        norm_output_semantics=norm_output_semantics, revision=revision,
     )
     if report_path:
         Path(report_path).write_text(json.dumps(result.data, indent=2) + "\n")

@@ -614,6 +614,8 @@ def _provenance(dialect: str, framework: str | None, block: dict) -> Provenance:
         eaglekit_version=text("version"),
         converted_from=text("source_dialect") if text("version") else None,
         notes=tuple(n for n in notes if isinstance(n, str)),
+        source_repo=text("source_repo"),
+        source_commit=text("source_commit"),
     )
 
 
@@ -647,6 +649,10 @@ def provenance_block(drafter: Drafter, dialect: str) -> dict:
         block["norm_before_lm_head"] = False  # no engine's flag says it; kept so the way back knows
     if drafter.provenance.notes:
         block["notes"] = list(drafter.provenance.notes)
+    if drafter.provenance.source_repo:
+        block["source_repo"] = drafter.provenance.source_repo
+        if drafter.provenance.source_commit:
+            block["source_commit"] = drafter.provenance.source_commit
     return block
 
 

@@ -1,17 +1,27 @@
 """Turning what a user typed (a directory, a file, or a Hub repo id) into a local directory.
 
-eaglekit never downloads weights while reading: a Hub id must already be in the local Hugging Face cache.
+``locate`` takes a directory or a Hub id already in the local Hugging Face cache. ``open_source`` is the
+Hub-native front door the commands use: a local path that exists wins; otherwise ``org/name[@revision]`` is
+read from the Hub, either as a header-only stub (``mode="headers"``, see ``io.remote``: inspect and validate)
+or as a snapshot downloaded into the cache (``mode="download"``: convert, verify, push, ``--download``).
+Offline (HF_HUB_OFFLINE=1) a cached snapshot is used. The ``Located`` says which (``origin``).
 The returned ``roots`` are the directories a checkpoint's files may resolve into; a symlink that leaves them
 is refused (a Hub cache snapshot links into the repo's own ``blobs/`` folder, which is allowed).
 """
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, UsageError
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
 
@@ -21,13 +31,24 @@ class Located:
     directory: Path
     roots: tuple[Path, ...]
     hub_id: str | None = None
+    label: str = ""  # how the user named it ("org/name@rev"); str() gives it, so messages read as typed
+    remote: bool = False  # a header-only stub of a Hub repo: tensor values cannot be read from it
+    origin: dict[str, Any] = field(default_factory=dict, compare=False)  # see ``open_source``
+
+    def __str__(self) -> str:
+        return self.label or str(self.directory)
+
+    def __fspath__(self) -> str:  # Path(located) is the directory
+        return str(self.directory)
 
 
 def looks_like_repo_id(text: str) -> bool:
     return bool(_REPO_ID.match(text)) and ".." not in text
 
 
-def locate(source: str | Path, what: str = "checkpoint") -> Located:
+def locate(source: "str | Path | Located", what: str = "checkpoint") -> Located:
+    if isinstance(source, Located):
+        return source
     path = Path(source).expanduser()
     if path.exists():
         if not path.is_dir():
@@ -57,12 +78,12 @@ def _roots_for(real: Path) -> tuple[Path, ...]:
     return (real,)
 
 
-def _from_hub_cache(repo_id: str) -> Path | None:
+def _from_hub_cache(repo_id: str, revision: str | None = None) -> Path | None:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     try:
-        return Path(snapshot_download(repo_id, local_files_only=True))
+        return Path(snapshot_download(repo_id, revision=revision, local_files_only=True))
     except (LocalEntryNotFoundError, FileNotFoundError, OSError, ValueError):
         return None
 
@@ -78,3 +99,100 @@ def resolve_inside(located: Located, relative: str, what: str) -> Path:
     if not any(real == root or root in real.parents for root in located.roots):
         raise CheckpointError(f"{what}: {relative!r} is a symlink that points outside the checkpoint ({real})")
     return real
+
+
+# What a download fetches: the files a checkpoint is read from (the reader's layouts), its card and the verify report.
+DOWNLOAD_PATTERNS = ("config.json", "*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json",
+                     "README.md", "eaglekit-verify.json", "generation_config.json")
+
+
+def split_revision(text: str, revision: str | None) -> tuple[str, str | None]:
+    """``org/name@rev`` -> (``org/name``, ``rev``); ``--revision`` must agree with an ``@rev``."""
+    name, at, rev = text.partition("@")
+    if not at:
+        return text, revision
+    if not rev:
+        raise UsageError(f"{text}: nothing after '@' (expected org/name@revision)")
+    if revision and revision != rev:
+        raise UsageError(f"{text}: --revision {revision} contradicts the @{rev} in the id")
+    return name, rev
+
+
+def _offline() -> bool:
+    """HF_HUB_OFFLINE as set now (huggingface_hub froze it at import) or as the client holds it."""
+    from huggingface_hub import constants
+
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+        return True
+    is_offline = getattr(constants, "is_offline_mode", None)
+    return bool(is_offline() if callable(is_offline) else constants.HF_HUB_OFFLINE)
+
+
+@contextmanager
+def open_source(
+    source: "str | Path | Located",
+    *,
+    revision: str | None = None,
+    mode: str = "headers",
+    what: str = "checkpoint",
+    allow_patterns: Sequence[str] = DOWNLOAD_PATTERNS,
+) -> Iterator[Located]:
+    """A drafter argument as a ``Located``, for the duration (a header-only stub is deleted afterwards).
+
+    ``origin``: ``{"kind": "local"}``, ``{"kind": "hub", "repo_id", "revision", "commit", "downloaded",
+    "bytes_read", "requests"}`` (``bytes_read``: file bytes fetched for the headers-only read), or
+    ``{"kind": "hub-cache", ...}`` offline."""
+    if isinstance(source, Located):
+        yield source
+        return
+    text = str(source)
+    path = Path(text).expanduser()
+    if path.exists():
+        if revision:
+            raise UsageError(f"--revision {revision}: {text} is a local path, not a Hub id")
+        located = locate(path, what)
+        yield Located(located.directory, located.roots, label=text, origin={"kind": "local", "path": text})
+        return
+    repo_id, rev = split_revision(text, revision)
+    if not looks_like_repo_id(repo_id):
+        raise CheckpointError(f"{source}: no such {what} directory")
+    if _offline():
+        directory = _from_hub_cache(repo_id, rev)
+        if directory is None:
+            raise CheckpointError(
+                f"{text}: no such directory, and not a Hub repo in the local cache "
+                f"(offline: HF_HUB_OFFLINE=1; fetch it first with `hf download {repo_id}`)"
+            )
+        origin = {"kind": "hub-cache", "repo_id": repo_id, "revision": rev or "main", "commit": directory.name, "downloaded": True}
+        yield Located(directory, _roots_for(directory.resolve()), hub_id=repo_id, label=text, origin=origin)
+        return
+    from .. import hub
+
+    if mode == "download":
+        directory, commit = hub.download(repo_id, rev, allow_patterns=allow_patterns)
+        origin = {"kind": "hub", "repo_id": repo_id, "revision": rev or "main", "commit": commit, "downloaded": True}
+        yield Located(directory, _roots_for(directory.resolve()), hub_id=repo_id, label=text, origin=origin)
+        return
+    from .remote import fetch_headers
+
+    remote = hub.open_remote(repo_id, rev)
+    stub = Path(tempfile.mkdtemp(prefix="eaglekit-remote-"))
+    try:
+        fetch_headers(remote, stub, text)
+        origin = {"kind": "hub", "repo_id": repo_id, "revision": remote.revision, "commit": remote.commit, "downloaded": False,
+                  "bytes_read": remote.bytes_read, "requests": remote.requests}
+        yield Located(stub, (stub.resolve(),), hub_id=repo_id, label=text, remote=True, origin=origin)
+    finally:
+        shutil.rmtree(stub, ignore_errors=True)
+
+
+def origin_note(o: dict | None) -> str | None:
+    """One line for stderr saying which source was used, for a Hub id (None for a local path)."""
+    if not o or o.get("kind") == "local":
+        return None
+    if o["kind"] == "hub-cache":
+        return f"note: {o['repo_id']}: read from the local Hub cache (offline), commit {o['commit'][:12]}"
+    if o.get("downloaded"):
+        return f"note: {o['repo_id']}@{o['revision']}: downloaded through the Hub cache, commit {o['commit'][:12]}"
+    return (f"note: {o['repo_id']}@{o['revision']}: read from the Hub (commit {o['commit'][:12]}), headers only: "
+            f"{o['bytes_read']:,} bytes in {o['requests']} requests")

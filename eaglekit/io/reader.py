@@ -211,6 +211,7 @@ class Checkpoint:
 
     def byte_range(self, name: str) -> ByteRange | None:
         """The raw bytes of a safetensors tensor (None for .bin, whose tensors live inside a pickle archive)."""
+        self._refuse_remote()
         info = self.info(name)
         header = self._headers.get(info.file)
         if header is None:
@@ -265,6 +266,7 @@ class Checkpoint:
             yield torch.frombuffer(buffer, dtype=torch.uint8).view(info.dtype)
 
     def _handle(self, file: str):
+        self._refuse_remote()
         if self._open_name != file:
             self._close_handle()
             if self.format == "bin":
@@ -273,6 +275,10 @@ class Checkpoint:
                 self._open_handle = open(self._resolve(file, self._where(file)), "rb", buffering=0)
             self._open_name = file
         return self._open_handle
+
+    def _refuse_remote(self) -> None:
+        if self.located.remote:  # a header-only stub of a Hub repo (io.remote): its data area is a hole
+            raise CheckpointError(f"{self.label}: tensor values are not read remotely (headers only); pass --download")
 
     def _close_handle(self) -> None:
         if hasattr(self._open_handle, "close"):

@@ -98,6 +98,16 @@ class Provenance:
     eaglekit_version: str | None = None  # the eaglekit that wrote it, when it did
     converted_from: str | None = None  # the dialect that eaglekit converted it from, when it did
     notes: tuple[str, ...] = ()  # e.g. the 3.0 -> 3.1 upgrade
+    source_repo: str | None = None  # the Hub repo eaglekit read it from (convert/push of a Hub id)
+    source_commit: str | None = None  # ... at this commit
+
+    def from_hub(self, origin: dict | None) -> "Provenance":
+        """With the Hub repo and commit of ``origin`` (``Located.origin``) when it is one; unchanged otherwise."""
+        if not origin or origin.get("kind") not in ("hub", "hub-cache"):
+            return self
+        from dataclasses import replace
+
+        return replace(self, source_repo=origin["repo_id"], source_commit=origin["commit"])
 
     @property
     def untrained_upgrade(self) -> bool:

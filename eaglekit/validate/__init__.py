@@ -26,6 +26,7 @@ class ValidationReport:
     findings: list[Finding] = field(default_factory=list)
     engine_view: dict | None = None
     ambiguity: dict | None = None  # two readings the evidence cannot choose between (dialects.Ambiguity)
+    origin: dict | None = None  # where the drafter was read from (io.locate.open_source); None: not said
 
     @property
     def ok(self) -> bool:
@@ -50,6 +51,7 @@ class ValidationReport:
             "engine_view": self.engine_view,
             "ambiguous": self.ambiguity is not None,
             "ambiguity": self.ambiguity,
+            **({"origin": self.origin} if self.origin is not None else {}),
         }
 
 
@@ -76,8 +78,11 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
             check = "dialect.ambiguous" if loaded.ambiguity.kind == "dialect" else "aux.ambiguous"
             report.findings.append(Finding(check, "warning", loaded.ambiguity.message() + f"; checked as the {loaded.dialect} reading", "eagle_aux_hidden_state_layer_ids"))
         present = loaded.present()
-        report.findings += run_checks(CheckInput(d, present, read=loaded.read, target=target_cfg, config=config))
-        if target_cfg is not None and d.has_d2t and "lm_head.weight" in loaded.names:
+        remote = loaded.checkpoint.located.remote  # headers only: no tensor values to check
+        report.findings += run_checks(CheckInput(d, present, read=None if remote else loaded.read, target=target_cfg, config=config))
+        if remote:
+            report.findings += _skipped_remotely(d, present, scan)
+        if not remote and target_cfg is not None and d.has_d2t and "lm_head.weight" in loaded.names:
             target_head = _target_lm_head(target_cfg)
             if target_head is not None:
                 report.findings += check_lm_head_order(loaded.read("lm_head.weight"), loaded.read("d2t"), target_head)
@@ -85,7 +90,7 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
             view = engines.interpret(loaded, release, target_num_layers=target_cfg.num_layers if target_cfg else None)
             report.findings += view.findings
             report.engine_view = view.to_dict()
-        if scan:
+        if scan and not remote:
             canonical_of = {s: c for c, s in loaded.names.items()}
             report.findings += scan_all(loaded.checkpoint, list(loaded.checkpoint.tensors))
             # scan findings name checkpoint tensors; say which canonical tensor they are when it differs
@@ -94,6 +99,19 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
                 for f in report.findings
             ]
     return report
+
+
+def _skipped_remotely(d, present, scan: bool) -> list[Finding]:
+    """What a headers-only (remote) read did not check, said rather than silently passed."""
+    out = []
+    needing = [name for name in ("d2t", "t2d") if name in present]
+    if needing:
+        out.append(Finding("remote.values_skipped", "info", f"{' and '.join(needing)} contents not checked: read from the Hub by headers "
+                           "only (pass --download to check them)", needing[0]))
+    if scan:
+        out.append(Finding("remote.scan_skipped", "warning", "--scan skipped: the drafter was read from the Hub by headers only; "
+                           "pass --download to scan its tensors"))
+    return out
 
 
 def _target_lm_head(target_cfg: TargetConfig):
