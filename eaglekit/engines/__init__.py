@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from ..errors import UsageError
-from . import vllm
+from . import sglang, vllm
 from .common import EngineView, Release
 
-ENGINES = {"vllm": vllm}
+ENGINES = {"vllm": vllm, "sglang": sglang}
 
 
 def parse(spec: str) -> Release:

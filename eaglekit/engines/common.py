@@ -58,7 +58,8 @@ def pick_row(table: dict, engine: str, version: str, first: str, why_first: str)
         raise UsageError(f"{engine}=={version}: eaglekit's rules start at {why_first}")
     rows = sorted(table["releases"].items(), key=lambda kv: release_key(kv[0]))
     name, rules = [r for r in rows if release_key(r[0]) <= wanted][-1]
-    return Release(engine, version, name, rules, wanted > release_key(rows[-1][0]), rules.get("evidence", "source"))
+    newest = table.get("newest_read", rows[-1][0])  # a table may have read releases past its newest change
+    return Release(engine, version, name, rules, wanted > release_key(newest), rules.get("evidence", "source"))
 
 
 @dataclass
@@ -99,7 +100,7 @@ class Recorder:
 
     def untested(self, rel: Release) -> None:
         if rel.beyond_table:
-            self.add("engine.untested_release", "info", f"{rel.label} is newer than eaglekit's rules (up to {rel.row}); those are assumed", "uses the newest known rules")
+            self.add("engine.untested_release", "info", f"{rel.label} is newer than the releases eaglekit's rules were read from (rules up to {rel.row}); those are assumed", "uses the newest known rules")
 
 
 def int_ids(value: Any) -> tuple[int, ...] | None:
