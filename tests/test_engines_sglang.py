@@ -185,3 +185,34 @@ def test_validate_json_and_text_say_the_evidence(tmp_path, cli):
     assert "[engine.layer_names]" in human and "[evidence: source]" in human
     cli("validate", src, "--engine", "sglang==0.5.12", expect=0)
     cli("validate", src, "--engine", "sglang==0.4.4", expect=2)
+
+
+# -- verify: the drafter as that SGLang would run it, beside the intended one -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def pair31(tmp_path_factory) -> dict:
+    import tiny_pair
+
+    return tiny_pair.build(tmp_path_factory.mktemp("pair31"), eagle="3.1")
+
+
+@pytest.mark.slow  # trains the tiny pair (minutes on two cores)
+def test_verify_engine_sglang_diverges_before_3_1_support_and_matches_after(pair31, tmp_path):
+    from eaglekit.convert import ConvertOptions, convert
+    from eaglekit.verify import VerifyOptions, verify
+
+    out = tmp_path / "sglang"
+    convert(pair31["drafter"], out, ConvertOptions(to="sglang"))
+
+    def parity(version):
+        opts = VerifyOptions(target=str(pair31["target"]), prompts=str(pair31["prompts"]), max_new_tokens=40, engine=f"sglang=={version}")
+        report = verify(str(out), opts)
+        return next(c for c in report["checks"] if c["name"] == "engine_parity"), report
+
+    check, report = parity("0.5.11")
+    assert not check["passed"] and "fc_norm" in check["detail"]
+    assert all(f["evidence"] == "source" for f in report["engine"]["findings"])
+    check, report = parity("0.5.12")
+    assert check["passed"], check
+    assert schemas.check(report, "verify.schema.json") == []

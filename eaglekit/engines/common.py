@@ -128,8 +128,12 @@ def flag_findings(out: Recorder, intended: Drafter, served_flags, effects: dict[
             out.add(f"engine.flag.{key}", "error", f"the drafter has {key}={str(want).lower()}", effect, key)
 
 
-def final_norm_findings(out: Recorder, intended: Drafter, config: dict) -> None:
-    """Both engines always normalise before lm_head and read norm_output as EAGLE 3.1 does."""
+DISPLAY = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def final_norm_findings(out: Recorder, intended: Drafter, config: dict, *, reads_norm_output: bool = True) -> None:
+    """Both engines always normalise before lm_head and, where they read norm_output, read it as EAGLE 3.1 does
+    (where they do not, the flag finding has said so already)."""
     if not intended.flags.norm_before_lm_head:
         out.add(
             "engine.lm_head_unnormed",
@@ -138,9 +142,9 @@ def final_norm_findings(out: Recorder, intended: Drafter, config: dict) -> None:
             "always applies the final norm before lm_head: it cannot serve the drafter as trained",
             "norm_output",
         )
-    elif intended.norm_output_semantics is not None and not intended.norm_output_certain:
+    elif reads_norm_output and intended.norm_output_semantics is not None and not intended.norm_output_certain:
         raw = config.get("norm_output")
-        engine = out.label.split("==")[0]
+        engine = DISPLAY.get(out.label.split("==")[0], out.label.split("==")[0])
         if raw is False:
             effect = (
                 "serves it as plain EAGLE 3 (EAGLE 3.1's reading, taken); if SpecForge 0.2.0 wrote it, its lm_head was "

@@ -120,7 +120,7 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
         "norm_before_residual": "never reads norm_before_residual: layer 0's residual is the un-normed fused state (norm_before_residual={})",
     }
     flag_findings(out, intended, served, effects)
-    final_norm_findings(out, intended, config)
+    final_norm_findings(out, intended, config, reads_norm_output=norm_output_read)
 
     # -- fused-state count and capture layers -------------------------------------------------------------
     top_ids = int_ids(config.get("eagle_aux_hidden_state_layer_ids"))
