@@ -21,6 +21,8 @@ class Finding:
     subject: str | None = None  # the tensor or config key concerned
     engine: str | None = None  # e.g. "vllm==0.24" when the finding is an engine's behaviour
     effect: str | None = None  # what that engine will actually do
+    # what an engine finding rests on: "source" (read in that release's code) or "run" (observed running it)
+    evidence: str | None = None
 
     def to_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -29,6 +31,8 @@ class Finding:
         text = self.message
         if self.effect:
             text += f" — {self.engine or 'the engine'} {self.effect}"
+        if self.evidence:
+            text += f" [evidence: {self.evidence}]"
         return text
 
 

@@ -12,10 +12,9 @@ from ..convert import ConversionPlan
 from ..errors import UsageError
 from ..findings import Finding
 from ..io import dtypes
+from ..io.locate import origin_note
 from ..io.writer import parse_size
-from ..io.locate import origin_note
-from ._options import AUX_IDS, WRITABLE_DIALECT, dtype_option, force_option, from_option, json_option, norm_output_option, target_option, revision_option
-from ..io.locate import origin_note
+from ._options import AUX_IDS, WRITABLE_DIALECT, dtype_option, force_option, from_option, json_option, norm_output_option, revision_option, target_option
 from ._output import Output, findings_text, human_bytes, table
 
 

@@ -12,108 +12,37 @@ simulates beside the intended one.
 
 from __future__ import annotations
 
-import json
-import re
-from dataclasses import dataclass, field, replace
-from importlib import resources
-from typing import Any
+from dataclasses import replace
 
-from ..errors import UsageError
-from ..findings import Finding
 from ..model.architectures import vllm_family
 from ..model.drafter import INPUT, AuxLayers, Drafter, Flags, default_aux_ids
 from ..model.layout import expected_tensors
+from .common import EngineView, Recorder, Release, config_flag, final_norm_findings, flag_findings, int_ids, listed, load_table, missing_tensors, pick_row, release_key
 
-FIRST_RELEASE = (0, 22, 0)
-
-
-# 0.24, 0.24.1, and what `pip show vllm` prints for CPU builds and release candidates: 0.32.0+cpu, 0.32.0rc1
-_VERSION = re.compile(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:(?:a|b|rc|\.?dev|\.?post)\d*)*(?:\+[0-9A-Za-z.]+)?")
+FIRST_RELEASE = "0.22.0"
+TABLE = "vllm_releases.json"
 
 
 def parse_version(text: str) -> tuple[int, ...]:
     """The release's numbers; a pre-release or local build (rc1, +cpu) is judged by the rules of its release."""
-    match = _VERSION.fullmatch(text.strip())
-    if not match:
-        raise UsageError(f"engine version {text!r} is not like 0.24, 0.24.1 or 0.32.0+cpu")
-    return tuple(int(p or 0) for p in match.groups())
-
-
-def _table() -> dict:
-    return json.loads(resources.files("eaglekit.engines").joinpath("vllm_releases.json").read_text())
-
-
-@dataclass(frozen=True)
-class Release:
-    requested: str  # as the user wrote it, e.g. "0.24"
-    row: str  # the table row that applies, e.g. "0.23.0"
-    rules: dict
-    beyond_table: bool  # newer than the newest row: its rules are assumed to still hold
-
-    @property
-    def label(self) -> str:
-        return f"vllm=={self.requested}"
+    return release_key(text)[:3]
 
 
 def release(version: str) -> Release:
-    wanted = parse_version(version)
-    if wanted < FIRST_RELEASE:
-        raise UsageError(f"vllm=={version}: eaglekit's rules start at vLLM 0.22.0, the first release with EAGLE 3.1")
-    rows = sorted(_table()["releases"].items(), key=lambda kv: parse_version(kv[0]))
-    row = [r for r in rows if parse_version(r[0]) <= wanted][-1]
-    return Release(version, row[0], row[1], wanted > parse_version(rows[-1][0]))
+    return pick_row(load_table(TABLE), "vllm", version, FIRST_RELEASE, "vLLM 0.22.0, the first release with EAGLE 3.1")
 
 
-@dataclass
-class EngineView:
-    engine: str
-    loads: bool = True
-    drafter: Drafter | None = None  # the drafter as the engine runs it (None when it would not load)
-    unit_weights: list[str] = field(default_factory=list)  # missing norms the engine leaves at 1
-    uninitialised: list[str] = field(default_factory=list)  # missing weights the engine leaves as garbage
-    findings: list[Finding] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return {
-            "engine": self.engine,
-            "loads": self.loads,
-            "unit_weights": self.unit_weights,
-            "uninitialised": self.uninitialised,
-            "findings": [f.to_dict() for f in self.findings],
-        }
-
-
-class _View:
-    """Accumulates findings for one release."""
-
-    def __init__(self, rel: Release):
-        self.view = EngineView(rel.label)
-        self.label = rel.label
-
-    def add(self, check: str, severity: str, message: str, effect: str, subject: str | None = None) -> None:
-        self.view.findings.append(Finding(check, severity, message, subject, self.label, effect))
-
-    def refuse(self, check: str, message: str, effect: str, subject: str | None = None) -> None:
-        self.view.loads = False
-        self.add(check, "error", message, effect, subject)
-
-
-def _ids(value: Any) -> tuple[int, ...] | None:
-    if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return tuple(value)
-    return None
-
+_ids = int_ids
 
 def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> EngineView:
     """How release ``rel`` of vLLM reads and runs ``loaded`` (a LoadedDrafter), compared with eaglekit's reading."""
-    out = _View(rel)
+    out = Recorder(rel)
     rules = rel.rules
     intended: Drafter = loaded.drafter
     config: dict = loaded.checkpoint.config or {}
     raw_names = set(loaded.checkpoint.tensors)
     speculators = isinstance(config.get("speculators_config"), dict)
-    if rel.beyond_table:
-        out.add("engine.untested_release", "info", f"{rel.label} is newer than eaglekit's rules (up to {rel.row}); those are assumed", "uses the newest known rules")
+    out.untested(rel)
 
     if any(n.startswith("model.") for n in raw_names):
         first = sorted(n for n in raw_names if n.startswith("model."))[0]
@@ -169,8 +98,7 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
 
     # -- flags as vLLM reads them -----------------------------------------------------------------------
     def flag(key: str, default: bool) -> bool:
-        value = config.get(key, default)
-        return value if isinstance(value, bool) else default
+        return config_flag(config, key, default)
 
     if speculators:
         flags = Flags(
@@ -203,50 +131,15 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
                 "fc_norm",
             )
 
-    names = {"fc_norm": "fc_norm", "norm_output": "norm_output", "norm_before_fc": "norm_before_fc", "norm_before_residual": "norm_before_residual"}
     effects = {
         "fc_norm": "ignores fc_norm",
         "norm_output": "ignores norm_output: feeds the pre-norm state to the next step, as EAGLE 3",
         "norm_before_fc": "ignores norm_before_fc",
-        "norm_before_residual": "computes layer 0's residual with norm_before_residual={}",
+        "norm_before_residual": "computes layer 0's residual with norm_before_residual={}"
+        + (" (absent from a speculators config means true)" if speculators and "norm_before_residual" not in config else ""),
     }
-    for key, label in names.items():
-        want, got = getattr(intended.flags, key), getattr(flags, key)
-        if want != got:
-            effect = effects[key].format(got)
-            if key == "norm_output" and got:
-                effect = "reads norm_output as EAGLE 3.1: feeds the post-norm state to the next step (trained with the pre-norm one)"
-            if key == "norm_before_residual":
-                effect = effect + " (absent from a speculators config means true)" if speculators and key not in config else effect
-            out.add(f"engine.flag.{key}", "error", f"the drafter has {label}={str(want).lower()}", effect, label)
-
-    if not intended.flags.norm_before_lm_head:
-        out.add(
-            "engine.lm_head_unnormed",
-            "error",
-            "the drafter's lm_head reads the un-normalised state (SpecForge's norm_output: false)",
-            "always applies the final norm before lm_head: it cannot serve the drafter as trained",
-            "norm_output",
-        )
-    elif intended.norm_output_semantics is not None and not intended.norm_output_certain:
-        raw = config.get("norm_output")
-        if raw is False:
-            effect = (
-                "serves it as plain EAGLE 3 (EAGLE 3.1's reading, taken); if SpecForge 0.2.0 wrote it, its lm_head was "
-                "trained on the un-normalised state, which this vLLM always normalises: it cannot be served as trained"
-            )
-        else:
-            effect = (
-                "feeds the post-norm state forward (EAGLE 3.1's reading, taken); if SpecForge 0.2.0 wrote it, training fed "
-                "the pre-norm state forward and this vLLM does not"
-            )
-        out.add(
-            "engine.norm_output_reading",
-            "warning",
-            f"norm_output: {str(raw).lower()} has two readings (EAGLE 3.1's, SpecForge's); pass --norm-output-semantics",
-            effect,
-            "norm_output",
-        )
+    flag_findings(out, intended, flags, effects)
+    final_norm_findings(out, intended, config)
 
     # -- fused-state count and capture layers -------------------------------------------------------------
     top_ids = _ids(config.get("eagle_aux_hidden_state_layer_ids"))
@@ -353,29 +246,13 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             continue  # already reported
         unknown.append(name)
     if unknown:
-        listed = ", ".join(unknown[:4]) + (f" and {len(unknown) - 4} more" if len(unknown) > 4 else "")
         out.refuse(
             "engine.unknown_tensor",
-            f"{'tensors' if len(unknown) > 1 else 'tensor'} {listed} {'are' if len(unknown) > 1 else 'is'} not a parameter of the drafter it builds",
+            f"{'tensors' if len(unknown) > 1 else 'tensor'} {listed(unknown)} {'are' if len(unknown) > 1 else 'is'} not a parameter of the drafter it builds",
             f"refuses to load: no module or parameter named {unknown[0]!r}",
             unknown[0],
         )
-    for name, spec in expected.items():
-        if name in vllm_names or not spec.required:
-            continue
-        if name.startswith("fc_norm."):
-            out.view.unit_weights.append(name)
-        elif name.endswith(("norm.weight", "layernorm.weight")):
-            out.view.unit_weights.append(name)
-        else:
-            out.view.uninitialised.append(name)
-    if out.view.unit_weights and any(n.startswith("fc_norm.") for n in out.view.unit_weights):
-        out.add("engine.unit_fc_norm", "error", "fc_norm is on but the fc_norm.* tensors are missing", "runs with unit fc_norm weights, without a word", "fc_norm")
-    other_units = [n for n in out.view.unit_weights if not n.startswith("fc_norm.")]
-    if other_units:
-        out.add("engine.unit_weights", "error", f"missing norm weights {', '.join(other_units[:4])}", "runs with unit weights in their place, without a word")
-    if out.view.uninitialised:
-        out.add("engine.uninitialised", "error", f"missing weights {', '.join(out.view.uninitialised[:4])}", "leaves them uninitialised (torch.empty), without a word")
+    missing_tensors(out, expected, vllm_names)
     if not intended.ships_embed and intended.hidden_size != intended.target_hidden_size:
         out.add("engine.embed", "error", "no embed_tokens and hidden_size != target hidden", "keeps uninitialised embeddings (v1) or fails with a width mismatch (MRv2)")
 

@@ -1,7 +1,7 @@
 """The architecture table (``architectures.json``): one row per architecture string, read by dialects and engines.
 
 Detection asks which dialects claim a string (``claimed_by``), the vLLM engine rules ask which drafter class
-vLLM builds for it (``vllm_family``), and writers ask which string to write (``written_as``). Nothing else in
+vLLM builds for it (``vllm_family``), the SGLang rules which one SGLang registers (``sglang_class``), and writers ask which string to write (``written_as``). Nothing else in
 eaglekit spells an architecture string, so a new one is a data edit.
 """
 
@@ -27,9 +27,20 @@ def vllm_family(architecture: str) -> str | None:
     return row.get("vllm") if row else None
 
 
+def sglang_class(architecture: str) -> dict | None:
+    """The EAGLE 3 drafter class SGLang registers for this string: {"family": llama|mla, "since": first release}."""
+    row = ROWS.get(architecture)
+    return row.get("sglang") if row else None
+
+
+def sglang_registered() -> dict[str, dict]:
+    """Every string SGLang registers an EAGLE 3 drafter class for, with its family and first release."""
+    return {name: row["sglang"] for name, row in ROWS.items() if "sglang" in row}
+
+
 def written_as(dialect: str, attention: str) -> str:
     """The architecture string ``dialect``'s writer puts on a drafter with this attention."""
     return WRITTEN_AS[dialect][attention]
 
 
-__all__ = ["ROWS", "WRITTEN_AS", "claimed_by", "vllm_family", "written_as"]
+__all__ = ["ROWS", "WRITTEN_AS", "claimed_by", "sglang_class", "sglang_registered", "vllm_family", "written_as"]

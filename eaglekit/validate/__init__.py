@@ -95,7 +95,7 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
             report.findings += scan_all(loaded.checkpoint, list(loaded.checkpoint.tensors))
             # scan findings name checkpoint tensors; say which canonical tensor they are when it differs
             report.findings = [
-                f if f.subject not in canonical_of or canonical_of[f.subject] == f.subject else Finding(f.check, f.severity, f.message + f" ({canonical_of[f.subject]})", f.subject, f.engine, f.effect)
+                f if f.subject not in canonical_of or canonical_of[f.subject] == f.subject else Finding(f.check, f.severity, f.message + f" ({canonical_of[f.subject]})", f.subject, f.engine, f.effect, f.evidence)
                 for f in report.findings
             ]
     return report

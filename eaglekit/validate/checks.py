@@ -91,14 +91,14 @@ def borrowed_head(x: CheckInput) -> list[Finding]:
     declared = (x.config or {}).get("draft_vocab_size")
     base = "no lm_head.weight: the drafter borrows the target's lm_head"
     out = [Finding("vocab.lm_head_borrowed", "info", base, "lm_head.weight", "vllm",
-                   "borrows it (shares the target's lm_head when the checkpoint has none; from vLLM's source)")]
+                   "borrows it (shares the target's lm_head when the checkpoint has none; from vLLM's source)", "source")]
     if isinstance(declared, int) and not isinstance(declared, bool):
         out.append(Finding("vocab.lm_head_borrowed", "warning", base + f", but config.json declares draft_vocab_size {declared}", "draft_vocab_size", "sglang",
                            f"borrows it only when draft_vocab_size is null: with a number it runs its own, uninitialised lm_head (acceptance 0); "
-                           f"set draft_vocab_size to null, or `eaglekit convert --to sglang` ({SGLANG_HEAD_EVIDENCE})"))
+                           f"set draft_vocab_size to null, or `eaglekit convert --to sglang` ({SGLANG_HEAD_EVIDENCE})", "source"))
     else:
         out.append(Finding("vocab.lm_head_borrowed", "info", base + " (draft_vocab_size is null)", "draft_vocab_size", "sglang",
-                           f"borrows it, as draft_vocab_size is null ({SGLANG_HEAD_EVIDENCE})"))
+                           f"borrows it, as draft_vocab_size is null ({SGLANG_HEAD_EVIDENCE})", "source"))
     return out
 
 

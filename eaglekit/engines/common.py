@@ -1,0 +1,188 @@
+"""What every engine's rules share: release versions and tables, the view of a drafter as served, the findings
+accumulator, and the comparisons that read the same whichever engine makes them (flags, the final norm, tensors
+an engine expects but does not find).
+
+An engine module (``vllm.py``, ``sglang.py``) reads its release table and decides what that release builds; the
+pieces here turn those decisions into findings worded the same way for every engine.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from ..errors import UsageError
+from ..findings import Finding
+from ..model.drafter import Drafter
+
+# 0.24, 0.24.1, 0.4.4.post2, and what `pip show` prints for CPU builds and release candidates: 0.32.0+cpu, 0.32.0rc1
+_VERSION = re.compile(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?((?:(?:a|b|rc|\.?dev|\.?post)\d*)*)(?:\+[0-9A-Za-z.]+)?")
+_POST = re.compile(r"\.?post(\d*)")
+
+
+def release_key(text: str) -> tuple[int, int, int, int]:
+    """(major, minor, patch, post): a post-release sorts after its release (SGLang's 0.4.4.post2 is where its
+    EAGLE 3 begins); a pre-release or local build (rc1, dev4, +cpu) is judged by the rules of its release."""
+    match = _VERSION.fullmatch(text.strip())
+    if not match:
+        raise UsageError(f"engine version {text!r} is not like 0.24, 0.24.1, 0.4.4.post2 or 0.32.0+cpu")
+    post = _POST.search(match.group(4) or "")
+    return (*(int(p or 0) for p in match.groups()[:3]), int(post.group(1) or 0) if post else 0)
+
+
+def load_table(filename: str) -> dict:
+    return json.loads(resources.files("eaglekit.engines").joinpath(filename).read_text())
+
+
+@dataclass(frozen=True)
+class Release:
+    engine: str  # "vllm", "sglang"
+    requested: str  # as the user wrote it, e.g. "0.24"
+    row: str  # the table row that applies, e.g. "0.23.0"
+    rules: dict
+    beyond_table: bool  # newer than the newest row: its rules are assumed to still hold
+    evidence: str = "source"  # what the row rests on: "source" (read in the released code) or "run"
+
+    @property
+    def label(self) -> str:
+        return f"{self.engine}=={self.requested}"
+
+
+def pick_row(table: dict, engine: str, version: str, first: str, why_first: str) -> Release:
+    """The newest row at or before ``version``; a version before ``first`` is out of scope."""
+    wanted = release_key(version)
+    if wanted < release_key(first):
+        raise UsageError(f"{engine}=={version}: eaglekit's rules start at {why_first}")
+    rows = sorted(table["releases"].items(), key=lambda kv: release_key(kv[0]))
+    name, rules = [r for r in rows if release_key(r[0]) <= wanted][-1]
+    newest = table.get("newest_read", rows[-1][0])  # a table may have read releases past its newest change
+    return Release(engine, version, name, rules, wanted > release_key(newest), rules.get("evidence", "source"))
+
+
+@dataclass
+class EngineView:
+    engine: str
+    loads: bool = True
+    drafter: Drafter | None = None  # the drafter as the engine runs it (None when it would not load)
+    unit_weights: list[str] = field(default_factory=list)  # missing norms the engine leaves at 1
+    uninitialised: list[str] = field(default_factory=list)  # missing weights the engine leaves as garbage
+    findings: list[Finding] = field(default_factory=list)
+    evidence: str = "source"
+
+    def to_dict(self) -> dict:
+        return {
+            "engine": self.engine,
+            "loads": self.loads,
+            "evidence": self.evidence,
+            "unit_weights": self.unit_weights,
+            "uninitialised": self.uninitialised,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+class Recorder:
+    """Accumulates one release's findings, each stamped with the release and the evidence its row rests on."""
+
+    def __init__(self, rel: Release):
+        self.view = EngineView(rel.label, evidence=rel.evidence)
+        self.label = rel.label
+        self.evidence = rel.evidence
+
+    def add(self, check: str, severity: str, message: str, effect: str, subject: str | None = None) -> None:
+        self.view.findings.append(Finding(check, severity, message, subject, self.label, effect, self.evidence))
+
+    def refuse(self, check: str, message: str, effect: str, subject: str | None = None) -> None:
+        self.view.loads = False
+        self.add(check, "error", message, effect, subject)
+
+    def untested(self, rel: Release) -> None:
+        if rel.beyond_table:
+            self.add("engine.untested_release", "info", f"{rel.label} is newer than the releases eaglekit's rules were read from (rules up to {rel.row}); those are assumed", "uses the newest known rules")
+
+
+def int_ids(value: Any) -> tuple[int, ...] | None:
+    if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return tuple(value)
+    return None
+
+
+def config_flag(config: dict, key: str, default: bool) -> bool:
+    value = config.get(key, default)
+    return value if isinstance(value, bool) else default
+
+
+FLAG_LABELS = ("fc_norm", "norm_output", "norm_before_fc", "norm_before_residual")
+
+
+def flag_findings(out: Recorder, intended: Drafter, served_flags, effects: dict[str, str]) -> None:
+    """One error per flag the engine reads otherwise than the drafter was trained with."""
+    for key in FLAG_LABELS:
+        want, got = getattr(intended.flags, key), getattr(served_flags, key)
+        if want != got:
+            effect = effects[key].format(str(got).lower())
+            if key == "norm_output" and got:
+                effect = "reads norm_output as EAGLE 3.1: feeds the post-norm state to the next step (trained with the pre-norm one)"
+            out.add(f"engine.flag.{key}", "error", f"the drafter has {key}={str(want).lower()}", effect, key)
+
+
+DISPLAY = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def final_norm_findings(out: Recorder, intended: Drafter, config: dict, *, reads_norm_output: bool = True) -> None:
+    """Both engines always normalise before lm_head and, where they read norm_output, read it as EAGLE 3.1 does
+    (where they do not, the flag finding has said so already)."""
+    if not intended.flags.norm_before_lm_head:
+        out.add(
+            "engine.lm_head_unnormed",
+            "error",
+            "the drafter's lm_head reads the un-normalised state (SpecForge's norm_output: false)",
+            "always applies the final norm before lm_head: it cannot serve the drafter as trained",
+            "norm_output",
+        )
+    elif reads_norm_output and intended.norm_output_semantics is not None and not intended.norm_output_certain:
+        raw = config.get("norm_output")
+        engine = DISPLAY.get(out.label.split("==")[0], out.label.split("==")[0])
+        if raw is False:
+            effect = (
+                "serves it as plain EAGLE 3 (EAGLE 3.1's reading, taken); if SpecForge 0.2.0 wrote it, its lm_head was "
+                f"trained on the un-normalised state, which this {engine} always normalises: it cannot be served as trained"
+            )
+        else:
+            effect = (
+                "feeds the post-norm state forward (EAGLE 3.1's reading, taken); if SpecForge 0.2.0 wrote it, training fed "
+                f"the pre-norm state forward and this {engine} does not"
+            )
+        out.add(
+            "engine.norm_output_reading",
+            "warning",
+            f"norm_output: {str(raw).lower()} has two readings (EAGLE 3.1's, SpecForge's); pass --norm-output-semantics",
+            effect,
+            "norm_output",
+        )
+
+
+def missing_tensors(out: Recorder, expected: dict, provided: set[str], *, supplied: tuple[str, ...] = ()) -> None:
+    """Tensors the engine's drafter has but the checkpoint does not provide: norms stay at 1, the rest stay
+    uninitialised (both engines allocate with torch.empty). ``supplied``: names the engine fills from elsewhere
+    (the target's embeddings or head)."""
+    for name, spec in expected.items():
+        if name in provided or not spec.required or name in supplied:
+            continue
+        if name.endswith(("norm.weight", "layernorm.weight")) or name.startswith("fc_norm."):
+            out.view.unit_weights.append(name)
+        else:
+            out.view.uninitialised.append(name)
+    if any(n.startswith("fc_norm.") for n in out.view.unit_weights):
+        out.add("engine.unit_fc_norm", "error", "fc_norm is on but the fc_norm.* tensors are missing", "runs with unit fc_norm weights, without a word", "fc_norm")
+    other_units = [n for n in out.view.unit_weights if not n.startswith("fc_norm.")]
+    if other_units:
+        out.add("engine.unit_weights", "error", f"missing norm weights {', '.join(other_units[:4])}", "runs with unit weights in their place, without a word")
+    if out.view.uninitialised:
+        out.add("engine.uninitialised", "error", f"missing weights {', '.join(out.view.uninitialised[:4])}", "leaves them uninitialised (torch.empty), without a word")
+
+
+def listed(names: list[str]) -> str:
+    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
