@@ -167,7 +167,7 @@ def test_without_31_norms_the_fed_back_norm_grows_with_depth(pair31):
     target = TargetModel.load(cfg)
     with dialects.load(pair31["drafter"], target_num_layers=cfg.num_layers) as loaded:
         d = loaded.drafter.with_(target_num_layers=cfg.num_layers)
-        w = weights_for(loaded)
+        w = weights_for(loaded, target_embed=target.embed_weight, target_lm_head=target.lm_head_weight)
     assert d.flags.fc_norm and d.flags.norm_output
     K = 5
     figures = {}
