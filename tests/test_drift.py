@@ -4,6 +4,7 @@ acceptance equal to verify's, and the report's files (schema, HTML, PNGs)."""
 from __future__ import annotations
 
 import base64
+import html
 import json
 from dataclasses import replace
 from html.parser import HTMLParser
@@ -250,7 +251,7 @@ def test_report_acceptance_equals_verify_and_files_are_valid(pair31, cli, tmp_pa
 
     text = render(data)
     for title, _ in tables(data):
-        assert title in text and title in page
+        assert title in text and html.escape(title) in page
 
 
 def test_usage_errors_exit_2(pair31, cli):
