@@ -109,6 +109,7 @@ def plot(r: dict, directory: Path) -> list[Path]:
     for ax, title in zip(axes, ("acceptance rate by depth", "attention mass by depth", "fed-back state norm / step 1")):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("draft step")
+        ax.set_xticks([d["step"] for d in r["per_depth"]])
         ax.legend(fontsize=7)
     fig.tight_layout()
     written.append(directory / PLOTS[0])
