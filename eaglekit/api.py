@@ -1,4 +1,4 @@
-"""eaglekit's Python API: the five commands as functions with typed results. The CLI calls these and nothing else.
+"""eaglekit's Python API: the commands as functions with typed results. The CLI calls these and nothing else.
 
     from eaglekit import api
 
@@ -68,6 +68,21 @@ class Verification:
     acceptance_length: float
     passed: bool
     checks: list[dict[str, Any]]
+    data: dict[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class DriftReport:
+    """EAGLE 3.1's diagnosis measured on a drafter and its target (``eaglekit drift``): acceptance by absolute position,
+    and per draft step the acceptance, the attention on sinks and on the chain's own drafts, the fed-back norm."""
+
+    path: str
+    ok: bool
+    acceptance_length: float
+    per_depth: list[dict[str, Any]]
+    by_context_length: list[dict[str, Any]]
+    compare: dict[str, Any] | None
+    files: list[str]  # written with ``report``: report.json, the PNG plots, report.html
     data: dict[str, Any] = field(repr=False)
 
 
@@ -242,6 +257,25 @@ def verify(path: str | Path, *, target: str, progress: Callable[[str, int], obje
     return Verification(str(path), report["acceptance_length"], report["passed"], report["checks"], report)
 
 
+def drift(path: str | Path, *, target: str, report: str | Path | None = None, progress: Callable[[str, int], object] | None = None,
+          **options: Any) -> DriftReport:
+    """Measure attention drift, fed-back norms, fused-input balance and acceptance by context length; ``options`` are
+    ``DriftOptions`` fields (``compare``, ``sink_tokens``, ``max_context``, ``prompts``, ``k``, ...). ``report``: a
+    directory for report.json, PNG plots and report.html (needs matplotlib: ``eaglekit[report]``)."""
+    from .verify.drift import DriftOptions, drift as run
+    from .verify.drift_report import require_matplotlib, write_report
+
+    if report is not None:
+        require_matplotlib()  # before the long run, not after it
+    result = run(str(path), DriftOptions(target=target, **options), progress)
+    data = document(path, not result["findings"], result)
+    files: list[str] = []
+    if report is not None:
+        files = write_report(data, report)
+    return DriftReport(str(path), data["ok"], data["acceptance"]["trajectory"]["acceptance_length"], data["per_depth"],
+                       data["by_context_length"], data["compare"], files, data)
+
+
 def push(path: str | Path, repo_id: str, **options: Any) -> Publication:
     """Validate ``path`` and publish it to ``repo_id`` as one commit; ``options`` are ``PushOptions`` fields
     (``dry_run``, ``private``, ``revision``, ``create_pr``, ``token``, ``endpoint``, ``base_model``, ...)."""
@@ -255,5 +289,5 @@ def push(path: str | Path, repo_id: str, **options: Any) -> Publication:
     return Publication(repo_id, [f["path"] for f in result["files"]], result["dry_run"], result.get("commit"), result)
 
 
-__all__ = ["SCHEMA_VERSION", "Conversion", "document", "Inspection", "Publication", "SurveyRow", "Verification", "convert", "inspect", "push",
-           "survey", "validate", "verify"]
+__all__ = ["SCHEMA_VERSION", "Conversion", "DriftReport", "document", "Inspection", "Publication", "SurveyRow", "Verification", "convert",
+           "drift", "inspect", "push", "survey", "validate", "verify"]

@@ -7,6 +7,7 @@ import click
 from .. import __version__
 from ._errors import EaglekitGroup
 from .convert import convert_command
+from .drift import drift_command
 from .engines import engines_group
 from .inspect import inspect_command
 from .push import push_command
@@ -26,6 +27,7 @@ main.add_command(validate_command)
 main.add_command(verify_command)
 main.add_command(push_command)
 main.add_command(engines_group)
+main.add_command(drift_command)
 
 
 def run() -> None:

@@ -20,7 +20,7 @@ batched draft chains (``simulate.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +28,9 @@ import torch.nn.functional as F
 from ..errors import UnsupportedError
 from ..model.drafter import Drafter
 from .ops import add_rms_norm, apply_rope, rms_norm, rope_cos_sin, yarn_get_mscale
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .record import DriftRecorder
 
 
 @dataclass
@@ -98,8 +101,8 @@ class ReferenceDrafter:
     def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
         return rms_norm(x, self.w[f"{name}.weight"], self.d.rms_norm_eps)
 
-    def combine(self, aux: torch.Tensor) -> torch.Tensor:
-        """Fuse the concatenated target states [N, n*T] into the drafter's hidden [N, H]."""
+    def combine(self, aux: torch.Tensor, recorder: "DriftRecorder | None" = None) -> torch.Tensor:
+        """Fuse the concatenated target states [N, n*T] into the drafter's hidden [N, H] (``recorder``: see record.py)."""
         x = aux.to(self.device, self.dtype)
         if not self.d.flags.use_aux_hidden_state:
             return x
@@ -108,6 +111,8 @@ class ReferenceDrafter:
         if self.d.flags.fc_norm:
             chunks = x.chunk(self.d.num_aux, dim=-1)
             x = torch.cat([self._norm(c, f"fc_norm.{i}") for i, c in enumerate(chunks)], dim=-1)
+        if recorder is not None:
+            recorder.fc_input(x, self.d.num_aux)
         return self._linear(x, "fc")
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
@@ -198,7 +203,7 @@ class ReferenceDrafter:
         groups = self.d.num_heads // t.shape[-2]
         return t if groups == 1 else t.repeat_interleave(groups, dim=-2)
 
-    def causal_attend(self, block: int = 256) -> Attend:
+    def causal_attend(self, block: int = 256, recorder: "DriftRecorder | None" = None) -> Attend:
         """Causal self-attention over the rows of one call (the first pass over a sequence)."""
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -212,6 +217,8 @@ class ReferenceDrafter:
                 cols = torch.arange(start + qb.shape[0], device=q.device)[None, :]
                 scores = scores.masked_fill(cols > rows, float("-inf"))
                 probs = scores.softmax(-1)
+                if recorder is not None:
+                    recorder.first_pass_attention(layer, probs)
                 out.append(torch.einsum("hqk,khd->qhd", probs, v[: start + qb.shape[0]]))
             return torch.cat(out).to(q.dtype).reshape(n, -1)
 

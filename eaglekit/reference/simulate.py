@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .model import KV, ReferenceDrafter, StepOutput
+from .record import DriftRecorder
 
 
 @dataclass
@@ -30,15 +31,16 @@ class Chains:
     first: StepOutput  # the first pass over the whole sequence
 
 
-def first_pass(model: ReferenceDrafter, tokens: torch.Tensor, aux: torch.Tensor) -> StepOutput:
+def first_pass(model: ReferenceDrafter, tokens: torch.Tensor, aux: torch.Tensor, recorder: DriftRecorder | None = None) -> StepOutput:
     """Drafter prefill over positions 0..S-2: token x_{t+1} with target feature h_t."""
     n = tokens.shape[0] - 1
-    hidden = model.combine(aux[:n])
+    hidden = model.combine(aux[:n], recorder)
     positions = torch.arange(n, device=model.device)
-    return model.decode(tokens[1:].to(model.device), hidden, positions, model.causal_attend())
+    return model.decode(tokens[1:].to(model.device), hidden, positions, model.causal_attend(recorder=recorder))
 
 
-def _chain_attend(model: ReferenceDrafter, base: list[KV], starts: torch.Tensor, chain: list[list[KV]], block: int = 512):
+def _chain_attend(model: ReferenceDrafter, base: list[KV], starts: torch.Tensor, chain: list[list[KV]], block: int = 512,
+                  recorder: DriftRecorder | None = None):
     def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         base_k = model._expand_kv(base[layer].k).float()
         base_v = model._expand_kv(base[layer].v).float()
@@ -54,6 +56,8 @@ def _chain_attend(model: ReferenceDrafter, base: list[KV], starts: torch.Tensor,
             s_own = torch.einsum("jhd,jchd->jhc", qb, own_k[lo:hi]) * model.scale
             probs = torch.cat([s_base, s_own], dim=-1).softmax(-1)
             p_base, p_own = probs[..., : base_k.shape[0]], probs[..., base_k.shape[0] :]
+            if recorder is not None:
+                recorder.chain_attention(layer, p_base, p_own)
             out.append(torch.einsum("jhs,shd->jhd", p_base, base_v) + torch.einsum("jhc,jchd->jhd", p_own, own_v[lo:hi]))
         return torch.cat(out).to(q.dtype).reshape(q.shape[0], -1)
 
@@ -68,23 +72,34 @@ def draft_chains(model: ReferenceDrafter, tokens: torch.Tensor, aux: torch.Tenso
     return chains_from(model, first_pass(model, tokens, aux), tokens, starts, k, teacher=teacher)
 
 
-def chains_from(model: ReferenceDrafter, first: StepOutput, tokens: torch.Tensor, starts: torch.Tensor, k: int, *, teacher: bool = False) -> Chains:
-    """The chains of ``draft_chains`` from an already computed first pass (its KV is shared by every chain)."""
+def chains_from(model: ReferenceDrafter, first: StepOutput, tokens: torch.Tensor, starts: torch.Tensor, k: int, *, teacher: bool = False,
+                recorder: DriftRecorder | None = None) -> Chains:
+    """The chains of ``draft_chains`` from an already computed first pass (its KV is shared by every chain);
+    ``recorder`` (record.py) sees the attention and fed-back states of every step."""
     starts = starts.to(model.device)
     tokens = tokens.to(model.device)
     y = first.y[starts]
     feedback = first.feedback[starts]
+    if recorder is not None:
+        recorder.chains_started(starts)
+        recorder.feedback(feedback)
     drafts, ys = [model.greedy(y)], [y]
     chain: list[list[KV]] = [[] for _ in range(model.d.num_layers)]
     for step in range(2, k + 1):
         positions = starts + (step - 1)
         inputs = tokens[(starts + step).clamp(max=tokens.shape[0] - 1)] if teacher else drafts[-1]
-        out = model.decode(inputs, feedback, positions, _chain_attend(model, first.kv, starts, chain))
+        if recorder is not None:
+            recorder.step = step
+        out = model.decode(inputs, feedback, positions, _chain_attend(model, first.kv, starts, chain, recorder=recorder))
         for layer, kv in enumerate(out.kv):
             chain[layer].append(kv)
         feedback = out.feedback
+        if recorder is not None:
+            recorder.feedback(feedback)
         drafts.append(model.greedy(out.y))
         ys.append(out.y)
+    if recorder is not None:
+        recorder.chains_done()
     return Chains(starts, torch.stack(drafts, dim=1), torch.stack(ys, dim=1), first)
 
 

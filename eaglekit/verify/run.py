@@ -41,19 +41,28 @@ class SequenceResult:
 def simulate(model: ReferenceDrafter, prompt: Prompt, tokens: torch.Tensor, aux: torch.Tensor, k: int, max_new_tokens: int, eos: int | None) -> SequenceResult:
     """``tokens`` runs up to K+1 tokens past ``max_new_tokens`` so that the last verification is judged as vLLM
     judges it; ``eos`` is the index of the first end-of-sequence token, if any."""
-    P, S = len(prompt.ids), tokens.shape[0]
-    starts = torch.arange(P - 1, S - 1)
+    starts = chain_starts(len(prompt.ids), tokens.shape[0])
     chains = draft_chains(model, tokens, aux, starts, k)
     accepted = accepted_lengths(chains, tokens).cpu()
-    end = min(S, P + max_new_tokens, eos + 1 if eos is not None else S)
-    return SequenceResult(
-        prompt,
-        tokens,
-        chains,
-        accepted,
-        trajectory(accepted, starts, k, P, max_new_tokens, eos),
-        every_position(accepted, starts, k, last_full=end - 2 - k),
-    )
+    return SequenceResult(prompt, tokens, chains, accepted, *count(accepted, starts, k, len(prompt.ids), tokens.shape[0], max_new_tokens, eos))
+
+
+def chain_starts(prompt_len: int, seq_len: int) -> torch.Tensor:
+    """The positions a chain is drafted from: the last prompt position to the second-to-last token."""
+    return torch.arange(prompt_len - 1, seq_len - 1)
+
+
+def last_full_start(prompt_len: int, seq_len: int, k: int, max_new_tokens: int, eos: int | None) -> int:
+    """The last start position whose K targets all lie inside the judged continuation."""
+    end = min(seq_len, prompt_len + max_new_tokens, eos + 1 if eos is not None else seq_len)
+    return end - 2 - k
+
+
+def count(accepted: torch.Tensor, starts: torch.Tensor, k: int, prompt_len: int, seq_len: int, max_new_tokens: int,
+          eos: int | None) -> tuple[Counters, Counters]:
+    """(trajectory, every position) counters of one sequence's accepted lengths."""
+    return (trajectory(accepted, starts, k, prompt_len, max_new_tokens, eos),
+            every_position(accepted, starts, k, last_full=last_full_start(prompt_len, seq_len, k, max_new_tokens, eos)))
 
 
 def first_eos(tokens: torch.Tensor, prompt_len: int, eos_ids: set[int]) -> int | None:
@@ -100,9 +109,16 @@ class Verifier:
         self.stored_ids: tuple[int, ...] | None = None  # --hidden-states: the only aux layers available
         self._aux_cache: dict[tuple[str, tuple[int, ...]], tuple[torch.Tensor, int]] = {}  # -> (aux, target mismatches)
 
-    def prepare(self) -> None:
-        self.target = TargetModel.load(self.target_config, device=self.device, dtype=self.dtype, device_map=self.options.device_map)
-        records = read_prompt_records(self.options.prompts)
+    def load_target(self) -> TargetModel:
+        if self.target is None:
+            self.target = TargetModel.load(self.target_config, device=self.device, dtype=self.dtype, device_map=self.options.device_map)
+        return self.target
+
+    def prepare(self, records: list[dict] | None = None) -> None:
+        """Greedy continuations of ``records`` (default: the prompts the options name)."""
+        self.load_target()
+        if records is None:
+            records = read_prompt_records(self.options.prompts)
         prompts = encode_prompts(records, self.target.tokenizer, self.options.num_prompts)
         bar = self.progress("generating", len(prompts)) if self.progress else None
         eos_ids = self.target.eos_token_ids()

@@ -1,0 +1,74 @@
+"""``eaglekit drift DRAFTER --target MODEL``: EAGLE 3.1's attention-drift diagnosis, measured on a drafter and its target."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .. import api
+from ._options import DEVICE, from_option, json_option, norm_output_option
+from ._output import Output, table
+
+
+def render(r: dict) -> str:
+    from ..verify.drift_report import tables
+
+    lines = [
+        f"drift {r['drafter']} (EAGLE {r['eagle_version']}) on {r['target']}, {r['device']} {r['dtype']}, K={r['num_speculative_tokens']}, "
+        f"{r['inputs']['count']} inputs of {min(r['inputs']['tokens'])}-{max(r['inputs']['tokens'])} tokens (max context {r['max_context']})",
+        f"inputs from {r['inputs']['source']}",
+    ]
+    if r.get("compare"):
+        lines.append(f"compared with {r['compare']['path']} (EAGLE {r['compare']['eagle_version']}); ratio = compare / drafter")
+    for title, rows in tables(r):
+        lines += ["", title + ":", table(rows, indent="  ")]
+    for f in r["findings"]:
+        lines.append(f"{f['severity']}: [{f['check']}] {f['message']}")
+    return "\n".join(lines)
+
+
+@click.command("drift")
+@click.argument("path")
+@click.option("--target", required=True, metavar="MODEL", help="The target model: a local directory, a Hub id in the local cache, or a .gguf file.")
+@click.option("--compare", metavar="OTHER", help="A second drafter run on the same sequences: every figure for both, with ratios.")
+@click.option("--report", "report_dir", metavar="DIR", help="Write report.json, PNG plots and a self-contained report.html here (needs eaglekit[report]).")
+@click.option("--sink-tokens", type=click.IntRange(min=1), default=4, show_default=True, help="S: attention on the first S positions counts as on sinks.")
+@click.option("--max-context", type=click.IntRange(min=64), help="Longest input, in tokens (default: the target's window).")
+@click.option("--prompts", "prompts_file", metavar="FILE.jsonl",
+              help="Long inputs, one JSON object per line: prompt, messages or input_ids (default: passages of CPython's documentation).")
+@click.option("--inputs-per-bucket", type=click.IntRange(min=1), default=2, show_default=True, help="Built-in inputs per context-length bucket.")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=32, show_default=True, help="Length of the greedy continuation judged after each input.")
+@click.option("--num-speculative-tokens", "k", type=click.IntRange(min=1), default=3, show_default=True, help="K, the drafted chain length.")
+@click.option("--chunk", type=click.IntRange(min=1), default=256, show_default=True, help="Chain start positions drafted together (bounds memory).")
+@click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or auto.")
+@click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]))
+@from_option
+@norm_output_option
+@json_option
+def drift_command(path, target, compare, report_dir, sink_tokens, max_context, prompts_file, inputs_per_bucket, max_new_tokens, k, chunk,
+                  device, dtype, source_dialect, norm_output_semantics, json_mode):
+    """Measure EAGLE 3.1's diagnosis on the drafter PATH and its target: per draft step, acceptance, attention on the
+    first tokens (sinks) and on the chain's own drafts, and the norm of the fed-back state; the balance of the fused
+    input; acceptance by absolute position from long inputs. Exit 1 when a drafter accepts nothing.
+
+    \b
+    Examples:
+      eaglekit drift ./eagle3 --target ./SmolLM2-135M-Instruct.Q4_1.gguf --max-context 4096
+      eaglekit drift ./eagle3 --target ./target --compare ./eagle31 --report ./drift-report
+    """
+    output = Output(json_mode)
+
+    def progress(description: str, total: int):
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=description, disable=json_mode or not sys.stderr.isatty(), file=sys.stderr, leave=False)
+
+    result = api.drift(path, target=target, report=report_dir, progress=progress, compare=compare, sink_tokens=sink_tokens,
+                       max_context=max_context, prompts=prompts_file, inputs_per_bucket=inputs_per_bucket, max_new_tokens=max_new_tokens,
+                       k=k, chunk=chunk, device=device, dtype=dtype, source_dialect=source_dialect, norm_output_semantics=norm_output_semantics)
+    output.emit(result.data, render)
+    if result.files:
+        output.note(f"report written: {', '.join(result.files)}")
+    if not result.ok:
+        sys.exit(1)

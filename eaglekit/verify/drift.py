@@ -1,0 +1,310 @@
+"""``eaglekit drift``: EAGLE 3.1's diagnosis measured for any drafter on its own target.
+
+Long inputs (built-in: passages of CPython's own documentation, see ``long_records``) get greedy continuations from
+the target (the Verifier's run); the drafter drafts a K-step chain at every continuation position, in chunks of
+start positions (one first pass per sequence, whose keys/values every chunk shares), so memory stays bounded by
+the sequence and the chunk. The reference forward records (``reference/record.py``), per draft step: attention on
+the first S positions (sinks) and on the chain's own drafts, the norm of the fed-back state, and the norm of each
+aux chunk entering ``fc``. Acceptance is counted as verify counts it (``run.count``), and by absolute position.
+
+``compare`` runs a second drafter on the same sequences; every figure is given for both, with ratios (other / drafter).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .. import dialects
+from ..errors import UsageError
+from ..findings import errors
+from ..reference.record import DriftRecorder
+from ..reference.simulate import Counters, accepted_lengths, chains_from, every_position, first_pass
+from ..validate.checks import CheckInput, run_checks
+from .options import VerifyOptions
+from .prompts import read_prompt_records
+from .run import Verifier, chain_starts, count, last_full_start, resolved_ids
+
+FIRST_EDGE = 512  # buckets: < 512, 512-2k, 2k-8k, 8k-32k, ... (x4 each)
+LONG_SOURCE = "CPython's own documentation (pydoc_data.topics, shipped with every CPython; PSF licence)"
+
+
+@dataclass
+class DriftOptions:
+    target: str
+    compare: str | None = None
+    sink_tokens: int = 4
+    max_context: int | None = None  # None: the target's window (max_position_embeddings)
+    prompts: str | None = None  # JSONL long inputs (prompt / messages / input_ids); None: the built-in long material
+    inputs_per_bucket: int = 2  # built-in material: sequences per context bucket
+    max_new_tokens: int = 32  # the continuation judged after each input
+    k: int = 3
+    chunk: int = 256  # chain start positions drafted together
+    device: str = "cpu"
+    dtype: str = "float32"
+    source_dialect: str = "auto"
+    norm_output_semantics: str = "auto"
+
+
+def bucket_edges(limit: int) -> list[int]:
+    """[0, 512, 2048, 8192, ...] up to and including the first edge >= ``limit``."""
+    edges = [0, FIRST_EDGE]
+    while edges[-1] < limit:
+        edges.append(edges[-1] * 4)
+    return edges
+
+
+def bucket_label(lo: int, hi: int) -> str:
+    def k(n: int) -> str:
+        return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+    return f"<{k(hi)}" if lo == 0 else f"{k(lo)}-{k(hi)}"
+
+
+def long_text() -> str:
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:  # pragma: no cover - some distributions strip it
+        raise UsageError("the built-in long inputs come from CPython's pydoc_data, which this Python lacks: give --prompts") from None
+    return "\n\n".join(topics[key] for key in sorted(topics))
+
+
+def long_records(tokenizer, limit: int, per_bucket: int, reserve: int) -> list[dict]:
+    """Chat prompts whose passages put the continuation in every context bucket below ``limit``: per bucket,
+    ``per_bucket`` prompts of evenly spread lengths, each from its own place in the text. ``reserve``: the tokens
+    the continuation (and its lookahead) will add."""
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        raise UsageError("the built-in long inputs need the target's tokenizer and chat template: give --prompts with input_ids")
+    ids = tokenizer(long_text(), add_special_tokens=False)["input_ids"]
+    framing = ("Here is part of the Python documentation.\n\n", "\n\nSummarize what it explains.")
+    overhead = len(tokenizer.apply_chat_template([{"role": "user", "content": "".join(framing)}], add_generation_prompt=True, tokenize=True))
+    edges = bucket_edges(limit)
+    records = []
+    for lo, hi in zip(edges, edges[1:]):
+        hi = min(hi, limit)
+        top = hi - reserve - 8  # a little slack: a decoded passage may re-tokenize a few tokens longer
+        if top <= lo + 16:
+            continue
+        for i in range(per_bucket):
+            prompt_len = int(lo + 16 + (top - lo - 16) * (i + 1) / (per_bucket + 1))
+            n = max(prompt_len - overhead, 8)
+            offset = (i * 7919 + lo) % max(len(ids) - n, 1)
+            passage = tokenizer.decode(ids[offset : offset + n])
+            records.append({"id": f"doc-{bucket_label(lo, hi)}-{i + 1}", "category": "long context",
+                            "messages": [{"role": "user", "content": framing[0] + passage + framing[1]}]})
+    return records
+
+
+@dataclass
+class Side:
+    """One drafter's run: its counters overall and per bucket, and the recorder's totals."""
+
+    path: str
+    eagle_version: str
+    trajectory: Counters
+    every: Counters
+    buckets: dict[int, Counters]
+    recorder: DriftRecorder
+    seconds: float
+
+
+def run_drafter(verifier: Verifier, path: str, options: DriftOptions, edges: list[int], label: str,
+                progress: Callable[[str, int], object] | None) -> Side:
+    L = verifier.target_config.num_layers
+    with dialects.load(path, options.source_dialect, norm_output_semantics=options.norm_output_semantics, target_num_layers=L) as loaded:
+        d = loaded.drafter.with_(target_num_layers=L)
+        loaded.drafter = d
+        bad = errors(run_checks(CheckInput(d, loaded.present(), read=loaded.read, target=verifier.target_config)))
+        if bad:
+            raise UsageError(f"{path} cannot run on {verifier.target_config.name}: {bad[0].message} (see `eaglekit validate`)")
+        ids = resolved_ids(d, L)
+        model = verifier.model_for(loaded)
+    edge_t = torch.tensor(edges[1:-1])
+    recorder = DriftRecorder(options.sink_tokens, lambda starts: torch.bucketize(starts, edge_t, right=True))
+    traj, every = Counters(), Counters()
+    buckets: dict[int, Counters] = {}
+    total_chunks = sum((tokens.shape[0] - len(p.ids) + options.chunk - 1) // options.chunk for p, tokens in verifier.sequences)
+    bar = progress(f"drafting ({label})", total_chunks) if progress else None
+    seconds = 0.0
+    for index, (prompt, tokens) in enumerate(verifier.sequences):
+        aux, _ = verifier.aux(index, ids)
+        start_time = time.perf_counter()
+        P, S = len(prompt.ids), tokens.shape[0]
+        starts = chain_starts(P, S)
+        with torch.no_grad():
+            first = first_pass(model, tokens, aux, recorder)
+            accepted = []
+            for lo in range(0, len(starts), options.chunk):
+                chains = chains_from(model, first, tokens, starts[lo : lo + options.chunk], options.k, recorder=recorder)
+                accepted.append(accepted_lengths(chains, tokens).cpu())
+                if bar is not None:
+                    bar.update(1)
+        recorder.sequence_done()
+        del first
+        accepted_t = torch.cat(accepted)
+        t, e = count(accepted_t, starts, options.k, P, S, verifier.max_new[index], verifier.eos[index])
+        traj.merge(t)
+        every.merge(e)
+        last_full = last_full_start(P, S, options.k, verifier.max_new[index], verifier.eos[index])
+        which = torch.bucketize(starts, edge_t, right=True)
+        for b in which.unique().tolist():
+            rows = which == b
+            buckets.setdefault(b, Counters()).merge(every_position(accepted_t[rows], starts[rows], options.k, last_full))
+        seconds += time.perf_counter() - start_time
+    if bar is not None:
+        bar.close()
+    return Side(path, d.eagle_version, traj, every, buckets, recorder, seconds)
+
+
+# -- figures ---------------------------------------------------------------------------------------------
+
+
+def _r(x: float | None, digits: int = 6) -> float | None:
+    return None if x is None else round(float(x), digits)
+
+
+def per_depth(counters: Counters, recorder: DriftRecorder, k: int, bucket: int | None = None) -> list[dict]:
+    """Rows for steps 1..K: acceptance (P(step accepted), and given the step before was), attention on sinks and on
+    the chain's own drafts, the fed-back state's mean norm and its ratio to step 1's."""
+    sums: dict[int, dict[str, float]] = {}
+    for (b, step), t in recorder.totals.items():
+        if bucket is not None and b != bucket:
+            continue
+        acc = sums.setdefault(step, {"chains": 0, "sink": 0.0, "own": 0.0, "feedback": 0.0})
+        for key in acc:
+            acc[key] += t[key]
+    rates = counters.per_position
+    rows = []
+    base = None
+    for step in range(1, k + 1):
+        s = sums.get(step)
+        n = s["chains"] if s else 0
+        fb = s["feedback"] / n if n else None
+        if step == 1:
+            base = fb
+        rate = rates[step - 1] if len(rates) >= step else None
+        prev = 1.0 if step == 1 else (rates[step - 2] if len(rates) >= step - 1 else None)
+        rows.append({
+            "step": step,
+            "acceptance_rate": _r(rate),
+            "conditional_acceptance_rate": _r(rate / prev) if rate is not None and prev else None,
+            "sink_attention": _r(s["sink"] / n) if n else None,
+            "own_draft_attention": _r(s["own"] / n) if n else None,
+            "feedback_norm": _r(fb),
+            "feedback_norm_relative": _r(fb / base) if fb is not None and base else None,
+            "chains": n,
+        })
+    return rows
+
+
+def fc_input(recorder: DriftRecorder, layer_ids: list[int] | None = None) -> dict | None:
+    """Mean norm of each aux chunk entering fc, and each one's share of their sum (balanced: 1/n each)."""
+    if not recorder.fc_totals:
+        return None
+    n = sum(f["chains"] for f in recorder.fc_totals.values())
+    total = sum(f["sum"] for f in recorder.fc_totals.values()) / max(n, 1)
+    norms = [float(x) for x in total]
+    share = [x / sum(norms) if sum(norms) else 0.0 for x in norms]
+    return {"chunk_norms": [_r(x) for x in norms], "chunk_shares": [_r(x) for x in share], "max_over_min": _r(max(norms) / min(norms)) if min(norms) else None}
+
+
+def side_report(side: Side, edges: list[int], k: int) -> dict:
+    by_context = []
+    for b, counters in sorted(side.buckets.items()):
+        lo, hi = edges[b], edges[b + 1]
+        by_context.append({"bucket": bucket_label(lo, hi), "from": lo, "to": hi, "every_position": counters.to_dict(),
+                           "acceptance_length": _r(counters.acceptance_length), "per_depth": per_depth(counters, side.recorder, k, b)})
+    return {
+        "path": side.path,
+        "eagle_version": side.eagle_version,
+        "acceptance": {"trajectory": side.trajectory.to_dict(), "every_position": side.every.to_dict()},
+        "per_depth": per_depth(side.every, side.recorder, k),
+        "by_context_length": by_context,
+        "fc_input": fc_input(side.recorder),
+        "seconds": round(side.seconds, 3),
+    }
+
+
+def _ratio(a, b):
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and a:
+        return _r(b / a)
+    return None
+
+
+FIGURES = ("acceptance_rate", "conditional_acceptance_rate", "sink_attention", "own_draft_attention", "feedback_norm_relative")
+
+
+def ratios(mine: dict, other: dict) -> dict:
+    """other / mine for every figure both have."""
+    def depth(rows_a, rows_b):
+        return [{"step": a["step"], **{f: _ratio(a[f], b[f]) for f in FIGURES}} for a, b in zip(rows_a, rows_b)]
+
+    by_b = {r["bucket"]: r for r in other["by_context_length"]}
+    return {
+        "acceptance_length": _ratio(mine["acceptance"]["trajectory"]["acceptance_length"], other["acceptance"]["trajectory"]["acceptance_length"]),
+        "every_position_acceptance_length": _ratio(mine["acceptance"]["every_position"]["acceptance_length"],
+                                                   other["acceptance"]["every_position"]["acceptance_length"]),
+        "per_depth": depth(mine["per_depth"], other["per_depth"]),
+        "by_context_length": [
+            {"bucket": r["bucket"], "acceptance_length": _ratio(r["acceptance_length"], by_b[r["bucket"]]["acceptance_length"]),
+             "per_depth": depth(r["per_depth"], by_b[r["bucket"]]["per_depth"])}
+            for r in mine["by_context_length"] if r["bucket"] in by_b
+        ],
+    }
+
+
+def drift(path: str, options: DriftOptions, progress: Callable[[str, int], object] | None = None) -> dict:
+    """Run the drift measurement and return the report's data (schemas/drift.schema.json, without the contract keys)."""
+    if options.sink_tokens < 1:
+        raise UsageError("--sink-tokens must be at least 1")
+    if options.chunk < 1:
+        raise UsageError("--chunk must be at least 1")
+    verifier = Verifier(VerifyOptions(target=options.target, max_new_tokens=options.max_new_tokens, k=options.k, device=options.device,
+                                      dtype=options.dtype, source_dialect=options.source_dialect,
+                                      norm_output_semantics=options.norm_output_semantics), progress)
+    window = verifier.target_config.config.get("max_position_embeddings")
+    limit = options.max_context or window
+    if not limit:
+        raise UsageError("the target records no window (max_position_embeddings): give --max-context")
+    if window and limit > window:
+        raise UsageError(f"--max-context {limit} exceeds the target's window ({window})")
+    reserve = options.max_new_tokens + options.k + 1
+    if options.prompts:
+        records, source = read_prompt_records(options.prompts), options.prompts
+    else:
+        records, source = long_records(verifier.load_target().tokenizer, limit, options.inputs_per_bucket, reserve), LONG_SOURCE
+    verifier.prepare(records)
+    too_long = [p.id for p, tokens in verifier.sequences if tokens.shape[0] > limit]
+    if too_long:
+        raise UsageError(f"input {too_long[0]} runs past --max-context {limit} with its continuation")
+    edges = bucket_edges(max(limit, max(t.shape[0] for _, t in verifier.sequences)))
+    mine = side_report(run_drafter(verifier, path, options, edges, "drafter", progress), edges, options.k)
+    other = side_report(run_drafter(verifier, options.compare, options, edges, "compare", progress), edges, options.k) if options.compare else None
+    findings = []
+    for side in (mine, other):
+        if side and side["acceptance"]["every_position"]["num_drafts"] and not side["acceptance"]["every_position"]["num_accepted_tokens"]:
+            findings.append({"check": "drift.nothing_accepted", "severity": "warning",
+                             "message": f"{side['path']}: no drafted token was accepted at any position (wrong target?)"})
+    return {
+        "drafter": str(path),
+        "eagle_version": mine["eagle_version"],
+        "target": verifier.target_config.name,
+        "device": verifier.device,
+        "dtype": options.dtype,
+        "num_speculative_tokens": options.k,
+        "sink_tokens": options.sink_tokens,
+        "max_context": limit,
+        "window": window,
+        "inputs": {"source": source, "count": len(verifier.sequences), "max_new_tokens": options.max_new_tokens,
+                   "tokens": [int(t.shape[0]) for _, t in verifier.sequences]},
+        "acceptance": mine["acceptance"],
+        "per_depth": mine["per_depth"],
+        "by_context_length": mine["by_context_length"],
+        "fc_input": mine["fc_input"],
+        "seconds": mine["seconds"],
+        "compare": None if other is None else {**other, "ratios": ratios(mine, other)},
+        "findings": findings,
+    }

@@ -1,0 +1,185 @@
+"""The drift report's presentation: the tables (one definition, printed by the CLI and written into report.html),
+the PNG plots (matplotlib, imported only here and only when plotting) and the self-contained report.html
+(images embedded as data URIs, no network)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+
+from ..errors import MissingDependencyError
+
+PLOTS = ("per_depth.png", "by_context_length.png", "fc_input.png")
+
+
+def _f(x, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def tables(r: dict) -> list[tuple[str, list[tuple[str, ...]]]]:
+    """(title, rows with a header row first) for every table of the report."""
+    other = r.get("compare")
+    names = ["drafter"] + (["compare", "ratio"] if other else [])
+    out = []
+
+    rows = [("", *names)]
+    mine_acc = r["acceptance"]
+    for key, label in (("trajectory", "AL, as a greedy vLLM run counts it"), ("every_position", "AL, every position")):
+        row = [label, _f(mine_acc[key]["acceptance_length"])]
+        if other:
+            row += [_f(other["acceptance"][key]["acceptance_length"]), _f(other["ratios"]["acceptance_length" if key == "trajectory" else "every_position_acceptance_length"])]
+        rows.append(tuple(row))
+    out.append(("Acceptance length (AL = 1 + accepted / drafts)", rows))
+
+    def depth_rows(mine: list[dict], theirs: list[dict] | None, ratio: list[dict] | None):
+        head = ["step", "accept", "accept|prev", "sink attn", "own attn", "feedback |h|", "|h|/|h1|"]
+        if theirs:
+            head += ["cmp accept", "cmp sink", "cmp own", "cmp |h|/|h1|", "ratio accept", "ratio sink", "ratio own"]
+        rows = [tuple(head)]
+        for i, m in enumerate(mine):
+            row = [str(m["step"]), _f(m["acceptance_rate"]), _f(m["conditional_acceptance_rate"]), _f(m["sink_attention"]),
+                   _f(m["own_draft_attention"]), _f(m["feedback_norm"], 2), _f(m["feedback_norm_relative"])]
+            if theirs:
+                t, q = theirs[i], ratio[i]
+                row += [_f(t["acceptance_rate"]), _f(t["sink_attention"]), _f(t["own_draft_attention"]), _f(t["feedback_norm_relative"]),
+                        _f(q["acceptance_rate"]), _f(q["sink_attention"]), _f(q["own_draft_attention"])]
+            rows.append(tuple(row))
+        return rows
+
+    out.append((f"Per draft step (attention on the first {r['sink_tokens']} positions and on the chain's own drafts, over heads, layers and chains)",
+                depth_rows(r["per_depth"], other and other["per_depth"], other and other["ratios"]["per_depth"])))
+
+    rows = [("context", "chains", "AL", *(["cmp AL", "ratio"] if other else []), "sink attn @K", "own attn @K")]
+    theirs = {b["bucket"]: b for b in other["by_context_length"]} if other else {}
+    ratio_b = {b["bucket"]: b for b in other["ratios"]["by_context_length"]} if other else {}
+    for b in r["by_context_length"]:
+        last = b["per_depth"][-1]
+        row = [b["bucket"], str(b["every_position"]["num_drafts"]), _f(b["acceptance_length"])]
+        if other:
+            row += [_f(theirs.get(b["bucket"], {}).get("acceptance_length")), _f(ratio_b.get(b["bucket"], {}).get("acceptance_length"))]
+        row += [_f(last["sink_attention"]), _f(last["own_draft_attention"])]
+        rows.append(tuple(row))
+    out.append(("Acceptance by absolute position of the chain's start (every position)", rows))
+
+    if r.get("fc_input"):
+        n = len(r["fc_input"]["chunk_norms"])
+        rows = [("", *[f"aux {i}" for i in range(n)], "max/min")]
+        for label, side in (("drafter", r), ("compare", other)):
+            if side and side.get("fc_input"):
+                fc = side["fc_input"]
+                rows.append((f"{label} |chunk|", *[_f(x, 2) for x in fc["chunk_norms"]], _f(fc["max_over_min"], 2)))
+                rows.append((f"{label} share", *[_f(x) for x in fc["chunk_shares"]], ""))
+        out.append(("Fused input balance: each aux chunk's norm as it enters fc (after input_norm / fc_norm)", rows))
+    return out
+
+
+# -- plots -----------------------------------------------------------------------------------------------
+
+
+def require_matplotlib():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise MissingDependencyError("--report needs matplotlib for its plots: pip install 'eaglekit[report]'") from None
+    return plt
+
+
+def _sides(r: dict) -> list[tuple[str, dict]]:
+    sides = [(f"drafter (EAGLE {r['eagle_version']})", r)]
+    if r.get("compare"):
+        sides.append((f"compare (EAGLE {r['compare']['eagle_version']})", r["compare"]))
+    return sides
+
+
+def plot(r: dict, directory: Path) -> list[Path]:
+    plt = require_matplotlib()
+    written = []
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for label, side in _sides(r):
+        steps = [d["step"] for d in side["per_depth"]]
+        axes[0].plot(steps, [d["acceptance_rate"] or 0 for d in side["per_depth"]], marker="o", label=label)
+        axes[1].plot(steps, [d["sink_attention"] or 0 for d in side["per_depth"]], marker="o", label=f"{label}: sinks")
+        axes[1].plot(steps, [d["own_draft_attention"] or 0 for d in side["per_depth"]], marker="s", linestyle="--", label=f"{label}: own drafts")
+        axes[2].plot(steps, [d["feedback_norm_relative"] or 0 for d in side["per_depth"]], marker="o", label=label)
+    for ax, title in zip(axes, ("acceptance rate by depth", "attention mass by depth", "fed-back state norm / step 1")):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("draft step")
+        ax.set_xticks([d["step"] for d in r["per_depth"]])
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    written.append(directory / PLOTS[0])
+    fig.savefig(written[-1], dpi=90)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    sides = _sides(r)
+    labels = [b["bucket"] for b in r["by_context_length"]]
+    width = 0.8 / len(sides)
+    for i, (label, side) in enumerate(sides):
+        by = {b["bucket"]: b["acceptance_length"] for b in side["by_context_length"]}
+        ax.bar([x + i * width for x in range(len(labels))], [by.get(b) or 0 for b in labels], width, label=label)
+    ax.set_xticks([x + width * (len(sides) - 1) / 2 for x in range(len(labels))], labels)
+    ax.set_title("acceptance length by absolute position", fontsize=10)
+    ax.set_xlabel("position of the chain's start (tokens)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    written.append(directory / PLOTS[1])
+    fig.savefig(written[-1], dpi=90)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for i, (label, side) in enumerate(sides):
+        fc = side.get("fc_input")
+        if fc:
+            ax.bar([x + i * width for x in range(len(fc["chunk_norms"]))], fc["chunk_norms"], width, label=label)
+    ax.set_title("norm of each aux chunk entering fc", fontsize=10)
+    ax.set_xlabel("aux chunk (ascending target layer)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    written.append(directory / PLOTS[2])
+    fig.savefig(written[-1], dpi=90)
+    plt.close(fig)
+    return written
+
+
+def _html_table(title: str, rows: list[tuple[str, ...]]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows[1:])
+    return f"<h2>{html.escape(title)}</h2>\n<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>\n"
+
+
+def write_html(r: dict, images: list[Path], path: Path) -> None:
+    parts = [
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>eaglekit drift report</title>\n",
+        "<style>body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin-bottom:1em}"
+        "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}th{background:#eee}img{max-width:100%}</style>\n</head>\n<body>\n",
+        f"<h1>Drift report: {html.escape(r['drafter'])}</h1>\n",
+        f"<p>EAGLE {html.escape(r['eagle_version'])} on {html.escape(r['target'])}, K={r['num_speculative_tokens']}, "
+        f"{r['inputs']['count']} inputs of {min(r['inputs']['tokens'])}-{max(r['inputs']['tokens'])} tokens from "
+        f"{html.escape(r['inputs']['source'])}"
+        + (f"; compared with {html.escape(r['compare']['path'])} (EAGLE {html.escape(r['compare']['eagle_version'])})" if r.get("compare") else "")
+        + ".</p>\n",
+    ]
+    for title, rows in tables(r):
+        parts.append(_html_table(title, rows))
+    for image in images:
+        data = base64.b64encode(image.read_bytes()).decode("ascii")
+        parts.append(f"<figure><img alt=\"{html.escape(image.stem)}\" src=\"data:image/png;base64,{data}\"><figcaption>{html.escape(image.name)}"
+                     "</figcaption></figure>\n")
+    parts.append("</body>\n</html>\n")
+    path.write_text("".join(parts))
+
+
+def write_report(r: dict, directory: str | Path) -> list[str]:
+    """report.json, the plots and report.html into ``directory``; the files written."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    images = plot(r, directory)
+    (directory / "report.json").write_text(json.dumps(r, indent=2) + "\n")
+    write_html(r, images, directory / "report.html")
+    return [str(directory / "report.json"), *map(str, images), str(directory / "report.html")]

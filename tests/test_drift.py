@@ -1,0 +1,261 @@
+"""``eaglekit drift``: the recorded figures against a hand computation, the feedback growth without EAGLE 3.1's norms,
+acceptance equal to verify's, and the report's files (schema, HTML, PNGs)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from dataclasses import replace
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import torch
+
+import tiny_pair
+from drafters import Dims, write_vllm
+from eaglekit import api, dialects, schemas
+from eaglekit.reference.model import ReferenceDrafter, weights_for
+from eaglekit.reference.record import DriftRecorder
+from eaglekit.reference.simulate import Counters, chains_from, first_pass
+from eaglekit.verify.drift import bucket_edges, per_depth
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def pair31(tmp_path_factory) -> dict:
+    return tiny_pair.build(tmp_path_factory.mktemp("drift31"), eagle="3.1")
+
+
+# -- the recorder against an independent computation -------------------------------------------------------
+
+
+def _rms(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def _rope(x, pos, theta):
+    """neox rope on [heads, d] at one position, typed out from the definition."""
+    d = x.shape[-1]
+    inv = theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    ang = pos * inv
+    cos, sin = torch.cat([ang.cos(), ang.cos()]).float(), torch.cat([ang.sin(), ang.sin()]).float()
+    rot = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], dim=-1)
+    return x * cos + rot * sin
+
+
+class Hand:
+    """A one-layer Llama EAGLE 3 drafter, row by row, from its weights (no eaglekit code)."""
+
+    def __init__(self, w, cfg, flags):
+        self.w, self.c, self.f = w, cfg, flags
+
+    def row(self, token, hidden, pos):
+        w, c = self.w, self.c
+        eps, hd = c["eps"], c["head_dim"]
+        x = torch.cat([_rms(w["embed_tokens.weight"][token], w["layers.0.input_layernorm.weight"], eps),
+                       _rms(hidden, w["layers.0.hidden_norm.weight"], eps)])
+        residual = _rms(hidden, w["layers.0.hidden_norm.weight"], eps) if self.f.norm_before_residual else hidden
+        q = _rope((w["layers.0.self_attn.q_proj.weight"] @ x).view(-1, hd), pos, c["theta"])
+        k = _rope((w["layers.0.self_attn.k_proj.weight"] @ x).view(-1, hd), pos, c["theta"])
+        v = (w["layers.0.self_attn.v_proj.weight"] @ x).view(-1, hd)
+        return q, k, v, residual
+
+    def finish(self, probs, vs, residual):
+        """probs [heads, n] over the value rows vs [n, kv_heads, d]: the rest of the layer and the final norm."""
+        w, c = self.w, self.c
+        groups = probs.shape[0] // vs.shape[1]
+        vs = vs.repeat_interleave(groups, dim=1)
+        attn = torch.einsum("hn,nhd->hd", probs, vs).reshape(-1)
+        o = w["layers.0.self_attn.o_proj.weight"] @ attn
+        r2 = o + residual
+        h2 = _rms(r2, w["layers.0.post_attention_layernorm.weight"], c["eps"])
+        m = w["layers.0.mlp.down_proj.weight"] @ (torch.nn.functional.silu(w["layers.0.mlp.gate_proj.weight"] @ h2) * (w["layers.0.mlp.up_proj.weight"] @ h2))
+        pre = m + r2
+        normed = _rms(pre, w["norm.weight"], c["eps"])
+        return pre, normed
+
+    def attend(self, q, ks):
+        groups = q.shape[0] // ks.shape[1]
+        ks = ks.repeat_interleave(groups, dim=1)
+        return (torch.einsum("hd,nhd->hn", q, ks) * self.c["head_dim"] ** -0.5).softmax(-1)
+
+
+def test_recorded_figures_match_a_hand_computation(tmp_path):
+    src = write_vllm(tmp_path / "d", Dims(heads=2, kv_heads=1, head_dim=8))
+    with dialects.load(src) as loaded:
+        d = loaded.drafter.with_(target_num_layers=8)
+        w = weights_for(loaded)
+    model = ReferenceDrafter(d, w)
+    g = torch.Generator().manual_seed(3)
+    S, j, K, sinks = 14, 9, 3, 3
+    tokens = torch.randint(0, d.vocab_size, (S,), generator=g)
+    aux = torch.randn(S, d.num_aux * d.target_hidden_size, generator=g) * 3
+    recorder = DriftRecorder(sinks)
+    first = first_pass(model, tokens, aux, recorder)
+    chains_from(model, first, tokens, torch.tensor([j]), K, recorder=recorder)
+
+    hand = Hand({n: t.float() for n, t in w.items()}, {"eps": d.rms_norm_eps, "head_dim": d.head_dim, "theta": d.rope.theta}, d.flags)
+    d2t = w.get("d2t", torch.zeros(w["lm_head.weight"].shape[0], dtype=torch.long))
+    # first pass: row t reads token x_{t+1} and fc(aux_t); keys/values of rows 0..j
+    rows = [hand.row(int(tokens[t + 1]), w["fc.weight"] @ aux[t], t) for t in range(j + 1)]
+    ks, vs = torch.stack([r[1] for r in rows]), torch.stack([r[2] for r in rows])
+    probs = hand.attend(rows[j][0], ks)
+    expect = [(float(probs[:, :sinks].sum(-1).mean()), 0.0)]
+    pre, normed = hand.finish(probs, vs, rows[j][3])
+    feedback = normed if d.flags.norm_output else pre
+    norms = [float(feedback.norm())]
+    own_k, own_v = [], []
+    for step in range(2, K + 1):
+        draft = int((w["lm_head.weight"] @ normed).argmax())
+        draft = draft + int(d2t[draft])
+        q, k, v, residual = hand.row(draft, feedback, j + step - 1)
+        own_k.append(k)
+        own_v.append(v)
+        probs = hand.attend(q, torch.cat([ks, torch.stack(own_k)]))
+        expect.append((float(probs[:, :sinks].sum(-1).mean()), float(probs[:, j + 1 :].sum(-1).mean())))
+        pre, normed = hand.finish(probs, torch.cat([vs, torch.stack(own_v)]), residual)
+        feedback = normed if d.flags.norm_output else pre
+        norms.append(float(feedback.norm()))
+
+    for step in range(1, K + 1):
+        t = recorder.totals[(0, step)]
+        assert t["chains"] == 1
+        assert t["sink"] == pytest.approx(expect[step - 1][0], abs=1e-5)
+        assert t["own"] == pytest.approx(expect[step - 1][1], abs=1e-5)
+        assert t["feedback"] == pytest.approx(norms[step - 1], rel=1e-4)
+    assert expect[-1][1] > 0  # the figures are not trivially zero
+    chunks = aux[j].chunk(d.num_aux)
+    fc = recorder.fc_totals[0]["sum"]
+    assert [float(x) for x in fc] == pytest.approx([float(c.norm()) for c in chunks], rel=1e-5)
+    rows = per_depth(Counters(), recorder, K)
+    assert rows[0]["feedback_norm_relative"] == 1.0
+    assert rows[2]["feedback_norm_relative"] == pytest.approx(norms[2] / norms[0], rel=1e-4)
+
+
+def test_recording_changes_nothing(tmp_path):
+    """Recorder or not, the drafts and states are bit-identical (verify's numbers cannot move)."""
+    src = write_vllm(tmp_path / "d", Dims(fc_norm=True))
+    with dialects.load(src) as loaded:
+        model = ReferenceDrafter(loaded.drafter.with_(target_num_layers=8), weights_for(loaded))
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, 64, (20,), generator=g)
+    aux = torch.randn(20, 48, generator=g)
+    starts = torch.arange(4, 19)
+    plain = chains_from(model, first_pass(model, tokens, aux), tokens, starts, 3)
+    recorded = chains_from(model, first_pass(model, tokens, aux, DriftRecorder()), tokens, starts, 3, recorder=DriftRecorder())
+    assert torch.equal(plain.drafts, recorded.drafts) and torch.equal(plain.y, recorded.y)
+
+
+def test_bucket_edges():
+    assert bucket_edges(300) == [0, 512]
+    assert bucket_edges(4096) == [0, 512, 2048, 8192]
+    assert bucket_edges(8192) == [0, 512, 2048, 8192]
+
+
+# -- on a trained tiny pair -----------------------------------------------------------------------------------
+
+
+def test_without_31_norms_the_fed_back_norm_grows_with_depth(pair31):
+    """EAGLE 3.1's second cause, on the same weights: post-norm feedback keeps the fed-back norm flat; with fc_norm and
+    norm_output switched off the pre-norm residual is fed back and its norm grows step after step."""
+    from eaglekit.target import read_target_config
+    from eaglekit.target.runner import TargetModel
+
+    cfg = read_target_config(pair31["target"])
+    target = TargetModel.load(cfg)
+    with dialects.load(pair31["drafter"], target_num_layers=cfg.num_layers) as loaded:
+        d = loaded.drafter.with_(target_num_layers=cfg.num_layers)
+        w = weights_for(loaded, target_embed=target.embed_weight, target_lm_head=target.lm_head_weight)
+    assert d.flags.fc_norm and d.flags.norm_output
+    K = 5
+    figures = {}
+    for label, drafter in (("3.1", d), ("off", d.with_(flags=replace(d.flags, fc_norm=False, norm_output=False)))):
+        model = ReferenceDrafter(drafter, w)
+        recorder = DriftRecorder()
+        for line in Path(pair31["prompts"]).read_text().splitlines()[:3]:
+            prompt = json.loads(line)["input_ids"]
+            tokens = target.generate(prompt, 24)
+            aux, _ = target.aux_states(tokens, d.aux.resolved(cfg.num_layers))
+            first = first_pass(model, tokens, aux, recorder)
+            chains_from(model, first, tokens, torch.arange(len(prompt) - 1, tokens.shape[0] - 1), K, recorder=recorder)
+            recorder.sequence_done()
+        figures[label] = [r["feedback_norm_relative"] for r in per_depth(Counters(), recorder, K)]
+    on, off = figures["3.1"], figures["off"]
+    assert all(0.8 < x < 1.25 for x in on), on
+    assert all(b > a for a, b in zip(off, off[1:])), off  # grows with every step
+    assert off[-1] > 1.5 * on[-1], (on, off)
+
+
+class _Html(HTMLParser):
+    VOID = {"meta", "img", "br", "hr", "link", "input"}
+
+    def __init__(self):
+        super().__init__()
+        self.stack, self.images, self.errors, self.doctype = [], [], [], False
+
+    def handle_decl(self, decl):
+        self.doctype = decl.lower() == "doctype html"
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.images.append(dict(attrs)["src"])
+        if tag not in self.VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag):
+        if not self.stack or self.stack.pop() != tag:
+            self.errors.append(f"unbalanced </{tag}>")
+
+
+def test_report_acceptance_equals_verify_and_files_are_valid(pair31, cli, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "report"
+    common = ["--target", pair31["target"], "--prompts", pair31["prompts"], "--max-new-tokens", 20, "--num-speculative-tokens", 3]
+    result = cli("drift", pair31["drafter"], *common, "--compare", pair31["drafter"], "--chunk", 5, "--sink-tokens", 2, "--report", out, "--json")
+    data = json.loads(result.stdout)
+    verified = api.verify(pair31["drafter"], target=str(pair31["target"]), prompts=str(pair31["prompts"]), max_new_tokens=20, k=3).data
+    # the same sequences, chunked or not: the greedy acceptance is verify's
+    assert data["acceptance"]["trajectory"] == verified["trajectory"]
+    assert data["acceptance"]["every_position"] == verified["every_position"]
+    assert verified["every_position"]["num_accepted_tokens"] > 0
+    assert sum(b["every_position"]["num_drafts"] for b in data["by_context_length"]) == verified["every_position"]["num_drafts"]
+    assert data["ok"] and schemas.check(data, "drift.schema.json") == []
+    # compared with itself: every ratio that exists is 1
+    ratios = data["compare"]["ratios"]
+    assert ratios["acceptance_length"] == 1.0
+    assert all(v in (None, 1.0) for row in ratios["per_depth"] for k, v in row.items() if k != "step")
+    # per depth: no own drafts at step 1, some later; attention masses are fractions
+    depth = data["per_depth"]
+    assert depth[0]["own_draft_attention"] == 0.0 and depth[1]["own_draft_attention"] > 0
+    assert depth[0]["acceptance_rate"] == verified["every_position"]["per_position_rate"][0]
+    # the files
+    report = json.loads((out / "report.json").read_text())
+    assert report == data and schemas.check(report, "drift.schema.json") == []
+    page = (out / "report.html").read_text()
+    parser = _Html()
+    parser.feed(page)
+    assert parser.doctype and not parser.errors and not parser.stack
+    assert "http://" not in page and "https://" not in page  # nothing to fetch
+    assert len(parser.images) == 3
+    for src in parser.images:
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1]).startswith(PNG)
+    for name in ("per_depth.png", "by_context_length.png", "fc_input.png"):
+        assert (out / name).read_bytes().startswith(PNG)
+    # the terminal prints the same tables
+    from eaglekit.cli.drift import render
+    from eaglekit.verify.drift_report import tables
+
+    text = render(data)
+    for title, _ in tables(data):
+        assert title in text and html.escape(title) in page
+
+
+def test_usage_errors_exit_2(pair31, cli):
+    result = cli("drift", pair31["drafter"], "--target", pair31["target"], "--max-context", 100000, expect=2)
+    assert "window" in result.stderr
+    result = cli("drift", pair31["drafter"], "--target", pair31["target"], expect=2)  # built-in inputs need a tokenizer
+    assert "--prompts" in result.stderr
