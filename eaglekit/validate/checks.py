@@ -141,7 +141,7 @@ def check_window(x: CheckInput) -> list[Finding]:
             f"window {w.size} (a position attends to itself and the {w.size - 1} before it)")
     out.append(_f("attention.sliding_window", "info", what + "; eaglekit's reference applies it", "sliding_window"))
     if d.attention == "mla":
-        out.append(Finding("attention.sliding_window", "error", what, "sliding_window", "vllm",
+        out.append(Finding("attention.sliding_window", "warning", what, "sliding_window", "vllm",
                            "builds its MLA drafter without a window (deepseek_eagle3.py reads no layer_types; source): full attention"))
     else:
         out.append(Finding("attention.sliding_window", "info", what, "sliding_window", "vllm", VLLM_WINDOW_EFFECT))
