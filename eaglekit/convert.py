@@ -244,6 +244,11 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
                     f"{written_as(writer.name, d.attention)} (model_type {d.attention}), the class the tensors fit", "architectures")
         )
 
+    if d.windowed_layers and writer.window_caveat:
+        notes.append(
+            Finding("window.writer", "warning", f"draft layers {list(d.windowed_layers)} use a sliding window of {d.window.size}: "
+                    f"sliding_window and layer_types are written, but {writer.window_caveat}", "sliding_window")
+        )
     out_names = writer.output_names(d)
     present = loaded.present()
     tensors: list[OutputTensor] = []

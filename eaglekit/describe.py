@@ -8,6 +8,7 @@ from . import dialects
 from .dialects.base import LoadedDrafter
 from .findings import Finding
 from .io import dtypes
+from .model.drafter import window_dict
 
 
 def hints(loaded: LoadedDrafter) -> list[Finding]:
@@ -83,6 +84,7 @@ def describe(loaded: LoadedDrafter) -> dict:
         "norm_output_semantics": (
             {"reading": d.norm_output_semantics, "certain": d.norm_output_certain} if d.norm_output_semantics else None
         ),
+        "window": window_dict(d),
         "rope": {"theta": d.rope.theta, "scaling": d.rope.scaling},
         "rms_norm_eps": d.rms_norm_eps,
         "verifier": d.verifier,

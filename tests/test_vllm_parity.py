@@ -145,3 +145,41 @@ def test_against_vllm_json_is_json(tmp_path, target, prompts):
     report = json.loads(run.stdout)  # nothing but the report
     assert report["against"]["vllm"] == report["against"]["simulated"]
     assert "INFO" in run.stderr  # vLLM did log: to stderr
+
+
+def test_vllm_applies_the_drafters_sliding_window_as_the_reference_does(tmp_path, target, prompts, monkeypatch):
+    """A drafter whose layer is windowed (window 4, sequences up to 20 positions): vLLM 0.32's live drafter equals the
+    reference with the window (first pass and draft steps 2-3, where the window counts back from the draft token's own
+    position), and the same calls replayed without the window differ: vLLM applies it (the 'run' in vllm_releases.json)."""
+    from eaglekit.model.drafter import Window
+    from eaglekit.reference.model import ReferenceDrafter
+    import importlib
+
+    against_vllm = importlib.import_module("eaglekit.verify.against_vllm")  # the package exports a function of that name
+    dims = CASES["eagle3.1 + d2t"]["dims"]
+    drafter = write_vllm(tmp_path / "drafter", dims, ids=[2, 4, 5], norm_output=True)
+    cfg = json.loads((drafter / "config.json").read_text())
+    cfg.update(sliding_window=4, use_sliding_window=True, layer_types=["sliding_attention"])
+    (drafter / "config.json").write_text(json.dumps(cfg))
+    served = tmp_path / "served"
+    convert(drafter, served, ConvertOptions(to="vllm"))
+    assert json.loads((served / "config.json").read_text())["layer_types"] == ["sliding_attention"]
+
+    full_attention: list[dict] = []
+    replay = against_vllm.replay
+
+    def both(model, calls):
+        plain = ReferenceDrafter(model.d.with_(window=Window()), model.w, dtype=model.dtype)
+        full_attention.append(replay(plain, calls))
+        return replay(model, calls)
+
+    monkeypatch.setattr(against_vllm, "replay", both)
+    report = verify(str(served), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against="vllm"))
+    against = report["against"]
+    logits = {int(k): v for k, v in against["logits"].items()}
+    assert set(logits) == {1, 2, 3}
+    for step, entry in logits.items():
+        assert entry["max_rel_state_diff"] <= 1e-5 and entry["max_rel_logit_diff"] <= 1e-5, (step, entry)
+    assert against["counters_equal"], (against["vllm"], against["simulated"])
+    worst_without = max(v["max_rel_logit_diff"] for r in full_attention for v in r.values())
+    assert worst_without > 1e-3, worst_without  # without the window the reference does not match vLLM

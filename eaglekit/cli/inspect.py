@@ -24,6 +24,14 @@ def _semantics(s: dict) -> str:
     return f"read as {meaning[s['reading']]}" + ("" if s["certain"] else ", assumed: the checkpoint cannot tell (--norm-output-semantics)")
 
 
+def _window(w: dict) -> str:
+    layers = w["windowed_layers"]
+    if layers:
+        text = f"sliding window {w['sliding_window']} on layer{'s' if len(layers) > 1 else ''} {layers}"
+        return text + f" (each position sees itself and the {w['sliding_window'] - 1} before it)"
+    return f"full attention (sliding_window {w['sliding_window']}, layer_types {w['layer_types']}: no layer windowed)"
+
+
 def render(r: dict) -> str:
     dims = r["dimensions"]
     if r["attention"] == "mla":
@@ -67,6 +75,7 @@ def render(r: dict) -> str:
           for r_ in (r.get("ambiguity") or {}).get("readings", [])],
         ("flags", _flags(r["flags"])),
         *([("norm_output", _semantics(r["norm_output_semantics"]))] if r.get("norm_output_semantics") else []),
+        *([("window", _window(r["window"]))] if r.get("window") else []),
         ("rope", rope),
         ("verifier", r["verifier"] or "not recorded"),
         ("tensors", f"{r['num_tensors']} ({r['num_parameters']:,} parameters, {human_bytes(r['total_bytes'])}); " + ", ".join(f"{k} x{v}" for k, v in r["dtypes"].items())),

@@ -248,6 +248,9 @@ class Dialect:
     drops_full_vocab_maps: bool = True
     carries_extra_config: bool = True  # harmless HF keys (token ids) ride along in the written config
     holds_unnormed_lm_head: bool = False  # its config can say "lm_head reads the un-normalised state" (SpecForge)
+    # every writer writes sliding_window / use_sliding_window / layer_types (flat HF keys); where the format's own readers
+    # are not known to apply them, what to tell the user when a windowed drafter is written (convert's note)
+    window_caveat: str | None = None
 
     @property
     def can_write(self) -> bool:

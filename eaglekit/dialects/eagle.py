@@ -52,6 +52,10 @@ class EagleDialect(Dialect):
         Clue("no rope_theta (EAGLE assumes 10000)", 5, lambda c, n, k: "rope_theta" not in c and "rope_parameters" not in c),
     )
     single_layer_model = True
+    window_caveat = (
+        "EAGLE's own code (cnets.py) builds full attention and reads neither key: run by EAGLE, the drafter attends past "
+        "its window, unlike training (engines reading the keys apply them)"
+    )
 
     def adjust(self, d: Drafter, top: ConfigView, ckpt: Checkpoint, notes: list[Finding]) -> Drafter:
         computed = d.hidden_size // d.num_heads

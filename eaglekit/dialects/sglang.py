@@ -57,6 +57,10 @@ class SglangDialect(Dialect):
     writes_t2d = True
     drops_full_vocab_maps = False
     holds_unnormed_lm_head = True  # SpecForge's norm_output: false
+    window_caveat = (
+        "SGLang is not known to apply them: its llama_eagle3.py reads neither key for the draft layer (source, not run); "
+        "SpecForge 0.2.0's EAGLE 3 draft model (llama3_eagle.py) reads neither and runs full attention (source)"
+    )
     evidence = (
         architecture_clue("sglang", 30),
         Clue("tensors named midlayer.*", 20, lambda c, n, k: has_prefix(n, "midlayer.")),

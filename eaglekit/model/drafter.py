@@ -80,6 +80,37 @@ class Rope:
         return (self.scaling or {}).get("rope_type", "default")
 
 
+SLIDING = "sliding_attention"
+
+
+@dataclass(frozen=True)
+class Window:
+    """Sliding-window attention, as the drafter's HF config states it (``sliding_window``, ``layer_types``).
+
+    A windowed layer's position p attends to the positions p-size+1 .. p (itself and the size-1 before it), as
+    transformers' and speculators' masks define it (``kv_idx > q_idx - sliding_window``). ``layer_types`` says which
+    layers (``"sliding_attention"``; anything else is full attention, as vLLM and speculators read it); absent, no
+    layer is windowed. Both keys are kept as written, so a window that windows no layer still round-trips.
+    speculators' training defaults write ``sliding_window: 2048`` with every draft layer ``sliding_attention``."""
+
+    size: int | None = None
+    layer_types: tuple[str, ...] | None = None
+
+    def for_layer(self, i: int) -> int | None:
+        """The window of decoder layer ``i`` (None: full attention)."""
+        if self.size is None or self.layer_types is None or i >= len(self.layer_types):
+            return None
+        return self.size if self.layer_types[i] == SLIDING else None
+
+    def windowed_layers(self, num_layers: int) -> tuple[int, ...]:
+        return tuple(i for i in range(num_layers) if self.for_layer(i) is not None)
+
+    @property
+    def stated(self) -> bool:
+        """The config says anything about a window (a writer writes the keys back)."""
+        return self.size is not None or self.layer_types is not None
+
+
 @dataclass(frozen=True)
 class MLA:
     """DeepSeek-V2/V3 and Kimi-K2 multi-head latent attention dimensions."""
@@ -154,12 +185,18 @@ class Drafter:
     # meaning is fixed or no such key was written. ``norm_output_certain``: the checkpoint (or the user) said which.
     norm_output_semantics: str | None = None
     norm_output_certain: bool = True
+    window: Window = Window()  # sliding-window attention per layer (none by default)
 
     # -- derived views -------------------------------------------------------------------------------
 
     @property
     def eagle_version(self) -> str:
         return "3.1" if (self.flags.fc_norm or self.flags.norm_output) else "3"
+
+    @property
+    def windowed_layers(self) -> tuple[int, ...]:
+        """Decoder layers that use sliding-window attention."""
+        return self.window.windowed_layers(self.num_layers)
 
     @property
     def has_d2t(self) -> bool:
@@ -199,4 +236,16 @@ class Drafter:
         data["eagle_version"] = self.eagle_version
         data["verifier_architectures"] = list(self.verifier_architectures)
         data["provenance"]["notes"] = list(self.provenance.notes)
+        data["window"] = window_dict(self)
         return data
+
+
+def window_dict(d: Drafter) -> dict | None:
+    """The window as inspect and ``to_dict`` show it (None when the config states none)."""
+    if not d.window.stated:
+        return None
+    return {
+        "sliding_window": d.window.size,
+        "layer_types": list(d.window.layer_types) if d.window.layer_types is not None else None,
+        "windowed_layers": list(d.windowed_layers),
+    }

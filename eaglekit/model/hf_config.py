@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from .config_view import ConfigView
-from .drafter import MLA, Drafter, Rope
+from .drafter import MLA, SLIDING, Drafter, Rope, Window
 
 DEFAULT_ROPE_THETA = 10000.0  # transformers' LlamaConfig default, and what EAGLE's code assumes
 MLA_KEYS = ("kv_lora_rank", "qk_rope_head_dim")
@@ -73,6 +73,38 @@ def read_mla(view: ConfigView) -> MLA | None:
     )
 
 
+QWEN3_MAX_WINDOW_LAYERS = 28  # transformers' Qwen3Config default
+
+
+def read_window(view: ConfigView, model_type: str | None) -> Window:
+    """``sliding_window`` / ``use_sliding_window`` / ``layer_types`` as the config class the engines and trainers build
+    reads them. Llama (transformers' LlamaConfig keeps the keys as given; vLLM's Llama attention and speculators'
+    Eagle3DraftModel window exactly the layers ``layer_types`` names). Qwen3 (``Qwen3Config``): ``use_sliding_window``
+    false sets ``sliding_window`` to None, and absent ``layer_types`` are derived from ``max_window_layers`` (layer i
+    is windowed when i >= max_window_layers, default 28)."""
+    size = view.int("sliding_window", None, minimum=1)
+    layer_types = view.str_list("layer_types", None)
+    if model_type == "qwen3":
+        if not view.bool("use_sliding_window", False):
+            size = None
+        if layer_types is None and size is not None:
+            first = view.int("max_window_layers", QWEN3_MAX_WINDOW_LAYERS, minimum=0)
+            layers = view.int("num_hidden_layers", 1, minimum=1)
+            layer_types = tuple(SLIDING if i >= first else "full_attention" for i in range(layers))
+    return Window(size, layer_types)
+
+
+def window_config(window: Window) -> dict:
+    """The window's HF keys as speculators writes them (nothing when the source stated none)."""
+    if not window.stated:
+        return {}
+    sliding = window.size is not None and SLIDING in (window.layer_types or ())
+    out: dict = {"sliding_window": window.size, "use_sliding_window": sliding}
+    if window.layer_types is not None:
+        out["layer_types"] = list(window.layer_types)
+    return out
+
+
 def base_fields(view: ConfigView) -> dict:
     """Drafter fields from flat HF keys (dimensions, vocab, norms, rope, biases)."""
     H = view.int("hidden_size", minimum=1)
@@ -101,6 +133,7 @@ def base_fields(view: ConfigView) -> dict:
         model_type=view.str("model_type", None),
         rope=rope,
         mla=mla,
+        window=read_window(view, view.str("model_type", None)),
     )
 
 
@@ -121,6 +154,7 @@ def base_config(d: Drafter, *, vocab_size: int | None = None) -> dict:
         "attention_bias": d.attention_bias,
         "mlp_bias": d.mlp_bias,
         "tie_word_embeddings": False,
+        **window_config(d.window),
     }
     if d.mla is not None:
         out.pop("head_dim")

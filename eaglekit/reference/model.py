@@ -15,6 +15,12 @@ It follows vLLM's computation step for step (docs/engines.md; vLLM's llama_eagle
 
 Attention takes a callback so that one decoder serves both the causal first pass over a sequence and the
 batched draft chains (``simulate.py``).
+
+Sliding-window layers (``Drafter.window``): a position p attends to p-W+1 .. p, as transformers and speculators
+mask it. At a draft step k >= 2 of a chain started at j there are two ways to count the window, chosen with
+``chain_window``: "position" (default) counts back from the draft token's own position j+k-1, as an engine's KV
+cache does (vLLM); "chain_start" counts back from the chain's start j and always sees the chain's own keys, as
+speculators' training-time-test mask does (its draft keys sit on the diagonal of extra blocks, outside the window).
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ class StepOutput:
     kv: list[KV]  # this call's keys/values, per layer
 
 
+CHAIN_WINDOWS = ("position", "chain_start")
+
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # (layer, q, k, v) -> out [N, heads*dv]
 
 
@@ -60,10 +68,15 @@ class ReferenceDrafter:
         *,
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
+        chain_window: str = "position",
     ):
         """``weights``: canonical name -> tensor, including ``embed_tokens.weight`` and ``lm_head.weight``
-        (the caller supplies the target's when the drafter ships none)."""
+        (the caller supplies the target's when the drafter ships none). ``chain_window``: how a sliding window counts
+        at draft steps >= 2, "position" (an engine's KV cache) or "chain_start" (speculators' training mask)."""
+        if chain_window not in CHAIN_WINDOWS:
+            raise UnsupportedError(f"chain_window must be one of {', '.join(CHAIN_WINDOWS)}, got {chain_window!r}")
         self.d = drafter
+        self.chain_window = chain_window
         self.device = torch.device(device)
         self.dtype = dtype
         self.w: dict[str, torch.Tensor] = {}
@@ -204,10 +217,12 @@ class ReferenceDrafter:
         return t if groups == 1 else t.repeat_interleave(groups, dim=-2)
 
     def causal_attend(self, block: int = 256, recorder: "DriftRecorder | None" = None) -> Attend:
-        """Causal self-attention over the rows of one call (the first pass over a sequence)."""
+        """Causal self-attention over the rows of one call (the first pass over a sequence): row i is position i,
+        and a sliding-window layer's row i sees rows i-W+1 .. i."""
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             k, v = self._expand_kv(k).float(), self._expand_kv(v).float()
+            window = self.d.window.for_layer(layer)
             n = q.shape[0]
             out = []
             for start in range(0, n, block):
@@ -215,7 +230,10 @@ class ReferenceDrafter:
                 scores = torch.einsum("qhd,khd->hqk", qb, k[: start + qb.shape[0]]) * self.scale
                 rows = torch.arange(start, start + qb.shape[0], device=q.device)[:, None]
                 cols = torch.arange(start + qb.shape[0], device=q.device)[None, :]
-                scores = scores.masked_fill(cols > rows, float("-inf"))
+                hidden = cols > rows
+                if window is not None:
+                    hidden = hidden | (cols <= rows - window)
+                scores = scores.masked_fill(hidden, float("-inf"))
                 probs = scores.softmax(-1)
                 if recorder is not None:
                     recorder.first_pass_attention(layer, probs)

