@@ -6,7 +6,7 @@ peak RSS <= 100 MiB.
 
 The drafter is benchmarks/synthetic.py's Llama-3.1-8B-shaped EAGLE 3 (1.90 GB bf16, one 1 GB embedding), in
 SpecForge's layout, converted to vLLM's. Both sides write beside the source on the same filesystem; each output
-is removed (and `sync`ed away) before the next run. Peak RSS is the convert process's own (wait4's ru_maxrss).
+is removed (and `sync`ed away) before the next run. Peak RSS is the convert process's own (GNU time's %M).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,16 +27,16 @@ from synthetic import ensure  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(cmd: list[str] | str, env: dict | None = None) -> tuple[float, int]:
-    """(wall seconds, peak RSS KiB) of one child process (a shell string runs under sh -c)."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, shell=isinstance(cmd, str), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        sys.exit(f"{cmd} failed (exit {proc.returncode}): {proc.stderr.read().decode()[-2000:]}")
-    return wall, usage.ru_maxrss
+def run(cmd: list[str], env: dict | None = None) -> tuple[float, int]:
+    """(wall seconds, peak RSS KiB) of one child process. The RSS comes from GNU time, whose own child starts small:
+    Linux carries ru_maxrss over from a parent across fork+exec, and this process built a 1.9 GB drafter."""
+    with tempfile.NamedTemporaryFile("r") as rss:
+        start = time.perf_counter()
+        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name, *cmd], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wall = time.perf_counter() - start
+        if proc.returncode:
+            sys.exit(f"{cmd} failed (exit {proc.returncode}): {proc.stderr.decode()[-2000:]}")
+        return wall, int(rss.read().split()[-1])
 
 
 def main() -> None:
@@ -49,7 +50,7 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     out = args.workdir / f"{args.kind}-out"
     convert = [sys.executable, "-m", "eaglekit", "convert", str(src), str(out), "--to", "vllm"]
-    copy = f"cp -r '{src}' '{out}' && sync"
+    copy = ["sh", "-c", f"cp -r '{src}' '{out}' && sync"]
     subprocess.run("sync", shell=True)
     rows = []
     for r in range(args.rounds):
