@@ -197,17 +197,12 @@ def test_the_norm_output_reading_the_example_was_trained_with_is_measured(verifi
     assert measured["norm_output read as EAGLE 3.1's"] > 1.1 * measured["norm_output read as SpecForge's"]
 
 
-def test_batched_generation_and_aux_pass_match_one_prompt_at_a_time(verifier):
-    """verify decodes its prompts in one left-padded batch and runs the aux pass over right-padded batches: the
-    greedy tokens must be the one-prompt run's, token for token, and the aux states bit for bit."""
+def test_batched_generation_matches_one_prompt_at_a_time(verifier):
+    """verify decodes its prompts in one left-padded batch: the greedy tokens must be the one-prompt run's, token for
+    token. (A right-padded aux pass was tried and dropped: its states differ from one sequence's by fp32 noise.)"""
     target = verifier.target
     for prompt, tokens in verifier.sequences:
         assert target.generate(prompt.ids, verifier.options.max_new_tokens + verifier.options.k + 1).tolist() == tokens.tolist(), prompt.id
-    ids = (2, 15, 30)  # 30 == num_layers: the pre-norm hook
-    batched = target.aux_states_batch([t for _, t in verifier.sequences], ids)
-    for (prompt, tokens), (aux, nxt) in zip(verifier.sequences, batched):
-        ref_aux, ref_next = target.aux_states(tokens, ids)
-        assert torch.equal(aux, ref_aux) and torch.equal(nxt, ref_next), prompt.id
 
 
 def test_the_gguf_cache_loads_the_same_target(target, tmp_path, monkeypatch):

@@ -269,8 +269,8 @@ def test_readings_the_files_cannot_tell_apart_are_measured(pair31, cli, tmp_path
 
 
 def test_batched_target_runs_match_one_prompt_at_a_time(pair):
-    """verify decodes every prompt in one left-padded batch and runs the aux pass over right-padded batches: the
-    tokens must be the one-prompt greedy run's, token for token, and the aux states and next tokens bit for bit."""
+    """verify decodes every prompt in one left-padded batch: the tokens must be the one-prompt greedy run's, token
+    for token."""
     from eaglekit.target import read_target_config
     from eaglekit.target.runner import TargetModel
     from eaglekit.verify.prompts import read_prompt_records
@@ -280,7 +280,3 @@ def test_batched_target_runs_match_one_prompt_at_a_time(pair):
     one = [target.generate(p, 44) for p in prompts]
     for batch_size in (16, 4):
         assert [t.tolist() for t in target.generate_batch(prompts, 44, batch_size=batch_size)] == [t.tolist() for t in one]
-    ids = (2, 4, 8)  # 8 == num_layers: the pre-norm hook
-    for seq, (aux, nxt) in zip(one, target.aux_states_batch(one, ids, batch_size=3)):
-        ref_aux, ref_next = target.aux_states(seq, ids)
-        assert torch.equal(aux, ref_aux) and torch.equal(nxt, ref_next)

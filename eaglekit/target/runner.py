@@ -171,37 +171,3 @@ class TargetModel:
                 handle.remove()
         states = [captured["pre_norm"][0] if k == L else out.hidden_states[k][0] for k in ids]
         return torch.cat(states, dim=-1), out.logits[0].argmax(-1)
-
-    @torch.no_grad()
-    def aux_states_batch(self, sequences: list[torch.Tensor], layer_ids: tuple[int, ...], batch_size: int = 8) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """``aux_states`` of several sequences, several per forward pass. Sequences are right-padded: under the
-        causal mask a position attends to itself and the positions before it only, so the padding after a
-        sequence cannot reach its states (no attention mask is passed: the same causal kernel as one sequence
-        alone); the states of the padding are dropped."""
-        ids = tuple(sorted(set(layer_ids)))
-        L = self.num_layers
-        if ids and (ids[0] < 0 or ids[-1] > L):
-            raise UnsupportedError(f"aux layer ids {list(ids)} outside 0..{L} for a {L}-layer target")
-        order = sorted(range(len(sequences)), key=lambda i: -sequences[i].shape[0])
-        out: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(sequences)
-        for start in range(0, len(order), batch_size):
-            group = order[start : start + batch_size]
-            width = max(sequences[i].shape[0] for i in group)
-            batch = torch.zeros((len(group), width), dtype=sequences[group[0]].dtype)
-            for row, i in enumerate(group):
-                batch[row, : sequences[i].shape[0]] = sequences[i]
-            captured: dict[str, torch.Tensor] = {}
-            handle = None
-            if L in ids:
-                handle = self._final_norm().register_forward_pre_hook(lambda module, args: captured.__setitem__("pre_norm", args[0].detach()))
-            try:
-                result = self.model(batch.to(self.model.device), output_hidden_states=True, use_cache=False)
-            finally:
-                if handle is not None:
-                    handle.remove()
-            for row, i in enumerate(group):
-                n = sequences[i].shape[0]
-                states = [(captured["pre_norm"] if k == L else result.hidden_states[k])[row, :n] for k in ids]
-                out[i] = (torch.cat(states, dim=-1), result.logits[row, :n].argmax(-1))
-            del result
-        return out  # type: ignore[return-value]
