@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: install demo test engines engines-test bench clean
+.PHONY: install demo test test-fast engines engines-test bench clean
 
 install: $(VENV)/.installed
 
@@ -22,8 +22,13 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 demo: install
 	PATH=$(abspath $(VENV))/bin:$$PATH bash examples/demo.sh
 
+# everything, vLLM and the real SmolLM2 target included (CI); on 2 cores: see README's Development section
 test: install
 	EAGLEKIT_REQUIRE_PARITY=1 $(PY) -m pytest -q
+
+# the inner loop: no vLLM, no real target, nothing marked slow
+test-fast: install
+	$(PY) -m pytest -q -m "not vllm and not real_target and not slow"
 
 # vLLM releases whose behaviour the parity suite checks in their own environments (eaglekit engines install)
 ENGINE_RELEASES ?= 0.31.0

@@ -195,3 +195,32 @@ def test_the_norm_output_reading_the_example_was_trained_with_is_measured(verifi
     measured = {m["reading"]: m["every_position_acceptance_length"] for m in result["measured"]}
     assert result["trained_with"] == "norm_output read as EAGLE 3.1's", measured
     assert measured["norm_output read as EAGLE 3.1's"] > 1.1 * measured["norm_output read as SpecForge's"]
+
+
+def test_batched_generation_matches_one_prompt_at_a_time(verifier):
+    """verify decodes its prompts in one left-padded batch: the greedy tokens must be the one-prompt run's, token for
+    token. (A right-padded aux pass was tried and dropped: its states differ from one sequence's by fp32 noise.)"""
+    target = verifier.target
+    for prompt, tokens in verifier.sequences:
+        assert target.generate(prompt.ids, verifier.options.max_new_tokens + verifier.options.k + 1).tolist() == tokens.tolist(), prompt.id
+
+
+def test_the_gguf_cache_loads_the_same_target(target, tmp_path, monkeypatch):
+    """The first load parses the GGUF file and saves the dequantised model to the cache; the next loads that: the same
+    config dict, weights, tokenizer (chat template included) and end-of-sequence ids."""
+    from eaglekit.target import gguf_cache, read_target_config
+    from eaglekit.target.runner import TargetModel
+    from eaglekit.verify.prompts import encode_prompts, read_prompt_records
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cfg = read_target_config(target)
+    direct = TargetModel.load(cfg)
+    assert gguf_cache.cached(Path(target)) is not None
+    again = read_target_config(target)
+    assert again.config == cfg.config
+    cached = TargetModel.load(again)
+    a, b = direct.model.state_dict(), cached.model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    records = read_prompt_records(str(HELDOUT))
+    assert [p.ids for p in encode_prompts(records, direct.tokenizer, None)] == [p.ids for p in encode_prompts(records, cached.tokenizer, None)]
+    assert direct.eos_token_ids() == cached.eos_token_ids()

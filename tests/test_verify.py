@@ -266,3 +266,17 @@ def test_readings_the_files_cannot_tell_apart_are_measured(pair31, cli, tmp_path
     said = json.loads(cli("verify", specforge_style, "--target", pair31["target"], "--prompts", pair31["prompts"],
                           "--max-new-tokens", 8, "--norm-output-semantics", "eagle31", "--json").stdout)
     assert said["readings"] is None  # the user said which: nothing to measure
+
+
+def test_batched_target_runs_match_one_prompt_at_a_time(pair):
+    """verify decodes every prompt in one left-padded batch: the tokens must be the one-prompt greedy run's, token
+    for token."""
+    from eaglekit.target import read_target_config
+    from eaglekit.target.runner import TargetModel
+    from eaglekit.verify.prompts import read_prompt_records
+
+    target = TargetModel.load(read_target_config(pair["target"]))
+    prompts = [r["input_ids"] for r in read_prompt_records(str(pair["prompts"]))]
+    one = [target.generate(p, 44) for p in prompts]
+    for batch_size in (16, 4):
+        assert [t.tolist() for t in target.generate_batch(prompts, 44, batch_size=batch_size)] == [t.tolist() for t in one]

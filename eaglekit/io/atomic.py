@@ -104,8 +104,12 @@ def atomic_directory(destination: Path, *, force: bool = False, protect: Iterabl
     os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
-        for child in tmp.iterdir():
+        # The one durability pass: every file, then the directory, then the rename (writers do not fsync on their
+        # own), so a crash before the rename leaves only the hidden temporary directory, never a partial output.
+        for child in sorted(tmp.rglob("*")):
             if child.is_file():
+                fsync_path(child)
+            elif child.is_dir():
                 fsync_path(child)
         fsync_path(tmp)
         if dest.exists():

@@ -7,7 +7,9 @@ them, the header can be written first and the data streamed after it. The format
 every tensor is aligned); outputs are read back with ``safetensors.safe_open`` in the tests.
 
 Tensors whose bytes pass through unchanged are copied file-to-file with ``copy_file_range`` (in-kernel,
-no user-space buffer), which is what keeps a conversion near ``cp`` speed.
+no user-space buffer), which is what keeps a conversion near ``cp`` speed. Files are not fsynced here: write into an
+``atomic.atomic_directory``, whose single fsync pass at the end makes the whole output durable before it is renamed
+into place.
 """
 
 from __future__ import annotations
@@ -147,8 +149,9 @@ def write_safetensors(
                 _write_tensor(plan, payload, out)
             if progress:
                 progress(plan.nbytes)
-        out.flush()
-        os.fsync(out.fileno())
+    # No fsync here: the one caller writes into an atomic_directory, which fsyncs every file in one pass before the
+    # rename that makes the output visible (one writeback of everything, as `cp -r` + `sync`, instead of a wait for
+    # the disk after each shard and a second fsync of the same file).
 
 
 def _write_tensor(plan: TensorPlan, tensor: torch.Tensor, out) -> None:

@@ -2,7 +2,8 @@
 and neither torch nor transformers is imported (transformers only to read a GGUF file's metadata).
 
 A target is a local directory, a Hub id already in the local cache, or a GGUF file (whose metadata
-transformers turns into a config; needs the ``gguf`` package).
+transformers turns into a config; needs the ``gguf`` package). A GGUF file verify has loaded before is read from
+its cache entry (``gguf_cache``), which keeps the config dict the metadata gave.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ def read_target_config(source: str | Path) -> TargetConfig:
     if gguf_file:
         if not (directory / gguf_file).is_file():
             raise CheckpointError(f"{source}: no such GGUF file")
-        config = _gguf_config(directory, gguf_file, str(source))
+        from . import gguf_cache
+
+        config = gguf_cache.cached_config(directory / gguf_file) or _gguf_config(directory, gguf_file, str(source))
         hub_id = None
     else:
         located = locate(source, "target model")

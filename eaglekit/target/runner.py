@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import MissingDependencyError, UnsupportedError
+from . import gguf_cache
 from .config import TargetConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -60,23 +61,31 @@ class TargetModel:
         hf_logging.disable_progress_bar()  # eaglekit shows its own progress; loading bars garble reports and logs
         hf_logging.set_verbosity_error()
         kwargs: dict = {"dtype": dtype}
-        if config.gguf_file:
-            try:
-                import gguf  # noqa: F401
-            except ImportError:
-                raise MissingDependencyError("loading a GGUF target needs the gguf package: pip install 'eaglekit[gguf]'") from None
-            kwargs["gguf_file"] = config.gguf_file
+        directory, gguf_kwargs = str(config.directory), {}
+        gguf_path = config.directory / config.gguf_file if config.gguf_file else None
+        if gguf_path is not None:
+            cached = gguf_cache.cached(gguf_path)
+            if cached is not None:  # dequantised before: a plain transformers directory
+                directory, gguf_path = str(cached), None
+            else:
+                try:
+                    import gguf  # noqa: F401
+                except ImportError:
+                    raise MissingDependencyError("loading a GGUF target needs the gguf package: pip install 'eaglekit[gguf]'") from None
+                gguf_kwargs = {"gguf_file": config.gguf_file}
         if device_map:
             kwargs["device_map"] = device_map
         with _quiet_gguf_loader():
-            model = AutoModelForCausalLM.from_pretrained(str(config.directory), **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(directory, **kwargs, **gguf_kwargs)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(directory, **gguf_kwargs)
+        except (OSError, ValueError):
+            tokenizer = None
+        if gguf_path is not None and not device_map:
+            gguf_cache.save(gguf_path, model, tokenizer, config.config)
         if not device_map:
             model = model.to(device)
         model.eval()
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(str(config.directory), **({"gguf_file": config.gguf_file} if config.gguf_file else {}))
-        except (OSError, ValueError):
-            tokenizer = None
         return cls(config, model, tokenizer, device if not device_map else str(model.device), dtype)
 
     @property
@@ -119,6 +128,30 @@ class TargetModel:
             pad_token_id=getattr(self.tokenizer, "pad_token_id", None) or getattr(self.tokenizer, "eos_token_id", None) or 0,
         )
         return out[0].cpu()
+
+    @torch.no_grad()
+    def generate_batch(self, prompts: list[list[int]], max_new_tokens: int, batch_size: int = 16) -> list[torch.Tensor]:
+        """``generate`` for several prompts at once, the same tokens: prompts are left-padded to a common length (the
+        attention mask hides the padding, positions count from each prompt's first token) and decoded together
+        with one KV cache; each row is cut where the one-prompt run stops (after its first end-of-sequence token,
+        or at ``max_new_tokens``). A row that finishes early is padded by generate; the cut removes that."""
+        pad = getattr(self.tokenizer, "pad_token_id", None) or getattr(self.tokenizer, "eos_token_id", None) or 0
+        eos = self.eos_token_ids()
+        # longest first, so that each batch holds prompts of similar length (less padding)
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        out: list[torch.Tensor | None] = [None] * len(prompts)
+        for start in range(0, len(order), batch_size):
+            group = order[start : start + batch_size]
+            width = max(len(prompts[i]) for i in group)
+            ids = torch.tensor([[pad] * (width - len(prompts[i])) + list(prompts[i]) for i in group], device=self.model.device)
+            mask = torch.tensor([[0] * (width - len(prompts[i])) + [1] * len(prompts[i]) for i in group], device=self.model.device)
+            generated = self.model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
+                                            pad_token_id=pad).cpu()
+            for row, i in enumerate(group):
+                new = generated[row, width:]
+                stop = next((j + 1 for j, t in enumerate(new.tolist()) if t in eos), new.shape[0])
+                out[i] = torch.cat([torch.tensor(prompts[i], dtype=generated.dtype), new[:stop]])
+        return out  # type: ignore[return-value]
 
     @torch.no_grad()
     def aux_states(self, tokens: torch.Tensor, layer_ids: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -23,6 +23,7 @@ and ``verify()`` below, which strings them together.
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 from .. import dialects
@@ -83,8 +84,11 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
             report["engine"], check = engine_parity(verifier, loaded, model, results)
             checks.append(check)
         if options.against:
+            start = time.perf_counter()
             report["against"], new_checks = against_vllm(path, verifier, model, results)
+            verifier.timings["against_vllm"] = time.perf_counter() - start
             checks.extend(new_checks)
+    report["timings"] = {stage: round(seconds, 3) for stage, seconds in verifier.timings.items()}
     return finish(report, checks)
 
 

@@ -15,10 +15,8 @@ greedy, K speculative tokens, stats on. Two comparisons:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,8 +29,9 @@ import torch
 from ..engines import envs, vllm_runner
 from ..errors import MissingDependencyError, UnsupportedError, UsageError
 from ..io import jsonfile
-from ..io.tensorfile import load_torch, write_safetensors
+from ..io.tensorfile import load_torch
 from ..reference.model import ReferenceDrafter
+from ..target import gguf_cache
 from ..reference.simulate import Counters
 from .checks import Check
 from .run import SequenceResult, Verifier
@@ -57,30 +56,17 @@ def stdout_to_stderr():
 
 
 def target_directory(verifier: Verifier) -> Path:
-    """vLLM loads a transformers directory; a GGUF target is saved once as safetensors in eaglekit's cache."""
+    """vLLM loads a transformers directory; a GGUF target is dequantised once into eaglekit's cache (target.gguf_cache:
+    verify's own target load has usually written it already)."""
     cfg = verifier.target_config
     if not cfg.gguf_file:
         return cfg.directory
-    key = hashlib.sha256(str((cfg.directory / cfg.gguf_file).resolve()).encode()).hexdigest()[:12]
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "eaglekit" / "targets" / f"{Path(cfg.gguf_file).stem}-{key}"
-    if not (cache / "config.json").exists():
-        tmp = cache.with_name(cache.name + f".tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        model = verifier.target.model
-        # transformers refuses save_pretrained on a GGUF-loaded model; its weights are already dequantised, so the
-        # state dict and a config without the GGUF quantisation entry are a plain transformers directory
-        state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-        if getattr(model.config, "tie_word_embeddings", False):
-            state.pop("lm_head.weight", None)
-        write_safetensors(tmp / "model.safetensors", state, {"format": "pt"})
-        config = model.config.to_dict()
-        config.pop("quantization_config", None)
-        (tmp / "config.json").write_text(json.dumps(config, indent=2, default=str))
-        if verifier.target.tokenizer is not None:
-            verifier.target.tokenizer.save_pretrained(tmp)
-        tmp.replace(cache)
-    return cache
+    gguf_path = cfg.directory / cfg.gguf_file
+    directory = gguf_cache.cached(gguf_path) or gguf_cache.save(gguf_path, verifier.target.model, verifier.target.tokenizer, cfg.config)
+    if directory is None:
+        raise UnsupportedError(f"{gguf_path}: vLLM needs the target as a transformers directory, and eaglekit's cache "
+                               f"({gguf_cache.cache_directory(gguf_path).parent}) could not be written; run verify in float32 once or free the cache")
+    return directory
 
 
 @dataclass

