@@ -10,9 +10,7 @@ from .. import dialects, engines, schemas
 from ..errors import ConfigError
 from ..findings import Finding, errors
 from ..target import TargetConfig, read_target_config
-from ..target.weights import read_target_weight
 from .checks import CHECKS, CheckInput, run_checks
-from .scan import check_lm_head_order, scan_all
 
 
 @dataclass
@@ -76,16 +74,20 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
             check = "dialect.ambiguous" if loaded.ambiguity.kind == "dialect" else "aux.ambiguous"
             report.findings.append(Finding(check, "warning", loaded.ambiguity.message() + f"; checked as the {loaded.dialect} reading", "eagle_aux_hidden_state_layer_ids"))
         present = loaded.present()
-        report.findings += run_checks(CheckInput(d, present, read=loaded.read, target=target_cfg, config=config))
+        report.findings += run_checks(CheckInput(d, present, values=loaded.read_values, target=target_cfg, config=config))
         if target_cfg is not None and d.has_d2t and "lm_head.weight" in loaded.names:
             target_head = _target_lm_head(target_cfg)
             if target_head is not None:
+                from .scan import check_lm_head_order  # tensor math: torch
+
                 report.findings += check_lm_head_order(loaded.read("lm_head.weight"), loaded.read("d2t"), target_head)
         if release is not None:
             view = engines.interpret(loaded, release, target_num_layers=target_cfg.num_layers if target_cfg else None)
             report.findings += view.findings
             report.engine_view = view.to_dict()
         if scan:
+            from .scan import scan_all  # reads every tensor: torch
+
             canonical_of = {s: c for c, s in loaded.names.items()}
             report.findings += scan_all(loaded.checkpoint, list(loaded.checkpoint.tensors))
             # scan findings name checkpoint tensors; say which canonical tensor they are when it differs
@@ -98,6 +100,8 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
 
 def _target_lm_head(target_cfg: TargetConfig):
     """The target's lm_head rows for the order check, or None: without them the check is skipped."""
+    from ..target.weights import read_target_weight
+
     try:
         return read_target_weight(target_cfg, "lm_head")
     except Exception:  # the target's checkpoint is not ours to judge here (a config-only target has none)
