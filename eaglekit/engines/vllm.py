@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field, replace
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
@@ -40,7 +40,7 @@ def parse_version(text: str) -> tuple[int, ...]:
 
 
 def _table() -> dict:
-    return json.loads(resources.files("eaglekit.engines").joinpath("vllm_releases.json").read_text())
+    return json.loads(Path(__file__).with_name("vllm_releases.json").read_text())  # package data, beside this module
 
 
 @dataclass(frozen=True)

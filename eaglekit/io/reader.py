@@ -13,7 +13,6 @@ would run code is refused, and runs nothing.
 
 from __future__ import annotations
 
-import pickle
 from array import array
 from dataclasses import dataclass
 from math import prod
@@ -177,6 +176,8 @@ class Checkpoint:
         return [TensorInfo(name, _dtype_of(t.dtype), tuple(t.shape), file) for name, t in state.items()]
 
     def _load_bin(self, file: str) -> dict[str, torch.Tensor]:
+        import pickle
+
         import torch
 
         from .tensorfile import pickle_request

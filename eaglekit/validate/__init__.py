@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import dialects, engines, schemas
+from .. import dialects, engines
 from ..errors import ConfigError
 from ..findings import Finding, errors
 from ..target import TargetConfig, read_target_config
@@ -67,6 +67,8 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
             loaded.drafter = d
         report = ValidationReport(str(source), loaded.dialect, d.eagle_version, release.label if release else None, target_cfg.name if target_cfg else None, scan)
         config = loaded.checkpoint.config or {}
+        from .. import schemas  # jsonschema: only validate needs it (convert imports .checks)
+
         report.findings += schemas.check_config(config, dialects.get(loaded.dialect).schema, mla=d.attention == "mla", label=f"{loaded.checkpoint.label}/config.json")
         report.findings += loaded.notes
         if loaded.ambiguity is not None:
@@ -110,6 +112,7 @@ def _target_lm_head(target_cfg: TargetConfig):
 
 def _unreadable(source, source_dialect, exc, release, target_cfg, scan) -> ValidationReport:
     """A config eaglekit cannot read: report the schema violations and the reading error, not just the latter."""
+    from .. import schemas
     from ..io.reader import Checkpoint
 
     with Checkpoint.open(source) as ckpt:
