@@ -137,7 +137,7 @@ def convert(
 ) -> Conversion:
     """Convert ``source`` into ``out`` in dialect ``to`` (``dry_run``: plan only, write nothing).
 
-    ``dtype`` is a torch dtype or its name (``"bfloat16"``); ``on_plan`` sees the plan before anything is
+    ``dtype`` is a dtype (``eaglekit.io.dtypes.DType``, a torch dtype) or its name (``"bfloat16"``); ``on_plan`` sees the plan before anything is
     written; ``progress`` receives byte counts as tensors are written.
     """
     from .convert import ConvertOptions, execute, plan_conversion

@@ -4,6 +4,9 @@
 resolution, aux ids, the 3.0 -> 3.1 upgrade, dtype), lets the destination dialect name and select the
 tensors, and validates the result. ``execute`` writes it: tensors one at a time (raw byte copies where the
 bytes do not change), config.json last, all inside an atomic output directory.
+
+Planning and copying import no torch (dtypes are ``dtypes.DType`` values, the vocab maps are read as ints); torch
+is imported only to make a tensor: a cast, fc_norm ones, a materialised lm_head, a t2d synthesised from d2t.
 """
 
 from __future__ import annotations
@@ -14,8 +17,6 @@ from typing import Callable
 
 import re
 
-import torch
-
 from . import dialects
 from .errors import CheckpointError, UsageError, ValidationFailed
 from .findings import Finding, errors
@@ -25,7 +26,7 @@ from .io.reader import Checkpoint
 from .io.writer import DEFAULT_MAX_SHARD_BYTES, Payload, TensorPlan, plan_shards, shard_names, write_checkpoint_tensors
 from .model.drafter import INPUT, UPGRADE_NOTE, AuxLayers, Drafter, default_aux_ids
 from .target import TargetConfig, read_target_config
-from .validate.checks import CheckInput, run_checks
+from .validate.checks import CheckInput, run_checks, t2d_from_d2t
 
 
 @dataclass
@@ -36,9 +37,13 @@ class ConvertOptions:
     target: str | None = None
     aux_layers: tuple[int, ...] | None = None  # input-of-layer ids (vLLM's convention)
     upgrade: str | None = None  # "3.1"
-    dtype: torch.dtype | None = None  # None: keep each tensor's dtype
+    dtype: dtypes.DType | None = None  # None: keep each tensor's dtype (a torch dtype or a name is taken too)
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
     force: bool = False
+
+    def __post_init__(self) -> None:
+        if self.dtype is not None:
+            self.dtype = dtypes.of(self.dtype)
 
 
 @dataclass
@@ -47,8 +52,8 @@ class OutputTensor:
     canonical: str
     source: str | None  # name in the source checkpoint; None when synthesised
     op: str  # copy | cast | synth:t2d | synth:ones | synth:lm_head
-    dtype_in: torch.dtype
-    dtype: torch.dtype
+    dtype_in: dtypes.DType
+    dtype: dtypes.DType
     shape: tuple[int, ...]
 
     def to_dict(self) -> dict:
@@ -218,7 +223,7 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
 
     source = loaded.drafter
     notes = list(loaded.notes)
-    problems = errors(run_checks(CheckInput(source, loaded.present(), read=loaded.read, target=target, config=loaded.checkpoint.config)))
+    problems = errors(run_checks(CheckInput(source, loaded.present(), values=loaded.read_values, target=target, config=loaded.checkpoint.config)))
     if problems:
         raise ValidationFailed(_refusal("the source drafter does not validate", problems), problems)
     d = source
@@ -266,7 +271,7 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
     for s in loaded.unknown:
         out_present[s] = present[s]
     config = writer.write_config(d)
-    findings = run_checks(CheckInput(d, out_present, read=lambda c: _read_for_checks(loaded, c), target=target, config=config))
+    findings = run_checks(CheckInput(d, out_present, values=lambda c: _values_for_checks(loaded, c), target=target, config=config))
     if options.upgrade:  # this run's own upgrade note already says it, once
         findings = [f for f in findings if f.check != "flags.untrained_upgrade"]
     shards = plan_shards([TensorPlan(t.name, t.dtype, t.shape, lambda: None) for t in tensors], options.max_shard_bytes)
@@ -284,7 +289,7 @@ def _source_of(canonical: str, d: Drafter, loaded, present, added_ones):
     if canonical == "t2d" and "t2d" not in loaded.names:
         if "d2t" not in loaded.names:
             raise UsageError(f"the {d.provenance.source_dialect} source has neither t2d nor d2t, but the output dialect needs t2d")
-        return "synth:t2d", None, torch.bool, (d.vocab_size,)
+        return "synth:t2d", None, dtypes.BOOL, (d.vocab_size,)
     shape, dtype = present[canonical]
     return "copy", loaded.names[canonical], dtype, tuple(shape)
 
@@ -299,17 +304,10 @@ def _why_dropped(canonical: str, d: Drafter, writer) -> str:
     return f"not part of the {writer.name} layout"
 
 
-def _read_for_checks(loaded: dialects.LoadedDrafter, canonical: str) -> torch.Tensor:
+def _values_for_checks(loaded: dialects.LoadedDrafter, canonical: str):
     if canonical == "t2d" and "t2d" not in loaded.names:
-        return t2d_from_d2t(loaded.read("d2t"), loaded.drafter.vocab_size)
-    return loaded.read(canonical)
-
-
-def t2d_from_d2t(d2t: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    mapped = torch.arange(d2t.numel(), dtype=torch.int64) + d2t.to(torch.int64)
-    t2d = torch.zeros(vocab_size, dtype=torch.bool)
-    t2d[mapped[(mapped >= 0) & (mapped < vocab_size)]] = True
-    return t2d
+        return t2d_from_d2t(loaded.read_values("d2t"), loaded.drafter.vocab_size)
+    return loaded.read_values(canonical)
 
 
 def _producer(t: OutputTensor, loaded: dialects.LoadedDrafter) -> Callable[[], Payload]:
@@ -319,17 +317,22 @@ def _producer(t: OutputTensor, loaded: dialects.LoadedDrafter) -> Callable[[], P
             return ckpt.byte_range(t.source) or ckpt.read(t.source)
     elif t.op == "cast":
         def produce() -> Payload:
-            return ckpt.read(t.source).to(t.dtype)
+            return ckpt.read(t.source).to(t.dtype.torch)
     elif t.op == "synth:ones":
         def produce() -> Payload:
-            return torch.ones(t.shape, dtype=t.dtype)
+            import torch
+
+            return torch.ones(t.shape, dtype=t.dtype.torch)
     elif t.op == "synth:t2d":
         def produce() -> Payload:
-            return t2d_from_d2t(loaded.read("d2t"), t.shape[0])
+            import torch
+
+            t2d = t2d_from_d2t(loaded.read_values("d2t"), t.shape[0])
+            return torch.frombuffer(t2d, dtype=torch.bool) if t2d else torch.zeros(0, dtype=torch.bool)
     elif t.op == "synth:lm_head":
         def produce() -> Payload:
             up, down = loaded.read("lm_head.up.weight"), loaded.read("lm_head.down.weight")
-            return (up.float() @ down.float()).to(t.dtype)
+            return (up.float() @ down.float()).to(t.dtype.torch)
     else:  # pragma: no cover - plan and producer are written together
         raise AssertionError(t.op)
     return produce

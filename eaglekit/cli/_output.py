@@ -35,10 +35,24 @@ class Output:
 
     def progress(self, total: int, description: str):
         """A byte-count progress bar on stderr (shown only on a terminal and outside JSON mode)."""
+        if self.json_mode or self.quiet or not sys.stderr.isatty():
+            return _NoProgress()  # what a disabled bar does, without importing tqdm (~0.1 s: asyncio, multiprocessing)
         from tqdm.auto import tqdm
 
-        disable = self.json_mode or self.quiet or not sys.stderr.isatty()
-        return tqdm(total=total, desc=description, unit="B", unit_scale=True, unit_divisor=1024, disable=disable, file=sys.stderr, leave=False)
+        return tqdm(total=total, desc=description, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, leave=False)
+
+
+class _NoProgress:
+    """A progress bar that shows nothing: a context manager taking ``update(n)``."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def __enter__(self) -> "_NoProgress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
 
 
 def table(rows: Iterable[Sequence[str]], indent: str = "") -> str:

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
 import click
 
 from .. import dialects
 from .. import api
-from ..convert import ConversionPlan
 from ..errors import UsageError
 from ..findings import Finding
 from ..io import dtypes
 from ..io.locate import origin_note
-from ..io.writer import parse_size
 from ._options import AUX_IDS, WRITABLE_DIALECT, dtype_option, force_option, from_option, json_option, norm_output_option, revision_option, target_option
 from ._output import Output, findings_text, human_bytes, table
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..convert import ConversionPlan
 
 
 def _list() -> dict:
@@ -106,6 +108,8 @@ def convert_command(src, out, to, source_dialect, norm_output_semantics, target,
         return
     if not src or not out or not to:
         raise UsageError("convert needs SRC, OUT and --to DIALECT (or --list)")
+    from ..io.writer import parse_size
+
     with contextlib.ExitStack() as stack:
         bar = None
 

@@ -14,17 +14,21 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from ..errors import ConfigError, UnsupportedError
 from ..findings import Finding
+from ..io import dtypes
 from ..io.reader import Checkpoint
 from ..model.config_view import ConfigView
 from ..model.drafter import INPUT, OUTPUT, AuxLayers, Convention, Drafter, Flags, Provenance
 from ..model import architectures as arch_table
 from ..model.hf_config import MLA_MODEL_TYPES, base_fields, read_rope
+
+if TYPE_CHECKING:  # pragma: no cover
+    from array import array
+
+    import torch
 
 # -- names ---------------------------------------------------------------------------------------------
 
@@ -207,7 +211,7 @@ class LoadedDrafter:
     notes: list[Finding] = field(default_factory=list)  # what reading noticed (defaults assumed, ambiguities)
     ambiguity: Ambiguity | None = None  # two readings the evidence cannot choose between (see ``Ambiguity``)
 
-    def present(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    def present(self) -> dict[str, tuple[tuple[int, ...], dtypes.DType]]:
         out = {c: (self.checkpoint.tensors[s].shape, self.checkpoint.tensors[s].dtype) for c, s in self.names.items()}
         for s in self.unknown:
             out[s] = (self.checkpoint.tensors[s].shape, self.checkpoint.tensors[s].dtype)
@@ -215,6 +219,10 @@ class LoadedDrafter:
 
     def read(self, canonical: str) -> torch.Tensor:
         return self.checkpoint.read(self.names[canonical])
+
+    def read_values(self, canonical: str) -> array:
+        """An integer or bool tensor's elements as Python ints, without torch (``Checkpoint.read_values``)."""
+        return self.checkpoint.read_values(self.names[canonical])
 
     def close(self) -> None:
         self.checkpoint.close()
@@ -594,9 +602,9 @@ def attention_from_tensors(config: dict, model_type: str | None, infos: Mapping)
 
 
 def _dominant_dtype(infos: Mapping) -> str | None:
-    counts = Counter(str(i.dtype).removeprefix("torch.") for i in infos.values() if i.dtype.is_floating_point and len(i.shape) >= 2)
+    counts = Counter(dtypes.name(i.dtype) for i in infos.values() if i.dtype.is_floating_point and len(i.shape) >= 2)
     if not counts:
-        counts = Counter(str(i.dtype).removeprefix("torch.") for i in infos.values() if i.dtype.is_floating_point)
+        counts = Counter(dtypes.name(i.dtype) for i in infos.values() if i.dtype.is_floating_point)
     return counts.most_common(1)[0][0] if counts else None
 
 

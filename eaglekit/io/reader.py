@@ -4,23 +4,23 @@ Layouts (first match wins, as transformers does): sharded safetensors (``model.s
 ``model.safetensors``, sharded ``.bin`` (``pytorch_model.bin.index.json``), ``pytorch_model.bin``; failing
 those, a directory holding exactly one ``*.safetensors`` file (TorchSpec and ModelOpt exports).
 
-Listing reads safetensors headers only. ``read(name)`` returns one tensor; safetensors are read with
-``pread`` so memory holds that tensor and nothing else. ``.bin`` files load with
-``torch.load(weights_only=True, mmap=True)``: a pickle that would run code is refused, and runs nothing.
+Listing reads safetensors headers only, and imports no torch: dtypes are ``dtypes.DType`` values. ``read(name)``
+returns one tensor (and imports torch); ``read_values(name)`` returns an integer or bool tensor's elements as Python
+ints without torch (the small vocab maps that validate checks). Safetensors are read with ``pread`` so memory holds
+that tensor and nothing else. ``.bin`` files load with ``torch.load(weights_only=True, mmap=True)``: a pickle that
+would run code is refused, and runs nothing.
 """
 
 from __future__ import annotations
 
-import pickle
+from array import array
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError
 from . import dtypes, jsonfile
-from .tensorfile import pickle_request
 from .locate import Located, locate, resolve_inside
 from .safetensors_header import SafetensorsHeader, read_header
 
@@ -30,11 +30,14 @@ BIN_INDEX = "pytorch_model.bin.index.json"
 BIN_SINGLE = "pytorch_model.bin"
 CONFIG = "config.json"
 
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
 
 @dataclass(frozen=True)
 class TensorInfo:
     name: str
-    dtype: torch.dtype
+    dtype: dtypes.DType  # (a torch dtype only for a .bin tensor of a dtype safetensors cannot hold)
     shape: tuple[int, ...]
     file: str  # file name relative to the checkpoint directory
 
@@ -170,9 +173,15 @@ class Checkpoint:
 
     def _list_bin(self, file: str) -> list[TensorInfo]:
         state = self._load_bin(file)
-        return [TensorInfo(name, t.dtype, tuple(t.shape), file) for name, t in state.items()]
+        return [TensorInfo(name, _dtype_of(t.dtype), tuple(t.shape), file) for name, t in state.items()]
 
     def _load_bin(self, file: str) -> dict[str, torch.Tensor]:
+        import pickle
+
+        import torch
+
+        from .tensorfile import pickle_request
+
         where = self._where(file)
         path = self._resolve(file, where)
         if path.stat().st_size == 0:
@@ -221,31 +230,53 @@ class Checkpoint:
         return ByteRange(path, header.data_start + entry.begin, entry.end - entry.begin)
 
     def read(self, name: str) -> torch.Tensor:
-        """One tensor, exactly as stored (dtype and bytes)."""
+        """One tensor, exactly as stored (dtype and bytes). Imports torch."""
+        import torch
+
         info = self.info(name)
         handle = self._handle(info.file)
         if self.format == "bin":
             tensor = handle[name]
         else:
-            tensor = self._read_safetensors(info, handle)
+            buffer = self._read_safetensors(info, handle)
+            dtype = info.dtype.torch
+            if not buffer:
+                tensor = torch.empty(info.shape, dtype=dtype)
+            else:
+                tensor = torch.frombuffer(buffer, dtype=torch.uint8).view(dtype).reshape(info.shape)
         if tensor.dtype != info.dtype or tuple(tensor.shape) != info.shape:
             raise CheckpointError(f"{self._where(info.file)}: tensor {name!r} read back differently than its header says")
         return tensor
 
-    def _read_safetensors(self, info: TensorInfo, handle) -> torch.Tensor:
+    def read_values(self, name: str) -> array:
+        """An integer or bool tensor's elements, flat, as Python ints (``dtypes.values``): what the vocab-map checks
+        read. Safetensors are read as raw bytes, without torch."""
+        info = self.info(name)
+        if self.format == "bin":  # torch loaded the pickle already
+            import torch
+
+            raw = self.read(name).reshape(-1).view(torch.uint8).numpy().tobytes()
+        else:
+            raw = self._read_safetensors(info, self._handle(info.file))
+        return dtypes.values(raw, info.dtype)
+
+    def _read_safetensors(self, info: TensorInfo, handle) -> bytearray:
+        """A safetensors tensor's raw bytes."""
         entry = self._headers[info.file].entries[info.name]
         nbytes = entry.end - entry.begin
-        if nbytes == 0:
-            return torch.empty(info.shape, dtype=info.dtype)
         buffer = bytearray(nbytes)
+        if nbytes == 0:
+            return buffer
         handle.seek(self._headers[info.file].data_start + entry.begin)
         got = _read_into(handle, buffer)
         if got != nbytes:
             raise CheckpointError(f"{self._where(info.file)}: tensor {info.name!r} is truncated ({got} of {nbytes} bytes)")
-        return torch.frombuffer(buffer, dtype=torch.uint8).view(info.dtype).reshape(info.shape)
+        return buffer
 
     def read_chunks(self, name: str, max_bytes: int = 64 * 2**20):
         """A tensor's elements as flat pieces of at most ``max_bytes``, read one after another (memory: one piece)."""
+        import torch
+
         info = self.info(name)
         itemsize = dtypes.itemsize(info.dtype)
         per_piece = max(1, max_bytes // itemsize)
@@ -263,7 +294,7 @@ class Checkpoint:
             handle.seek(base + start * itemsize)
             if _read_into(handle, buffer) != len(buffer):
                 raise CheckpointError(f"{self._where(info.file)}: tensor {name!r} is truncated")
-            yield torch.frombuffer(buffer, dtype=torch.uint8).view(info.dtype)
+            yield torch.frombuffer(buffer, dtype=torch.uint8).view(info.dtype.torch)
 
     def _handle(self, file: str):
         self._refuse_remote()
@@ -299,6 +330,14 @@ class Checkpoint:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _dtype_of(torch_dtype: Any):
+    """A .bin tensor's dtype as a DType; one safetensors cannot hold stays torch's (listed, refused only when written)."""
+    try:
+        return dtypes.of(torch_dtype)
+    except Exception:
+        return torch_dtype
 
 
 def _read_into(handle, buffer: bytearray) -> int:

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 
-import torch
-
 from ..errors import CheckpointError
 from . import dtypes, jsonfile
 
@@ -23,7 +21,7 @@ MAX_HEADER_BYTES = 100 * 2**20  # the safetensors library's own limit
 
 @dataclass(frozen=True)
 class HeaderEntry:
-    dtype: torch.dtype
+    dtype: dtypes.DType
     shape: tuple[int, ...]
     begin: int  # offset of the tensor's bytes from the start of the data area
     end: int
@@ -82,7 +80,7 @@ def _entry(label: str, name: str, spec, data_len: int) -> HeaderEntry:
     if not isinstance(spec, dict):
         raise CheckpointError(f"{where}: header entry is not an object")
     code = spec.get("dtype")
-    dtype = dtypes.from_code(code) if isinstance(code, str) else None
+    dtype = dtypes.by_code(code) if isinstance(code, str) else None
     if dtype is None:
         raise CheckpointError(f"{where}: unknown dtype {code!r}")
     shape = spec.get("shape")
@@ -99,7 +97,7 @@ def _entry(label: str, name: str, spec, data_len: int) -> HeaderEntry:
     begin, end = offsets
     if end > data_len:
         raise CheckpointError(f"{where}: data runs past the end of the file (ends at {end}, data area is {data_len} bytes)")
-    expected = prod(shape) * dtypes.itemsize(dtype)
+    expected = prod(shape) * dtype.itemsize
     if end - begin != expected:
         raise CheckpointError(f"{where}: {end - begin} data bytes, but shape {shape} of {code} needs {expected}")
     return HeaderEntry(dtype, tuple(shape), begin, end)

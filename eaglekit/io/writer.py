@@ -21,18 +21,19 @@ import struct
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
-from typing import Callable, Iterable, Union
-
-import torch
+from typing import TYPE_CHECKING, Callable, Iterable, Union
 
 from ..errors import CheckpointError, UsageError
 from . import dtypes, jsonfile
 from .reader import SAFETENSORS_INDEX, SAFETENSORS_SINGLE, ByteRange
 
+if TYPE_CHECKING:  # pragma: no cover
+    import torch  # imported where a tensor is written (_write_tensor): copies and headers need none
+
 DEFAULT_MAX_SHARD_BYTES = 5 * 10**9
 _COPY_CHUNK = 64 * 2**20
 
-Payload = Union[torch.Tensor, ByteRange]
+Payload = Union["torch.Tensor", ByteRange]
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,8 @@ def write_safetensors(
 
 
 def _write_tensor(plan: TensorPlan, tensor: torch.Tensor, out) -> None:
+    import torch
+
     if tensor.dtype != plan.dtype or tuple(tensor.shape) != plan.shape:
         raise CheckpointError(
             f"{plan.name}: produced {dtypes.name(tensor.dtype)}{list(tensor.shape)}, "

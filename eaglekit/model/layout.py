@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal, Mapping
-
-import torch
+from typing import Any, Literal, Mapping
 
 from ..findings import Finding
+from ..io import dtypes
 from .drafter import Drafter
 
 Kind = Literal["float", "int64", "bool"]
@@ -134,13 +133,13 @@ def is_known_name(name: str) -> bool:
 
 _KIND_OK = {
     "float": lambda dt: dt.is_floating_point,
-    "int64": lambda dt: dt == torch.int64,
-    "bool": lambda dt: dt == torch.bool,
+    "int64": lambda dt: dtypes.name(dt) == "int64",
+    "bool": lambda dt: dtypes.name(dt) == "bool",
 }
 _KIND_TEXT = {"float": "a floating dtype", "int64": "int64", "bool": "bool"}
 
 
-def check_tensors(d: Drafter, present: Mapping[str, tuple[tuple[int, ...], torch.dtype]]) -> list[Finding]:
+def check_tensors(d: Drafter, present: Mapping[str, tuple[tuple[int, ...], Any]]) -> list[Finding]:
     """Compare the tensors a checkpoint has (canonical name -> (shape, dtype)) with what its config implies."""
     findings: list[Finding] = []
     expected = expected_tensors(d)
@@ -158,7 +157,7 @@ def check_tensors(d: Drafter, present: Mapping[str, tuple[tuple[int, ...], torch
             )
         if not _KIND_OK[spec.kind](dtype):
             findings.append(
-                Finding("tensor.dtype", "error", f"{name} is {str(dtype).removeprefix('torch.')}, expected {_KIND_TEXT[spec.kind]}", name)
+                Finding("tensor.dtype", "error", f"{name} is {dtypes.name(dtype)}, expected {_KIND_TEXT[spec.kind]}", name)
             )
     for name in present:
         if name in expected:

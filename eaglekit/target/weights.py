@@ -3,12 +3,13 @@ that ships neither borrows, and what validate compares a drafter's lm_head rows 
 
 from __future__ import annotations
 
-from typing import Literal
-
-import torch
+from typing import TYPE_CHECKING, Literal
 
 from ..io.reader import Checkpoint
 from .config import TargetConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 EMBED_NAMES = ("model.embed_tokens.weight", "embed_tokens.weight", "transformer.wte.weight")
 LM_HEAD_NAMES = ("lm_head.weight", *EMBED_NAMES)  # a tied lm_head is stored as the input embedding only

@@ -6,13 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import dialects, engines, schemas
+from .. import dialects, engines
 from ..errors import ConfigError
 from ..findings import Finding, errors
 from ..target import TargetConfig, read_target_config
-from ..target.weights import read_target_weight
 from .checks import CHECKS, CheckInput, run_checks
-from .scan import check_lm_head_order, scan_all
 
 
 @dataclass
@@ -71,6 +69,8 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
             loaded.drafter = d
         report = ValidationReport(str(source), loaded.dialect, d.eagle_version, release.label if release else None, target_cfg.name if target_cfg else None, scan)
         config = loaded.checkpoint.config or {}
+        from .. import schemas  # jsonschema: only validate needs it (convert imports .checks)
+
         report.findings += schemas.check_config(config, dialects.get(loaded.dialect).schema, mla=d.attention == "mla", label=f"{loaded.checkpoint.label}/config.json")
         report.findings += loaded.notes
         if loaded.ambiguity is not None:
@@ -79,18 +79,22 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
             report.findings.append(Finding(check, "warning", loaded.ambiguity.message() + f"; checked as the {loaded.dialect} reading", "eagle_aux_hidden_state_layer_ids"))
         present = loaded.present()
         remote = loaded.checkpoint.located.remote  # headers only: no tensor values to check
-        report.findings += run_checks(CheckInput(d, present, read=None if remote else loaded.read, target=target_cfg, config=config))
+        report.findings += run_checks(CheckInput(d, present, values=None if remote else loaded.read_values, target=target_cfg, config=config))
         if remote:
             report.findings += _skipped_remotely(d, present, scan)
         if not remote and target_cfg is not None and d.has_d2t and "lm_head.weight" in loaded.names:
             target_head = _target_lm_head(target_cfg)
             if target_head is not None:
+                from .scan import check_lm_head_order  # tensor math: torch
+
                 report.findings += check_lm_head_order(loaded.read("lm_head.weight"), loaded.read("d2t"), target_head)
         if release is not None:
             view = engines.interpret(loaded, release, target_num_layers=target_cfg.num_layers if target_cfg else None)
             report.findings += view.findings
             report.engine_view = view.to_dict()
         if scan and not remote:
+            from .scan import scan_all  # reads every tensor: torch
+
             canonical_of = {s: c for c, s in loaded.names.items()}
             report.findings += scan_all(loaded.checkpoint, list(loaded.checkpoint.tensors))
             # scan findings name checkpoint tensors; say which canonical tensor they are when it differs
@@ -116,6 +120,8 @@ def _skipped_remotely(d, present, scan: bool) -> list[Finding]:
 
 def _target_lm_head(target_cfg: TargetConfig):
     """The target's lm_head rows for the order check, or None: without them the check is skipped."""
+    from ..target.weights import read_target_weight
+
     try:
         return read_target_weight(target_cfg, "lm_head")
     except Exception:  # the target's checkpoint is not ours to judge here (a config-only target has none)
@@ -124,6 +130,7 @@ def _target_lm_head(target_cfg: TargetConfig):
 
 def _unreadable(source, source_dialect, exc, release, target_cfg, scan) -> ValidationReport:
     """A config eaglekit cannot read: report the schema violations and the reading error, not just the latter."""
+    from .. import schemas
     from ..io.reader import Checkpoint
 
     with Checkpoint.open(source) as ckpt:

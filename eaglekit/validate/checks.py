@@ -1,18 +1,17 @@
 """Drafter invariants that engines do not check. Each check has a stable id (listed in ``CHECKS``).
 
 ``run_checks`` works on the canonical drafter plus its tensors (shapes and dtypes from headers; the small
-vocab maps are read; ``scan`` streams every tensor once). ``convert`` runs the same checks on its planned
+vocab maps are read as Python ints, without torch; ``scan`` streams every tensor once). ``convert`` runs the same checks on its planned
 output and refuses to write a drafter that would not validate.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping
-
-import torch
+from typing import Any, Callable, Mapping, Sequence
 
 from ..findings import Finding
+from ..io import dtypes
 from ..model.drafter import Drafter
 from ..model.layout import check_tensors
 from ..target import TargetConfig
@@ -67,8 +66,8 @@ CHECKS: dict[str, str] = {
 @dataclass
 class CheckInput:
     drafter: Drafter
-    present: Mapping[str, tuple[tuple[int, ...], torch.dtype]]  # canonical name -> (shape, dtype)
-    read: Callable[[str], torch.Tensor] | None = None  # canonical name -> tensor
+    present: Mapping[str, tuple[tuple[int, ...], Any]]  # canonical name -> (shape, dtype: a dtypes.DType)
+    values: Callable[[str], Sequence[int]] | None = None  # canonical name -> an integer/bool tensor's elements (d2t, t2d)
     target: TargetConfig | None = None
     config: dict | None = None  # the raw config.json, where a check depends on how a key is spelled (null vs a number)
 
@@ -260,36 +259,55 @@ def check_target(x: CheckInput) -> list[Finding]:
     return out
 
 
+def mapped_ids(d2t: Sequence[int]) -> list[int]:
+    """arange(Vd) + d2t: the target id of each draft id."""
+    return [i + offset for i, offset in enumerate(d2t)]
+
+
+def t2d_from_d2t(d2t: Sequence[int], vocab_size: int) -> bytearray:
+    """The t2d mask d2t implies, as the bytes of a bool tensor of ``vocab_size`` (ids outside [0, V) are left out)."""
+    t2d = bytearray(vocab_size)
+    for target_id in mapped_ids(d2t):
+        if 0 <= target_id < vocab_size:
+            t2d[target_id] = 1
+    return t2d
+
+
+def _is_int_map(dtype: Any, shape: tuple[int, ...]) -> bool:
+    """A 1-D tensor of an integer dtype (what arange + d2t can be computed from)."""
+    return len(shape) == 1 and dtypes.name(dtype) in dtypes.INTEGER_NAMES
+
+
 def check_vocab(x: CheckInput) -> list[Finding]:
     d = x.drafter
-    if x.read is None or "d2t" not in x.present:
+    if x.values is None or "d2t" not in x.present:
         return []
-    d2t = x.read("d2t")
     out = []
-    if d2t.dtype == torch.bool or d2t.is_floating_point() or d2t.dim() != 1:
+    if not _is_int_map(x.present["d2t"][1], tuple(x.present["d2t"][0])):
         return out  # the dtype/shape finding already says it
-    mapped = torch.arange(d2t.numel(), dtype=torch.int64) + d2t.to(torch.int64)
+    d2t = x.values("d2t")
+    mapped = mapped_ids(d2t)
     if not d.pruned_vocab:
-        if torch.any(d2t != 0):
+        if any(d2t):
             out.append(
                 _f("vocab.d2t_full_vocab", "error", "d2t maps a full-size draft vocabulary onto a permutation of the target's", "d2t")
             )
         else:
             out.append(_f("vocab.d2t_full_vocab", "warning", "d2t is shipped although draft_vocab_size == vocab_size (vLLM >= 0.31 refuses it)", "d2t"))
-    if mapped.numel() > 1 and not bool(torch.all(mapped[1:] > mapped[:-1])):
+    if len(mapped) > 1 and not all(a < b for a, b in zip(mapped, mapped[1:])):
         out.append(_f("vocab.d2t_order", "error", "arange + d2t is not strictly increasing: draft ids map to repeated or reordered target ids", "d2t"))
-    if mapped.numel() and (int(mapped.min()) < 0 or int(mapped.max()) >= d.vocab_size):
+    if mapped and (min(mapped) < 0 or max(mapped) >= d.vocab_size):
         out.append(
-            _f("vocab.d2t_range", "error", f"arange + d2t spans [{int(mapped.min())}, {int(mapped.max())}], outside [0, {d.vocab_size})", "d2t")
+            _f("vocab.d2t_range", "error", f"arange + d2t spans [{min(mapped)}, {max(mapped)}], outside [0, {d.vocab_size})", "d2t")
         )
-    if "t2d" in x.present:
-        t2d = x.read("t2d")
-        if t2d.dtype == torch.bool and t2d.dim() == 1:
-            if int(t2d.sum()) != d.draft_vocab_size:
-                out.append(_f("vocab.t2d_count", "error", f"t2d marks {int(t2d.sum())} target tokens, draft_vocab_size is {d.draft_vocab_size}", "t2d"))
-            inside = mapped[(mapped >= 0) & (mapped < t2d.numel())]
-            if inside.numel() != mapped.numel() or not bool(torch.all(t2d[inside])):
-                out.append(_f("vocab.t2d_mismatch", "error", "t2d does not mark the target ids that arange + d2t names", "t2d"))
+    t2d_shape, t2d_dtype = x.present.get("t2d", ((), None))
+    if "t2d" in x.present and dtypes.name(t2d_dtype) == "bool" and len(t2d_shape) == 1:
+        t2d = x.values("t2d")
+        marked = len(t2d) - t2d.count(0)
+        if marked != d.draft_vocab_size:
+            out.append(_f("vocab.t2d_count", "error", f"t2d marks {marked} target tokens, draft_vocab_size is {d.draft_vocab_size}", "t2d"))
+        if not all(0 <= i < len(t2d) and t2d[i] for i in mapped):
+            out.append(_f("vocab.t2d_mismatch", "error", "t2d does not mark the target ids that arange + d2t names", "t2d"))
     return out
 
 

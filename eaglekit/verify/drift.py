@@ -117,7 +117,7 @@ def run_drafter(verifier: Verifier, path: str, options: DriftOptions, edges: lis
     with dialects.load(path, options.source_dialect, norm_output_semantics=options.norm_output_semantics, target_num_layers=L) as loaded:
         d = loaded.drafter.with_(target_num_layers=L)
         loaded.drafter = d
-        bad = errors(run_checks(CheckInput(d, loaded.present(), read=loaded.read, target=verifier.target_config)))
+        bad = errors(run_checks(CheckInput(d, loaded.present(), values=loaded.read_values, target=verifier.target_config)))
         if bad:
             raise UsageError(f"{path} cannot run on {verifier.target_config.name}: {bad[0].message} (see `eaglekit validate`)")
         ids = resolved_ids(d, L)

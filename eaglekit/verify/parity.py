@@ -35,7 +35,7 @@ def compare_chains(a: ReferenceDrafter, b: ReferenceDrafter, ra: list[SequenceRe
     return {"steps": steps, "bit_identical": all(s["max_abs_logit_diff"] == 0.0 and s["token_agreement"] == 1.0 for s in steps)}
 
 
-def _float_dtypes(loaded: dialects.LoadedDrafter) -> set[torch.dtype]:
+def _float_dtypes(loaded: dialects.LoadedDrafter) -> set:  # of dtypes.DType
     return {i.dtype for i in loaded.checkpoint.tensors.values() if i.dtype.is_floating_point}
 
 

@@ -1,0 +1,192 @@
+"""Header-only commands never import torch or transformers (issue 16, goal 1).
+
+Each command runs in a fresh interpreter through a small wrapper that calls the CLI and then writes which heavy
+modules ``sys.modules`` holds. What is timed lives in ``benchmarks/startup_bench.py``; this guards the imports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from drafters import Dims, write_eagle, write_tiny_target, write_vllm
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("torch", "transformers")
+
+# Runs the CLI in this interpreter, then records the heavy modules it imported (whatever the exit code).
+WRAPPER = """
+import json, sys
+out, args = sys.argv[1], sys.argv[2:]
+from eaglekit.cli import main
+try:
+    main(args=args, prog_name="eaglekit")
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+with open(out, "w") as f:
+    json.dump({"exit": code, "modules": sorted(m for m in %r if m in sys.modules)}, f)
+""" % (HEAVY,)
+
+
+def run(tmp_path: Path, *args, env: dict | None = None) -> dict:
+    record = tmp_path / "imports.json"
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+                   "HF_HUB_OFFLINE": "1", **(env or {})}
+    proc = subprocess.run([sys.executable, "-c", WRAPPER, str(record), *map(str, args)], capture_output=True, text=True,
+                          env=environment, cwd=tmp_path, timeout=300)
+    assert record.exists(), proc.stderr
+    result = json.loads(record.read_text())
+    result["stdout"], result["stderr"] = proc.stdout, proc.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def drafter(tmp_path_factory) -> Path:
+    """A tiny safetensors drafter in vLLM's layout with a pruned vocabulary: d2t and t2d are read and checked."""
+    return write_vllm(tmp_path_factory.mktemp("startup") / "drafter", Dims())
+
+
+@pytest.fixture(scope="module")
+def config_only_target(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("startup") / "target"
+    d.mkdir()
+    d.joinpath("config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 16, "num_hidden_layers": 8,
+        "num_attention_heads": 2, "vocab_size": 64, "intermediate_size": 32, "rope_theta": 10000.0,
+    }))
+    return d
+
+
+HEADER_ONLY = {
+    "help": lambda d, t, out: ["--help"],
+    "inspect": lambda d, t, out: ["inspect", d],
+    "inspect --json": lambda d, t, out: ["inspect", d, "--json"],
+    "validate": lambda d, t, out: ["validate", d, "--json"],
+    "validate --engine": lambda d, t, out: ["validate", d, "--engine", "vllm==0.32"],
+    "validate --target (config only)": lambda d, t, out: ["validate", d, "--target", t, "--engine", "vllm==0.32"],
+    "convert vllm -> speculators": lambda d, t, out: ["convert", d, out, "--to", "speculators"],
+    "convert --dry-run --target": lambda d, t, out: ["convert", d, out, "--to", "sglang", "--target", t, "--dry-run", "--json"],
+    "convert --list": lambda d, t, out: ["convert", "--list"],
+    "push --dry-run": lambda d, t, out: ["push", d, "someone/drafter", "--dry-run"],
+}
+
+
+@pytest.mark.parametrize("name", list(HEADER_ONLY))
+def test_header_only_commands_import_neither_torch_nor_transformers(name, drafter, config_only_target, tmp_path):
+    result = run(tmp_path, *HEADER_ONLY[name](drafter, config_only_target, tmp_path / "out"))
+    assert result["exit"] in (0, 1, None), result["stderr"]  # 1: validate reports findings (engine.* on a tiny drafter)
+    assert "error:" not in result["stderr"], result["stderr"]
+    assert result["modules"] == [], f"{name} imported {result['modules']}"
+
+
+def test_convert_copies_bytes_without_torch_and_the_output_reads_back(drafter, tmp_path):
+    out = tmp_path / "out"
+    result = run(tmp_path, "convert", drafter, out, "--to", "speculators")
+    assert result["exit"] in (0, None) and result["modules"] == []
+    from eaglekit.io.reader import Checkpoint
+
+    with Checkpoint.open(drafter) as src, Checkpoint.open(out) as dst:
+        assert torch.equal(src.read("d2t"), dst.read("d2t")) and torch.equal(src.read("t2d"), dst.read("t2d"))
+
+
+def test_tensor_math_imports_torch(drafter, tmp_path):
+    """The other side: a cast makes tensors, and a pickled .bin is read by torch."""
+    cast = run(tmp_path, "convert", drafter, tmp_path / "cast", "--to", "speculators", "--dtype", "bfloat16")
+    assert cast["exit"] in (0, None) and "torch" in cast["modules"], cast["stderr"]
+    bin_drafter = write_eagle(tmp_path / "eagle-bin", Dims(), bin_file=True)
+    listed = run(tmp_path, "inspect", bin_drafter)
+    assert listed["exit"] in (0, None) and "torch" in listed["modules"], listed["stderr"]
+
+
+def test_verify_still_runs(drafter, tmp_path):
+    target = write_tiny_target(tmp_path / "tiny-target")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"input_ids": [1 + i, 7, 3 + i, 9]}) + "\n" for i in range(2)))
+    result = run(tmp_path, "verify", drafter, "--target", target, "--prompts", prompts, "--max-new-tokens", "6", "--json")
+    assert result["exit"] in (0, None), result["stderr"]
+    report = json.loads(result["stdout"])
+    assert report["acceptance_length"] >= 1.0
+    assert "torch" in result["modules"]
+
+
+# -- what replaced torch on those paths agrees with torch --------------------------------------------------
+
+
+def test_dtype_table_agrees_with_torch():
+    from eaglekit.io import dtypes
+
+    for code in ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E4M3FNUZ", "F8_E5M2", "F8_E5M2FNUZ", "F8_E8M0", "C64",
+                 "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL"):
+        ours, theirs = dtypes.by_code(code), dtypes.from_code(code)
+        assert ours.torch is theirs and ours == theirs and theirs == ours and not ours != theirs
+        assert ours.itemsize == theirs.itemsize and ours.is_floating_point == theirs.is_floating_point
+        assert dtypes.name(ours) == dtypes.name(theirs) and dtypes.to_code(theirs) == code and dtypes.of(theirs) is ours
+    assert dtypes.by_code("BF16") != torch.float16 and dtypes.by_code("X") is None
+
+
+def _torch_vocab_findings(d2t: torch.Tensor, t2d: torch.Tensor, vocab: int, draft_vocab: int) -> set[str]:
+    """The checks as they were written in torch before they moved to ints: the oracle."""
+    found = set()
+    mapped = torch.arange(d2t.numel(), dtype=torch.int64) + d2t.to(torch.int64)
+    if vocab == draft_vocab:
+        found.add("vocab.d2t_full_vocab")
+    if mapped.numel() > 1 and not bool(torch.all(mapped[1:] > mapped[:-1])):
+        found.add("vocab.d2t_order")
+    if mapped.numel() and (int(mapped.min()) < 0 or int(mapped.max()) >= vocab):
+        found.add(f"vocab.d2t_range [{int(mapped.min())}, {int(mapped.max())}]")
+    if int(t2d.sum()) != draft_vocab:
+        found.add(f"vocab.t2d_count {int(t2d.sum())}")
+    inside = mapped[(mapped >= 0) & (mapped < t2d.numel())]
+    if inside.numel() != mapped.numel() or not bool(torch.all(t2d[inside])):
+        found.add("vocab.t2d_mismatch")
+    return found
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.uint8, torch.uint64])
+def test_vocab_checks_on_ints_match_torch(dtype, tmp_path):
+    """d2t/t2d read as raw bytes give the findings torch gave, for every integer dtype and broken map."""
+    from safetensors.torch import save_file
+
+    from eaglekit.io.reader import Checkpoint
+    from eaglekit.validate.checks import CheckInput, check_vocab
+
+    g = torch.Generator().manual_seed(0)
+    for case in range(24):
+        vocab, draft_vocab = 40, [12, 12, 40][case % 3]
+        used = torch.sort(torch.randperm(vocab, generator=g)[:draft_vocab]).values
+        d2t = used - torch.arange(draft_vocab)
+        if case % 4 == 1:
+            d2t = d2t.flip(0)
+        if case % 5 == 2:
+            d2t = d2t + 7
+        if case % 7 == 3 and dtype.is_signed:
+            d2t[0] = -3
+        t2d = torch.zeros(vocab, dtype=torch.bool)
+        t2d[used] = True
+        if case % 6 == 4:
+            t2d = t2d.roll(1)
+        d2t = d2t.clamp(min=0).to(dtype) if not dtype.is_signed else d2t.to(dtype)
+        path = tmp_path / f"c{case}"
+        path.mkdir()
+        save_file({"d2t": d2t.contiguous(), "t2d": t2d}, str(path / "model.safetensors"))
+        with Checkpoint.open(path) as ckpt:
+            present = {n: (i.shape, i.dtype) for n, i in ckpt.tensors.items()}
+            drafter = type("D", (), {"pruned_vocab": draft_vocab != vocab, "vocab_size": vocab, "draft_vocab_size": draft_vocab})()
+            ours = check_vocab(CheckInput(drafter, present, values=ckpt.read_values))
+        got = set()
+        for f in ours:
+            if f.check == "vocab.d2t_range":
+                got.add(f"vocab.d2t_range [{f.message.split('[')[1].split(']')[0]}]")
+            elif f.check == "vocab.t2d_count":
+                got.add(f"vocab.t2d_count {f.message.split()[2]}")
+            else:
+                got.add(f.check)
+        assert got == _torch_vocab_findings(d2t, t2d, vocab, draft_vocab), case
