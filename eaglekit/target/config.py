@@ -8,6 +8,8 @@ its cache entry (``gguf_cache``), which keeps the config dict the metadata gave.
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,6 +95,7 @@ def _gguf_config(directory: Path, gguf_file: str, label: str) -> dict:
 
         raise MissingDependencyError(f"{label}: reading a GGUF target needs the gguf package (pip install gguf)") from None
     try:
-        return AutoConfig.from_pretrained(str(directory), gguf_file=gguf_file).to_dict()
+        # as JSON types (id2label's keys become strings), so a config read back from the cache compares equal
+        return json.loads(json.dumps(AutoConfig.from_pretrained(str(directory), gguf_file=gguf_file).to_dict(), default=str))
     except Exception as exc:  # transformers raises many types for unreadable metadata
         raise ConfigError(f"{label}: cannot read GGUF metadata ({type(exc).__name__}: {str(exc)[:200]})") from None
