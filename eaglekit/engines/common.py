@@ -109,6 +109,14 @@ def int_ids(value: Any) -> tuple[int, ...] | None:
     return None
 
 
+def fused_states(loaded) -> int:
+    """How many target states the shipped fc.weight fuses (its width / the target's hidden size); the drafter's
+    declared count where it ships no fc."""
+    d = loaded.drafter
+    fc = loaded.present().get("fc.weight")
+    return fc[0][1] // d.target_hidden_size if fc and len(fc[0]) == 2 and d.target_hidden_size else d.num_aux
+
+
 def config_flag(config: dict, key: str, default: bool) -> bool:
     value = config.get(key, default)
     return value if isinstance(value, bool) else default

@@ -18,7 +18,7 @@ from dataclasses import replace
 from ..model.architectures import sglang_class, sglang_registered
 from ..model.drafter import INPUT, AuxLayers, Drafter, Flags, default_aux_ids
 from ..model.layout import expected_tensors
-from .common import EngineView, Recorder, Release, final_norm_findings, flag_findings, int_ids, listed, load_table, missing_tensors, pick_row, release_key
+from .common import EngineView, Recorder, Release, final_norm_findings, flag_findings, fused_states, int_ids, listed, load_table, missing_tensors, pick_row, release_key
 
 TABLE = "sglang_releases.json"
 STACKED = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")  # fused on load: an unknown one is a KeyError in the target's loader
@@ -139,8 +139,7 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
         captured = default_aux_ids(L)
     intended_ids = intended.aux.resolved(L)
 
-    fc = loaded.present().get("fc.weight")
-    fc_states = fc[0][1] // intended.target_hidden_size if fc and len(fc[0]) == 2 and intended.target_hidden_size else intended.num_aux
+    fc_states = fused_states(loaded)
     if "fc.weight" in loaded.names and counted != fc_states:
         where = " and ".join(count_order) if count_order else "nothing: always 3"
         out.refuse("engine.aux_count", f"fc.weight fuses {fc_states} target states, but this SGLang builds fc for {counted} (it counts from {where})", "refuses to load: fc weight shape mismatch", "num_aux_hidden_states")

@@ -17,7 +17,7 @@ from dataclasses import replace
 from ..model.architectures import vllm_family
 from ..model.drafter import INPUT, AuxLayers, Drafter, Flags, Window, default_aux_ids
 from ..model.layout import expected_tensors
-from .common import EngineView, Recorder, Release, config_flag, final_norm_findings, flag_findings, int_ids, listed, load_table, missing_tensors, pick_row, release_key
+from .common import EngineView, Recorder, Release, config_flag, final_norm_findings, flag_findings, fused_states, int_ids, listed, load_table, missing_tensors, pick_row, release_key
 
 FIRST_RELEASE = "0.22.0"
 TABLE = "vllm_releases.json"
@@ -168,8 +168,7 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
         captured = default_aux_ids(L)
     intended_ids = intended.aux.resolved(L)
 
-    fc = loaded.present().get("fc.weight")
-    fc_states = fc[0][1] // intended.target_hidden_size if fc and len(fc[0]) == 2 and intended.target_hidden_size else intended.num_aux
+    fc_states = fused_states(loaded)
     if counted != fc_states and "fc.weight" in loaded.names:
         where = "top-level ids are not counted (vllm#54526); write num_aux_hidden_states" if top_ids and len(top_ids) == fc_states else "it counts num_aux_hidden_states / eagle_config ids, else 3"
         out.refuse(

@@ -18,14 +18,9 @@ from pathlib import Path
 
 from ..errors import CheckpointError
 from ..hub import RemoteRepo, read_bytes
+from .reader import BIN_INDEX, BIN_SINGLE, CONFIG, SAFETENSORS_INDEX, SAFETENSORS_SINGLE  # the reader's names (no torch at import)
+from .safetensors_header import MAX_HEADER_BYTES
 
-# The names and limits the reader and header parser use (kept in step by tests/test_remote.py).
-CONFIG = "config.json"
-SAFETENSORS_INDEX = "model.safetensors.index.json"
-SAFETENSORS_SINGLE = "model.safetensors"
-BIN_INDEX = "pytorch_model.bin.index.json"
-BIN_SINGLE = "pytorch_model.bin"
-MAX_HEADER_BYTES = 100 * 2**20  # = safetensors_header.MAX_HEADER_BYTES
 
 _SAFE_NAME = re.compile(r"[\w.-]+(/[\w.-]+)*")
 
