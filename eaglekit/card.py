@@ -1,8 +1,8 @@
 """The model card (README.md) pushed with a drafter: YAML metadata and a body generated from the drafter itself.
 
-Rendered as plain text (``ModelCardData.to_yaml()`` for the metadata, no template engine). When a verify report
-(``eaglekit-verify.json``, written by ``eaglekit verify --report``) sits beside the checkpoint, its acceptance
-length and parity checks go in too.
+Rendered as plain text (``card_metadata``, the YAML ``ModelCardData.to_yaml()`` would write, for the metadata; no
+template engine). When a verify report (``eaglekit-verify.json``, written by ``eaglekit verify --report``) sits
+beside the checkpoint, its acceptance length and parity checks go in too.
 """
 
 from __future__ import annotations
@@ -53,19 +53,23 @@ def _features_31(d) -> str:
     return f" ({', '.join(used)})" if used else ""
 
 
-def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_report: dict | None = None) -> str:
-    from huggingface_hub import ModelCardData
+def card_metadata(**fields: object) -> str:
+    """The card's YAML metadata block, as huggingface_hub's ``ModelCardData(**fields).to_yaml()`` writes it: the fields
+    that are not None, in order, through PyYAML with ``allow_unicode`` (its ``yaml_dump``). Written here because importing
+    ``ModelCardData`` costs ``push --dry-run`` filelock and the client's utilities; tests/test_push.py holds the two equal."""
+    import yaml
 
+    return yaml.safe_dump({k: v for k, v in fields.items() if v is not None}, allow_unicode=True, sort_keys=False).strip()
+
+
+def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_report: dict | None = None) -> str:
     d = loaded.drafter
     dialect = dialects.get(loaded.dialect)
     verifier = d.verifier
-    metadata = ModelCardData(
-        base_model=hub_id(verifier),
-        library_name=dialect.library_name,
-        pipeline_tag="text-generation",
-        tags=_tags(dialect, d.eagle_version),
-    )
-    target = metadata.base_model or "<target model>"  # never a path on the publisher's machine
+    base_model = hub_id(verifier)
+    metadata = card_metadata(base_model=base_model, library_name=dialect.library_name, pipeline_tag="text-generation",
+                             tags=_tags(dialect, d.eagle_version))
+    target = base_model or "<target model>"  # never a path on the publisher's machine
     name = repo_id.split("/")[-1]
     ids = d.aux.as_input()
     aux = f"{list(ids)} (input-of-layer, vLLM's convention)" if ids is not None else "not recorded: the engine's default (2, L//2, L-3)"
@@ -78,12 +82,12 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
     params = sum(i.numel for i in loaded.checkpoint.tensors.values())
     lines = [
         "---",
-        metadata.to_yaml().strip(),
+        metadata,
         "---",
         "",
         f"# {name}",
         "",
-        f"An EAGLE {d.eagle_version} speculative-decoding drafter for [{target}]({'https://huggingface.co/' + verifier if metadata.base_model else '#'}),"
+        f"An EAGLE {d.eagle_version} speculative-decoding drafter for [{target}]({'https://huggingface.co/' + verifier if base_model else '#'}),"
         f" in the {loaded.dialect} format. Published with [eaglekit](https://github.com/eaglekit/eaglekit) {__version__}.",
         "",
         "## Serve it",

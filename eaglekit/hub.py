@@ -383,12 +383,12 @@ def _progress_bars(enabled: bool) -> Iterator[None]:
 
 
 def check_repo_id(repo_id: str) -> None:
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    """A repo id to publish to or read from: the Hub's rules (``io.locate.repo_id_problem``), with a namespace."""
+    from .io.locate import repo_id_problem
 
-    try:
-        validate_repo_id(repo_id)
-    except HFValidationError as exc:
-        raise UsageError(f"{repo_id!r} is not a valid repository id: {' '.join(str(exc).split())}") from None
+    problem = repo_id_problem(repo_id)
+    if problem:
+        raise UsageError(f"{repo_id!r} is not a valid repository id: {problem}")
     if repo_id.count("/") != 1:
         raise UsageError(f"{repo_id!r}: give the repository as namespace/name (e.g. your-user/my-drafter)")
 

@@ -146,3 +146,48 @@ def test_what_validates_converts_and_round_trips_bit_exactly(case):
             assert all(same_bits(first[n], second[n]) for n in first)
             shutil.rmtree(a)
             shutil.rmtree(b)
+
+
+# -- the Hub's repo-id rules, kept in eaglekit so checking an id imports no huggingface_hub ---------------------------
+
+_ID_PARTS = st.text(alphabet="abcXYZ019_.-/ @:é\u0660", max_size=110)  # \u0660: a non-ASCII digit \w would take
+_ID_EDGES = st.sampled_from(["org/name", "a" * 96 + "/b", "a/" + "b" * 97, "a--b/c", "a/b..c", "x/y.git", "_a/_b", "-a/b",
+                             "a./b", "a/b-", "name", "", "/", "a/b/c", "datasets/a/b", "a_/b_", "1/2", "a b/c"])
+
+
+@settings(max_examples=3000, deadline=None)  # cheap: no files
+@given(st.one_of(_ID_PARTS, _ID_EDGES, st.builds(lambda a, b: f"{a}/{b}", _ID_PARTS, _ID_PARTS)))
+def test_repo_id_rules_agree_with_huggingface_hub(repo_id):
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    from eaglekit.io.locate import repo_id_problem
+
+    try:
+        validate_repo_id(repo_id)
+        theirs = True
+    except HFValidationError:
+        theirs = False
+    assert (repo_id_problem(repo_id) is None) == theirs, repo_id
+
+
+def test_repo_id_rules_on_many_ids():
+    """The same on every id of up to three characters over the characters the rules treat differently."""
+    import itertools
+
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    from eaglekit.io.locate import repo_id_problem
+
+    alphabet = "a_.-/ "
+    checked = 0
+    for n in range(1, 6):
+        for chars in itertools.product(alphabet, repeat=n):
+            repo_id = "".join(chars)
+            try:
+                validate_repo_id(repo_id)
+                theirs = True
+            except HFValidationError:
+                theirs = False
+            assert (repo_id_problem(repo_id) is None) == theirs, repo_id
+            checked += 1
+    assert checked == sum(6 ** n for n in range(1, 6))

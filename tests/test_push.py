@@ -241,3 +241,22 @@ def test_no_local_path_is_published(cli, hub, tmp_path):
 def test_dry_run_checks_the_repo_id(cli, hub, drafter):
     assert "is not a valid repository id" in push(cli, drafter, "not a repo", "--dry-run", expect=2).stderr
     assert hub.state.log == []
+
+
+@pytest.mark.parametrize("base_model", ["org/target", None, "ünïcode/mödel-名前", "org/name: with colon", "yes"])
+@pytest.mark.parametrize("library", ["vllm", "sglang"])
+def test_card_metadata_is_what_huggingface_hubs_model_card_data_writes(base_model, library):
+    """The card's YAML block is written without importing huggingface_hub (push --dry-run start-up); byte for byte what
+    ``ModelCardData.to_yaml()`` gives, including values YAML must quote."""
+    from huggingface_hub import ModelCardData
+
+    from eaglekit.card import card_metadata
+
+    fields = dict(base_model=base_model, library_name=library, pipeline_tag="text-generation", tags=["eagle3", "speculative-decoding", library])
+    assert card_metadata(**fields) == ModelCardData(**fields).to_yaml()
+
+
+def test_dry_run_names_what_is_wrong_with_the_repo_id(cli, drafter):
+    for repo, why in (("org/a--b", "'--' or '..'"), ("org/x.git", "'.git'"), ("a/b/c", "'namespace/name'"), ("org/-x", "letters, digits")):
+        err = push(cli, drafter, repo, "--dry-run", expect=2).stderr
+        assert err.startswith(f"error: {repo!r} is not a valid repository id: ") and why in err and err.count("\n") == 1, err

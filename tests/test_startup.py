@@ -19,6 +19,7 @@ from drafters import Dims, write_eagle, write_tiny_target, write_vllm
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "transformers")
+HUB_CLIENT = ("huggingface_hub", "httpx", "httpx2", "filelock")  # the Hub client and what its import pulls in
 
 # Runs the CLI in this interpreter, then records the heavy modules it imported (whatever the exit code).
 WRAPPER = """
@@ -33,7 +34,7 @@ else:
     code = 0
 with open(out, "w") as f:
     json.dump({"exit": code, "modules": sorted(m for m in %r if m in sys.modules)}, f)
-""" % (HEAVY,)
+""" % (HEAVY + HUB_CLIENT,)
 
 
 def run(tmp_path: Path, *args, env: dict | None = None) -> dict:
@@ -84,13 +85,25 @@ def test_header_only_commands_import_neither_torch_nor_transformers(name, drafte
     result = run(tmp_path, *HEADER_ONLY[name](drafter, config_only_target, tmp_path / "out"))
     assert result["exit"] in (0, 1, None), result["stderr"]  # 1: validate reports findings (engine.* on a tiny drafter)
     assert "error:" not in result["stderr"], result["stderr"]
-    assert result["modules"] == [], f"{name} imported {result['modules']}"
+    heavy = [m for m in result["modules"] if m in HEAVY]
+    assert heavy == [], f"{name} imported {heavy}"
+
+
+def test_push_dry_run_imports_no_hub_client(drafter, tmp_path):
+    """Issue 20: the dry run checks the repo id and writes the card's YAML without huggingface_hub (whose import pulls
+    in its HTTP client, filelock and yaml: about as much again as the start-up floor); it sends nothing, so needs none."""
+    result = run(tmp_path, "push", drafter, "someone/drafter", "--dry-run")
+    assert result["exit"] in (0, None), result["stderr"]
+    assert "library_name: vllm" in result["stdout"] and "nothing sent (--dry-run)" in result["stdout"]
+    assert result["modules"] == [], result["modules"]
+    bad = run(tmp_path, "push", drafter, "someone/bad--name", "--dry-run")
+    assert bad["exit"] == 2 and "is not a valid repository id" in bad["stderr"] and bad["modules"] == []
 
 
 def test_convert_copies_bytes_without_torch_and_the_output_reads_back(drafter, tmp_path):
     out = tmp_path / "out"
     result = run(tmp_path, "convert", drafter, out, "--to", "speculators")
-    assert result["exit"] in (0, None) and result["modules"] == []
+    assert result["exit"] in (0, None) and not set(result["modules"]) & set(HEAVY)
     from eaglekit.io.reader import Checkpoint
 
     with Checkpoint.open(drafter) as src, Checkpoint.open(out) as dst:

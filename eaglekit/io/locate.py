@@ -23,7 +23,11 @@ from typing import Any
 
 from ..errors import CheckpointError, UsageError
 
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
+# The Hub's repo-id rules, as huggingface_hub 2.x states and checks them (utils/_validators.py, validate_repo_id): "name" or
+# "namespace/name"; each part 1-96 of [A-Za-z0-9_.-], starting and ending with a letter, digit or "_"; no "--" or "..";
+# not ending ".git". Kept here so checking an id needs no huggingface_hub import (its errors module pulls in the HTTP
+# client: ~0.15 s of `push --dry-run`); tests/test_properties.py holds it equal to huggingface_hub's own validator.
+_HUB_REPO_ID = re.compile(r"(\b[\w\-.]{1,96}\b/)?\b[\w\-.]{1,96}\b", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -42,8 +46,22 @@ class Located:
         return str(self.directory)
 
 
+def repo_id_problem(repo_id: str) -> str | None:
+    """Why ``repo_id`` is not a valid Hub repo id (huggingface_hub's rules, see ``_HUB_REPO_ID``), or None."""
+    if repo_id.count("/") > 1:
+        return "it must be 'name' or 'namespace/name'"
+    if not _HUB_REPO_ID.fullmatch(repo_id):
+        return ("use letters, digits, '-', '_' or '.', at most 96 in each part, neither starting nor ending with '-' or '.'")
+    if "--" in repo_id or ".." in repo_id:
+        return "it cannot contain '--' or '..'"
+    if repo_id.endswith(".git"):
+        return "it cannot end with '.git'"
+    return None
+
+
 def looks_like_repo_id(text: str) -> bool:
-    return bool(_REPO_ID.match(text)) and ".." not in text
+    """``namespace/name`` by the Hub's rules: how a drafter or target argument that is no local path is read."""
+    return text.count("/") == 1 and repo_id_problem(text) is None
 
 
 def locate(source: "str | Path | Located", what: str = "checkpoint") -> Located:
