@@ -110,6 +110,9 @@ class UploadFile:
     @cached_property
     def sha256(self) -> str:
         """Hex sha256 of the content (what the Hub stores as an LFS/Xet file's oid). Streamed, never all in RAM."""
+        if self.local_path is not None and hasattr(hashlib, "file_digest"):  # Python >= 3.11: into one reused buffer, half the time
+            with open(self.local_path, "rb") as f:
+                return hashlib.file_digest(f, "sha256").hexdigest()
         digest = hashlib.sha256()
         for block in self._chunks():
             digest.update(block)
