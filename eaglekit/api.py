@@ -172,7 +172,7 @@ def convert(
     data["written"] = files is not None
     if files is not None:
         data["files"] = files
-    target_name = target or plan.drafter.verifier or "<target model>"
+    target_name = plan.target.name if plan.target else plan.drafter.verifier or "<target model>"  # a config file: its directory or Hub id
     data["serve"] = serve_command(plan.dialect.hub_tags, target_name, str(Path(out).resolve()))
     data = document(source, True, data)
     data["origin"] = located.origin

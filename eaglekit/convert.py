@@ -81,6 +81,7 @@ class ConversionPlan:
     notes: list[Finding] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     options: ConvertOptions | None = None
+    target: TargetConfig | None = None  # --target's config, when given
 
     @property
     def total_bytes(self) -> int:
@@ -276,7 +277,7 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
         findings = [f for f in findings if f.check != "flags.untrained_upgrade"]
     shards = plan_shards([TensorPlan(t.name, t.dtype, t.shape, lambda: None) for t in tensors], options.max_shard_bytes)
     files = shard_names(len(shards)) + (["model.safetensors.index.json"] if len(shards) > 1 else []) + ["config.json"]
-    return ConversionPlan(loaded, source, d, writer, tensors, dropped, config, files, notes, findings, options)
+    return ConversionPlan(loaded, source, d, writer, tensors, dropped, config, files, notes, findings, options, target)
 
 
 def _source_of(canonical: str, d: Drafter, loaded, present, added_ones):

@@ -309,3 +309,65 @@ def test_forcing_a_dialect_that_the_files_contradict_is_said(tmp_path, cli):
 def test_upgrade_3_on_an_eagle_3_drafter_has_nothing_to_do(tmp_path, cli):
     src = write_vllm(tmp_path / "src", Dims())
     assert_clean_failure(cli("convert", src, tmp_path / "o", "--to", "vllm", "--upgrade", "3", expect=None), "already EAGLE 3, nothing to do")
+
+
+# -- a config.json alone as --target (issue 20, item 17) --------------------------------------------------------------
+
+
+def test_a_config_file_is_a_config_only_target(tmp_path, cli, target_dir):
+    config = target_dir / "config.json"
+    # validate reads it: ids beyond its 8 layers are an error, which only its num_hidden_layers can tell
+    far = write_vllm(tmp_path / "far", Dims(), ids=[2, 4, 12])
+    result = cli("validate", far, "--target", config, expect=1)
+    assert f"with target {config}" in result.stdout and "[aux." in result.stdout and "12" in result.stdout
+    # convert takes the default ids from it and records its directory, not the file, as the verifier; the serve line too
+    src = write_eagle(tmp_path / "src", Dims(), bin_file=False)
+    out = tmp_path / "out"
+    result = cli("convert", src, out, "--to", "vllm", "--target", config)
+    written = json.loads((out / "config.json").read_text())
+    assert written["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]  # 2, L//2, L-3 for L = 8
+    assert json.dumps(written).count(str(config)) == 0 and str(target_dir) in json.dumps(written["eaglekit"])
+    assert f"vllm serve {target_dir} " in result.stdout and "config.json --spec" not in result.stdout
+
+
+@pytest.mark.parametrize("command", ["verify", "drift"])
+def test_running_the_target_needs_its_weights(tmp_path, cli, target_dir, command):
+    src = write_vllm(tmp_path / "src", Dims())
+    started = time.perf_counter()
+    result = cli(command, src, "--target", target_dir / "config.json", expect=None)
+    assert_clean_failure(result, "is a config file, with no weights", f"{command} runs the target model, so it needs the weights",
+                         "give the model's directory")
+    assert time.perf_counter() - started < 5  # refused before anything loads
+    result = cli(command, src, "--target", target_dir, expect=None)  # a directory with config.json alone
+    assert_clean_failure(result, f"--target {target_dir}: holds no weights", f"{command} runs the target model")
+
+
+def _cache_config_only(tmp_path, monkeypatch, target_dir) -> Path:
+    """What `hf download org/target config.json` leaves: a Hub cache snapshot holding config.json alone."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--org--target" / "snapshots" / ("b" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_bytes((target_dir / "config.json").read_bytes())
+    (cache / "models--org--target" / "refs").mkdir()
+    (cache / "models--org--target" / "refs" / "main").write_text("b" * 40)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    return snapshot
+
+
+def test_hub_id_hint_asks_only_for_what_the_command_needs(tmp_path, monkeypatch, cli, target_dir):
+    snapshot = _cache_config_only(tmp_path, monkeypatch, target_dir)
+    src = write_vllm(tmp_path / "src", Dims())
+    for args in (("validate", src), ("convert", src, tmp_path / "o", "--to", "speculators")):  # the config is all they read
+        assert_clean_failure(cli(*args, "--target", "org/missing", expect=None), "fetch it first with `hf download org/missing config.json`")
+    assert_clean_failure(cli("verify", src, "--target", "org/missing", expect=None), "fetch it first with `hf download org/missing`)")
+    # after `hf download org/target config.json`: the Hub id serves validate and convert, and verify says what is missing
+    assert "with target org/target" in cli("validate", src, "--target", "org/target", expect=None).stdout
+    assert_clean_failure(cli("verify", src, "--target", "org/target", expect=None), "holds no weights", "`hf download org/target`")
+    # the path hf download prints, given as the target: the drafter records the Hub id, not a cache path
+    out = tmp_path / "out"
+    cli("convert", write_eagle(tmp_path / "eagle", Dims(), bin_file=False), out, "--to", "vllm", "--target", snapshot / "config.json")
+    assert json.loads((out / "config.json").read_text())["eaglekit"]["verifier"] == "org/target"

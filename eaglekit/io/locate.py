@@ -15,7 +15,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,7 +64,9 @@ def looks_like_repo_id(text: str) -> bool:
     return text.count("/") == 1 and repo_id_problem(text) is None
 
 
-def locate(source: "str | Path | Located", what: str = "checkpoint") -> Located:
+def locate(source: "str | Path | Located", what: str = "checkpoint", *, fetch: "Callable[[str], str] | None" = None) -> Located:
+    """A local directory, or a Hub id already in the local cache. ``fetch``: the command that would fetch a Hub id
+    missing from the cache (default ``hf download REPO``; a caller that needs only the config asks for less)."""
     if isinstance(source, Located):
         return source
     path = Path(source).expanduser()
@@ -82,10 +84,8 @@ def locate(source: "str | Path | Located", what: str = "checkpoint") -> Located:
         if directory is not None:
             real = directory.resolve()
             return Located(directory, _roots_for(real), hub_id=text)
-        raise CheckpointError(
-            f"{text}: no such directory, and not a Hub repo in the local cache "
-            f"(eaglekit does not download; fetch it first with `hf download {text}`)"
-        )
+        hint = fetch(text) if fetch else f"hf download {text}"
+        raise CheckpointError(f"{text}: no such directory, and not a Hub repo in the local cache (eaglekit does not download; fetch it first with `{hint}`)")
     raise CheckpointError(f"{source}: no such {what} directory")
 
 

@@ -1,9 +1,13 @@
 """What eaglekit needs to know about a target (verifier) model from its config alone: no weights are read,
 and neither torch nor transformers is imported (transformers only to read a GGUF file's metadata).
 
-A target is a local directory, a Hub id already in the local cache, or a GGUF file (whose metadata
-transformers turns into a config; needs the ``gguf`` package). A GGUF file verify has loaded before is read from
-its cache entry (``gguf_cache``), which keeps the config dict the metadata gave.
+A target is a local directory, a Hub id already in the local cache, a GGUF file (whose metadata
+transformers turns into a config; needs the ``gguf`` package), or a ``config.json`` file alone (what
+``hf download REPO config.json`` fetches: enough for convert and validate, which read only the config). A GGUF file
+verify has loaded before is read from its cache entry (``gguf_cache``), which keeps the config dict the metadata gave.
+
+``TargetConfig.config_only`` says the target has no weights to run (a config file, or a directory or cached Hub
+snapshot holding no weight files); verify and drift refuse it with ``weights_needed``.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pathlib import Path
 
 from ..errors import CheckpointError, ConfigError
 from ..io import jsonfile
-from ..io.locate import locate
+from ..io.locate import locate, looks_like_repo_id
 from ..model.config_view import ConfigView
 from ..model.drafter import Rope
 from ..model.hf_config import read_rope
@@ -36,11 +40,23 @@ class TargetConfig:
     model_type: str | None
     architectures: tuple[str, ...]
     config: dict
+    config_file: str | None = None  # the target was given as this config file alone
+    config_only: bool = False  # no weights to run: a config file, or a directory without weight files
 
     @property
     def name(self) -> str:
-        """What a drafter should record as its verifier: the Hub id when known, else the path."""
-        return self.hub_id or self.source
+        """What a drafter should record as its verifier: the Hub id when known, else the path (a config file's directory)."""
+        return self.hub_id or (str(self.directory) if self.config_file else self.source)
+
+    def weights_needed(self, why: str) -> str:
+        """The one-line refusal for a command that runs the target (``why``: "verify runs the target model")."""
+        if self.config_file:
+            what = "is a config file, with no weights"
+            give = "give the model's directory, a Hub id in the local cache, or a .gguf file"
+        else:
+            what = f"holds no weights (no *.safetensors or *.bin in {self.directory})"
+            give = f"fetch the whole model first (`hf download {self.hub_id}`)" if self.hub_id else "give the model's directory with its weights, or a .gguf file"
+        return f"--target {self.source}: {what}; {why}, so it needs the weights: {give}"
 
 
 def split_gguf(source: str | Path) -> tuple[Path, str | None]:
@@ -50,8 +66,25 @@ def split_gguf(source: str | Path) -> tuple[Path, str | None]:
     return path, None
 
 
-def read_target_config(source: str | Path) -> TargetConfig:
+WEIGHT_SUFFIXES = (".safetensors", ".bin")  # what transformers loads a model directory's weights from
+
+
+def _hub_id_of_snapshot(directory: Path) -> str | None:
+    """``org/name`` for a Hub cache snapshot directory (``<cache>/models--org--name/snapshots/<rev>``), else None.
+    Hub ids cannot contain "--", so the folder name splits one way only."""
+    repo = directory.parent.parent.name
+    if directory.parent.name != "snapshots" or not repo.startswith("models--"):
+        return None
+    hub_id = repo[len("models--"):].replace("--", "/")
+    return hub_id if looks_like_repo_id(hub_id) else None
+
+
+def read_target_config(source: str | Path, *, weights: bool = False) -> TargetConfig:
+    """The target's config. ``weights``: the caller will run the target, so a Hub id missing from the cache is told to
+    fetch the whole model (else only its config.json)."""
     directory, gguf_file = split_gguf(source)
+    path = Path(source).expanduser()
+    config_file = None
     if gguf_file:
         if not (directory / gguf_file).is_file():
             raise CheckpointError(f"{source}: no such GGUF file")
@@ -59,11 +92,15 @@ def read_target_config(source: str | Path) -> TargetConfig:
 
         config = gguf_cache.cached_config(directory / gguf_file) or _gguf_config(directory, gguf_file, str(source))
         hub_id = None
+    elif path.suffix == ".json" and path.is_file():  # a config.json alone: everything but running the target
+        directory, config_file, hub_id = path.parent, str(source), _hub_id_of_snapshot(path.parent)
+        config = jsonfile.load_object(path, str(source))
     else:
-        located = locate(source, "target model")
+        what = "" if weights else " config.json"
+        located = locate(source, "target model", fetch=lambda repo: f"hf download {repo}{what}")
         directory, hub_id = located.directory, located.hub_id
         config = jsonfile.load_object(directory / "config.json", f"{source}/config.json")
-    label = f"{source}/config.json" if not gguf_file else str(source)
+    label = str(source) if gguf_file or config_file else f"{source}/config.json"
     view = ConfigView(config, label)
     for key in TEXT_CONFIG_KEYS:
         nested = view.sub(key)
@@ -83,6 +120,8 @@ def read_target_config(source: str | Path) -> TargetConfig:
         model_type=view.str("model_type", None),
         architectures=tuple(a for a in arch if isinstance(a, str)),
         config=config,
+        config_file=config_file,
+        config_only=bool(config_file) or (not gguf_file and not any(p.suffix in WEIGHT_SUFFIXES for p in directory.iterdir())),
     )
 
 

@@ -67,7 +67,7 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
         if target_cfg is not None:
             d = d.with_(target_num_layers=target_cfg.num_layers)
             loaded.drafter = d
-        report = ValidationReport(str(source), loaded.dialect, d.eagle_version, release.label if release else None, target_cfg.name if target_cfg else None, scan)
+        report = ValidationReport(str(source), loaded.dialect, d.eagle_version, release.label if release else None, target_cfg.source if target_cfg else None, scan)
         config = loaded.checkpoint.config or {}
         from .. import schemas  # jsonschema: only validate needs it (convert imports .checks)
 
@@ -136,7 +136,7 @@ def _unreadable(source, source_dialect, exc, release, target_cfg, scan) -> Valid
     with Checkpoint.open(source) as ckpt:
         dialect = source_dialect if source_dialect != "auto" else dialects.detect(ckpt)[0].dialect
         dialect = dialects.get(dialect).name
-        report = ValidationReport(str(source), dialect, None, release.label if release else None, target_cfg.name if target_cfg else None, scan)
+        report = ValidationReport(str(source), dialect, None, release.label if release else None, target_cfg.source if target_cfg else None, scan)
         config = ckpt.config or {}
         mla = any(k in config for k in ("kv_lora_rank", "qk_rope_head_dim"))
         report.findings += schemas.check_config(config, dialects.get(dialect).schema, mla=mla, label=f"{ckpt.label}/config.json")

@@ -264,7 +264,7 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
         raise UsageError("--chunk must be at least 1")
     verifier = Verifier(VerifyOptions(target=options.target, max_new_tokens=options.max_new_tokens, k=options.k, device=options.device,
                                       dtype=options.dtype, source_dialect=options.source_dialect,
-                                      norm_output_semantics=options.norm_output_semantics), progress)
+                                      norm_output_semantics=options.norm_output_semantics, command="drift"), progress)
     window = verifier.target_config.config.get("max_position_embeddings")
     limit = options.max_context or window
     if not limit:

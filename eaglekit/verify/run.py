@@ -100,7 +100,9 @@ class Verifier:
         self.options = options
         self.device = pick_device(options.device)
         self.dtype = DTYPES[options.dtype]
-        self.target_config = read_target_config(options.target)
+        self.target_config = read_target_config(options.target, weights=True)
+        if self.target_config.config_only and not options.hidden_states:  # before anything loads (a config is enough for --hidden-states)
+            raise UsageError(self.target_config.weights_needed(f"{options.command} runs the target model"))
         self.progress = progress
         self.target: TargetModel | None = None
         self.sequences: list[tuple[Prompt, torch.Tensor]] = []  # prompt + continuation + K+1 lookahead tokens
@@ -157,6 +159,9 @@ class Verifier:
         """The target's input embedding ("embed") or lm_head: from the loaded model, else from its checkpoint."""
         if self.target is not None:
             return self.target.embed_weight if kind == "embed" else self.target.lm_head_weight
+        if self.target_config.config_only:
+            what = "embedding" if kind == "embed" else "lm_head"
+            raise UsageError(self.target_config.weights_needed(f"the drafter ships no {what}, which {self.options.command} takes from the target"))
         return read_target_weight(self.target_config, kind)
 
     def aux(self, index: int, ids: tuple[int, ...]) -> tuple[torch.Tensor, int]:
