@@ -170,6 +170,10 @@ def convert(
     data = plan.to_dict()
     data["output"] = str(out)
     data["written"] = files is not None
+    if dry_run:  # what the same command without --dry-run would do to OUT
+        from .convert import destination_status
+
+        data["destination"] = destination_status(out, force=force, protect=[plan.loaded.checkpoint.directory])
     if files is not None:
         data["files"] = files
     target_name = plan.target.name if plan.target else plan.drafter.verifier or "<target model>"  # a config file: its directory or Hub id

@@ -465,3 +465,66 @@ def test_conversion_prints_the_command_that_serves_it(tmp_path, cli, target_dir)
     data = json.loads(cli("convert", src, tmp_path / "sg", "--to", "sglang", "--json").stdout)
     assert data["serve"].startswith("python -m sglang.launch_server --model-path <target model>")
     assert json.loads(cli("convert", src, tmp_path / "e", "--to", "eagle", "--json").stdout)["serve"] is None
+
+
+# -- --dry-run: what would change, old -> new, and what would happen to OUT (issue 20, item 17) ---------------------
+
+
+def test_dry_run_shows_old_and_new_values_of_what_changes(tmp_path, cli):
+    from drafters import write_specforge
+
+    from eaglekit import schemas
+
+    src = write_specforge(tmp_path / "src", Dims(), ids=[1, 3, 4])  # SGLang's output-of-layer ids
+    out = tmp_path / "out"
+    data = json.loads(cli("convert", src, out, "--to", "vllm", "--dry-run", "--json").stdout)
+    assert schemas.check(data, "convert.schema.json") == []
+    changes = {c["what"]: c for c in data["changes"]}
+    assert changes["aux layer ids"]["old"] == {"keys": ["eagle_config.eagle_aux_hidden_state_layer_ids"], "value": [1, 3, 4], "convention": "output"}
+    assert changes["aux layer ids"]["new"] == {"keys": ["eagle_aux_hidden_state_layer_ids", "eagle_config.eagle_aux_hidden_state_layer_ids"],
+                                               "value": [2, 4, 5], "convention": "input"}
+    assert changes["architectures"]["old"]["value"] == ["LlamaForCausalLMEagle3"] and changes["architectures"]["new"]["value"] == ["Eagle3LlamaForCausalLM"]
+    assert changes["fc_norm"]["old"] == {"keys": [], "value": False} and changes["fc_norm"]["new"] == {"keys": ["fc_norm"], "value": False}
+    assert not out.exists()
+    text = cli("convert", src, out, "--to", "vllm", "--dry-run").stdout
+    assert ("aux layer ids         eagle_config.eagle_aux_hidden_state_layer_ids [1, 3, 4] (output-of-layer) -> "
+            "eagle_aux_hidden_state_layer_ids, eagle_config.eagle_aux_hidden_state_layer_ids [2, 4, 5] (input-of-layer)") in text
+    assert 'architectures         ["LlamaForCausalLMEagle3"] -> ["Eagle3LlamaForCausalLM"]' in text
+    assert "fc_norm               absent (default false) -> false" in text
+    # to speculators, model_type moves into transformer_layer_config and norm_before_residual's default differs
+    to_spec = {c["what"]: c for c in json.loads(cli("convert", src, out, "--to", "speculators", "--dry-run", "--json").stdout)["changes"]}
+    assert to_spec["model_type"]["old"] == {"keys": ["model_type"], "value": "llama"}
+    assert to_spec["model_type"]["new"] == {"keys": ["transformer_layer_config.model_type"], "value": "llama"}
+    # the way back changes nothing of substance: no setting is reported when it already sits where the dialect keeps it
+    cli("convert", src, out, "--to", "vllm")
+    again = json.loads(cli("convert", out, tmp_path / "again", "--to", "vllm", "--dry-run", "--json").stdout)
+    assert again["changes"] == []
+
+
+def test_dry_run_says_what_would_happen_to_out(tmp_path, cli):
+    from eaglekit import schemas
+
+    src = write_vllm(tmp_path / "src", Dims())
+    out = tmp_path / "out"
+
+    def dry(*extra):
+        result = cli("convert", src, out, "--to", "speculators", "--dry-run", *extra)
+        data = json.loads(cli("convert", src, out, "--to", "speculators", "--dry-run", "--json", *extra).stdout)
+        assert schemas.check(data, "convert.schema.json") == []
+        return result.stdout, data["destination"]
+
+    text, d = dry()
+    assert d == {"path": str(out), "exists": False, "needs_force": False, "replaces": [], "refusal": None} and not out.exists()
+    assert f"output: {out} does not exist; the conversion creates it" in text
+    cli("convert", src, out, "--to", "speculators")  # an earlier eaglekit output
+    text, d = dry()
+    assert d["exists"] and d["needs_force"] and d["replaces"] == ["config.json", "model.safetensors"] and "already exists" in d["refusal"]
+    assert f"output: {out} exists; the conversion needs --force, which would replace its 2 entries (config.json, model.safetensors)" in text
+    text, d = dry("--force")
+    assert d["refusal"] is None and d["needs_force"] and f"output: {out} exists; --force replaces its 2 entries" in text
+    (out / "notes.txt").write_text("mine")  # a user's file: even --force refuses
+    for extra in ((), ("--force",)):
+        text, d = dry(*extra)
+        assert not d["needs_force"] and d["replaces"] == [] and "not replaced even with --force" in d["refusal"] and "notes.txt" in d["refusal"]
+        assert "output: the conversion would stop: " in text
+    assert (out / "notes.txt").read_text() == "mine"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from typing import TYPE_CHECKING
 
 import click
@@ -41,6 +42,33 @@ def _render_list(r: dict) -> str:
     return "\n".join(lines)
 
 
+def _value(side: dict, what: str, same_keys: bool = False) -> str:
+    """One side of a change: the keys holding it (unless they are the setting's own name, or the other side's), the value."""
+    if not side["keys"]:
+        return "absent" + (f" (default {json.dumps(side['value'])})" if side["value"] is not None else "")
+    keys = "" if side["keys"] == [what] or same_keys else ", ".join(side["keys"]) + " "
+    convention = f" ({side['convention']}-of-layer)" if side.get("convention") else ""
+    return f"{keys}{json.dumps(side['value'])}{convention}"
+
+
+def _changes(changes: list[dict]) -> str:
+    rows = [(f"  {c['what']}", f"{_value(c['old'], c['what'])} -> {_value(c['new'], c['what'], c['new']['keys'] == c['old']['keys'])}")
+            for c in changes]
+    return "changes (old -> new):\n" + table(rows) if rows else "changes: none to the settings (architecture, model_type, aux ids, flags)"
+
+
+def _destination(d: dict) -> str:
+    """What the same command without --dry-run would do to OUT."""
+    what = (f"its {len(d['replaces'])} entries ({', '.join(d['replaces'])})" if d["replaces"] else "it (empty)")
+    if d["refusal"] and not d["needs_force"]:
+        return f"output: the conversion would stop: {d['refusal']}"
+    if not d["exists"]:
+        return f"output: {d['path']} does not exist; the conversion creates it"
+    if d["refusal"]:
+        return f"output: {d['path']} exists; the conversion needs --force, which would replace {what}"
+    return f"output: {d['path']} exists; --force replaces {what}"
+
+
 def _render(r: dict) -> str:
     head = (
         f"{'plan' if not r['written'] else 'converted'}: {r['source']} ({r['source_dialect']}) -> {r['output']} ({r['to']}), "
@@ -57,9 +85,12 @@ def _render(r: dict) -> str:
         lines += ["tensors:", table(rows)]
         diff = r["config_diff"]
         lines.append(
-            "config: "
-            + "; ".join(f"{k} {', '.join(v)}" for k, v in (("added", diff["added"]), ("removed", diff["removed"]), ("changed", diff["changed"])) if v)
+            "config keys: "
+            + ("; ".join(f"{k} {', '.join(v)}" for k, v in (("added", diff["added"]), ("removed", diff["removed"]), ("changed", diff["changed"])) if v)
+               or "unchanged")
         )
+        lines.append(_changes(r["changes"]))
+        lines.append(_destination(r["destination"]))
     for name, why in r["dropped"].items():  # said on every run: a shipped tensor left out is not a detail of the plan
         lines.append(f"  {name} dropped: {why}")
     notes = [Finding(**n) for n in r["notes"]] + [Finding(**f) for f in r["findings"]]
