@@ -191,3 +191,20 @@ def test_repo_id_rules_on_many_ids():
             assert (repo_id_problem(repo_id) is None) == theirs, repo_id
             checked += 1
     assert checked == sum(6 ** n for n in range(1, 6))
+
+
+_YAML_WORDS = st.sampled_from(["yes", "No", "TRUE", "off", "null", "Null", "y", "n", "~", "1.0", "1e3", "0x1f", "2024-01-01", "a: b", "#x",
+                               "-x", "x-", "a/b", "org/name-v1.2", ".inf", "_x", "@x", "é", "x y", "<<", "=", "vllm", "sglang"])
+_YAML_TEXT = st.one_of(_YAML_WORDS, st.text(alphabet="aZ09_./-: #'\"é", min_size=1, max_size=12))
+
+
+@settings(max_examples=1500, deadline=None)  # cheap: strings only
+@given(base_model=st.one_of(st.none(), _YAML_TEXT), library=_YAML_TEXT, tags=st.lists(_YAML_TEXT, min_size=1, max_size=4))
+def test_card_metadata_matches_model_card_data(base_model, library, tags):
+    """The card's YAML block, written directly for plain values, is byte for byte what huggingface_hub writes."""
+    from huggingface_hub import ModelCardData
+
+    from eaglekit.card import card_metadata
+
+    fields = dict(base_model=base_model, library_name=library, pipeline_tag="text-generation", tags=tags)
+    assert card_metadata(**fields) == ModelCardData(**fields).to_yaml()
