@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
 # Every JSON document eaglekit prints starts with the same three keys: the contract's version, whether the command
 # succeeded (its one success key) and the path it was given (its one path key). Bump the version on any change
 # that could break a reader (a key removed or renamed, a meaning changed).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: validate's engine_view no longer repeats the engine's findings (they are in findings)
 
 
 def document(path: str | Path, ok: bool, data: dict[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from drafters import Dims, mla_dims, write_specforge, write_speculators, write_torchspec, write_vllm
-from eaglekit import schemas
+from eaglekit import api, schemas
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -97,7 +97,7 @@ def test_output_schemas_need_nothing_but_themselves(name, monkeypatch):
     refs = [v for v in json.dumps(schema).split('"$ref": ')[1:]]
     assert all(ref.startswith('"#') for ref in refs), refs
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({"schema_version": 1, "ok": "yes", "path": 3, "findings": [{"check": 1}]}, schema)
+        jsonschema.validate({"schema_version": 2, "ok": "yes", "path": 3, "findings": [{"check": 1}]}, schema)
 
 
 def test_every_command_prints_the_contract_keys(tmp_path, cli):
@@ -111,7 +111,7 @@ def test_every_command_prints_the_contract_keys(tmp_path, cli):
         "convert-list": json.loads(cli("convert", "--list", "--json").stdout),
     }
     for name, doc in docs.items():
-        assert doc["schema_version"] == 1 and doc["ok"] is True, name
+        assert doc["schema_version"] == api.SCHEMA_VERSION == 2 and doc["ok"] is True, name
         if name != "convert-list":
             assert doc["path"] == str(src), name
         jsonschema.validate(doc, json.loads((ROOT / "schemas" / f"{name}.schema.json").read_text()))

@@ -110,7 +110,8 @@ force_option = click.option("--force", is_flag=True, help="Replace OUT if it is 
 target_option = click.option(
     "--target",
     metavar="MODEL",
-    help="The target (verifier) model: a local directory, a Hub id in the local cache, or a .gguf file.",
+    help="The target (verifier) model: a local directory, a Hub id in the local cache, a .gguf file, or its config.json alone "
+    "(only the config is read).",
 )
 engine_option = click.option(
     "--engine",

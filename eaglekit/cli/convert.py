@@ -148,9 +148,7 @@ def convert_command(src, out, to, source_dialect, norm_output_semantics, target,
             nonlocal bar
             if dry_run:
                 return
-            for note in plan.notes:
-                if note.check == "upgrade.numerics":
-                    output.note(f"warning: {note.message}")
+            # the plan's notes (the upgrade's numerics warning among them) are said once, in the result below
             bar = stack.enter_context(output.progress(plan.total_bytes, "converting"))
 
         result = api.convert(

@@ -30,7 +30,7 @@ def render(r: dict) -> str:
 
 @click.command("drift")
 @click.argument("path")
-@click.option("--target", required=True, metavar="MODEL", help="The target model: a local directory, a Hub id in the local cache, or a .gguf file.")
+@click.option("--target", required=True, metavar="MODEL", help="The target model, with its weights: a local directory, a Hub id in the local cache, or a .gguf file.")
 @click.option("--compare", metavar="OTHER", help="A second drafter run on the same sequences: every figure for both, with ratios.")
 @click.option("--report", "report_dir", metavar="DIR", help="Write report.json, PNG plots and a self-contained report.html here (needs eaglekit[report]).")
 @click.option("--sink-tokens", type=click.IntRange(min=1), default=4, show_default=True, help="S: attention on the first S positions counts as on sinks.")

