@@ -74,6 +74,10 @@ def test_the_main_commands_say_each_thing_once(example, tmp_path, cli, target_co
         ("convert", example, tmp_path / "eagle", "--to", "eagle"),  # an EAGLE 3.1 drafter cannot be held: one error line
         ("convert", example, out, "--to", "vllm"),  # OUT exists: one error line
         ("convert", example, tmp_path / "up", "--to", "speculators", "--upgrade", "3.1"),  # warns about numerics (EAGLE 3)
+        ("inspect", tmp_path / "up"),  # the upgrade's note, in provenance
+        ("validate", tmp_path / "up"),  # and as a warning
+        ("push", tmp_path / "up", "someone/drafter", "--dry-run"),  # refused: untrained
+        ("push", tmp_path / "up", "someone/drafter", "--dry-run", "--allow-untrained"),
         ("inspect", out),
         ("validate", out, "--engine", "vllm==0.32"),
         ("push", out, "someone/drafter", "--dry-run"),
