@@ -328,6 +328,10 @@ def test_a_config_file_is_a_config_only_target(tmp_path, cli, target_dir):
     assert written["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]  # 2, L//2, L-3 for L = 8
     assert json.dumps(written).count(str(config)) == 0 and str(target_dir) in json.dumps(written["eaglekit"])
     assert f"vllm serve {target_dir} " in result.stdout and "config.json --spec" not in result.stdout
+    # a mistyped config file is one line naming it, not a Hub lookup; one that is not a JSON object names the file too
+    assert_clean_failure(cli("validate", far, "--target", target_dir / "confg.json", expect=None), f"--target {target_dir / 'confg.json'}: no such config file")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    assert_clean_failure(cli("validate", far, "--target", tmp_path / "list.json", expect=None), str(tmp_path / "list.json"))
 
 
 @pytest.mark.parametrize("command", ["verify", "drift"])

@@ -92,7 +92,9 @@ def read_target_config(source: str | Path, *, weights: bool = False) -> TargetCo
 
         config = gguf_cache.cached_config(directory / gguf_file) or _gguf_config(directory, gguf_file, str(source))
         hub_id = None
-    elif path.suffix == ".json" and path.is_file():  # a config.json alone: everything but running the target
+    elif path.suffix == ".json":  # a config.json alone: everything but running the target
+        if not path.is_file():
+            raise CheckpointError(f"--target {source}: no such config file")
         directory, config_file, hub_id = path.parent, str(source), _hub_id_of_snapshot(path.parent)
         config = jsonfile.load_object(path, str(source))
     else:
