@@ -134,7 +134,10 @@ def run(job: dict) -> dict:
         for ids in job["prompts"]:
             recorder["calls"] = []
             recorder["active"] = True
-            out = llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)
+            try:
+                out = llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)
+            except Exception as exc:  # it loaded, then failed serving: also a finding
+                return {"vllm_version": vllm.__version__, "crashed": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}", "workarounds": workarounds}
             recorder["active"] = False
             after = _counters(llm.get_metrics(), k)
             delta = {key: ([a - b for a, b in zip(after[key], before[key])] if isinstance(after[key], list) else after[key] - before[key])

@@ -148,6 +148,9 @@ def against_vllm(path: str, verifier: Verifier, model: ReferenceDrafter, results
     if "refused" in served:
         data = {"vllm_version": served["vllm_version"], "status": f"vLLM refused to load it: {served['refused']}", "workarounds": workarounds}
         return data, [Check("vllm_load", False, data["status"]), *said]
+    if "crashed" in served:
+        data = {"vllm_version": served["vllm_version"], "status": f"vLLM loaded it, then failed serving: {served['crashed']}", "workarounds": workarounds}
+        return data, [Check("vllm_serve", False, data["status"]), *said]
     data, checks = _compare(served, verifier, model, results)
     return data | {"workarounds": workarounds}, checks + said
 
