@@ -90,7 +90,13 @@ def _mla_on_cpu(job: dict, engine_args: dict, speculative: dict) -> list[str]:
     if not current_platform.is_cpu():
         return []
     done = []
-    if job["dtype"] == "float32":
+    try:
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+        has_cpu_mla = hasattr(AttentionBackendEnum, "CPU_MLA")
+    except ImportError:
+        has_cpu_mla = False
+    if job["dtype"] == "float32" and has_cpu_mla:  # before CPU_MLA (0.28.0) MLA does not run on a CPU at all: vLLM says so
         engine_args.setdefault("attention_backend", "CPU_MLA")
         speculative.setdefault("attention_backend", "CPU_MLA")
         done.append("attention backend CPU_MLA for target and drafter (AMX_MLA, preferred on AMX CPUs, refuses float32 weights)")
