@@ -33,7 +33,10 @@ from parity import require
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 AGAINST = os.environ.get("EAGLEKIT_AGAINST", "vllm")
-RELEASE = AGAINST.split("==")[1] if "==" in AGAINST else "0.32"
+RELEASE = AGAINST.split("==")[1] if "==" in AGAINST else (vllm_cpu_mla.served_version("vllm", None) or "0.32.0")
+# whether this release runs MLA on a CPU at all (vllm_releases.json, cpu_mla_rotary_bug: run on 0.27.1 and 0.28.0)
+MLA_ON_CPU = vllm_cpu_mla.rotary_bug(RELEASE)["mla_on_cpu"]
+needs_cpu_mla = pytest.mark.skipif(not MLA_ON_CPU, reason=f"vllm-cpu {RELEASE} does not run MLA on a CPU (test_a_release_without_cpu_mla_refuses_it)")
 ROUNDING_FACTOR = 4  # vLLM's float32 error may be this many times the reference's own (measured: at most 1.5x)
 against_vllm = importlib.import_module("eaglekit.verify.against_vllm")  # the package exports a function of that name
 
@@ -100,6 +103,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).abs().max() / b.double().abs().max())
 
 
+@needs_cpu_mla
 @pytest.mark.parametrize("case", list(CASES))
 def test_reference_matches_vllms_live_mla_drafter(tmp_path, target, prompts, case, monkeypatch):
     drafter = mla_drafter(tmp_path / "drafter", **CASES[case])
@@ -125,6 +129,7 @@ def test_reference_matches_vllms_live_mla_drafter(tmp_path, target, prompts, cas
     assert "-rotary_embedding" in said and "-rotary_embedding" in " ".join(against["workarounds"])
 
 
+@needs_cpu_mla
 def test_without_the_rotary_workaround_vllms_cpu_mla_is_wrong(tmp_path, target, prompts, monkeypatch):
     """The bug, by a run: served without ``-rotary_embedding``, the default-rope target's greedy tokens leave
     transformers' and the default-rope drafter leaves the reference by far more than rounding."""
@@ -166,7 +171,8 @@ def test_cpu_rotary_kernel_on_mlas_layout():
     print(found)
     assert found["contiguous"] < 1e-5 and found["key_at_0"] < 1e-5
     assert found["mla_layout_query"] > 0.1 and found["mla_layout_key_after_0"] > 0.1
-    assert vllm_cpu_mla.rotary_bug(found["version"])["affected"]  # the table says so for this release
+    row = vllm_cpu_mla.rotary_bug(found["version"])
+    assert row["affected"] == row["mla_on_cpu"]  # the table: every release that runs MLA on a CPU is affected
 
 
 def _serve(drafter: Path, target: Path) -> dict:
@@ -181,8 +187,8 @@ def _serve(drafter: Path, target: Path) -> dict:
 RULES = {
     # case: (drafter options, the validate finding predicted, what vLLM does: "refused"/"crashed" with a phrase, or "served")
     "model_type deepseek_v3": (dict(model_type="deepseek_v3"), "engine.mla_model_type", ("refused", "Eagle3DeepSeekMTPModel")),
-    "model_type deepseek_v32": (dict(model_type="deepseek_v32"), "engine.mla_model_type", ("refused", "Eagle3DeepseekV32MTPModel")),
-    "model_type glm_moe_dsa": (dict(model_type="glm_moe_dsa"), "engine.mla_model_type", ("refused", "Eagle3DeepseekV32MTPModel")),
+    "model_type deepseek_v32": (dict(model_type="deepseek_v32"), "engine.mla_model_type", ("refused", "MTPModel")),  # V32MTP from 0.29
+    "model_type glm_moe_dsa": (dict(model_type="glm_moe_dsa"), "engine.mla_model_type", ("refused", "MTPModel")),
     "model_type deepseek_v2": (dict(model_type="deepseek_v2"), None, ("served", "")),
     "no q_lora_rank": (dict(edit=lambda c: c.pop("q_lora_rank")), "engine.mla_q_lora_rank", ("refused", "1536")),
     "four top-level ids": (dict(ids=(1, 3, 5, 7), n=4), "engine.aux_count", ("refused", "size")),
@@ -191,6 +197,7 @@ RULES = {
 }
 
 
+@needs_cpu_mla
 @pytest.mark.parametrize("case", list(RULES))
 def test_validate_predicts_what_vllm_does_with_an_mla_drafter(tmp_path, target, case):
     options, finding, (outcome, phrase) = RULES[case]
@@ -206,6 +213,7 @@ def test_validate_predicts_what_vllm_does_with_an_mla_drafter(tmp_path, target, 
         assert finding in predicted, predicted
 
 
+@needs_cpu_mla
 def test_q_lora_rank_null_is_refused(tmp_path, target):
     """A q_proj MLA drafter (q_lora_rank null): vLLM's weight mapper still stacks kv_a_proj_with_mqa into
     fused_qkv_a_proj, which only exists with a q_lora_rank."""
@@ -220,3 +228,10 @@ def test_q_lora_rank_null_is_refused(tmp_path, target):
     assert "engine.mla_q_lora_rank" in {f.check for f in validate(drafter, engine=f"vllm=={RELEASE}").findings}
     served = _serve(drafter, target)
     assert "fused_qkv_a_proj" in served.get("refused", ""), served
+
+
+@pytest.mark.skipif(MLA_ON_CPU, reason=f"vllm-cpu {RELEASE} runs MLA on a CPU")
+def test_a_release_without_cpu_mla_refuses_it(tmp_path, target):
+    """What the table says for releases before CPU MLA works: 0.27.1 has no CPU MLA backend, 0.28.0's fails to import."""
+    served = _serve(mla_drafter(tmp_path / "drafter", model_type="deepseek_v2"), target)
+    assert "refused" in served and any(p in served["refused"] for p in ("MLA is not supported on CPU", "ImportError")), served

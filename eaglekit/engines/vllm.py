@@ -51,13 +51,19 @@ def _mla_q_lora_rank(out: Recorder, config: dict, loaded) -> None:
 
 
 def _cpu_rotary(out: Recorder, rel: Release, intended: Drafter) -> None:
-    """vLLM's CPU build mis-rotates default-rope MLA layers in eager mode (engines/vllm_cpu_mla.py, per release in
-    vllm_releases.json cpu_mla_rotary_bug): a warning for users of CPU vLLM with a default-rope MLA drafter, a note with
-    a yarn one (its rope takes the native path; a default-rope MLA target is still hit)."""
+    """vLLM's CPU build and MLA, per release (vllm_releases.json cpu_mla_rotary_bug): a warning where it runs no MLA on a
+    CPU at all; where it mis-rotates default-rope MLA layers in eager mode (engines/vllm_cpu_mla.py), a warning for a
+    default-rope MLA drafter and a note for a yarn one (its rope takes the native path; a default-rope target is still hit)."""
     from ..findings import Finding
     from . import vllm_cpu_mla
 
     bug = vllm_cpu_mla.rotary_bug(rel.requested)
+    if not bug["mla_on_cpu"]:
+        out.view.findings.append(Finding("engine.cpu_mla_rotary", "warning", f"on a CPU (vllm-cpu {rel.requested}) MLA models do not load at all",
+                                         None, out.label, "refuses to load an MLA target or drafter on a CPU (CUDA builds are not concerned): "
+                                         + ("its CPU_MLA backend fails to import" if bug["evidence"] == "run" and "ImportError" in bug["why"] else "MLA is not supported on CPU"),
+                                         bug["evidence"]))
+        return
     if not bug["affected"]:
         return
     hit = intended.rope.rope_type == "default"
