@@ -134,13 +134,21 @@ def convert(
     on_plan: Callable[["ConversionPlan"], None] | None = None,
     progress: Callable[[int], None] | None = None,
     revision: str | None = None,
+    resolve: bool = False,
+    prompts: str | None = None,
 ) -> Conversion:
     """Convert ``source`` into ``out`` in dialect ``to`` (``dry_run``: plan only, write nothing).
+
+    ``resolve``: an ambiguous checkpoint (two aux-id readings fit its files equally) is measured on ``target`` as
+    ``verify`` measures it (``prompts``: a JSONL file, else the built-in set) and converted with the reading it was
+    trained with; a UsageError, nothing written, when no reading wins by ``verify.readings.DECISIVE_MARGIN``.
 
     ``dtype`` is a dtype (``eaglekit.io.dtypes.DType``, a torch dtype) or its name (``"bfloat16"``); ``on_plan`` sees the plan before anything is
     written; ``progress`` receives byte counts as tensors are written.
     """
     from .convert import ConvertOptions, execute, plan_conversion
+    from .errors import UsageError
+    from .findings import Finding
     from .io import dtypes
     from .io.writer import DEFAULT_MAX_SHARD_BYTES
 
@@ -157,8 +165,23 @@ def convert(
     )
     from .io.locate import open_source
 
+    if resolve and target is None:
+        raise UsageError("--resolve needs --target: it measures each reading of the aux layers on the target")
+    if resolve and aux_layers is not None:
+        raise UsageError("--resolve and --aux-layers both decide the aux layers; pass one of them")
+    resolved = None
     with open_source(source, revision=revision, mode="download") as located:  # a Hub id: downloaded into the cache
+        if resolve:
+            from .verify import VerifyOptions
+            from .verify.readings import resolve as measure_readings
+
+            resolved = measure_readings(str(located), VerifyOptions(target=target, prompts=prompts, source_dialect=source_dialect,
+                                                                    norm_output_semantics=norm_output_semantics))
+            if resolved is not None:
+                options.aux_layers = tuple(resolved["aux_layers"])
         plan = plan_conversion(located, None if dry_run else out, options)
+        if resolved is not None:
+            plan.notes.insert(0, Finding("convert.resolved", "info", f"--resolve {resolved['summary']}; converted with input-of-layer ids {resolved['aux_layers']}"))
         try:
             if on_plan is not None:
                 on_plan(plan)
@@ -174,6 +197,8 @@ def convert(
         from .convert import destination_status
 
         data["destination"] = destination_status(out, force=force, protect=[plan.loaded.checkpoint.directory])
+    if resolve:
+        data["resolved"] = resolved  # None: the checkpoint was not ambiguous, nothing to measure
     if files is not None:
         data["files"] = files
     target_name = plan.target.name if plan.target else plan.drafter.verifier or "<target model>"  # a config file: its directory or Hub id

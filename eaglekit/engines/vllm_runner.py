@@ -73,6 +73,42 @@ def _counters(metrics, k: int) -> dict:
             "num_accepted_tokens": values[SPEC_COUNTERS[2]], "accepted_per_pos": per_pos[:k]}
 
 
+def _mla_on_cpu(job: dict, engine_args: dict, speculative: dict) -> list[str]:
+    """What MLA models need from vLLM's CPU build (``job["mla"]``, set by eaglekit when the drafter or target is MLA);
+    what was changed comes back in the result. On a CPU only: elsewhere nothing changes.
+
+    - float32: the ``CPU_MLA`` backend for target and drafter. Where the CPU has AMX, vLLM prefers ``AMX_MLA``,
+      which takes bf16/fp16/int8 weights only and refuses float32 ones (platforms/cpu.py get_attn_backend_cls).
+    - ``job["mla"]["cpu_rotary_bug"]`` (from eaglekit's release table): the release's CPU rotary custom op is fed
+      MLA's 3-D query slice and strided ``k_pe`` (layers/mla.py) and mis-rotates them; switching the custom op off
+      (``-rotary_embedding``) runs the op's native PyTorch forward instead."""
+    mla = job.get("mla")
+    if not mla:
+        return []
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return []
+    done = []
+    try:
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+        has_cpu_mla = hasattr(AttentionBackendEnum, "CPU_MLA")
+    except ImportError:
+        has_cpu_mla = False
+    if job["dtype"] == "float32" and has_cpu_mla:  # before CPU_MLA (0.28.0) MLA does not run on a CPU at all: vLLM says so
+        engine_args.setdefault("attention_backend", "CPU_MLA")
+        speculative.setdefault("attention_backend", "CPU_MLA")
+        done.append("attention backend CPU_MLA for target and drafter (AMX_MLA, preferred on AMX CPUs, refuses float32 weights)")
+    if mla.get("cpu_rotary_bug"):
+        compilation = dict(engine_args.get("compilation_config") or {})
+        compilation["custom_ops"] = [*compilation.get("custom_ops", []), "-rotary_embedding"]
+        engine_args["compilation_config"] = compilation
+        done.append("compilation_config custom_ops ['-rotary_embedding']: this release's CPU rotary kernel mis-rotates "
+                    "MLA's 3-D query and strided k_pe (cpu_mla_rotary_bug in eaglekit's vllm_releases.json)")
+    return done
+
+
 def run(job: dict) -> dict:
     """Serve ``job["target"]`` with the drafter ``job["drafter"]`` on each prompt; per prompt, the generated tokens, the
     counters' increase and the recorded drafter calls. A refusal to load is returned, not raised."""
@@ -83,15 +119,17 @@ def run(job: dict) -> dict:
     from vllm.inputs import TokensPrompt
 
     k = job["k"]
+    engine_args = dict(job.get("engine_args", {}))
+    speculative = {"method": "eagle3", "model": job["drafter"], "num_speculative_tokens": k}
+    workarounds = _mla_on_cpu(job, engine_args, speculative)
     try:
         llm = LLM(
             model=job["target"], dtype=job["dtype"], max_model_len=job["max_model_len"], enforce_eager=True, max_num_seqs=1,
             skip_tokenizer_init=True, disable_log_stats=False, kv_cache_memory_bytes=256 * 2**20, seed=0,
-            speculative_config={"method": "eagle3", "model": job["drafter"], "num_speculative_tokens": k},
-            **job.get("engine_args", {}),
+            speculative_config=speculative, **engine_args,
         )
     except Exception as exc:  # vLLM's own refusal is the finding
-        return {"vllm_version": vllm.__version__, "refused": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"}
+        return {"vllm_version": vllm.__version__, "refused": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}", "workarounds": workarounds}
     runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
     recorder = {"calls": [], "pending_aux": None, "step": 0, "active": False, "started": 0.0}
     handles = _install_recorder(runner.drafter.model, recorder)
@@ -102,7 +140,10 @@ def run(job: dict) -> dict:
         for ids in job["prompts"]:
             recorder["calls"] = []
             recorder["active"] = True
-            out = llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)
+            try:
+                out = llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)
+            except Exception as exc:  # it loaded, then failed serving: also a finding
+                return {"vllm_version": vllm.__version__, "crashed": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}", "workarounds": workarounds}
             recorder["active"] = False
             after = _counters(llm.get_metrics(), k)
             delta = {key: ([a - b for a, b in zip(after[key], before[key])] if isinstance(after[key], list) else after[key] - before[key])
@@ -112,7 +153,7 @@ def run(job: dict) -> dict:
     finally:
         for handle in handles:
             handle.remove()
-    return {"vllm_version": vllm.__version__, "prompts": prompts}
+    return {"vllm_version": vllm.__version__, "prompts": prompts, "workarounds": workarounds}
 
 
 def main(argv: list[str]) -> int:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from ..engines import envs, vllm_runner
+from ..engines import envs, vllm_cpu_mla, vllm_runner
 from ..errors import MissingDependencyError, UnsupportedError, UsageError
 from ..io import jsonfile
 from ..io.tensorfile import load_torch
@@ -80,11 +80,10 @@ class Call:
     seconds: float = 0.0  # how long vLLM's drafter forward took
 
 
-def replay(model: ReferenceDrafter, calls: list[Call]) -> dict[int, dict[str, float]]:
-    """Re-run every recorded call through the reference with the same inputs and KV context; per step, the largest
-    differences of the post-norm state and of the draft logits."""
+def replay_outputs(model: ReferenceDrafter, calls: list[Call]):
+    """Each recorded call re-run through the reference with the same inputs and KV context: (call, the reference's
+    post-norm output for the call's rows, seconds it took)."""
     table: dict[int, tuple[int, torch.Tensor]] = {}  # position -> (token id, hidden fed to layer 0)
-    worst: dict[int, dict[str, float]] = {}
     for call in calls:
         hidden = model.combine(call.aux) if call.aux is not None else call.hidden.to(model.device, model.dtype)
         for i, p in enumerate(call.positions.tolist()):
@@ -97,8 +96,14 @@ def replay(model: ReferenceDrafter, calls: list[Call]) -> dict[int, dict[str, fl
         hid = torch.stack([table[p][1] for p in positions])
         start = time.perf_counter()
         out = model.decode(ids, hid, torch.tensor(positions), model.causal_attend())
-        ours_seconds = time.perf_counter() - start
-        ours = out.y[call.positions.to(torch.long)]
+        yield call, out.y[call.positions.to(torch.long)], time.perf_counter() - start
+
+
+def replay(model: ReferenceDrafter, calls: list[Call]) -> dict[int, dict[str, float]]:
+    """Re-run every recorded call through the reference (``replay_outputs``); per step, the largest differences of
+    the post-norm state and of the draft logits."""
+    worst: dict[int, dict[str, float]] = {}
+    for call, ours, ours_seconds in replay_outputs(model, calls):
         theirs = call.y.to(model.device, model.dtype)
         our_logits, their_logits = model.draft_logits(ours).float(), model.draft_logits(theirs).float()
         diffs = {
@@ -135,11 +140,19 @@ def against_vllm(path: str, verifier: Verifier, model: ReferenceDrafter, results
         "prompts": [prompt.ids for prompt, _ in verifier.sequences],
     }
     python = options.vllm_python or (envs.python_for(options.against) if options.against != "vllm" else None)
+    if model.d.attention == "mla" or vllm_cpu_mla.is_mla(verifier.target_config.config):  # what vLLM's CPU build needs for MLA
+        job["mla"] = vllm_cpu_mla.job_entry(vllm_cpu_mla.served_version(options.against, Path(options.vllm_python) if options.vllm_python else None))
     served = _run_elsewhere(Path(python), job) if python else _run_here(job)
+    workarounds = served.get("workarounds", [])
+    said = [Check("vllm_workarounds", True, "eaglekit ran vLLM with " + "; ".join(workarounds))] if workarounds else []
     if "refused" in served:
-        data = {"vllm_version": served["vllm_version"], "status": f"vLLM refused to load it: {served['refused']}"}
-        return data, [Check("vllm_load", False, data["status"])]
-    return _compare(served, verifier, model, results)
+        data = {"vllm_version": served["vllm_version"], "status": f"vLLM refused to load it: {served['refused']}", "workarounds": workarounds}
+        return data, [Check("vllm_load", False, data["status"]), *said]
+    if "crashed" in served:
+        data = {"vllm_version": served["vllm_version"], "status": f"vLLM loaded it, then failed serving: {served['crashed']}", "workarounds": workarounds}
+        return data, [Check("vllm_serve", False, data["status"]), *said]
+    data, checks = _compare(served, verifier, model, results)
+    return data | {"workarounds": workarounds}, checks + said
 
 
 def _run_here(job: dict) -> dict:

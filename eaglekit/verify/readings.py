@@ -12,6 +12,8 @@ from dataclasses import replace
 
 from .. import dialects
 from ..model.drafter import INPUT, AuxLayers, Drafter
+from ..errors import UsageError
+from .options import VerifyOptions
 from .run import Verifier, resolved_ids, totals
 
 # A reading is named the one training used only when its every-position acceptance length beats the runner-up's by
@@ -22,12 +24,22 @@ DECISIVE_MARGIN = 0.05
 
 def alternatives(loaded: dialects.LoadedDrafter, d: Drafter, L: int) -> list[tuple[str, Drafter]]:
     """The readings to measure, each a labelled drafter; empty when the checkpoint is unambiguous."""
+    return aux_readings(loaded, d, L) + norm_output_readings(d)
+
+
+def aux_readings(loaded: dialects.LoadedDrafter, d: Drafter, L: int) -> list[tuple[str, Drafter]]:
+    """One labelled drafter per aux-id reading of an ambiguous checkpoint (input-of-layer ids that fit the target)."""
     out: list[tuple[str, Drafter]] = []
     if loaded.ambiguity is not None:
         for reading in loaded.ambiguity.readings:
             ids = reading.input_ids
             if ids is not None and all(0 <= i <= L for i in ids):
                 out.append((f"{reading.dialect} ids {list(ids)} (input-of-layer)", d.with_(aux=AuxLayers(ids, INPUT))))
+    return out
+
+
+def norm_output_readings(d: Drafter) -> list[tuple[str, Drafter]]:
+    out: list[tuple[str, Drafter]] = []
     if d.norm_output_semantics is not None and not d.norm_output_certain:
         raw = d.flags.norm_output if d.norm_output_semantics == "eagle31" else d.flags.norm_before_lm_head
         out.append(("norm_output read as EAGLE 3.1's", d.with_(flags=replace(d.flags, norm_output=raw, norm_before_lm_head=True),
@@ -54,3 +66,30 @@ def measure(verifier: Verifier, loaded: dialects.LoadedDrafter, candidates: list
         "trained_with": best["reading"] if decisive else None,
         "rule": f"the reading whose every-position acceptance length beats every other by more than {DECISIVE_MARGIN:.0%}",
     }
+
+
+def resolve(path: str, options: VerifyOptions) -> dict | None:
+    """``convert --resolve``: the aux-id reading an ambiguous checkpoint was trained with, measured on ``options.target``
+    as ``verify`` measures it (``measure``). None when the checkpoint is not ambiguous; a UsageError when no reading wins
+    by the margin. The result says what was measured: each reading's acceptance, the rule, the winning input-of-layer ids."""
+    verifier = Verifier(options)
+    L = verifier.target_config.num_layers
+    loaded = dialects.load(path, options.source_dialect, norm_output_semantics=options.norm_output_semantics, target_num_layers=L)
+    with loaded:
+        if loaded.ambiguity is None:
+            return None
+        d = loaded.drafter.with_(target_num_layers=L)
+        loaded.drafter = d
+        candidates = aux_readings(loaded, d, L)
+        if len(candidates) < 2:
+            raise UsageError(f"{path}: --resolve: fewer than two readings fit the target's {L} layers; pass --from or --aux-layers")
+        verifier.prepare()
+        result = measure(verifier, loaded, candidates)
+    table = "; ".join(f"{m['reading']}: every-position acceptance length {m['every_position_acceptance_length']:.3f}" for m in result["measured"])
+    where = f"on {verifier.target_config.name}, {len(verifier.sequences)} prompts x {options.max_new_tokens} tokens"
+    if result["trained_with"] is None:
+        raise UsageError(f"{path}: --resolve measured {table} ({where}): no reading wins by the margin ({result['rule']}); "
+                         "refusing to convert; pass --from DIALECT or --aux-layers")
+    ids = dict(candidates)[result["trained_with"]].aux.as_input()
+    return {**result, "aux_layers": list(ids), "target": verifier.target_config.name, "prompts": len(verifier.sequences),
+            "max_new_tokens": options.max_new_tokens, "summary": f"measured {table} ({where}): trained with {result['trained_with']}"}

@@ -1,0 +1,73 @@
+"""convert --target T --resolve on an ambiguous checkpoint: a tiny drafter trained on its target with input-of-layer
+ids [2, 4, 5], saved SpecForge-style (output-of-layer [1, 3, 4] in eagle_config only) but labelled with a vLLM-native
+architecture, so the sglang reading ([2, 4, 5]) and the vllm reading ([1, 3, 4]) both fit the files. --resolve measures
+both on the target and converts with the one the weights were trained with; when neither wins by verify's margin it
+refuses, writing nothing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file, save_file
+
+import tiny_pair
+from eaglekit import schemas
+from eaglekit.verify.readings import DECISIVE_MARGIN
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> dict:
+    return tiny_pair.build(tmp_path_factory.mktemp("pair"), eagle="3", steps=60)
+
+
+def ambiguous_copy(pair: dict, directory: Path) -> Path:
+    shutil.copytree(pair["drafter"], directory)
+    cfg = json.loads((directory / "config.json").read_text())
+    cfg["architectures"] = ["Eagle3LlamaForCausalLM"]  # a vLLM-native name over SpecForge's files
+    cfg.pop("torch_dtype", None)
+    (directory / "config.json").write_text(json.dumps(cfg))
+    return directory
+
+
+def test_the_copy_is_ambiguous(tmp_path, pair, cli):
+    info = json.loads(cli("inspect", ambiguous_copy(pair, tmp_path / "amb"), "--json").stdout)
+    assert info["ambiguous"]
+    assert {r["dialect"]: r["input_ids"] for r in info["ambiguity"]["readings"]} == {"sglang": [2, 4, 5], "vllm": [1, 3, 4]}
+
+
+def test_resolve_converts_with_the_reading_the_weights_were_trained_with(tmp_path, pair, cli):
+    src = ambiguous_copy(pair, tmp_path / "amb")
+    out = tmp_path / "out"
+    run = cli("convert", src, out, "--to", "vllm", "--target", pair["target"], "--prompts", pair["prompts"], "--resolve", "--json")
+    data = json.loads(run.stdout)
+    assert schemas.check(data, "convert.schema.json") == []
+    resolved = data["resolved"]
+    assert resolved["aux_layers"] == [2, 4, 5] and resolved["trained_with"].startswith("sglang ids [2, 4, 5]")
+    by = {m["reading"].split()[0]: m["every_position_acceptance_length"] for m in resolved["measured"]}
+    assert by["sglang"] > by["vllm"] * (1 + DECISIVE_MARGIN)  # the margin verify states, met
+    assert any(n["check"] == "convert.resolved" and "acceptance length" in n["message"] for n in data["notes"])
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]
+    text = cli("convert", src, tmp_path / "out2", "--to", "vllm", "--target", pair["target"], "--prompts", pair["prompts"], "--resolve").stdout
+    assert "--resolve measured" in text and "trained with sglang" in text  # the text output says what was measured
+
+
+def test_resolve_refuses_when_no_reading_wins(tmp_path, pair, cli):
+    """fc zeroed: the drafter no longer looks at the target's states, both readings accept exactly alike."""
+    src = ambiguous_copy(pair, tmp_path / "amb")
+    t = load_file(str(src / "model.safetensors"))
+    t["fc.weight"].zero_()
+    save_file(t, str(src / "model.safetensors"))
+    out = tmp_path / "out"
+    run = cli("convert", src, out, "--to", "vllm", "--target", pair["target"], "--prompts", pair["prompts"], "--resolve", expect=2)
+    assert "no reading wins by the margin" in run.stderr and "every-position acceptance length" in run.stderr
+    assert not out.exists()
+
+
+def test_resolve_needs_a_target(tmp_path, pair, cli):
+    out = tmp_path / "out"
+    run = cli("convert", ambiguous_copy(pair, tmp_path / "amb"), out, "--to", "vllm", "--resolve", expect=2)
+    assert "--resolve needs --target" in run.stderr and not out.exists()
