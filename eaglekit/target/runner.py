@@ -45,6 +45,11 @@ def pick_device(device: str) -> str:
     return device
 
 
+def _keep(captured: dict, slot: int, module, args: tuple, kwargs: dict) -> None:
+    """A forward pre-hook: keep the module's input hidden states under ``slot``."""
+    captured[slot] = args[0] if args else kwargs["hidden_states"]
+
+
 @dataclass
 class TargetModel:
     config: TargetConfig
@@ -100,9 +105,11 @@ class TargetModel:
     def lm_head_weight(self) -> torch.Tensor:
         return self.model.get_output_embeddings().weight.detach()
 
+    def _decoder(self):
+        return self.model.get_decoder() if hasattr(self.model, "get_decoder") else getattr(self.model, "model", None)
+
     def _final_norm(self):
-        decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else getattr(self.model, "model", None)
-        norm = getattr(decoder, "norm", None)
+        norm = getattr(self._decoder(), "norm", None)
         if norm is None:
             raise UnsupportedError("cannot find the target's final norm, needed for aux layer id == num_layers")
         return norm
@@ -169,18 +176,22 @@ class TargetModel:
         return ids
 
     def _forward(self, slots: tuple[int, ...], **inputs) -> tuple[object, dict[int, torch.Tensor]]:
-        """One forward of the model; with ``slots``, their hidden states (slot L: the final norm's input)."""
-        if not slots:
-            return self.model(**inputs), {}
-        captured: dict[str, torch.Tensor] = {}
+        """One forward of the model; with ``slots``, their hidden states, each the input of its decoder layer (HF
+        ``hidden_states[k]``) or, for slot L, of the final norm: hooks keep those alone (``output_hidden_states``
+        would hold every layer's, for the whole padded batch)."""
+        captured: dict[int, torch.Tensor] = {}
         L = self.num_layers
-        handle = self._final_norm().register_forward_pre_hook(lambda module, args: captured.__setitem__("pre_norm", args[0])) if L in slots else None
+        layers = getattr(self._decoder(), "layers", None) if slots else None
+        if slots and (layers is None or len(layers) < L):
+            raise UnsupportedError("cannot find the target's decoder layers to take the aux states from")
+        modules = {k: self._final_norm() if k == L else layers[k] for k in slots}
+        handles = [module.register_forward_pre_hook(functools.partial(_keep, captured, k), with_kwargs=True) for k, module in modules.items()]
         try:
-            out = self.model(**inputs, output_hidden_states=True)
+            out = self.model(**inputs)
         finally:
-            if handle is not None:
+            for handle in handles:
                 handle.remove()
-        return out, {k: captured["pre_norm"] if k == L else out.hidden_states[k] for k in slots}
+        return out, captured
 
     def _decode_group(self, prompts: list[list[int]], max_new_tokens: int, pad: int, eos: set[int], slots: tuple[int, ...]):
         from transformers import DynamicCache
