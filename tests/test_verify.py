@@ -309,6 +309,13 @@ def test_states_captured_while_decoding_are_the_full_pass_states(pair):
             assert torch.allclose(captured, full, rtol=1e-4, atol=1e-4), (captured - full).abs().max()
     with pytest.raises(Exception, match="outside 0..8"):
         target.decode_batch(prompts, 4, capture=(L + 1,))
+    # a generation config whose processors change greedy tokens: generate itself decodes, the states from full passes
+    target.model.generation_config.repetition_penalty = 3.0
+    penalised = [target.generate(p, 20) for p in prompts]
+    assert [t.tolist() for t in penalised] != [t.tolist() for t in one]
+    decoded = target.decode_batch(prompts, 20, capture=(2, L))
+    assert [t.tolist() for t, _ in decoded] == [t.tolist() for t in penalised]
+    assert all(torch.equal(torch.cat([s[2], s[L]], dim=-1), target.aux_states(t, (2, L))[0]) for t, s in decoded)
 
 
 def test_verify_needs_no_second_target_pass_for_the_drafters_layers(pair):

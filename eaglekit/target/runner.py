@@ -45,6 +45,15 @@ def pick_device(device: str) -> str:
     return device
 
 
+# generation-config entries under which transformers' greedy ``generate`` changes the logits before its argmax (its
+# logits processors), with their neutral values: a target that sets any other value is decoded by ``generate``
+# itself, so that its tokens stay generate's (``TargetModel.decode_batch``)
+GREEDY_NEUTRAL = {"repetition_penalty": (None, 1.0), "no_repeat_ngram_size": (None, 0), "bad_words_ids": (None, []),
+                  "min_length": (None, 0), "min_new_tokens": (None, 0), "forced_bos_token_id": (None,), "forced_eos_token_id": (None,),
+                  "suppress_tokens": (None, []), "begin_suppress_tokens": (None, []), "sequence_bias": (None, {}),
+                  "exponential_decay_length_penalty": (None,), "guidance_scale": (None, 1.0), "watermarking_config": (None,)}
+
+
 def _keep(captured: dict, slot: int, module, args: tuple, kwargs: dict) -> None:
     """A forward pre-hook: keep the module's input hidden states under ``slot``."""
     captured[slot] = args[0] if args else kwargs["hidden_states"]
@@ -164,9 +173,32 @@ class TargetModel:
         out: list = [None] * len(prompts)
         for start in range(0, len(order), batch_size):
             group = order[start : start + batch_size]
-            for i, result in zip(group, self._decode_group([prompts[i] for i in group], max_new_tokens, pad, eos, slots)):
+            decode = self._decode_group if self._plain_greedy() else self._generate_group
+            for i, result in zip(group, decode([prompts[i] for i in group], max_new_tokens, pad, eos, slots)):
                 out[i] = result
         return out
+
+    def _plain_greedy(self) -> bool:
+        config = getattr(self.model, "generation_config", None)
+        return config is None or all(getattr(config, key, None) in neutral for key, neutral in GREEDY_NEUTRAL.items())
+
+    def _generate_group(self, prompts: list[list[int]], max_new_tokens: int, pad: int, eos: set[int], slots: tuple[int, ...]):
+        """``_decode_group`` through transformers' ``generate`` (for a generation config whose processors change greedy
+        tokens), the states from one full pass per sequence."""
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=self.model.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.model.device)
+        generated = self.model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
+                                        pad_token_id=pad).cpu()
+        for row, prompt in enumerate(prompts):
+            new = generated[row, width:]
+            stop = next((j + 1 for j, t in enumerate(new.tolist()) if t in eos), new.shape[0])
+            tokens = torch.cat([torch.tensor(prompt, dtype=generated.dtype), new[:stop]])
+            states = {}
+            if slots:
+                aux, _ = self.aux_states(tokens, slots)
+                states = dict(zip(slots, aux.split(aux.shape[-1] // len(slots), dim=-1)))
+            yield tokens, states
 
     def _check_slots(self, ids: tuple[int, ...]) -> tuple[int, ...]:
         ids = tuple(sorted(set(ids)))
