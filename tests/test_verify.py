@@ -280,3 +280,59 @@ def test_batched_target_runs_match_one_prompt_at_a_time(pair):
     one = [target.generate(p, 44) for p in prompts]
     for batch_size in (16, 4):
         assert [t.tolist() for t in target.generate_batch(prompts, 44, batch_size=batch_size)] == [t.tolist() for t in one]
+
+
+def test_states_captured_while_decoding_are_the_full_pass_states(pair):
+    """verify takes the drafter's aux states from the forwards that decode the continuations (a padded prefill, then
+    one KV-cached step per token) instead of a second pass over each sequence: every slot 0..L, the prompt and the
+    last token included, matches one unpadded full-sequence pass to fp32 noise, and the tokens stay generate's,
+    also for a row that stops at its end-of-sequence token while the others go on."""
+    from eaglekit.target import read_target_config
+    from eaglekit.target.runner import TargetModel
+    from eaglekit.verify.prompts import read_prompt_records
+
+    target = TargetModel.load(read_target_config(pair["target"]))
+    prompts = [r["input_ids"] for r in read_prompt_records(str(pair["prompts"]))][:5]
+    L = target.num_layers
+    slots = tuple(range(L + 1))
+    first = target.generate(prompts[0], 20)
+    target.model.generation_config.eos_token_id = int(first[len(prompts[0]) + 5])  # row 0 stops after 6 new tokens
+    one = [target.generate(p, 20) for p in prompts]
+    assert one[0].shape[0] == len(prompts[0]) + 6 and any(t.shape[0] == len(p) + 20 for p, t in zip(prompts, one))
+    for batch_size in (16, 2):
+        decoded = target.decode_batch(prompts, 20, batch_size=batch_size, capture=slots)
+        assert [t.tolist() for t, _ in decoded] == [t.tolist() for t in one]
+        for tokens, states in decoded:
+            full, _ = target.aux_states(tokens, slots)
+            captured = torch.cat([states[k] for k in slots], dim=-1)
+            assert captured.shape == full.shape == (tokens.shape[0], (L + 1) * target.config.hidden_size)
+            assert torch.allclose(captured, full, rtol=1e-4, atol=1e-4), (captured - full).abs().max()
+    with pytest.raises(Exception, match="outside 0..8"):
+        target.decode_batch(prompts, 4, capture=(L + 1,))
+    # a generation config whose processors change greedy tokens: generate itself decodes, the states from full passes
+    target.model.generation_config.repetition_penalty = 3.0
+    penalised = [target.generate(p, 20) for p in prompts]
+    assert [t.tolist() for t in penalised] != [t.tolist() for t in one]
+    decoded = target.decode_batch(prompts, 20, capture=(2, L))
+    assert [t.tolist() for t, _ in decoded] == [t.tolist() for t in penalised]
+    assert all(torch.equal(torch.cat([s[2], s[L]], dim=-1), target.aux_states(t, (2, L))[0]) for t, s in decoded)
+
+
+def test_verify_needs_no_second_target_pass_for_the_drafters_layers(pair):
+    """The drafter's layers are captured while decoding: no aux pass. Layers nobody captured (another drafter's, a
+    reading's) still get one, and the drafter's own counters come out as they do from that pass."""
+    from eaglekit import dialects
+    from eaglekit.verify import Verifier
+    from eaglekit.verify.run import totals
+
+    report = verify(str(pair["drafter"]), options(pair))
+    assert "generation" in report["timings"] and "aux_pass" not in report["timings"]
+    assert all(p["target_mismatches"] == 0 for p in report["prompts"])
+    v = Verifier(options(pair))
+    v.prepare()  # nothing captured: the drafter's layers need the full pass
+    with dialects.load(pair["drafter"]) as loaded:
+        loaded.drafter = loaded.drafter.with_(target_num_layers=8)
+        results, _ = v.run(v.model_for(loaded), (2, 4, 5), "drafter")
+    assert v.timings["aux_pass"] > 0
+    traj, every = totals(results)
+    assert traj.to_dict() == report["trajectory"] and every.to_dict() == report["every_position"]

@@ -45,6 +45,20 @@ def pick_device(device: str) -> str:
     return device
 
 
+# generation-config entries under which transformers' greedy ``generate`` changes the logits before its argmax (its
+# logits processors), with their neutral values: a target that sets any other value is decoded by ``generate``
+# itself, so that its tokens stay generate's (``TargetModel.decode_batch``)
+GREEDY_NEUTRAL = {"repetition_penalty": (None, 1.0), "no_repeat_ngram_size": (None, 0), "bad_words_ids": (None, []),
+                  "min_length": (None, 0), "min_new_tokens": (None, 0), "forced_bos_token_id": (None,), "forced_eos_token_id": (None,),
+                  "suppress_tokens": (None, []), "begin_suppress_tokens": (None, []), "sequence_bias": (None, {}),
+                  "exponential_decay_length_penalty": (None,), "guidance_scale": (None, 1.0), "watermarking_config": (None,)}
+
+
+def _keep(captured: dict, slot: int, module, args: tuple, kwargs: dict) -> None:
+    """A forward pre-hook: keep the module's input hidden states under ``slot``."""
+    captured[slot] = args[0] if args else kwargs["hidden_states"]
+
+
 @dataclass
 class TargetModel:
     config: TargetConfig
@@ -100,9 +114,11 @@ class TargetModel:
     def lm_head_weight(self) -> torch.Tensor:
         return self.model.get_output_embeddings().weight.detach()
 
+    def _decoder(self):
+        return self.model.get_decoder() if hasattr(self.model, "get_decoder") else getattr(self.model, "model", None)
+
     def _final_norm(self):
-        decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else getattr(self.model, "model", None)
-        norm = getattr(decoder, "norm", None)
+        norm = getattr(self._decoder(), "norm", None)
         if norm is None:
             raise UnsupportedError("cannot find the target's final norm, needed for aux layer id == num_layers")
         return norm
@@ -125,41 +141,139 @@ class TargetModel:
             max_new_tokens=max_new_tokens,
             do_sample=False,
             num_beams=1,
-            pad_token_id=getattr(self.tokenizer, "pad_token_id", None) or getattr(self.tokenizer, "eos_token_id", None) or 0,
+            pad_token_id=self.pad_token_id(),
         )
         return out[0].cpu()
 
-    @torch.no_grad()
+    def pad_token_id(self) -> int:
+        return getattr(self.tokenizer, "pad_token_id", None) or getattr(self.tokenizer, "eos_token_id", None) or 0
+
     def generate_batch(self, prompts: list[list[int]], max_new_tokens: int, batch_size: int = 16) -> list[torch.Tensor]:
-        """``generate`` for several prompts at once, the same tokens: prompts are left-padded to a common length (the
-        attention mask hides the padding, positions count from each prompt's first token) and decoded together
-        with one KV cache; each row is cut where the one-prompt run stops (after its first end-of-sequence token,
-        or at ``max_new_tokens``). A row that finishes early is padded by generate; the cut removes that."""
-        pad = getattr(self.tokenizer, "pad_token_id", None) or getattr(self.tokenizer, "eos_token_id", None) or 0
-        eos = self.eos_token_ids()
+        """``generate`` for several prompts at once, the same tokens (``decode_batch`` without capture)."""
+        return [tokens for tokens, _ in self.decode_batch(prompts, max_new_tokens, batch_size=batch_size)]
+
+    @torch.no_grad()
+    def decode_batch(self, prompts: list[list[int]], max_new_tokens: int, *, batch_size: int = 16,
+                     capture: tuple[int, ...] = ()) -> list[tuple[torch.Tensor, dict[int, torch.Tensor]]]:
+        """Greedy continuations of several prompts at once, with the hidden states of the aux slots ``capture`` at every
+        position, taken from the very forwards that picked the tokens (no second pass over the sequences).
+
+        Per prompt: (prompt + new tokens as one id tensor on the CPU, {slot: [S, T] states on the model's device}).
+        The tokens are ``generate``'s, token for token: prompts are left-padded to a common length (an attention mask
+        hides the padding, positions count from each prompt's first token), one KV cache decodes them together, and
+        this loop makes the forward calls transformers' ``generate`` makes for greedy decoding (2D mask, dropped when
+        nothing is padded; positions from the mask; logits of the last position only; a finished row is fed the pad
+        token), without its per-step machinery. Each row is cut after its first end-of-sequence token or at
+        ``max_new_tokens``. With ``capture``, one more forward feeds every row's last token, so that its states
+        exist too (nothing decodes past it)."""
+        pad, eos = self.pad_token_id(), self.eos_token_ids()
+        slots = self._check_slots(capture)
         # longest first, so that each batch holds prompts of similar length (less padding)
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-        out: list[torch.Tensor | None] = [None] * len(prompts)
+        out: list = [None] * len(prompts)
         for start in range(0, len(order), batch_size):
             group = order[start : start + batch_size]
-            width = max(len(prompts[i]) for i in group)
-            ids = torch.tensor([[pad] * (width - len(prompts[i])) + list(prompts[i]) for i in group], device=self.model.device)
-            mask = torch.tensor([[0] * (width - len(prompts[i])) + [1] * len(prompts[i]) for i in group], device=self.model.device)
-            generated = self.model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
-                                            pad_token_id=pad).cpu()
-            for row, i in enumerate(group):
-                new = generated[row, width:]
-                stop = next((j + 1 for j, t in enumerate(new.tolist()) if t in eos), new.shape[0])
-                out[i] = torch.cat([torch.tensor(prompts[i], dtype=generated.dtype), new[:stop]])
-        return out  # type: ignore[return-value]
+            decode = self._decode_group if self._plain_greedy() else self._generate_group
+            for i, result in zip(group, decode([prompts[i] for i in group], max_new_tokens, pad, eos, slots)):
+                out[i] = result
+        return out
+
+    def _plain_greedy(self) -> bool:
+        config = getattr(self.model, "generation_config", None)
+        return config is None or all(getattr(config, key, None) in neutral for key, neutral in GREEDY_NEUTRAL.items())
+
+    def _generate_group(self, prompts: list[list[int]], max_new_tokens: int, pad: int, eos: set[int], slots: tuple[int, ...]):
+        """``_decode_group`` through transformers' ``generate`` (for a generation config whose processors change greedy
+        tokens), the states from one full pass per sequence."""
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=self.model.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.model.device)
+        generated = self.model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
+                                        pad_token_id=pad).cpu()
+        for row, prompt in enumerate(prompts):
+            new = generated[row, width:]
+            stop = next((j + 1 for j, t in enumerate(new.tolist()) if t in eos), new.shape[0])
+            tokens = torch.cat([torch.tensor(prompt, dtype=generated.dtype), new[:stop]])
+            states = {}
+            if slots:
+                aux, _ = self.aux_states(tokens, slots)
+                states = dict(zip(slots, aux.split(aux.shape[-1] // len(slots), dim=-1)))
+            yield tokens, states
+
+    def _check_slots(self, ids: tuple[int, ...]) -> tuple[int, ...]:
+        ids = tuple(sorted(set(ids)))
+        L = self.num_layers
+        if ids and (ids[0] < 0 or ids[-1] > L):
+            raise UnsupportedError(f"aux layer ids {list(ids)} outside 0..{L} for a {L}-layer target")
+        return ids
+
+    def _forward(self, slots: tuple[int, ...], **inputs) -> tuple[object, dict[int, torch.Tensor]]:
+        """One forward of the model; with ``slots``, their hidden states, each the input of its decoder layer (HF
+        ``hidden_states[k]``) or, for slot L, of the final norm: hooks keep those alone (``output_hidden_states``
+        would hold every layer's, for the whole padded batch)."""
+        captured: dict[int, torch.Tensor] = {}
+        L = self.num_layers
+        layers = getattr(self._decoder(), "layers", None) if slots else None
+        if slots and (layers is None or len(layers) < L):
+            raise UnsupportedError("cannot find the target's decoder layers to take the aux states from")
+        modules = {k: self._final_norm() if k == L else layers[k] for k in slots}
+        handles = [module.register_forward_pre_hook(functools.partial(_keep, captured, k), with_kwargs=True) for k, module in modules.items()]
+        try:
+            out = self.model(**inputs)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return out, captured
+
+    def _decode_group(self, prompts: list[list[int]], max_new_tokens: int, pad: int, eos: set[int], slots: tuple[int, ...]):
+        from transformers import DynamicCache
+
+        device = self.model.device
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+        attention = None if bool((mask == 1).all()) else mask
+        cache = DynamicCache(config=self.model.config)
+        states: list[dict[int, torch.Tensor]] = []  # per forward: {slot: [B, n, T]}
+        new: list[torch.Tensor] = []
+        unfinished = torch.ones(len(prompts), dtype=torch.bool, device=device)
+        eos_ids = torch.tensor(sorted(eos), device=device) if eos else None
+        step_ids = ids
+        while True:
+            out, captured = self._forward(slots, input_ids=step_ids, attention_mask=attention, position_ids=positions,
+                                          past_key_values=cache, use_cache=True, logits_to_keep=1)
+            states.append(captured)
+            token = out.logits[:, -1].to(dtype=torch.float32).argmax(-1)
+            token = torch.where(unfinished, token, torch.full_like(token, pad))
+            new.append(token)
+            if eos_ids is not None:
+                unfinished &= ~torch.isin(token, eos_ids)
+            # what the next forward is fed: these tokens, one position on
+            step_ids = token[:, None]
+            positions = positions[:, -1:] + 1
+            if attention is not None:
+                attention = torch.cat([attention, attention.new_ones((attention.shape[0], 1))], dim=-1)
+            if len(new) == max_new_tokens or not bool(unfinished.any()):
+                break
+        if slots:  # the last new tokens' states: one more forward (its logits are not needed)
+            _, captured = self._forward(slots, input_ids=step_ids, attention_mask=attention, position_ids=positions,
+                                        past_key_values=cache, use_cache=True, logits_to_keep=1)
+            states.append(captured)
+        generated = torch.stack(new, dim=1).cpu()
+        joined = {k: torch.cat([s[k] for s in states], dim=1) for k in slots}  # [B, width + steps, T]
+        for row, prompt in enumerate(prompts):
+            row_new = generated[row]
+            stop = next((j + 1 for j, t in enumerate(row_new.tolist()) if t in eos), row_new.shape[0])
+            tokens = torch.cat([torch.tensor(prompt, dtype=generated.dtype), row_new[:stop]])
+            first = width - len(prompt)
+            yield tokens, {k: v[row, first : first + tokens.shape[0]].clone() for k, v in joined.items()}
 
     @torch.no_grad()
     def aux_states(self, tokens: torch.Tensor, layer_ids: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         """(aux [S, n*T] concatenated in ascending layer order, target greedy next tokens [S])."""
-        ids = tuple(sorted(set(layer_ids)))
+        ids = self._check_slots(layer_ids)
         L = self.num_layers
-        if ids and (ids[0] < 0 or ids[-1] > L):
-            raise UnsupportedError(f"aux layer ids {list(ids)} outside 0..{L} for a {L}-layer target")
         captured: dict[str, torch.Tensor] = {}
         handle = None
         if L in ids:

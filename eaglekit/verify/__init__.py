@@ -1,7 +1,7 @@
 """``verify``: run a drafter on its target's real hidden states and measure what a greedy vLLM run would see.
 
-Per prompt: the target generates a greedy continuation; one target pass over the whole sequence gives the
-aux states; the reference drafter drafts a K-step chain at every position (batched); drafts are compared
+Per prompt: the target generates a greedy continuation (all prompts decoded in one batch, the aux states kept
+from those forwards); the reference drafter drafts a K-step chain at every position (batched); drafts are compared
 with the target's tokens. Reported with vLLM's definitions: along the positions a vLLM run visits
 ("trajectory": what its counters would say) and over every position (a steadier estimate).
 
@@ -61,17 +61,17 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
         if errors(findings):
             checks.append(Check("validate", False, f"{len(errors(findings))} error(s), first: {errors(findings)[0].message}"))
         ids = resolved_ids(d, L)
+        candidates = readings.alternatives(loaded, d, L)
         if options.hidden_states:
             verifier.prepare_stored(d, ids)
-        else:
-            verifier.prepare()
+        else:  # the layers of the drafter and of every reading to measure are kept while the target decodes
+            verifier.prepare(capture=tuple({*ids, *(i for _, c in candidates for i in resolved_ids(c, L))}))
         model = verifier.model_for(loaded)
         results, seconds = verifier.run(model, ids, "drafter")
         report = drafter_report(path, loaded, verifier, ids, findings, results, seconds)
         if report["trajectory"]["num_drafts"] and not report["every_position"]["num_accepted_tokens"]:
             report["findings"].append(Finding("verify.nothing_accepted", "warning", "no drafted token was accepted at any position: the "
                                               "drafter does not predict this target (wrong target, aux layers or vocab map?)").to_dict())
-        candidates = readings.alternatives(loaded, d, L)
         report["readings"] = readings.measure(verifier, loaded, candidates) if len(candidates) > 1 else None
         if options.min_acceptance_length is not None:
             traj, _ = totals(results)

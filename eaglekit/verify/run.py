@@ -1,8 +1,9 @@
 """The Verifier: the target's side of a run (greedy continuations and aux states, or stored ones), then any drafter
 run on them, simulated as a greedy vLLM run would accept its drafts.
 
-Per prompt: the target generates a greedy continuation; one target pass over the whole sequence gives the aux
-states; the reference drafter drafts a K-step chain at every position (batched); drafts are compared with the
+Per prompt: the target generates a greedy continuation (all prompts in one batch) and the aux states of the drafter's
+layers are kept from those very forwards (other layers, asked for later, take one target pass over the whole
+sequence); the reference drafter drafts a K-step chain at every position (batched); drafts are compared with the
 target's tokens, along the positions a vLLM run visits ("trajectory") and over every position.
 """
 
@@ -35,7 +36,7 @@ class SequenceResult:
     accepted: torch.Tensor
     trajectory: Counters
     every_position: Counters
-    target_mismatches: int = 0  # continuation tokens the full-sequence pass would not pick (numerics)
+    target_mismatches: int = 0  # continuation tokens the full-sequence pass would not pick (numerics; 0 for captured states)
 
 
 def simulate(model: ReferenceDrafter, prompt: Prompt, tokens: torch.Tensor, aux: torch.Tensor, k: int, max_new_tokens: int, eos: int | None) -> SequenceResult:
@@ -110,6 +111,7 @@ class Verifier:
         self.max_new: list[int] = []  # per sequence: how many tokens the trajectory may produce
         self.stored_ids: tuple[int, ...] | None = None  # --hidden-states: the only aux layers available
         self._aux_cache: dict[tuple[int, tuple[int, ...]], tuple[torch.Tensor, int]] = {}  # -> (aux, target mismatches)
+        self._captured: list[dict[int, torch.Tensor]] = []  # per sequence: {target layer: [S, T]} taken while decoding
         # seconds per stage (target_load, generation, aux_pass, simulation), summed over every drafter run
         self.timings: dict[str, float] = {}
 
@@ -120,8 +122,9 @@ class Verifier:
             self.timings["target_load"] = time.perf_counter() - start
         return self.target
 
-    def prepare(self, records: list[dict] | None = None) -> None:
-        """Greedy continuations of ``records`` (default: the prompts the options name)."""
+    def prepare(self, records: list[dict] | None = None, capture: tuple[int, ...] = ()) -> None:
+        """Greedy continuations of ``records`` (default: the prompts the options name), with the states of the target
+        layers ``capture`` (aux ids) taken during that decoding: a drafter fusing those layers needs no second pass."""
         self.load_target()
         if records is None:
             records = read_prompt_records(self.options.prompts)
@@ -129,11 +132,12 @@ class Verifier:
         bar = self.progress("generating", len(prompts)) if self.progress else None
         eos_ids = self.target.eos_token_ids()
         start = time.perf_counter()
-        # all prompts decoded together (the same greedy tokens as one at a time: TargetModel.generate_batch)
-        continuations = self.target.generate_batch([p.ids for p in prompts], self.options.max_new_tokens + self.options.k + 1)
+        # all prompts decoded together (the same greedy tokens as one at a time: TargetModel.decode_batch)
+        decoded = self.target.decode_batch([p.ids for p in prompts], self.options.max_new_tokens + self.options.k + 1, capture=capture)
         self.timings["generation"] = time.perf_counter() - start
-        for prompt, tokens in zip(prompts, continuations):
+        for prompt, (tokens, states) in zip(prompts, decoded):
             self.sequences.append((prompt, tokens))
+            self._captured.append(states)
             self.eos.append(first_eos(tokens, len(prompt.ids), eos_ids))
             self.max_new.append(self.options.max_new_tokens)
             if bar is not None:
@@ -169,9 +173,12 @@ class Verifier:
         key = (index, ids)
         if key not in self._aux_cache and self.stored_ids is not None:
             raise UnsupportedError(f"the stored hidden states hold target layers {list(self.stored_ids)}, not {list(ids)}: run the target to compare these")
+        if key not in self._aux_cache and index < len(self._captured) and set(ids) <= set(self._captured[index]):
+            # taken while decoding: the states of the forwards that picked these tokens, so none is a mismatch
+            self._aux_cache[key] = (torch.cat([self._captured[index][k] for k in sorted(set(ids))], dim=-1), 0)
         if key not in self._aux_cache:
-            # one sequence per pass: a right-padded batch gives the same states only to fp32 noise on the real target
-            # (max |diff| ~1e-4 on values ~30), which would move results that are asserted bit for bit
+            # layers not captured while decoding: one pass over the whole sequence, one sequence per pass (a
+            # right-padded batch gives the same states only to fp32 noise on the real target)
             start = time.perf_counter()
             aux, target_next = self.target.aux_states(tokens, ids)
             mismatches = int((target_next[len(prompt.ids) - 1 : -1].cpu() != tokens[len(prompt.ids) :]).sum())

