@@ -139,6 +139,9 @@ def against_vllm(path: str, verifier: Verifier, model: ReferenceDrafter, results
     if "refused" in served:
         data = {"vllm_version": served["vllm_version"], "status": f"vLLM refused to load it: {served['refused']}"}
         return data, [Check("vllm_load", False, data["status"])]
+    if "crashed" in served:
+        data = {"vllm_version": served["vllm_version"], "status": f"vLLM loaded it but failed while serving: {served['crashed']}"}
+        return data, [Check("vllm_run", False, data["status"])]
     return _compare(served, verifier, model, results)
 
 

@@ -357,6 +357,8 @@ def drafted_with(drafter_dir: Path, served: dict, target: TargetStates) -> list[
 
 def observe(drafter_dir: Path, served: dict, prompts: list[list[int]], target: TargetStates, predicted: dict | None) -> dict:
     """What vLLM did with one case, in the terms ``predict`` uses."""
+    if "crashed" in served:
+        return {"loads": True, "crashed": served["crashed"].splitlines()[0][:240]}
     if "refused" in served:
         return {"loads": False, "error": served["refused"].splitlines()[0][:240], **({"environment": True} if environmental(served) else {})}
     width = 64
@@ -384,6 +386,8 @@ def disagreements(predicted: dict, observed: dict) -> list[str]:
         return [f"predicted {'loads' if predicted['loads'] else 'refuses'}, vLLM {'loaded' if observed['loads'] else 'refused: ' + observed['error']}"]
     if not observed["loads"]:
         return []
+    if "crashed" in observed:
+        return [f"vLLM loaded it but failed while serving: {observed['crashed']}"]
     out = []
     for key in ("captured", "fused"):
         if predicted[key] != observed[key]:
