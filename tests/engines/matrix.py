@@ -380,14 +380,14 @@ def disagreements(predicted: dict, observed: dict) -> list[str]:
     """Where vLLM did otherwise than predicted (empty: it did as predicted)."""
     if observed.get("environment"):
         return [f"could not run here (the machine, not the drafter): {observed['error']}"]
+    if "crashed" in observed:
+        return [f"vLLM loaded it but failed while serving: {observed['crashed']}"]
     if observed.get("loads") and observed["fed_forward"] is None:
         return ["the draft steps hand over neither the post-norm state nor consistently another one"]
     if predicted["loads"] != observed["loads"]:
         return [f"predicted {'loads' if predicted['loads'] else 'refuses'}, vLLM {'loaded' if observed['loads'] else 'refused: ' + observed['error']}"]
     if not observed["loads"]:
         return []
-    if "crashed" in observed:
-        return [f"vLLM loaded it but failed while serving: {observed['crashed']}"]
     out = []
     for key in ("captured", "fused"):
         if predicted[key] != observed[key]:
