@@ -30,14 +30,16 @@ test: install
 test-fast: install
 	$(PY) -m pytest -q -m "not vllm and not real_target and not slow"
 
-# vLLM releases whose behaviour the parity suite checks in their own environments (eaglekit engines install)
+# vLLM releases whose behaviour the parity suite and the conformance matrix (tests/engines) check in their own
+# environments (eaglekit engines install); `make test` runs both against the vLLM importable beside eaglekit (0.32.0)
 ENGINE_RELEASES ?= 0.31.0
+ENGINE_TESTS := tests/test_vllm_parity.py tests/engines/test_vllm_matrix.py
 
 engines: install
 	for r in $(ENGINE_RELEASES); do $(VENV)/bin/eaglekit engines install vllm==$$r || exit 1; done
 
 engines-test: engines
-	for r in $(ENGINE_RELEASES); do EAGLEKIT_AGAINST=vllm==$$r EAGLEKIT_REQUIRE_PARITY=1 $(PY) -m pytest -q tests/test_vllm_parity.py || exit 1; done
+	for r in $(ENGINE_RELEASES); do EAGLEKIT_AGAINST=vllm==$$r EAGLEKIT_REQUIRE_PARITY=1 $(PY) -m pytest -q $(ENGINE_TESTS) || exit 1; done
 
 bench: install
 	$(PY) benchmarks/run_all.py

