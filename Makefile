@@ -33,7 +33,7 @@ test-fast: install
 # vLLM releases whose behaviour the parity suite and the conformance matrix (tests/engines) check in their own
 # environments (eaglekit engines install); `make test` runs both against the vLLM importable beside eaglekit (0.32.0)
 ENGINE_RELEASES ?= 0.31.0
-ENGINE_TESTS := tests/test_vllm_parity.py tests/engines/test_vllm_matrix.py
+ENGINE_TESTS := tests/test_vllm_parity.py tests/engines/test_vllm_matrix.py tests/test_vllm_mla_parity.py
 
 engines: install
 	for r in $(ENGINE_RELEASES); do $(VENV)/bin/eaglekit engines install vllm==$$r || exit 1; done

@@ -179,6 +179,8 @@ def predict(drafter_dir: Path, release: str) -> dict:
     checks = sorted({f.check for f in view.findings if f.check not in UNOBSERVED_CHECKS})
     if not view.loads:
         return {"loads": False, "checks": checks, "path": path}
+    if "engine.cpu_draft_steps_crash" in checks and K > 1:
+        return {"loads": True, "crashes": True, "checks": checks, "path": path}
     return {
         "loads": True,
         "captured": list(served.aux.resolved(TARGET_LAYERS)),
@@ -380,8 +382,11 @@ def disagreements(predicted: dict, observed: dict) -> list[str]:
     """Where vLLM did otherwise than predicted (empty: it did as predicted)."""
     if observed.get("environment"):
         return [f"could not run here (the machine, not the drafter): {observed['error']}"]
-    if "crashed" in observed:
-        return [f"vLLM loaded it but failed while serving: {observed['crashed']}"]
+    if predicted.get("crashes") or "crashed" in observed:
+        if predicted.get("crashes") and "crashed" in observed:
+            return []
+        return [f"vLLM loaded it but failed while serving: {observed['crashed']}" if "crashed" in observed
+                else f"predicted a crash while serving, vLLM {'served it' if observed['loads'] else 'refused: ' + observed['error']}"]
     if observed.get("loads") and observed["fed_forward"] is None:
         return ["the draft steps hand over neither the post-norm state nor consistently another one"]
     if predicted["loads"] != observed["loads"]:
