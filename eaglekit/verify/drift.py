@@ -47,6 +47,9 @@ class DriftOptions:
     dtype: str = "float32"
     source_dialect: str = "auto"
     norm_output_semantics: str = "auto"
+    variants: bool = False  # the same content under every prompt framing of data/drift_variants.json
+    temperature: float | None = None  # expected acceptance under vLLM's rejection sampler (sampling.py)
+    top_p: float = 1.0
 
 
 def bucket_edges(limit: int) -> list[int]:
@@ -256,6 +259,42 @@ def ratios(mine: dict, other: dict) -> dict:
     }
 
 
+def _variant_side(side: Side) -> dict:
+    return {"acceptance": {"trajectory": side.trajectory.to_dict(), "every_position": side.every.to_dict()},
+            "acceptance_length": _r(side.trajectory.acceptance_length), "every_position_acceptance_length": _r(side.every.acceptance_length)}
+
+
+def run_variants(verifier: Verifier, framed_records: list[tuple[dict, list[dict]]], path: str, options: DriftOptions, limit: int,
+                 progress: Callable[[str, int], object] | None) -> dict:
+    """--variants: the inputs' content framed by every variant (variants.py), each with its own greedy continuation,
+    drafted by the drafter (and --compare); acceptance per variant and its spread across variants."""
+    from .variants import spread
+
+    rows = []
+    for variant, framed in framed_records:
+        v = Verifier(verifier.options, progress)
+        v.target = verifier.target  # one target for every variant
+        v.prepare(framed)
+        too_long = [p.id for p, tokens in v.sequences if tokens.shape[0] > limit]
+        if too_long:
+            raise UsageError(f"input {too_long[0]} framed as variant {variant['name']} runs past --max-context {limit} with its continuation")
+        edges = bucket_edges(max(limit, max(t.shape[0] for _, t in v.sequences)))
+        row = {"name": variant["name"], "description": variant["description"], "tokens": [int(t.shape[0]) for _, t in v.sequences],
+               **_variant_side(run_drafter(v, path, options, edges, f"variant {variant['name']}", progress))}
+        if options.compare:
+            row["compare"] = _variant_side(run_drafter(v, options.compare, options, edges, f"variant {variant['name']}, compare", progress))
+        rows.append(row)
+
+    def spreads(pick) -> dict:
+        return {"acceptance_length": spread([pick(r)["acceptance_length"] for r in rows]),
+                "every_position_acceptance_length": spread([pick(r)["every_position_acceptance_length"] for r in rows])}
+
+    out = {"inputs": len(framed_records[0][1]), "variants": rows, "spread": spreads(lambda r: r)}
+    if options.compare:
+        out["compare_spread"] = spreads(lambda r: r["compare"])
+    return out
+
+
 def drift(path: str, options: DriftOptions, progress: Callable[[str, int], object] | None = None) -> dict:
     """Run the drift measurement and return the report's data (schemas/drift.schema.json, without the contract keys)."""
     if options.sink_tokens < 1:
@@ -276,6 +315,11 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
         records, source = read_prompt_records(options.prompts), options.prompts
     else:
         records, source = long_records(verifier.load_target().tokenizer, limit, options.inputs_per_bucket, reserve), LONG_SOURCE
+    framed = None
+    if options.variants:  # framed before the long runs, so that a prompt set variants cannot frame fails at once
+        from .variants import variant_records
+
+        framed = variant_records(records, verifier.load_target().tokenizer, source)
     verifier.prepare(records)
     too_long = [p.id for p, tokens in verifier.sequences if tokens.shape[0] > limit]
     if too_long:
@@ -283,6 +327,7 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
     edges = bucket_edges(max(limit, max(t.shape[0] for _, t in verifier.sequences)))
     mine = side_report(run_drafter(verifier, path, options, edges, "drafter", progress), edges, options.k)
     other = side_report(run_drafter(verifier, options.compare, options, edges, "compare", progress), edges, options.k) if options.compare else None
+    variants = run_variants(verifier, framed, path, options, limit, progress) if framed else None
     findings = []
     for side in (mine, other):
         if side and side["acceptance"]["every_position"]["num_drafts"] and not side["acceptance"]["every_position"]["num_accepted_tokens"]:
@@ -306,5 +351,6 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
         "fc_input": mine["fc_input"],
         "seconds": mine["seconds"],
         "compare": None if other is None else {**other, "ratios": ratios(mine, other)},
+        "variants": variants,
         "findings": findings,
     }
