@@ -33,7 +33,7 @@ def target() -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--max-context", type=int, default=4096)
+    parser.add_argument("--max-context", type=int, default=8192, help="the inputs fill buckets up to here: < 512, 512-2k, 2k-8k (default 8192, the target window: the longest input ~5k tokens)")
     parser.add_argument("--limit-minutes", type=float, default=30.0, help="wall-clock limit on a 2-core machine (default 30)")
     parser.add_argument("--limit-rss-gib", type=float, default=3.0, help="peak RSS limit (default 3 GiB)")
     parser.add_argument("--report", help="also write the drift report (report.json, plots, report.html) here")

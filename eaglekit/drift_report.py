@@ -9,7 +9,7 @@ import html
 import json
 from pathlib import Path
 
-from ..errors import MissingDependencyError
+from .errors import MissingDependencyError
 
 PLOTS = ("per_depth.png", "by_context_length.png", "fc_input.png")  # always written
 VARIANTS_PLOT, SAMPLING_PLOT = "variants.png", "sampling.png"  # with --variants, --temperature

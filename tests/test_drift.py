@@ -247,7 +247,7 @@ def test_report_acceptance_equals_verify_and_files_are_valid(pair31, cli, tmp_pa
         assert (out / name).read_bytes().startswith(PNG)
     # the terminal prints the same tables
     from eaglekit.cli.drift import render
-    from eaglekit.verify.drift_report import tables
+    from eaglekit.drift_report import tables
 
     text = render(data)
     for title, _ in tables(data):

@@ -12,7 +12,7 @@ from ._output import Output, table
 
 
 def render(r: dict) -> str:
-    from ..verify.drift_report import tables
+    from ..drift_report import tables
 
     lines = [
         f"drift {r['drafter']} (EAGLE {r['eagle_version']}) on {r['target']}, {r['device']} {r['dtype']}, K={r['num_speculative_tokens']}, "
