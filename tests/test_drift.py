@@ -210,6 +210,25 @@ class _Html(HTMLParser):
             self.errors.append(f"unbalanced </{tag}>")
 
 
+def check_html(page: str, directory: Path) -> list[str]:
+    """No browser installs offline here (no chromium, no firefox), so the page is checked as one would load it:
+    well-formed (every element closed, in order), a doctype, no script, nothing fetched from the network, and
+    every <img> an inline data: PNG or an existing PNG file beside the page (PNG signature checked). Returns the
+    image sources."""
+    parser = _Html()
+    parser.feed(page)
+    parser.close()
+    assert parser.doctype and not parser.errors and not parser.stack, (parser.errors, parser.stack)
+    assert "<script" not in page.lower() and "http://" not in page and "https://" not in page
+    for src in parser.images:
+        if src.startswith("data:"):
+            assert src.startswith("data:image/png;base64,")
+            assert base64.b64decode(src.split(",", 1)[1]).startswith(PNG)
+        else:
+            assert (directory / src).is_file() and (directory / src).read_bytes().startswith(PNG), src
+    return parser.images
+
+
 def test_report_acceptance_equals_verify_and_files_are_valid(pair31, cli, tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "report"
@@ -235,14 +254,7 @@ def test_report_acceptance_equals_verify_and_files_are_valid(pair31, cli, tmp_pa
     report = json.loads((out / "report.json").read_text())
     assert report == data and schemas.check(report, "drift.schema.json") == []
     page = (out / "report.html").read_text()
-    parser = _Html()
-    parser.feed(page)
-    assert parser.doctype and not parser.errors and not parser.stack
-    assert "http://" not in page and "https://" not in page  # nothing to fetch
-    assert len(parser.images) == 3
-    for src in parser.images:
-        assert src.startswith("data:image/png;base64,")
-        assert base64.b64decode(src.split(",", 1)[1]).startswith(PNG)
+    assert len(check_html(page, out)) == 3
     for name in ("per_depth.png", "by_context_length.png", "fc_input.png"):
         assert (out / name).read_bytes().startswith(PNG)
     # the terminal prints the same tables
@@ -279,15 +291,22 @@ TEXTS = ["abc def ghi", "the quick brown fox", "x = y + 1; print(x)"]
 
 
 def test_variants_each_framing_is_its_own_run_and_the_spread_is_theirs(pair31, chat_target, cli, tmp_path):
+    pytest.importorskip("matplotlib")
     from transformers import AutoTokenizer
 
     from eaglekit.verify.variants import load_variants
 
     prompts = tmp_path / "text.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"t{i}", "prompt": t}) + "\n" for i, t in enumerate(TEXTS)))
-    result = cli("drift", pair31["drafter"], "--target", chat_target, "--prompts", prompts, "--max-new-tokens", 12, "--variants", "--json")
+    out = tmp_path / "report"
+    result = cli("drift", pair31["drafter"], "--target", chat_target, "--prompts", prompts, "--max-new-tokens", 12, "--variants",
+                 "--temperature", "0.7", "--report", out, "--json")
     data = json.loads(result.stdout)
     assert schemas.check(data, "drift.schema.json") == []
+    # the page with every section: five plots (per depth, by context, fc input, variants, sampling), all PNGs
+    page = (out / "report.html").read_text()
+    assert len(check_html(page, out)) == 5 and (out / "variants.png").read_bytes().startswith(PNG) and (out / "sampling.png").is_file()
+    assert all(row["sampling_acceptance_length"] >= 1 for row in data["variants"]["variants"])
     rows = {row["name"]: row for row in data["variants"]["variants"]}
     assert list(rows) == [v["name"] for v in load_variants()]
     assert data["variants"]["inputs"] == len(TEXTS)

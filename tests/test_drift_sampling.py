@@ -126,13 +126,15 @@ Z99 = 2.5758  # two-sided 99% normal quantile
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_expected_acceptance_matches_vllms_rejection_sampler(pair31, tmp_path, monkeypatch):
-    """vLLM 0.32.0 serves the trained tiny pair at T=0.8, top-p 0.9: 48 requests (6 prompts x 8 seeds), 24 tokens each.
+    """vLLM 0.32.0 serves the trained tiny pair at T=0.4, top-p 0.9: 48 requests (6 prompts x 8 seeds), 24 tokens each.
     Every verification round's context (prompt + tokens out before it) comes from the engine's step outputs and its
     outcome from the tokens the step added (accepted = added - 1). For each round, eaglekit computes P(first i drafts
     accepted | context) exactly. Summed over rounds, vLLM's count of rounds accepting >= i drafts must lie within
     Z99 standard deviations (sqrt of the sum of P(1-P), the rounds being conditionally independent given their
     contexts) of the expected count: a 99% interval per position. Rounds that could run past max_tokens are left
-    out (decided before the round, so no selection on its outcome)."""
+    out (decided before the round, so no selection on its outcome). The bound has power: the greedy expectation on the
+    same contexts (T -> 0) falls outside it. (At T=0.8 this drafter, trained on greedy continuations only, gets ~14
+    of ~950 first drafts accepted on sampled contexts: too few to test anything; T=0.4 keeps the contexts nearer.)"""
     pytest.importorskip("vllm")
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -147,7 +149,7 @@ def test_expected_acceptance_matches_vllms_rejection_sampler(pair31, tmp_path, m
     monkeypatch.setattr(R, "expand_batch_to_tokens", _expand_as_documented)  # see the test above
     served = tmp_path / "served"
     convert(pair31["drafter"], served, ConvertOptions(to="vllm"))
-    K, T, P, M = 3, 0.8, 0.9, 24
+    K, T, P, M = 3, 0.4, 0.9, 24
     llm = LLM(model=str(pair31["target"]), dtype="float32", max_model_len=128, enforce_eager=True, max_num_seqs=8, skip_tokenizer_init=True,
               kv_cache_memory_bytes=256 * 2**20, seed=0, disable_log_stats=False,
               speculative_config={"method": "eagle3", "model": str(served), "num_speculative_tokens": K})
@@ -181,17 +183,19 @@ def test_expected_acceptance_matches_vllms_rejection_sampler(pair31, tmp_path, m
             tokens = torch.tensor(p + before)
             aux, _ = target.aux_states(tokens, ids)
             prefix = context_acceptance(target, model, tokens, aux, K, T, P)
-            plain = context_acceptance(target, model, tokens, aux, K, T, 1.0)
+            greedy = context_acceptance(target, model, tokens, aux, K, 1e-4, 1.0)
             rounds += 1
             for i in range(K):
                 observed[i] += int(accepted > i)
                 expected[i] += float(prefix[i])
                 variance[i] += float(prefix[i] * (1 - prefix[i]))
-                greedy_expected[i] += float(plain[i])
+                greedy_expected[i] += float(greedy[i])
     assert all_rounds == int(counters["vllm:spec_decode_num_drafts"].value)  # every verification round was seen
-    assert rounds > 500 and observed[0] > 50  # enough rounds, and a drafter that gets accepted
+    assert rounds > 500 and observed[0] > 20  # enough rounds, and a drafter that gets accepted
     z = [(o - e) / math.sqrt(v) for o, e, v in zip(observed, expected, variance)]
     report = {"rounds": rounds, "observed": observed, "expected": [round(e, 2) for e in expected], "z": [round(x, 2) for x in z],
-              "expected_without_top_p": [round(e, 2) for e in greedy_expected]}
+              "expected_if_greedy": [round(e, 2) for e in greedy_expected]}
     (Path(os.environ.get("EAGLEKIT_TEST_OUT", tmp_path)) / "vllm_sampling.json").write_text(json.dumps(report))
     assert all(abs(x) < Z99 for x in z), report
+    greedy_z = [(o - e) / math.sqrt(v) for o, e, v in zip(observed, greedy_expected, variance)]
+    assert any(abs(x) > Z99 for x in greedy_z), report  # a wrong model of the sampler would not pass
