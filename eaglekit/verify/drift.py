@@ -333,6 +333,8 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
         raise UsageError("--temperature must be above 0 (the greedy figures are the default report)")
     if not 0 < options.top_p <= 1:
         raise UsageError("--top-p must lie in (0, 1]")
+    if options.top_p != 1.0 and options.temperature is None:
+        raise UsageError("--top-p applies to sampling: give --temperature too")
     verifier = Verifier(VerifyOptions(target=options.target, max_new_tokens=options.max_new_tokens, k=options.k, device=options.device,
                                       dtype=options.dtype, source_dialect=options.source_dialect,
                                       norm_output_semantics=options.norm_output_semantics), progress)
