@@ -292,7 +292,7 @@ def drift(path: str | Path, *, target: str, report: str | Path | None = None, pr
     ``DriftOptions`` fields (``compare``, ``sink_tokens``, ``max_context``, ``prompts``, ``k``, ...). ``report``: a
     directory for report.json, PNG plots and report.html (needs matplotlib: ``eaglekit[report]``)."""
     from .verify.drift import DriftOptions, drift as run
-    from .verify.drift_report import require_matplotlib, write_report
+    from .drift_report import require_matplotlib, write_report
 
     if report is not None:
         require_matplotlib()  # before the long run, not after it

@@ -48,6 +48,59 @@ def read_verify_report(directory: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+DRIFT_DIR = "drift"  # where push --report puts the drift report's figures in the repository
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def read_drift_report(directory: Path) -> tuple[dict, list[Path]]:
+    """``push --report DIR``: the drift report (DIR/report.json, as `eaglekit drift --report DIR` writes it) and its PNG
+    plots, each checked to be one. Anything else: a UsageError naming the file and what was expected."""
+    from .errors import UsageError
+    from .drift_report import PLOTS, SAMPLING_PLOT, VARIANTS_PLOT
+
+    directory = Path(directory)
+    path = directory / "report.json"
+    try:
+        report = json.loads(path.read_text())
+    except OSError as exc:
+        raise UsageError(f"--report {directory}: cannot read {path} ({exc.strerror}); expected the directory `eaglekit drift --report` wrote") from None
+    except ValueError as exc:
+        raise UsageError(f"--report {directory}: {path} is not JSON ({exc})") from None
+    if not isinstance(report, dict) or not all(k in report for k in ("per_depth", "by_context_length", "acceptance")):
+        raise UsageError(f"--report {directory}: {path} is not a drift report (expected the keys per_depth, by_context_length, acceptance)")
+    images = []
+    for name in (*PLOTS, VARIANTS_PLOT, SAMPLING_PLOT):
+        image = directory / name
+        if not image.exists():
+            continue
+        with open(image, "rb") as f:
+            if f.read(8) != PNG_SIGNATURE:
+                raise UsageError(f"--report {directory}: {image} is not a PNG file (no PNG signature)")
+        images.append(image)
+    return report, images
+
+
+def drift_section(report: dict, images: list[str]) -> list[str]:
+    """The card's drift section: the report's own tables (drift_report.tables, as the terminal prints them) as
+    Markdown, and the plots, linked from the repository (``images``: paths in the repo)."""
+    from .drift_report import tables
+
+    cmp = report.get("compare")
+    lines = ["## Drift report", "",
+             f"`eaglekit drift` (EAGLE 3.1's attention-drift diagnosis) on {_target_label(report.get('target'), 'its target')}: "
+             f"K={report.get('num_speculative_tokens')}, {report['inputs']['count']} inputs of {min(report['inputs']['tokens'])}-"
+             f"{max(report['inputs']['tokens'])} tokens ({report['inputs']['source']})"
+             + (f", compared with an EAGLE {cmp['eagle_version']} drafter (`{Path(cmp['path']).name}`; ratio = compare / this drafter)" if cmp else "")
+             + ". The full figures are in `" + f"{DRIFT_DIR}/report.json`.", ""]
+    for title, rows in tables(report):
+        lines += [f"**{title}**", "", "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+        lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
+        lines.append("")
+    for image in images:
+        lines += [f"![{Path(image).stem.replace('_', ' ')}]({image})", ""]
+    return lines
+
+
 def _features_31(d) -> str:
     """The EAGLE 3.1 features the drafter really uses, e.g. ' (per-aux fc_norm)'; empty for EAGLE 3."""
     used = [text for on, text in ((d.flags.fc_norm, "per-aux fc_norm"), (d.flags.norm_output, "post-norm feedback")) if on]
@@ -80,7 +133,8 @@ def card_metadata(**fields: object) -> str:
     return yaml.safe_dump(fields, allow_unicode=True, sort_keys=False).strip()
 
 
-def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_report: dict | None = None) -> str:
+def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_report: dict | None = None,
+                drift: tuple[dict, list[str]] | None = None) -> str:
     d = loaded.drafter
     dialect = dialects.get(loaded.dialect)
     verifier = d.verifier
@@ -162,6 +216,8 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
             lines.append(f"- {'passed' if check.get('passed') else 'FAILED'}: {check.get('name')} — {check.get('detail')}")
         if r.get("checks"):
             lines.append("")
+    if drift:
+        lines += drift_section(*drift)
     lines += ["## Provenance", ""]
     source = d.provenance.source_dialect
     lines.append(f"- read as the {source} dialect" + (f" ({d.provenance.framework})" if d.provenance.framework else ""))

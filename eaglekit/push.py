@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import dialects
-from .card import VERIFY_REPORT, hub_id, read_verify_report, render_card
+from .card import DRIFT_DIR, VERIFY_REPORT, hub_id, read_drift_report, read_verify_report, render_card
 from .errors import UsageError, ValidationFailed
 from .findings import Finding, errors
 from .io import jsonfile
@@ -31,6 +31,7 @@ class PushOptions:
     overwrite_card: bool = False
     base_model: str | None = None  # the verifier's Hub id for the card
     allow_untrained: bool = False  # publish a drafter eaglekit upgraded to 3.1 and nobody trained since
+    report: str | None = None  # an `eaglekit drift --report` directory: its figures into the card, its plots into the commit
 
 
 def collect_files(directory: Path, roots: tuple[Path, ...] = ()) -> list[Path]:
@@ -81,6 +82,7 @@ def prepare(path: str, options: PushOptions):
     if options.create_pr and options.revision not in (None, "main"):
         raise UsageError("--create-pr opens a pull request against the default branch: drop --revision")
     directory = Path(path)
+    drift = read_drift_report(Path(options.report)) if options.report else None  # bad input refused before anything else
     findings = []
     if options.validate:
         report = validate(path)
@@ -101,11 +103,15 @@ def prepare(path: str, options: PushOptions):
             )
         if options.base_model:
             loaded.drafter = loaded.drafter.with_(verifier=options.base_model)
-        card = render_card(loaded, options.repo_id, validated=options.validate, verify_report=read_verify_report(loaded.checkpoint.directory))
+        card = render_card(loaded, options.repo_id, validated=options.validate, verify_report=read_verify_report(loaded.checkpoint.directory),
+                           drift=(scrub_local_paths(drift[0], None), [f"{DRIFT_DIR}/{p.name}" for p in drift[1]]) if drift else None)
         if hub_id(loaded.drafter.verifier) is None:
             findings = [*findings, Finding("card.base_model", "warning", "the drafter names its target by a local path or not at all, so "
                                            "the card names no base model and its serve line says <target model>: pass --base-model ORG/NAME")]
     files = [_upload(p, p.relative_to(directory).as_posix(), options.base_model) for p in collect_files(directory, getattr(path, "roots", ()))]
+    if drift:  # the plots and the figures, in the same commit as everything else
+        report_json = jsonfile.dumps(scrub_local_paths(drift[0], None)).encode("utf-8")
+        files += [UploadFile(f"{DRIFT_DIR}/report.json", data=report_json)] + [UploadFile(f"{DRIFT_DIR}/{p.name}", local_path=p) for p in drift[1]]
     kept = any(f.path_in_repo == "README.md" for f in files) and not options.overwrite_card
     if not kept:
         files = [f for f in files if f.path_in_repo != "README.md"]

@@ -210,6 +210,25 @@ class _Html(HTMLParser):
             self.errors.append(f"unbalanced </{tag}>")
 
 
+def check_html(page: str, directory: Path) -> list[str]:
+    """No browser installs offline here (no chromium, no firefox), so the page is checked as one would load it:
+    well-formed (every element closed, in order), a doctype, no script, nothing fetched from the network, and
+    every <img> an inline data: PNG or an existing PNG file beside the page (PNG signature checked). Returns the
+    image sources."""
+    parser = _Html()
+    parser.feed(page)
+    parser.close()
+    assert parser.doctype and not parser.errors and not parser.stack, (parser.errors, parser.stack)
+    assert "<script" not in page.lower() and "http://" not in page and "https://" not in page
+    for src in parser.images:
+        if src.startswith("data:"):
+            assert src.startswith("data:image/png;base64,")
+            assert base64.b64decode(src.split(",", 1)[1]).startswith(PNG)
+        else:
+            assert (directory / src).is_file() and (directory / src).read_bytes().startswith(PNG), src
+    return parser.images
+
+
 def test_report_acceptance_equals_verify_and_files_are_valid(pair31, cli, tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "report"
@@ -235,19 +254,12 @@ def test_report_acceptance_equals_verify_and_files_are_valid(pair31, cli, tmp_pa
     report = json.loads((out / "report.json").read_text())
     assert report == data and schemas.check(report, "drift.schema.json") == []
     page = (out / "report.html").read_text()
-    parser = _Html()
-    parser.feed(page)
-    assert parser.doctype and not parser.errors and not parser.stack
-    assert "http://" not in page and "https://" not in page  # nothing to fetch
-    assert len(parser.images) == 3
-    for src in parser.images:
-        assert src.startswith("data:image/png;base64,")
-        assert base64.b64decode(src.split(",", 1)[1]).startswith(PNG)
+    assert len(check_html(page, out)) == 3
     for name in ("per_depth.png", "by_context_length.png", "fc_input.png"):
         assert (out / name).read_bytes().startswith(PNG)
     # the terminal prints the same tables
     from eaglekit.cli.drift import render
-    from eaglekit.verify.drift_report import tables
+    from eaglekit.drift_report import tables
 
     text = render(data)
     for title, _ in tables(data):
@@ -259,3 +271,71 @@ def test_usage_errors_exit_2(pair31, cli):
     assert "window" in result.stderr
     result = cli("drift", pair31["drafter"], "--target", pair31["target"], expect=2)  # built-in inputs need a tokenizer
     assert "--prompts" in result.stderr
+
+
+# -- --variants ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def chat_target(pair31, tmp_path_factory) -> Path:
+    """The tiny target with a character tokenizer and a chat template: text prompts and their framings can run."""
+    import shutil
+
+    target = tmp_path_factory.mktemp("chat") / "target"
+    shutil.copytree(pair31["target"], target)
+    tiny_pair.add_char_tokenizer(target)
+    return target
+
+
+TEXTS = ["abc def ghi", "the quick brown fox", "x = y + 1; print(x)"]
+
+
+def test_variants_each_framing_is_its_own_run_and_the_spread_is_theirs(pair31, chat_target, cli, tmp_path):
+    pytest.importorskip("matplotlib")
+    from transformers import AutoTokenizer
+
+    from eaglekit.verify.variants import load_variants
+
+    prompts = tmp_path / "text.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"t{i}", "prompt": t}) + "\n" for i, t in enumerate(TEXTS)))
+    out = tmp_path / "report"
+    result = cli("drift", pair31["drafter"], "--target", chat_target, "--prompts", prompts, "--max-new-tokens", 12, "--variants",
+                 "--temperature", "0.7", "--report", out, "--json")
+    data = json.loads(result.stdout)
+    assert schemas.check(data, "drift.schema.json") == []
+    # the page with every section: five plots (per depth, by context, fc input, variants, sampling), all PNGs
+    page = (out / "report.html").read_text()
+    assert len(check_html(page, out)) == 5 and (out / "variants.png").read_bytes().startswith(PNG) and (out / "sampling.png").is_file()
+    assert all(row["sampling_acceptance_length"] >= 1 for row in data["variants"]["variants"])
+    rows = {row["name"]: row for row in data["variants"]["variants"]}
+    assert list(rows) == [v["name"] for v in load_variants()]
+    assert data["variants"]["inputs"] == len(TEXTS)
+    # the target's own template with no system prompt is what the main run used
+    assert rows["chat"]["acceptance"] == data["acceptance"]
+    # two framings rebuilt by hand, run through verify: the same acceptance
+    tok = AutoTokenizer.from_pretrained(str(chat_target))
+    by_hand = {
+        "no-template": [tok(t)["input_ids"] for t in TEXTS],
+        "system-helpful": [list(tok.apply_chat_template([{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": t}],
+                                                        add_generation_prompt=True, tokenize=True)["input_ids"]) for t in TEXTS],
+    }
+    for name, ids in by_hand.items():
+        file = tmp_path / f"{name}.jsonl"
+        file.write_text("".join(json.dumps({"id": f"t{i}", "input_ids": x}) + "\n" for i, x in enumerate(ids)))
+        verified = api.verify(pair31["drafter"], target=str(chat_target), prompts=str(file), max_new_tokens=12, k=3).data
+        assert rows[name]["acceptance"]["trajectory"] == verified["trajectory"], name
+        assert rows[name]["acceptance"]["every_position"] == verified["every_position"], name
+        assert rows[name]["tokens"] == [len(x) + 12 + 3 + 1 for x in ids]  # input + continuation + lookahead
+    als = [row["acceptance_length"] for row in rows.values()]
+    spread = data["variants"]["spread"]["acceptance_length"]
+    assert spread["min"] == min(als) and spread["max"] == max(als)
+    assert spread["range"] == pytest.approx(max(als) - min(als), abs=1e-6)
+    assert len(set(als)) > 1  # the framings do move acceptance on this pair (the figure is not a constant)
+    from eaglekit.cli.drift import render
+
+    assert "Acceptance per prompt variant" in render(data) and "system-concise" in render(data)
+
+
+def test_variants_need_text_prompts(pair31, chat_target, cli):
+    result = cli("drift", pair31["drafter"], "--target", chat_target, "--prompts", pair31["prompts"], "--variants", expect=2)
+    assert "--variants" in result.stderr and "input_ids" in result.stderr and "p0" in result.stderr

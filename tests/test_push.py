@@ -260,3 +260,58 @@ def test_dry_run_names_what_is_wrong_with_the_repo_id(cli, drafter):
     for repo, why in (("org/a--b", "'--' or '..'"), ("org/x.git", "'.git'"), ("a/b/c", "'namespace/name'"), ("org/-x", "letters, digits")):
         err = push(cli, drafter, repo, "--dry-run", expect=2).stderr
         assert err.startswith(f"error: {repo!r} is not a valid repository id: ") and why in err and err.count("\n") == 1, err
+
+
+# -- push --report: a drift report's figures and plots into the card and the commit ------------------------------
+
+
+@pytest.fixture
+def drift_report(tmp_path) -> Path:
+    """A real `eaglekit drift --report` directory, from a tiny random pair (fast; what it measures does not matter here)."""
+    pytest.importorskip("matplotlib")
+    from drafters import write_tiny_target
+    from eaglekit import api
+
+    target = write_tiny_target(tmp_path / "target", layers=8, hidden=64, vocab=96, heads=2, attention_scale=0.3)
+    drafter = write_vllm(tmp_path / "drift-drafter", Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96, embed=False, lm_head=True),
+                         ids=[2, 4, 5])
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "input_ids": [5, 9, 13, 2, 40, 7]}) + "\n")
+    out = tmp_path / "drift-report"
+    api.drift(drafter, target=str(target), prompts=str(prompts), max_new_tokens=8, report=out)
+    return out
+
+
+def test_report_puts_the_drift_figures_and_plots_into_one_commit(cli, hub, drafter, drift_report):
+    from eaglekit.drift_report import PLOTS, tables
+
+    report = json.loads((drift_report / "report.json").read_text())
+    dry = push(cli, drafter, "tester/drafter", "--report", drift_report, "--dry-run").stdout
+    assert hub.state.log == []
+    for name in PLOTS:
+        assert f"drift/{name}" in dry and f"](drift/{name})" in dry  # listed for upload, linked from the card
+    push(cli, drafter, "tester/drafter", "--report", drift_report)
+    assert hub.state.commits_posted() == 1  # plots, figures, card and drafter together
+    files = hub.state.files("tester/drafter")
+    for name in PLOTS:
+        assert files[f"drift/{name}"] == (drift_report / name).read_bytes()
+    published = json.loads(files["drift/report.json"])
+    assert published["per_depth"] == report["per_depth"]
+    assert str(drift_report.parent) not in files["drift/report.json"].decode()  # no path of the publisher's machine
+    card = files["README.md"].decode()
+    assert "## Drift report" in card
+    for title, rows in tables(report):  # the report's own tables, as Markdown
+        assert f"**{title}**" in card
+        assert "| " + " | ".join(rows[1]) + " |" in card
+
+
+def test_report_that_is_not_a_drift_report_is_refused_before_any_request(cli, hub, drafter, tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    result = push(cli, drafter, "tester/drafter", "--report", bad, expect=2)
+    assert "report.json" in result.stderr and "eaglekit drift --report" in result.stderr
+    (bad / "report.json").write_text(json.dumps({"per_depth": [], "by_context_length": [], "acceptance": {}}))
+    (bad / "per_depth.png").write_bytes(b"GIF89a not a png")
+    result = push(cli, drafter, "tester/drafter", "--report", bad, expect=2)
+    assert "per_depth.png" in result.stderr and "PNG" in result.stderr
+    assert hub.state.log == []

@@ -62,3 +62,20 @@ def build(root: Path, *, eagle: str = "3", steps: int = 120, seed: int = 0, voca
     prompts_file = root / "prompts.jsonl"
     prompts_file.write_text("\n".join(json.dumps({"id": f"p{i}", "input_ids": p}) for i, p in enumerate(eval_prompts)) + "\n")
     return {"target": target_dir, "drafter": drafter_dir, "prompts": prompts_file}
+
+
+CHAT_TEMPLATE = ("{% for m in messages %}{{ '[' + m['role'] + ']' + m['content'] + '|' }}{% endfor %}"
+                 "{% if add_generation_prompt %}{{ '[assistant]' }}{% endif %}")
+
+
+def add_char_tokenizer(target_dir: Path) -> None:
+    """A character-level tokenizer for the tiny target (96 ids: '<s>' then printable ASCII), with a small chat
+    template, so that text prompts and their framings (drift --variants) can run on the tiny pair."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<s>": 0, **{chr(32 + i): i + 1 for i in range(95)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<s>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("[\\s\\S]"), behavior="isolated")
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<s>", pad_token="<s>", chat_template=CHAT_TEMPLATE)
+    fast.save_pretrained(str(target_dir))

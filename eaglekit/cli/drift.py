@@ -12,7 +12,7 @@ from ._output import Output, table
 
 
 def render(r: dict) -> str:
-    from ..verify.drift_report import tables
+    from ..drift_report import tables
 
     lines = [
         f"drift {r['drafter']} (EAGLE {r['eagle_version']}) on {r['target']}, {r['device']} {r['dtype']}, K={r['num_speculative_tokens']}, "
@@ -41,13 +41,19 @@ def render(r: dict) -> str:
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=32, show_default=True, help="Length of the greedy continuation judged after each input.")
 @click.option("--num-speculative-tokens", "k", type=click.IntRange(min=1), default=3, show_default=True, help="K, the drafted chain length.")
 @click.option("--chunk", type=click.IntRange(min=1), default=256, show_default=True, help="Chain start positions drafted together (bounds memory).")
+@click.option("--variants", is_flag=True,
+              help="Also run the same content under every prompt framing (chat template or none, system prompts, another template): acceptance per variant and the spread.")
+@click.option("--temperature", type=click.FloatRange(min=0, min_open=True), metavar="T",
+              help="Also the expected acceptance under vLLM's rejection sampler at temperature T (exact, from both distributions).")
+@click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=1.0, show_default=True, metavar="P",
+              help="With --temperature: the target's top-p cut, as vLLM applies it.")
 @click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or auto.")
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]))
 @from_option
 @norm_output_option
 @json_option
 def drift_command(path, target, compare, report_dir, sink_tokens, max_context, prompts_file, inputs_per_bucket, max_new_tokens, k, chunk,
-                  device, dtype, source_dialect, norm_output_semantics, json_mode):
+                  variants, temperature, top_p, device, dtype, source_dialect, norm_output_semantics, json_mode):
     """Measure EAGLE 3.1's diagnosis on the drafter PATH and its target: per draft step, acceptance, attention on the
     first tokens (sinks) and on the chain's own drafts, and the norm of the fed-back state; the balance of the fused
     input; acceptance by absolute position from long inputs. Exit 1 when a drafter accepts nothing.
@@ -56,6 +62,7 @@ def drift_command(path, target, compare, report_dir, sink_tokens, max_context, p
     Examples:
       eaglekit drift ./eagle3 --target ./SmolLM2-135M-Instruct.Q4_1.gguf --max-context 4096
       eaglekit drift ./eagle3 --target ./target --compare ./eagle31 --report ./drift-report
+      eaglekit drift ./eagle3 --target ./target --prompts chat.jsonl --variants --temperature 0.8 --top-p 0.95
     """
     output = Output(json_mode)
 
@@ -66,7 +73,7 @@ def drift_command(path, target, compare, report_dir, sink_tokens, max_context, p
 
     result = api.drift(path, target=target, report=report_dir, progress=progress, compare=compare, sink_tokens=sink_tokens,
                        max_context=max_context, prompts=prompts_file, inputs_per_bucket=inputs_per_bucket, max_new_tokens=max_new_tokens,
-                       k=k, chunk=chunk, device=device, dtype=dtype, source_dialect=source_dialect, norm_output_semantics=norm_output_semantics)
+                       k=k, chunk=chunk, variants=variants, temperature=temperature, top_p=top_p, device=device, dtype=dtype, source_dialect=source_dialect, norm_output_semantics=norm_output_semantics)
     output.emit(result.data, render)
     if result.files:
         output.note(f"report written: {', '.join(result.files)}")

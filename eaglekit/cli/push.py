@@ -51,9 +51,11 @@ def render(r: dict) -> str:
 @click.option("--overwrite-card", is_flag=True, help="Replace a README.md already in PATH with the generated card.")
 @click.option("--allow-untrained", is_flag=True, help="Publish a drafter that `convert --upgrade 3.1` produced and nobody trained since.")
 @click.option("--base-model", metavar="ID", help="The verifier's Hub id for the card, when the drafter records a local path or none.")
+@click.option("--report", "report_dir", metavar="DIR",
+              help="An `eaglekit drift --report DIR` directory: its tables go into the card, its plots and report.json into the same commit (under drift/).")
 @click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON (schema in schemas/).")
 def push_command(path, repo_id, private, revision, create_pr, commit_message, token, endpoint, dry_run, skip_validate, overwrite_card, allow_untrained,
-                 base_model, json_mode):
+                 base_model, report_dir, json_mode):
     """Validate the drafter PATH and publish it to the Hub repository REPO_ID in one commit (stale shards removed in
     the same commit; a concurrent push is refused, not clobbered), with a model card generated from the drafter.
 
@@ -62,10 +64,11 @@ def push_command(path, repo_id, private, revision, create_pr, commit_message, to
       eaglekit push ./for-vllm my-org/SmolLM2-135M-Instruct-eagle3 --dry-run
       eaglekit push ./for-vllm my-org/SmolLM2-135M-Instruct-eagle3 --private
       eaglekit push ./for-vllm my-org/drafter --revision v2 --create-pr
+      eaglekit push ./for-vllm my-org/drafter --report ./drift-report --dry-run
     """
     published = api.push(
         path, repo_id, private=private, revision=revision, create_pr=create_pr, commit_message=commit_message, token=token,
         endpoint=endpoint, dry_run=dry_run, validate=not skip_validate, overwrite_card=overwrite_card, base_model=base_model,
-        allow_untrained=allow_untrained,
+        allow_untrained=allow_untrained, report=report_dir,
     )
     Output(json_mode).emit(published.data, render)

@@ -285,3 +285,37 @@ class TargetModel:
                 handle.remove()
         states = [captured["pre_norm"][0] if k == L else out.hidden_states[k][0] for k in ids]
         return torch.cat(states, dim=-1), out.logits[0].argmax(-1)
+
+    @torch.no_grad()
+    def sequence_pass(self, tokens: torch.Tensor, keep: torch.Tensor):
+        """One pass over ``tokens`` that keeps its KV cache: (next-token logits at the positions ``keep`` [n, V], the
+        cache) for ``chain_logits``. Only the kept rows are projected to the vocabulary (a 5k-token sequence's full
+        logits would be ~1 GB for a 49k vocabulary)."""
+        out = self.model(tokens[None].to(self.model.device), use_cache=True, logits_to_keep=keep.to(self.model.device))
+        return out.logits[0].float(), out.past_key_values
+
+    @torch.no_grad()
+    def chain_logits(self, cache, seq_len: int, starts: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
+        """The target's next-token logits after each chain's drafted prefix: row m (1 <= m < K) of chain j follows
+        x_0..x_{j+1}, d_1..d_m (d_m at position j+1+m). All chains go through one pass over the cached sequence with
+        a 4D mask (a chain sees the sequence up to j+1 and its own earlier drafts); the cache is cut back to the
+        sequence afterwards, so the next chunk reuses it. [J, K-1, V] float32."""
+        J, K = drafts.shape
+        if K == 1:
+            return torch.empty(J, 0, self.model.config.vocab_size)
+        device = self.model.device
+        n = J * (K - 1)
+        starts = starts.to(device)
+        chain = torch.arange(J, device=device).repeat_interleave(K - 1)  # chain of each new row
+        step = torch.arange(K - 1, device=device).repeat(J)  # its index m-1 inside the chain
+        positions = starts[chain] + 2 + step
+        seen = torch.arange(seq_len, device=device)[None, :] <= (starts[chain] + 1)[:, None]  # [n, S]
+        own = (chain[:, None] == chain[None, :]) & (step[None, :] <= step[:, None])  # [n, n]
+        allowed = torch.cat([seen, own], dim=1)
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=device).masked_fill(~allowed, torch.finfo(self.dtype).min)
+        try:
+            out = self.model(drafts[:, : K - 1].reshape(1, n).to(device), position_ids=positions[None], attention_mask=mask[None, None],
+                             past_key_values=cache, use_cache=True)
+        finally:
+            cache.crop(seq_len)
+        return out.logits[0].float().view(J, K - 1, -1)

@@ -27,6 +27,7 @@ from ..validate.checks import CheckInput, run_checks
 from .options import VerifyOptions
 from .prompts import read_prompt_records
 from .run import Verifier, chain_starts, count, last_full_start, resolved_ids
+from .sampling import DRAFT_DISTRIBUTION, Expected, prefix_acceptance
 
 FIRST_EDGE = 512  # buckets: < 512, 512-2k, 2k-8k, 8k-32k, ... (x4 each)
 LONG_SOURCE = "CPython's own documentation (pydoc_data.topics, shipped with every CPython; PSF licence)"
@@ -47,6 +48,9 @@ class DriftOptions:
     dtype: str = "float32"
     source_dialect: str = "auto"
     norm_output_semantics: str = "auto"
+    variants: bool = False  # the same content under every prompt framing of data/drift_variants.json
+    temperature: float | None = None  # expected acceptance under vLLM's rejection sampler (sampling.py)
+    top_p: float = 1.0
 
 
 def bucket_edges(limit: int) -> list[int]:
@@ -109,6 +113,7 @@ class Side:
     buckets: dict[int, Counters]
     recorder: DriftRecorder
     seconds: float
+    sampling: Expected | None = None  # --temperature: expected acceptance over the every-position chains
 
 
 def run_drafter(verifier: Verifier, path: str, options: DriftOptions, edges: list[int], label: str,
@@ -129,26 +134,39 @@ def run_drafter(verifier: Verifier, path: str, options: DriftOptions, edges: lis
     total_chunks = sum((tokens.shape[0] - len(p.ids) + options.chunk - 1) // options.chunk for p, tokens in verifier.sequences)
     bar = progress(f"drafting ({label})", total_chunks) if progress else None
     seconds = 0.0
+    sampling = Expected(options.k) if options.temperature else None
     for index, (prompt, tokens) in enumerate(verifier.sequences):
         aux, _ = verifier.aux(index, ids)
         start_time = time.perf_counter()
         P, S = len(prompt.ids), tokens.shape[0]
         starts = chain_starts(P, S)
+        last_full = last_full_start(P, S, options.k, verifier.max_new[index], verifier.eos[index])
+        if sampling is not None:  # the target's distributions after each context (the every-position chains)
+            judged = starts[starts <= last_full]
+            first_logits, cache = verifier.target.sequence_pass(tokens, judged + 1)
         with torch.no_grad():
             first = first_pass(model, tokens, aux, recorder)
             accepted = []
             for lo in range(0, len(starts), options.chunk):
                 chains = chains_from(model, first, tokens, starts[lo : lo + options.chunk], options.k, recorder=recorder)
                 accepted.append(accepted_lengths(chains, tokens).cpu())
+                if sampling is not None:
+                    rows = (chains.starts <= last_full).nonzero().squeeze(-1)
+                    if len(rows):
+                        drafts = chains.drafts[rows].cpu()
+                        at = torch.searchsorted(judged, chains.starts[rows].cpu())
+                        chain_logits = verifier.target.chain_logits(cache, S, chains.starts[rows].cpu(), drafts)
+                        sampling.add(prefix_acceptance(first_logits[at].cpu(), chain_logits.cpu(), drafts, options.temperature, options.top_p))
                 if bar is not None:
                     bar.update(1)
         recorder.sequence_done()
         del first
+        if sampling is not None:
+            del cache, first_logits
         accepted_t = torch.cat(accepted)
         t, e = count(accepted_t, starts, options.k, P, S, verifier.max_new[index], verifier.eos[index])
         traj.merge(t)
         every.merge(e)
-        last_full = last_full_start(P, S, options.k, verifier.max_new[index], verifier.eos[index])
         which = torch.bucketize(starts, edge_t, right=True)
         for b in which.unique().tolist():
             rows = which == b
@@ -156,7 +174,7 @@ def run_drafter(verifier: Verifier, path: str, options: DriftOptions, edges: lis
         seconds += time.perf_counter() - start_time
     if bar is not None:
         bar.close()
-    return Side(path, d.eagle_version, traj, every, buckets, recorder, seconds)
+    return Side(path, d.eagle_version, traj, every, buckets, recorder, seconds, sampling)
 
 
 # -- figures ---------------------------------------------------------------------------------------------
@@ -211,7 +229,7 @@ def fc_input(recorder: DriftRecorder, layer_ids: list[int] | None = None) -> dic
     return {"chunk_norms": [_r(x) for x in norms], "chunk_shares": [_r(x) for x in share], "max_over_min": _r(max(norms) / min(norms)) if min(norms) else None}
 
 
-def side_report(side: Side, edges: list[int], k: int) -> dict:
+def side_report(side: Side, edges: list[int], k: int, temperature: float | None = None, top_p: float = 1.0) -> dict:
     by_context = []
     for b, counters in sorted(side.buckets.items()):
         lo, hi = edges[b], edges[b + 1]
@@ -225,7 +243,17 @@ def side_report(side: Side, edges: list[int], k: int) -> dict:
         "by_context_length": by_context,
         "fc_input": fc_input(side.recorder),
         "seconds": round(side.seconds, 3),
+        "sampling": sampling_report(side, temperature, top_p) if side.sampling is not None else None,
     }
+
+
+def sampling_report(side: Side, temperature: float, top_p: float) -> dict:
+    e = side.sampling
+    return {"temperature": temperature, "top_p": top_p, "draft_distribution": DRAFT_DISTRIBUTION,
+            "contexts": "every position of the same greedy continuations the greedy figures use (each context's expectation is exact)",
+            "num_drafts": e.num_drafts, "expected_accepted_per_position": [_r(x) for x in e.accepted_per_position],
+            "per_position_rate": [_r(x) for x in e.per_position_rate], "acceptance_length": _r(e.acceptance_length),
+            "greedy_acceptance_length": _r(side.every.acceptance_length)}
 
 
 def _ratio(a, b):
@@ -256,12 +284,57 @@ def ratios(mine: dict, other: dict) -> dict:
     }
 
 
+def _variant_side(side: Side) -> dict:
+    out = {"acceptance": {"trajectory": side.trajectory.to_dict(), "every_position": side.every.to_dict()},
+           "acceptance_length": _r(side.trajectory.acceptance_length), "every_position_acceptance_length": _r(side.every.acceptance_length)}
+    if side.sampling is not None:
+        out["sampling_acceptance_length"] = _r(side.sampling.acceptance_length)
+    return out
+
+
+def run_variants(verifier: Verifier, framed_records: list[tuple[dict, list[dict]]], path: str, options: DriftOptions, limit: int,
+                 progress: Callable[[str, int], object] | None) -> dict:
+    """--variants: the inputs' content framed by every variant (variants.py), each with its own greedy continuation,
+    drafted by the drafter (and --compare); acceptance per variant and its spread across variants."""
+    from .variants import spread
+
+    rows = []
+    for variant, framed in framed_records:
+        v = Verifier(verifier.options, progress)
+        v.target = verifier.target  # one target for every variant
+        v.prepare(framed)
+        too_long = [p.id for p, tokens in v.sequences if tokens.shape[0] > limit]
+        if too_long:
+            raise UsageError(f"input {too_long[0]} framed as variant {variant['name']} runs past --max-context {limit} with its continuation")
+        edges = bucket_edges(max(limit, max(t.shape[0] for _, t in v.sequences)))
+        row = {"name": variant["name"], "description": variant["description"], "tokens": [int(t.shape[0]) for _, t in v.sequences],
+               **_variant_side(run_drafter(v, path, options, edges, f"variant {variant['name']}", progress))}
+        if options.compare:
+            row["compare"] = _variant_side(run_drafter(v, options.compare, options, edges, f"variant {variant['name']}, compare", progress))
+        rows.append(row)
+
+    def spreads(pick) -> dict:
+        return {"acceptance_length": spread([pick(r)["acceptance_length"] for r in rows]),
+                "every_position_acceptance_length": spread([pick(r)["every_position_acceptance_length"] for r in rows])}
+
+    out = {"inputs": len(framed_records[0][1]), "variants": rows, "spread": spreads(lambda r: r)}
+    if options.compare:
+        out["compare_spread"] = spreads(lambda r: r["compare"])
+    return out
+
+
 def drift(path: str, options: DriftOptions, progress: Callable[[str, int], object] | None = None) -> dict:
     """Run the drift measurement and return the report's data (schemas/drift.schema.json, without the contract keys)."""
     if options.sink_tokens < 1:
         raise UsageError("--sink-tokens must be at least 1")
     if options.chunk < 1:
         raise UsageError("--chunk must be at least 1")
+    if options.temperature is not None and options.temperature <= 0:
+        raise UsageError("--temperature must be above 0 (the greedy figures are the default report)")
+    if not 0 < options.top_p <= 1:
+        raise UsageError("--top-p must lie in (0, 1]")
+    if options.top_p != 1.0 and options.temperature is None:
+        raise UsageError("--top-p applies to sampling: give --temperature too")
     verifier = Verifier(VerifyOptions(target=options.target, max_new_tokens=options.max_new_tokens, k=options.k, device=options.device,
                                       dtype=options.dtype, source_dialect=options.source_dialect,
                                       norm_output_semantics=options.norm_output_semantics, command="drift"), progress)
@@ -276,13 +349,20 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
         records, source = read_prompt_records(options.prompts), options.prompts
     else:
         records, source = long_records(verifier.load_target().tokenizer, limit, options.inputs_per_bucket, reserve), LONG_SOURCE
+    framed = None
+    if options.variants:  # framed before the long runs, so that a prompt set variants cannot frame fails at once
+        from .variants import variant_records
+
+        framed = variant_records(records, verifier.load_target().tokenizer, source)
     verifier.prepare(records)
     too_long = [p.id for p, tokens in verifier.sequences if tokens.shape[0] > limit]
     if too_long:
         raise UsageError(f"input {too_long[0]} runs past --max-context {limit} with its continuation")
     edges = bucket_edges(max(limit, max(t.shape[0] for _, t in verifier.sequences)))
-    mine = side_report(run_drafter(verifier, path, options, edges, "drafter", progress), edges, options.k)
-    other = side_report(run_drafter(verifier, options.compare, options, edges, "compare", progress), edges, options.k) if options.compare else None
+    sampling = (options.temperature, options.top_p)
+    mine = side_report(run_drafter(verifier, path, options, edges, "drafter", progress), edges, options.k, *sampling)
+    other = side_report(run_drafter(verifier, options.compare, options, edges, "compare", progress), edges, options.k, *sampling) if options.compare else None
+    variants = run_variants(verifier, framed, path, options, limit, progress) if framed else None
     findings = []
     for side in (mine, other):
         if side and side["acceptance"]["every_position"]["num_drafts"] and not side["acceptance"]["every_position"]["num_accepted_tokens"]:
@@ -306,5 +386,7 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
         "fc_input": mine["fc_input"],
         "seconds": mine["seconds"],
         "compare": None if other is None else {**other, "ratios": ratios(mine, other)},
+        "variants": variants,
+        "sampling": mine["sampling"],
         "findings": findings,
     }

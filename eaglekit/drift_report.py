@@ -9,9 +9,10 @@ import html
 import json
 from pathlib import Path
 
-from ..errors import MissingDependencyError
+from .errors import MissingDependencyError
 
-PLOTS = ("per_depth.png", "by_context_length.png", "fc_input.png")
+PLOTS = ("per_depth.png", "by_context_length.png", "fc_input.png")  # always written
+VARIANTS_PLOT, SAMPLING_PLOT = "variants.png", "sampling.png"  # with --variants, --temperature
 
 
 def _f(x, digits: int = 3) -> str:
@@ -72,7 +73,38 @@ def tables(r: dict) -> list[tuple[str, list[tuple[str, ...]]]]:
                 rows.append((f"{label} |chunk|", *[_f(x, 2) for x in fc["chunk_norms"]], _f(fc["max_over_min"], 2)))
                 rows.append((f"{label} share", *[_f(x) for x in fc["chunk_shares"]], ""))
         out.append(("Fused input balance: each aux chunk's norm as it enters fc (after input_norm / fc_norm)", rows))
+
+    if r.get("sampling"):
+        s = r["sampling"]
+        cmp = other.get("sampling") if other else None
+        rows = [("", "drafter", *(["compare", "ratio"] if cmp else []))]
+        for label, key in (("expected AL", "acceptance_length"), ("greedy AL, same chains", "greedy_acceptance_length")):
+            rows.append((label, _f(s[key]), *([_f(cmp[key]), _f(_ratio(s[key], cmp[key]))] if cmp else [])))
+        for i, rate in enumerate(s["per_position_rate"]):
+            rows.append((f"P(step {i + 1} accepted)", _f(rate), *([_f(cmp["per_position_rate"][i]), _f(_ratio(rate, cmp["per_position_rate"][i]))] if cmp else [])))
+        out.append((f"Sampling (temperature {s['temperature']:g}, top-p {s['top_p']:g}): expected acceptance under vLLM's rejection sampler, "
+                    f"every position, {s['num_drafts']} drafts", rows))
+
+    if r.get("variants"):
+        v = r["variants"]
+        rows = [("variant", "tokens", "AL", "AL every pos", *(["cmp AL", "cmp every pos", "ratio"] if other else []))]
+        for row in v["variants"]:
+            line = [row["name"], f"{min(row['tokens'])}-{max(row['tokens'])}", _f(row["acceptance_length"]), _f(row["every_position_acceptance_length"])]
+            if other:
+                c = row["compare"]
+                line += [_f(c["acceptance_length"]), _f(c["every_position_acceptance_length"]), _f(_ratio(row["acceptance_length"], c["acceptance_length"]))]
+            rows.append(tuple(line))
+        for label, key in (("spread (max-min)", "range"), ("range / mean", "relative_range"), ("std", "std")):
+            line = [label, "", _f(v["spread"]["acceptance_length"][key]), _f(v["spread"]["every_position_acceptance_length"][key])]
+            if other:
+                line += [_f(v["compare_spread"]["acceptance_length"][key]), _f(v["compare_spread"]["every_position_acceptance_length"][key]), ""]
+            rows.append(tuple(line))
+        out.append((f"Acceptance per prompt variant (the same {v['inputs']} inputs, each framing with its own greedy continuation)", rows))
     return out
+
+
+def _ratio(a, b):
+    return None if a is None or b is None or not a else b / a
 
 
 # -- plots -----------------------------------------------------------------------------------------------
@@ -144,6 +176,36 @@ def plot(r: dict, directory: Path) -> list[Path]:
     written.append(directory / PLOTS[2])
     fig.savefig(written[-1], dpi=90)
     plt.close(fig)
+
+    if r.get("variants"):
+        rows = r["variants"]["variants"]
+        fig, ax = plt.subplots(figsize=(max(6.5, 1.1 * len(rows)), 3.8))
+        for i, (label, pick) in enumerate([(sides[0][0], lambda row: row)] + ([(sides[1][0], lambda row: row["compare"])] if len(sides) > 1 else [])):
+            ax.bar([x + i * width for x in range(len(rows))], [pick(row)["acceptance_length"] for row in rows], width, label=label)
+        ax.set_xticks([x + width * (len(sides) - 1) / 2 for x in range(len(rows))], [row["name"] for row in rows], rotation=20, fontsize=8)
+        ax.set_title("acceptance length per prompt variant (as a greedy vLLM run counts it)", fontsize=10)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        written.append(directory / VARIANTS_PLOT)
+        fig.savefig(written[-1], dpi=90)
+        plt.close(fig)
+
+    if r.get("sampling"):
+        fig, ax = plt.subplots(figsize=(6.5, 3.8))
+        for label, side in sides:
+            s = side.get("sampling")
+            if s:
+                steps = list(range(1, len(s["per_position_rate"]) + 1))
+                ax.plot(steps, s["per_position_rate"], marker="o", label=f"{label}: T={s['temperature']:g}")
+                ax.plot(steps, [d["acceptance_rate"] or 0 for d in side["per_depth"]], marker="s", linestyle="--", label=f"{label}: greedy")
+        ax.set_title("P(step accepted): sampling (expected) vs greedy", fontsize=10)
+        ax.set_xlabel("draft step")
+        ax.set_xticks(list(range(1, r["num_speculative_tokens"] + 1)))
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        written.append(directory / SAMPLING_PLOT)
+        fig.savefig(written[-1], dpi=90)
+        plt.close(fig)
     return written
 
 
