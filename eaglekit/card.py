@@ -8,7 +8,6 @@ beside the checkpoint, its acceptance length and parity checks go in too.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from . import __version__
@@ -107,27 +106,14 @@ def _features_31(d) -> str:
     return f" ({', '.join(used)})" if used else ""
 
 
-# A string PyYAML writes as it is (a plain scalar): a letter first, then letters, digits and _ . / -, and not one of the
-# words YAML 1.1 reads as a bool or null. Anything else goes through PyYAML itself.
-_PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9_./-]*")
-_RESERVED = {w for word in ("yes", "no", "true", "false", "on", "off", "null") for w in (word, word.capitalize(), word.upper())}
-
-
-def _plain(value: object) -> bool:
-    return isinstance(value, str) and _PLAIN.fullmatch(value) is not None and value not in _RESERVED
-
-
 def card_metadata(**fields: object) -> str:
     """The card's YAML metadata block, as huggingface_hub's ``ModelCardData(**fields).to_yaml()`` writes it: the fields
-    that are not None, in order, through PyYAML with ``allow_unicode`` (its ``yaml_dump``). Written here because importing
-    ``ModelCardData`` costs ``push --dry-run`` filelock and the client's utilities; the usual values (ids, names, tags)
-    are plain scalars written directly, so PyYAML is imported only for others. tests/test_push.py holds this equal to
-    ``ModelCardData`` on the usual values and on values that need quoting."""
+    that are not None, in order, each tag once, through PyYAML with ``allow_unicode`` (its ``yaml_dump``). PyYAML
+    directly because importing ``ModelCardData`` costs ``push --dry-run`` the Hub client's imports (httpx, filelock);
+    tests/test_push.py and test_properties.py hold the two equal."""
     fields = {k: v for k, v in fields.items() if v is not None}
     if "tags" in fields:  # ModelCardData keeps each tag once, in order
         fields["tags"] = list(dict.fromkeys(fields["tags"]))
-    if all(_plain(v) or (isinstance(v, list) and v and all(_plain(x) for x in v)) for v in fields.values()):
-        return "\n".join(f"{k}: {v}" if isinstance(v, str) else f"{k}:\n" + "\n".join(f"- {x}" for x in v) for k, v in fields.items())
     import yaml
 
     return yaml.safe_dump(fields, allow_unicode=True, sort_keys=False).strip()
