@@ -181,7 +181,7 @@ def _serve(drafter: Path, target: Path) -> dict:
     if AGAINST == "vllm":
         with against_vllm.stdout_to_stderr():
             return vllm_runner.run(job)
-    return against_vllm._run_elsewhere(envs.python_for(AGAINST), job)
+    return against_vllm._run_elsewhere(envs.python_for(AGAINST), [job])[0]
 
 
 RULES = {
