@@ -128,6 +128,14 @@ def _sides(r: dict) -> list[tuple[str, dict]]:
     return sides
 
 
+def _save(plt, fig, path: Path) -> Path:
+    """One figure written as a PNG and closed."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
 def plot(r: dict, directory: Path) -> list[Path]:
     plt = require_matplotlib()
     written = []
@@ -143,10 +151,7 @@ def plot(r: dict, directory: Path) -> list[Path]:
         ax.set_xlabel("draft step")
         ax.set_xticks([d["step"] for d in r["per_depth"]])
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    written.append(directory / PLOTS[0])
-    fig.savefig(written[-1], dpi=90)
-    plt.close(fig)
+    written.append(_save(plt, fig, directory / PLOTS[0]))
 
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     sides = _sides(r)
@@ -159,10 +164,7 @@ def plot(r: dict, directory: Path) -> list[Path]:
     ax.set_title("acceptance length by absolute position", fontsize=10)
     ax.set_xlabel("position of the chain's start (tokens)")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    written.append(directory / PLOTS[1])
-    fig.savefig(written[-1], dpi=90)
-    plt.close(fig)
+    written.append(_save(plt, fig, directory / PLOTS[1]))
 
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     for i, (label, side) in enumerate(sides):
@@ -172,10 +174,7 @@ def plot(r: dict, directory: Path) -> list[Path]:
     ax.set_title("norm of each aux chunk entering fc", fontsize=10)
     ax.set_xlabel("aux chunk (ascending target layer)")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    written.append(directory / PLOTS[2])
-    fig.savefig(written[-1], dpi=90)
-    plt.close(fig)
+    written.append(_save(plt, fig, directory / PLOTS[2]))
 
     if r.get("variants"):
         rows = r["variants"]["variants"]
@@ -185,10 +184,7 @@ def plot(r: dict, directory: Path) -> list[Path]:
         ax.set_xticks([x + width * (len(sides) - 1) / 2 for x in range(len(rows))], [row["name"] for row in rows], rotation=20, fontsize=8)
         ax.set_title("acceptance length per prompt variant (as a greedy vLLM run counts it)", fontsize=10)
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        written.append(directory / VARIANTS_PLOT)
-        fig.savefig(written[-1], dpi=90)
-        plt.close(fig)
+        written.append(_save(plt, fig, directory / VARIANTS_PLOT))
 
     if r.get("sampling"):
         fig, ax = plt.subplots(figsize=(6.5, 3.8))
@@ -202,10 +198,7 @@ def plot(r: dict, directory: Path) -> list[Path]:
         ax.set_xlabel("draft step")
         ax.set_xticks(list(range(1, r["num_speculative_tokens"] + 1)))
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        written.append(directory / SAMPLING_PLOT)
-        fig.savefig(written[-1], dpi=90)
-        plt.close(fig)
+        written.append(_save(plt, fig, directory / SAMPLING_PLOT))
     return written
 
 
