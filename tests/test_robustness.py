@@ -279,6 +279,18 @@ def test_a_base_model_is_called_one(tmp_path, cli):
         assert_clean_failure(cli(command, base, expect=None), "is a base model (LlamaForCausalLM, 12 layers", "did you mean to pass it as --target?")
 
 
+def test_a_base_model_with_a_malformed_config_is_still_called_one(tmp_path, cli):
+    """Found by tests/test_properties.py: `architectures` that is not a list of names crashed the message itself."""
+    base = tmp_path / "base"
+    base.mkdir()
+    save_file({"layers.3.mlp.up_proj.weight": torch.zeros(2)}, str(base / "model.safetensors"))
+    for config, said in (({"architectures": {"architectures": None}}, "(a causal LM, many layers"),
+                         ({"architectures": [7], "num_hidden_layers": "30"}, "(a causal LM, many layers"),
+                         ({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 30}, "(LlamaForCausalLM, 30 layers")):
+        (base / "config.json").write_text(json.dumps(config))
+        assert_clean_failure(cli("inspect", base, expect=None), "is a base model " + said)
+
+
 def test_pointing_at_a_file_suggests_what_to_give(tmp_path, cli):
     src = write_vllm(tmp_path / "src", Dims())
     assert_clean_failure(cli("inspect", src / "model.safetensors", expect=None), f"got a file (give its directory: {src})")

@@ -101,9 +101,11 @@ def _refuse_base_model(ckpt: Checkpoint) -> None:
         return
     layers = {m.group(1) for n in names if (m := _BASE_MODEL_LAYER.match(n))}
     if layers:
-        archs = (ckpt.config or {}).get("architectures") or ["a causal LM"]
-        count = (ckpt.config or {}).get("num_hidden_layers", "many")
-        raise NotADrafterError(f"{ckpt.label}: this is a base model ({archs[0]}, {count} layers, no fc fusion layer), not an EAGLE "
+        archs = (ckpt.config or {}).get("architectures")
+        arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "a causal LM"
+        count = (ckpt.config or {}).get("num_hidden_layers")
+        count = count if isinstance(count, int) else "many"
+        raise NotADrafterError(f"{ckpt.label}: this is a base model ({arch}, {count} layers, no fc fusion layer), not an EAGLE "
                                "drafter; did you mean to pass it as --target?")
 
 
