@@ -101,6 +101,34 @@ def test_push_dry_run_imports_no_hub_client(drafter, tmp_path):
     assert bad["exit"] == 2 and "is not a valid repository id" in bad["stderr"] and bad["modules"] == []
 
 
+def test_a_command_imports_only_its_own_cli_module(drafter, tmp_path):
+    """The CLI imports a subcommand's module when that subcommand runs: push does not load verify's or drift's."""
+    code = ("import sys; from eaglekit.cli import main\n"
+            "try:\n    main(args=sys.argv[1:], prog_name='eaglekit')\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('eaglekit.cli.') and not m.startswith('eaglekit.cli._')), file=sys.stderr)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", code, "push", str(drafter), "someone/drafter", "--dry-run"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "['eaglekit.cli.push']"
+
+
+def test_every_listed_command_resolves_under_its_own_name():
+    from click.testing import CliRunner
+
+    from eaglekit.cli import COMMANDS, main
+
+    assert main.list_commands(None) == list(COMMANDS)
+    for name in COMMANDS:
+        command = main.get_command(None, name)
+        assert command is not None and command.name == name
+    assert main.get_command(None, "nonsense") is None
+    listing = CliRunner().invoke(main, ["--help"]).output
+    assert [line.split()[0] for line in listing.split("Commands:")[1].strip().splitlines()] == list(COMMANDS)
+    unknown = CliRunner().invoke(main, ["nonsense"])
+    assert unknown.exit_code == 2 and "No such command 'nonsense'" in unknown.output
+
+
 def test_convert_copies_bytes_without_torch_and_the_output_reads_back(drafter, tmp_path):
     out = tmp_path / "out"
     result = run(tmp_path, "convert", drafter, out, "--to", "speculators")
