@@ -140,19 +140,40 @@ def write_safetensors(
     header, ordered = _header(plans, metadata)
     with open(path, "wb", buffering=0) as out:
         out.write(header)
+        writeback = _Writeback(out.fileno())
         for plan in ordered:
             payload = plan.produce()
             if isinstance(payload, ByteRange):
                 if payload.length != plan.nbytes:
                     raise CheckpointError(f"{plan.name}: source holds {payload.length} bytes, expected {plan.nbytes}")
-                _copy_range(payload, out)
+                _copy_range(payload, out, writeback)
             else:
                 _write_tensor(plan, payload, out)
+            writeback.written(out.tell())
             if progress:
                 progress(plan.nbytes)
     # No fsync here: the one caller writes into an atomic_directory, which fsyncs every file in one pass before the
-    # rename that makes the output visible (one writeback of everything, as `cp -r` + `sync`, instead of a wait for
-    # the disk after each shard and a second fsync of the same file).
+    # rename that makes the output visible (one wait for the disk, as `cp -r` + `sync`, instead of one after each shard
+    # and a second fsync of the same file). _Writeback has the disk start on each piece as soon as it is written, so
+    # that wait finds little left to write.
+
+
+class _Writeback:
+    """Asks the kernel to start writing each written piece of at least ``_WRITEBACK_BYTES`` to disk now, without
+    waiting for it (``posix_fadvise(DONTNEED)``: dirty pages are queued for writeback, clean ones leave the page
+    cache). The copy then overlaps the disk's work instead of leaving all of it to the final fsync: on this
+    project's CI machine a 1.9 GB convert went from 0.56 s copy + 0.82 s fsync to ~0.85 s in all. Durability
+    still comes from that fsync alone; this only changes when the writing starts."""
+
+    def __init__(self, fd: int):
+        self.fd, self.start = fd, 0
+
+    def written(self, end: int, *, at_least: int = 0) -> None:
+        if end - self.start < max(at_least, 1):
+            return
+        if hasattr(os, "posix_fadvise"):  # not on macOS or Windows: there the final fsync does it all
+            os.posix_fadvise(self.fd, self.start, end - self.start, os.POSIX_FADV_DONTNEED)
+        self.start = end
 
 
 def _write_tensor(plan: TensorPlan, tensor: torch.Tensor, out) -> None:
@@ -177,16 +198,18 @@ def _write_all(out, view: memoryview | bytes) -> None:
         written += out.write(view[written:])
 
 
-def _copy_range(src: ByteRange, out) -> None:
+def _copy_range(src: ByteRange, out, writeback: _Writeback | None = None) -> None:
     remaining, offset = src.length, src.offset
     with open(src.path, "rb", buffering=0) as f:
         try:
             while remaining:
-                n = os.copy_file_range(f.fileno(), out.fileno(), remaining, offset)
+                n = os.copy_file_range(f.fileno(), out.fileno(), min(remaining, _COPY_CHUNK), offset)
                 if n == 0:
                     raise CheckpointError(f"{src.path}: ended {remaining} bytes early")
                 offset += n
                 remaining -= n
+                if writeback is not None:
+                    writeback.written(out.tell(), at_least=_COPY_CHUNK)
             return
         except (AttributeError, OSError) as exc:
             if isinstance(exc, OSError) and exc.errno not in (18, 22, 38, 95):  # EXDEV EINVAL ENOSYS EOPNOTSUPP
