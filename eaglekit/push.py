@@ -31,6 +31,7 @@ class PushOptions:
     overwrite_card: bool = False
     base_model: str | None = None  # the verifier's Hub id for the card
     allow_untrained: bool = False  # publish a drafter eaglekit upgraded to 3.1 and nobody trained since
+    allow_ambiguous: bool = False  # publish a checkpoint whose files fit two readings of its aux layers
     report: str | None = None  # an `eaglekit drift --report` directory: its figures into the card, its plots into the commit
 
 
@@ -92,6 +93,16 @@ def prepare(path: str, options: PushOptions):
             raise ValidationFailed(
                 f"refusing to publish: the drafter does not validate: {problems[0].message}"
                 + (f", and {len(problems) - 1} more (see `eaglekit validate`)" if len(problems) > 1 else ""),
+                findings,
+            )
+        if report.ambiguity is not None and not options.allow_ambiguous:
+            # a warning for validate (the checkpoint is readable), a refusal here: a published checkpoint is read by
+            # engines one way, and nothing in its files says which way was meant
+            ambiguous = next(f for f in findings if f.check in ("dialect.ambiguous", "aux.ambiguous"))
+            raise ValidationFailed(
+                f"refusing to publish: {ambiguous.message} (each engine reads a published checkpoint one way and nothing in its "
+                "files says which was meant: decide with `eaglekit convert --from DIALECT`, `--aux-layers` or `--target T "
+                "--resolve` first, or pass --allow-ambiguous)",
                 findings,
             )
     with dialects.load(path) as loaded:

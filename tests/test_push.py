@@ -215,6 +215,22 @@ def test_an_untrained_upgrade_is_flagged_by_validate_and_refused_by_push(cli, hu
     assert hub.state.log == []
 
 
+def test_an_ambiguous_checkpoint_is_refused_until_decided(cli, hub, tmp_path):
+    """validate warns (the files can be read); push refuses: engines read a published checkpoint one way, and nothing
+    in it says which reading was meant. The checkpoint is issue 14's (two dialects score equally, ids one apart)."""
+    from test_wild import write_issue14_mla
+
+    src = write_issue14_mla(tmp_path / "mla")
+    result = push(cli, src, "tester/drafter", "--dry-run", expect=1)
+    assert "refusing to publish: ambiguous" in result.stderr and "[2, 4, 5]" in result.stderr and "[1, 3, 4]" in result.stderr
+    assert "--allow-ambiguous" in result.stderr and "--resolve" in result.stderr
+    assert "Serve it" in push(cli, src, "tester/drafter", "--dry-run", "--allow-ambiguous").stdout
+    decided = tmp_path / "decided"
+    cli("convert", src, decided, "--to", "vllm", "--from", "torchspec")
+    assert "Serve it" in push(cli, decided, "tester/drafter", "--dry-run").stdout
+    assert hub.state.log == []
+
+
 def test_no_local_path_is_published(cli, hub, tmp_path):
     """The drafter records its target as a path on the publisher's machine: neither the card nor the files show it."""
     local_target = tmp_path / "home" / "me" / "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -50,12 +50,13 @@ def render(r: dict) -> str:
 @click.option("--no-validate", "skip_validate", is_flag=True, help="Publish without validating (recorded in the card).")
 @click.option("--overwrite-card", is_flag=True, help="Replace a README.md already in PATH with the generated card.")
 @click.option("--allow-untrained", is_flag=True, help="Publish a drafter that `convert --upgrade 3.1` produced and nobody trained since.")
+@click.option("--allow-ambiguous", is_flag=True, help="Publish a checkpoint whose files fit two readings of its aux layers (validate's *.ambiguous).")
 @click.option("--base-model", metavar="ID", help="The verifier's Hub id for the card, when the drafter records a local path or none.")
 @click.option("--report", "report_dir", metavar="DIR",
               help="An `eaglekit drift --report DIR` directory: its tables go into the card, its plots and report.json into the same commit (under drift/).")
 @click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON (schema in schemas/).")
 def push_command(path, repo_id, private, revision, create_pr, commit_message, token, endpoint, dry_run, skip_validate, overwrite_card, allow_untrained,
-                 base_model, report_dir, json_mode):
+                 allow_ambiguous, base_model, report_dir, json_mode):
     """Validate the drafter PATH and publish it to the Hub repository REPO_ID in one commit (stale shards removed in
     the same commit; a concurrent push is refused, not clobbered), with a model card generated from the drafter.
 
@@ -69,6 +70,6 @@ def push_command(path, repo_id, private, revision, create_pr, commit_message, to
     published = api.push(
         path, repo_id, private=private, revision=revision, create_pr=create_pr, commit_message=commit_message, token=token,
         endpoint=endpoint, dry_run=dry_run, validate=not skip_validate, overwrite_card=overwrite_card, base_model=base_model,
-        allow_untrained=allow_untrained, report=report_dir,
+        allow_untrained=allow_untrained, allow_ambiguous=allow_ambiguous, report=report_dir,
     )
     Output(json_mode).emit(published.data, render)
