@@ -307,6 +307,11 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
                     f"{written_as(writer.name, d.attention)} (model_type {d.attention}), the class the tensors fit", "architectures")
         )
 
+    if any(n.check == "mla.q_lora_rank" for n in notes):  # the source's error, repaired by writing the key
+        notes = [n for n in notes if n.check != "mla.q_lora_rank"]
+        notes.append(Finding("mla.q_lora_rank_repaired", "info", f"the source's config.json had no q_lora_rank: wrote {d.mla.q_lora_rank}, "
+                             "the row count of its q_a_proj.weight", "q_lora_rank"))
+
     if d.windowed_layers and writer.window_caveat:
         notes.append(
             Finding("window.writer", "warning", f"draft layers {list(d.windowed_layers)} use a sliding window of {d.window.size}: "

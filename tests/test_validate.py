@@ -109,6 +109,22 @@ def mla_without_q_lora(p: Path) -> Path:
     return config(src, lambda c: c.update(q_lora_rank=None))
 
 
+def test_an_absent_q_lora_rank_is_read_from_q_a_proj_said_once_and_repaired_by_convert(tmp_path, cli):
+    """A noticed misreport: an MLA config that lost its q_lora_rank key read as a q_proj drafter (a "missing q_proj" and
+    three "unexpected" q_a_* tensors). Now one error names the key and the rank its q_a_proj shows; convert writes it."""
+    src = config(write_vllm(tmp_path / "src", Dims(mla=mla_dims())), lambda c: c.pop("q_lora_rank"))
+    findings = validate(src).findings
+    assert [(f.check, f.severity) for f in findings if f.severity == "error"] == [("mla.q_lora_rank", "error")]
+    assert "q_a_proj.weight has 12 rows" in findings[0].message or any("12 rows" in f.message for f in findings)
+    assert not any(f.check.startswith("tensor.") for f in findings)
+    out = json.loads(cli("convert", src, tmp_path / "out", "--to", "vllm", "--json").stdout)
+    assert [n["check"] for n in out["notes"] if n["check"].startswith("mla.")] == ["mla.q_lora_rank_repaired"]
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["q_lora_rank"] == 12
+    assert validate(tmp_path / "out").ok
+    null = config(write_vllm(tmp_path / "null", Dims(mla=mla_dims())), lambda c: c.update(q_lora_rank=None))
+    assert "mla.q_lora_rank" in {f.check for f in validate(null).findings}  # an explicit null is not guessed at
+
+
 @pytest.mark.parametrize("check", sorted(CHECKS))
 def test_each_invariant_is_caught_by_its_id(tmp_path, check):
     make, kw = broken(check)

@@ -13,7 +13,7 @@ The reading algorithm is shared (``read``); dialects hook in only where their se
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from ..errors import ConfigError, UnsupportedError
@@ -341,6 +341,8 @@ class Dialect:
         attention = "mla" if fields["mla"] is not None or fields["model_type"] in MLA_MODEL_TYPES else "llama"
         if attention == "mla" and fields["mla"] is None:
             raise ConfigError(f"{label}: model_type {fields['model_type']!r} is MLA but kv_lora_rank/qk_rope_head_dim are missing")
+        if attention == "mla":
+            fields["mla"] = _q_lora_rank_from_tensors(fields["mla"], base_view, infos, notes)
         if attention == "llama":
             attention, mismatch = attention_from_tensors(ckpt.config, fields["model_type"], infos)
             if mismatch:
@@ -599,6 +601,20 @@ def attention_from_tensors(config: dict, model_type: str | None, infos: Mapping)
         "(KeyError 'midlayer.self_attn.qkv_proj.weight', sglang#9135); vLLM builds its Qwen3 drafter and runs q/k norms "
         "the drafter never had, with unit weights. `eaglekit convert` writes the class the tensors fit"
     )
+
+
+def _q_lora_rank_from_tensors(mla, view: ConfigView, infos: Mapping, notes: list[Finding]):
+    """An MLA config without the ``q_lora_rank`` key (not an explicit null: that is a q_proj drafter) whose checkpoint has
+    ``q_a_proj``: the rank is that tensor's row count. Said as an error (no engine loads the checkpoint as it is; vLLM's
+    config class defaults the rank to 1536), and read from the tensor so that nothing else is misreported (a "missing
+    q_proj") and ``convert`` writes the key."""
+    q_a = infos.get("layers.0.self_attn.q_a_proj.weight")
+    if mla.q_lora_rank is not None or "q_lora_rank" in view.data or q_a is None or len(q_a.shape) != 2:
+        return mla
+    rows = q_a.shape[0]
+    notes.append(Finding("mla.q_lora_rank", "error", f"config.json has no q_lora_rank, which vLLM and SGLang need to load an MLA drafter; "
+                         f"q_a_proj.weight has {rows} rows, so {rows} is read (`eaglekit convert` writes it)", "q_lora_rank"))
+    return replace(mla, q_lora_rank=rows)
 
 
 def _dominant_dtype(infos: Mapping) -> str | None:

@@ -33,7 +33,7 @@ CHECKS: dict[str, str] = {
     "config.num_layers": "num_hidden_layers disagrees with the decoder layers shipped",
     "attention.sliding_window": "draft layers use sliding-window attention: which layers, the window, and what each engine does with it",
     "attention.layer_types": "layer_types is shorter than the decoder layers (vLLM refuses), or names sliding layers without a sliding_window",
-    "mla.q_lora_rank": "an MLA drafter without q_lora_rank (vLLM and SGLang cannot load it)",
+    "mla.q_lora_rank": "an MLA drafter without q_lora_rank (vLLM and SGLang cannot load it); absent with q_a_proj present: read from its rows",
     "vocab.d2t_order": "arange(Vd) + d2t is not strictly increasing",
     "vocab.d2t_range": "arange(Vd) + d2t leaves [0, V)",
     "vocab.t2d_count": "t2d does not mark exactly Vd target tokens",
