@@ -40,6 +40,7 @@ import hashlib
 import itertools
 import json
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -652,13 +653,28 @@ def _handler(state: HubState, base_url: str) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    """socketserver prints a traceback to stderr when handling a request raises, and in-process that print lands in the
+    stderr of the CLI under test (CliRunner captures it: a flaky failure in CI). A client that hung up (it gave up after
+    its retries, or dropped a keep-alive connection) is not the fake's fault: ignored. Anything else is a crash of the
+    fake, recorded and checked when ``serve`` exits."""
+
+    crashes: list[str]
+
+    def handle_error(self, request, client_address) -> None:
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, ConnectionError):
+            self.crashes.append(f"request from {client_address}: {exc!r}")
+
+
 class FakeHub:
     """The server: ``url`` to point the client at, ``state`` to steer and inspect, ``close()`` when done."""
 
     def __init__(self, token: str = TOKEN):
         self.state = HubState(token)
         self.sleeps: list[float] = []  # backoff waits the client asked for (recorded, not slept) under serve()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+        self.server = _Server(("127.0.0.1", 0), BaseHTTPRequestHandler)
+        self.server.crashes = self.state.crashes
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.server.RequestHandlerClass = _handler(self.state, self.url)
         # A short poll interval: shutdown() waits up to one interval.
