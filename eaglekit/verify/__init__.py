@@ -38,7 +38,7 @@ from .options import VerifyOptions
 from .parity import engine_parity, reference_parity
 from .prompts import Prompt, encode_prompts, read_prompt_records
 from .report import drafter_report, finish
-from .run import SequenceResult, Verifier, resolved_ids, simulate, totals
+from .run import SequenceResult, Verifier, layers_of, resolved_ids, simulate, totals
 
 
 def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], object] | None = None) -> dict:
@@ -65,7 +65,7 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
         if options.hidden_states:
             verifier.prepare_stored(d, ids)
         else:  # the layers of the drafter and of every reading to measure are kept while the target decodes
-            verifier.prepare(capture=tuple({*ids, *(i for _, c in candidates for i in resolved_ids(c, L))}))
+            verifier.prepare(capture=layers_of([d, *(c for _, c in candidates)], L))
         model = verifier.model_for(loaded)
         results, seconds = verifier.run(model, ids, "drafter")
         report = drafter_report(path, loaded, verifier, ids, findings, results, seconds)

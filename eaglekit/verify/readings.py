@@ -14,7 +14,7 @@ from .. import dialects
 from ..model.drafter import INPUT, AuxLayers, Drafter
 from ..errors import UsageError
 from .options import VerifyOptions
-from .run import Verifier, resolved_ids, totals
+from .run import Verifier, layers_of, resolved_ids, totals
 
 # A reading is named the one training used only when its every-position acceptance length beats the runner-up's by
 # this fraction: a real misreading costs far more (the example pair loses ~25% with norm_output flipped; an aux id
@@ -83,7 +83,7 @@ def resolve(path: str, options: VerifyOptions) -> dict | None:
         candidates = aux_readings(loaded, d, L)
         if len(candidates) < 2:
             raise UsageError(f"{path}: --resolve: fewer than two readings fit the target's {L} layers; pass --from or --aux-layers")
-        verifier.prepare()
+        verifier.prepare(capture=layers_of((c for _, c in candidates), L))  # every reading's layers, kept while decoding
         result = measure(verifier, loaded, candidates)
     table = "; ".join(f"{m['reading']}: every-position acceptance length {m['every_position_acceptance_length']:.3f}" for m in result["measured"])
     where = f"on {verifier.target_config.name}, {len(verifier.sequences)} prompts x {options.max_new_tokens} tokens"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 
@@ -88,6 +88,11 @@ def resolved_ids(d: Drafter, L: int) -> tuple[int, ...]:
     if ids is None:  # pragma: no cover - resolved() falls back to the default whenever L is known
         raise UnsupportedError("aux layer ids cannot be resolved")
     return ids
+
+
+def layers_of(drafters: Iterable[Drafter], L: int) -> tuple[int, ...]:
+    """Every target layer these drafters fuse: what to keep while the target decodes (``Verifier.prepare``)."""
+    return tuple(sorted({i for d in drafters for i in resolved_ids(d, L)}))
 
 
 class Verifier:
