@@ -84,6 +84,8 @@ def prepare(path: str, options: PushOptions):
         raise UsageError("--create-pr opens a pull request against the default branch: drop --revision")
     directory = Path(path)
     drift = read_drift_report(Path(options.report)) if options.report else None  # bad input refused before anything else
+    if drift:  # what is published of it names no path on the publisher's machine
+        drift = (scrub_local_paths(drift[0], None), drift[1])
     findings = []
     if options.validate:
         report = validate(path)
@@ -115,13 +117,13 @@ def prepare(path: str, options: PushOptions):
         if options.base_model:
             loaded.drafter = loaded.drafter.with_(verifier=options.base_model)
         card = render_card(loaded, options.repo_id, validated=options.validate, verify_report=read_verify_report(loaded.checkpoint.directory),
-                           drift=(scrub_local_paths(drift[0], None), [f"{DRIFT_DIR}/{p.name}" for p in drift[1]]) if drift else None)
+                           drift=(drift[0], [f"{DRIFT_DIR}/{p.name}" for p in drift[1]]) if drift else None)
         if hub_id(loaded.drafter.verifier) is None:
             findings = [*findings, Finding("card.base_model", "warning", "the drafter names its target by a local path or not at all, so "
                                            "the card names no base model and its serve line says <target model>: pass --base-model ORG/NAME")]
     files = [_upload(p, p.relative_to(directory).as_posix(), options.base_model) for p in collect_files(directory, getattr(path, "roots", ()))]
     if drift:  # the plots and the figures, in the same commit as everything else
-        report_json = jsonfile.dumps(scrub_local_paths(drift[0], None)).encode("utf-8")
+        report_json = jsonfile.dumps(drift[0]).encode("utf-8")
         files += [UploadFile(f"{DRIFT_DIR}/report.json", data=report_json)] + [UploadFile(f"{DRIFT_DIR}/{p.name}", local_path=p) for p in drift[1]]
     kept = any(f.path_in_repo == "README.md" for f in files) and not options.overwrite_card
     if not kept:
