@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .. import dialects, engines
+from .. import dialects
 from ..errors import UsageError
 from ..io import dtypes
 from ..model.drafter import NORM_OUTPUT_SEMANTICS
@@ -34,6 +34,8 @@ class EngineSpecType(click.ParamType):
 
     def convert(self, value, param, ctx):
         if value is not None:
+            from .. import engines  # the engine rules load only when an engine is named
+
             engines.parse(value)
         return value
 

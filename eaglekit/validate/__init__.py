@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .. import dialects, engines
+from .. import dialects
 from ..errors import ConfigError
 from ..findings import Finding, errors
 from ..target import TargetConfig, read_target_config
@@ -55,6 +55,9 @@ class ValidationReport:
 
 def validate(source: str | Path, *, target: str | None = None, engine: str | None = None, scan: bool = False, source_dialect: str = "auto",
              norm_output_semantics: str = "auto") -> ValidationReport:
+    if engine:
+        from .. import engines  # the engine rules load only when an engine is named
+
     release = engines.parse(engine) if engine else None
     target_cfg: TargetConfig | None = read_target_config(target) if target else None
     try:
