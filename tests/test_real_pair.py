@@ -207,16 +207,25 @@ def test_batched_generation_matches_one_prompt_at_a_time(verifier):
 
 
 def test_the_gguf_cache_loads_the_same_target(target, tmp_path, monkeypatch):
-    """The first load parses the GGUF file and saves the dequantised model to the cache; the next loads that: the same
-    config dict, weights, tokenizer (chat template included) and end-of-sequence ids."""
+    """The first load parses the GGUF file and saves the dequantised model to the cache (removing the entry of a copy
+    of the file that is gone); the next loads that: the same config dict, weights, tokenizer (chat template included)
+    and end-of-sequence ids."""
     from eaglekit.target import gguf_cache, read_target_config
     from eaglekit.target.runner import TargetModel
     from eaglekit.verify.prompts import encode_prompts, read_prompt_records
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    gone = tmp_path / "deleted-venv" / Path(target).name
+    gone.parent.mkdir()
+    gone.write_bytes(b"GGUF")
+    stale = gguf_cache.cache_directory(gone)
+    stale.mkdir(parents=True)
+    (stale / gguf_cache.COMPLETE).write_text(str(gone) + "\n")
+    gone.unlink()
     cfg = read_target_config(target)
     direct = TargetModel.load(cfg)
     assert gguf_cache.cached(Path(target)) is not None
+    assert not stale.exists()
     again = read_target_config(target)
     assert again.config == cfg.config
     cached = TargetModel.load(again)

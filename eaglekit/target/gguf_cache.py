@@ -10,6 +10,10 @@ that directory instead. The key is the GGUF file's resolved path, size and modif
 replaced file gets a fresh entry. The directory is written beside its final name and renamed into place: a killed
 run leaves no half entry. A cache that cannot be written (read-only home) is skipped, never an error.
 
+Each entry records the GGUF path it was made from, so that writing an entry also removes the entries no file can
+use any more (``prune``): their GGUF file is gone (a deleted virtual environment, a moved download) or has changed
+since. Without that, every new location of the same file (each fresh environment) left ~0.5 GB behind for good.
+
 This module imports neither torch nor transformers at import time (``read_target_config`` uses it).
 """
 
@@ -25,12 +29,60 @@ GGUF_CONFIG = "eaglekit-gguf-config.json"  # the dict AutoConfig read from the G
 COMPLETE = "eaglekit-complete"  # written last: a directory without it is not used
 
 
+def cache_root() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "eaglekit" / "targets"
+
+
 def cache_directory(gguf_path: Path) -> Path:
     resolved = gguf_path.resolve()
     stat = resolved.stat()
     key = hashlib.sha256(f"{resolved}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "eaglekit" / "targets"
-    return root / f"{resolved.stem}-{key}"
+    return cache_root() / f"{resolved.stem}-{key}"
+
+
+def _is_stale(entry: Path) -> bool:
+    """A complete entry whose GGUF file (the path its COMPLETE marker records) is gone or no longer the file it was
+    made from. Entries without a readable marker (being written, or not eaglekit's) are never judged stale."""
+    try:
+        source = Path((entry / COMPLETE).read_text().strip())
+    except OSError:
+        return False
+    try:
+        return cache_directory(source) != entry
+    except OSError:  # the file is gone
+        return True
+
+
+def prune(keep: Path | None = None) -> list[Path]:
+    """Remove the stale entries (``_is_stale``) and the temporary directories of runs that died while writing one;
+    the entries removed. ``keep`` is never removed."""
+    removed = []
+    try:
+        entries = list(cache_root().iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        if entry == keep or not entry.is_dir():
+            continue
+        stem, tmp, pid = entry.name.rpartition(".tmp")
+        if tmp and pid.isdigit():
+            stale = not _pid_alive(int(pid))
+        else:
+            stale = _is_stale(entry)
+        if stale:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
 
 
 def cached(gguf_path: Path) -> Path | None:
@@ -92,6 +144,7 @@ def save(gguf_path: Path, model, tokenizer, gguf_config: dict) -> Path | None:
             tmp.replace(directory)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        prune(keep=directory)
         return directory
     except OSError:
         return None
