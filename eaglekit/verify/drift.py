@@ -19,14 +19,14 @@ from typing import Callable
 import torch
 
 from .. import dialects
-from ..errors import UsageError
+from ..errors import EaglekitError, UsageError
 from ..findings import errors
 from ..reference.record import DriftRecorder
 from ..reference.simulate import Counters, accepted_lengths, chains_from, every_position, first_pass
 from ..validate.checks import CheckInput, run_checks
 from .options import VerifyOptions
 from .prompts import read_prompt_records
-from .run import Verifier, chain_starts, count, last_full_start, resolved_ids
+from .run import Verifier, chain_starts, count, last_full_start, layers_of, resolved_ids
 from .sampling import DRAFT_DISTRIBUTION, Expected, prefix_acceptance
 
 FIRST_EDGE = 512  # buckets: < 512, 512-2k, 2k-8k, 8k-32k, ... (x4 each)
@@ -292,8 +292,22 @@ def _variant_side(side: Side) -> dict:
     return out
 
 
+def layers_to_keep(paths: list[str], options: DriftOptions, L: int) -> tuple[int, ...]:
+    """The target layers the drafters at ``paths`` fuse, to keep while the target decodes (so no sequence takes a
+    second full pass for its aux states). A drafter that cannot be read, or names layers the target lacks, adds none:
+    ``run_drafter`` says what is wrong with it in its own words."""
+    drafters = []
+    for path in paths:
+        try:
+            with dialects.load(path, options.source_dialect, norm_output_semantics=options.norm_output_semantics, target_num_layers=L) as loaded:
+                drafters.append(loaded.drafter.with_(target_num_layers=L))
+        except EaglekitError:
+            continue
+    return tuple(i for i in layers_of(drafters, L) if 0 <= i <= L)
+
+
 def run_variants(verifier: Verifier, framed_records: list[tuple[dict, list[dict]]], path: str, options: DriftOptions, limit: int,
-                 progress: Callable[[str, int], object] | None) -> dict:
+                 progress: Callable[[str, int], object] | None, keep: tuple[int, ...] = ()) -> dict:
     """--variants: the inputs' content framed by every variant (variants.py), each with its own greedy continuation,
     drafted by the drafter (and --compare); acceptance per variant and its spread across variants."""
     from .variants import spread
@@ -302,7 +316,7 @@ def run_variants(verifier: Verifier, framed_records: list[tuple[dict, list[dict]
     for variant, framed in framed_records:
         v = Verifier(verifier.options, progress)
         v.target = verifier.target  # one target for every variant
-        v.prepare(framed)
+        v.prepare(framed, capture=keep)
         too_long = [p.id for p, tokens in v.sequences if tokens.shape[0] > limit]
         if too_long:
             raise UsageError(f"input {too_long[0]} framed as variant {variant['name']} runs past --max-context {limit} with its continuation")
@@ -354,7 +368,8 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
         from .variants import variant_records
 
         framed = variant_records(records, verifier.load_target().tokenizer, source)
-    verifier.prepare(records)
+    keep = layers_to_keep([path, *([options.compare] if options.compare else [])], options, verifier.target_config.num_layers)
+    verifier.prepare(records, capture=keep)
     too_long = [p.id for p, tokens in verifier.sequences if tokens.shape[0] > limit]
     if too_long:
         raise UsageError(f"input {too_long[0]} runs past --max-context {limit} with its continuation")
@@ -362,7 +377,7 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
     sampling = (options.temperature, options.top_p)
     mine = side_report(run_drafter(verifier, path, options, edges, "drafter", progress), edges, options.k, *sampling)
     other = side_report(run_drafter(verifier, options.compare, options, edges, "compare", progress), edges, options.k, *sampling) if options.compare else None
-    variants = run_variants(verifier, framed, path, options, limit, progress) if framed else None
+    variants = run_variants(verifier, framed, path, options, limit, progress, keep) if framed else None
     findings = []
     for side in (mine, other):
         if side and side["acceptance"]["every_position"]["num_drafts"] and not side["acceptance"]["every_position"]["num_accepted_tokens"]:
