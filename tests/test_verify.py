@@ -13,6 +13,7 @@ from safetensors.torch import load_file, save_file
 import tiny_pair
 from eaglekit import schemas
 from eaglekit.convert import ConvertOptions, convert
+from eaglekit.target.runner import PADDING, length_groups
 from eaglekit.verify import VerifyOptions, verify
 
 
@@ -268,6 +269,22 @@ def test_readings_the_files_cannot_tell_apart_are_measured(pair31, cli, tmp_path
     assert said["readings"] is None  # the user said which: nothing to measure
 
 
+def test_prompts_are_grouped_by_length_with_bounded_padding():
+    # the demo's prompts: one group, longest first
+    demo = [38, 41, 43, 41, 39, 39, 48, 37]
+    assert length_groups(demo, 16) == [[6, 2, 1, 3, 4, 5, 0, 7]]
+    assert length_groups(demo, 3) == [[6, 2, 1], [3, 4, 5], [0, 7]]
+    # drift's long inputs: padded together, 2.3x the positions of the prompts themselves
+    assert length_groups([289, 1312, 5153], 16) == [[2], [1], [0]]
+    assert length_groups([289, 1312, 5153], 16, padding=float("inf")) == [[2, 1, 0]]
+    for lengths in ([5, 9, 9, 30, 31, 32, 100, 7], [1], [4, 4, 4, 4], list(range(1, 60, 3))):
+        groups = length_groups(lengths, 4)
+        assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+        for g in groups:
+            assert 1 <= len(g) <= 4 and all(lengths[a] >= lengths[b] for a, b in zip(g, g[1:]))
+            assert len(g) == 1 or lengths[g[0]] * len(g) <= (1 + PADDING) * sum(lengths[i] for i in g)
+
+
 def test_batched_target_runs_match_one_prompt_at_a_time(pair):
     """verify decodes every prompt in one left-padded batch: the tokens must be the one-prompt greedy run's, token
     for token."""
@@ -278,8 +295,8 @@ def test_batched_target_runs_match_one_prompt_at_a_time(pair):
     target = TargetModel.load(read_target_config(pair["target"]))
     prompts = [r["input_ids"] for r in read_prompt_records(str(pair["prompts"]))]
     one = [target.generate(p, 44) for p in prompts]
-    for batch_size in (16, 4):
-        assert [t.tolist() for t in target.generate_batch(prompts, 44, batch_size=batch_size)] == [t.tolist() for t in one]
+    for batch_size, padding in ((16, float("inf")), (4, float("inf")), (16, PADDING)):  # all padded together; and as grouped by length
+        assert [t.tolist() for t in target.generate_batch(prompts, 44, batch_size=batch_size, padding=padding)] == [t.tolist() for t in one]
 
 
 def test_states_captured_while_decoding_are_the_full_pass_states(pair):
@@ -300,7 +317,7 @@ def test_states_captured_while_decoding_are_the_full_pass_states(pair):
     one = [target.generate(p, 20) for p in prompts]
     assert one[0].shape[0] == len(prompts[0]) + 6 and any(t.shape[0] == len(p) + 20 for p, t in zip(prompts, one))
     for batch_size in (16, 2):
-        decoded = target.decode_batch(prompts, 20, batch_size=batch_size, capture=slots)
+        decoded = target.decode_batch(prompts, 20, batch_size=batch_size, padding=float("inf"), capture=slots)
         assert [t.tolist() for t, _ in decoded] == [t.tolist() for t in one]
         for tokens, states in decoded:
             full, _ = target.aux_states(tokens, slots)
