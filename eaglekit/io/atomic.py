@@ -60,7 +60,8 @@ def check_destination(destination: Path, *, force: bool, protect: Iterable[Path]
     return dest
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (owned by anyone): a writer whose temporary files must not be swept."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -74,7 +75,7 @@ def _clean_stale(parent: Path, name: str) -> None:
     for marker in (_TMP_MARK, _OLD_MARK):
         for leftover in parent.glob(f".{name}{marker}*"):
             pid_text = leftover.name[len(f".{name}{marker}") :].split("-", 1)[0]
-            if pid_text.isdigit() and not _pid_alive(int(pid_text)):
+            if pid_text.isdigit() and not pid_alive(int(pid_text)):
                 shutil.rmtree(leftover, ignore_errors=True)
 
 

@@ -25,6 +25,8 @@ import os
 import shutil
 from pathlib import Path
 
+from ..io.atomic import pid_alive
+
 GGUF_CONFIG = "eaglekit-gguf-config.json"  # the dict AutoConfig read from the GGUF metadata, as read_target_config returns it
 COMPLETE = "eaglekit-complete"  # written last: a directory without it is not used
 
@@ -66,23 +68,13 @@ def prune(keep: Path | None = None) -> list[Path]:
             continue
         stem, tmp, pid = entry.name.rpartition(".tmp")
         if tmp and pid.isdigit():
-            stale = not _pid_alive(int(pid))
+            stale = not pid_alive(int(pid))
         else:
             stale = _is_stale(entry)
         if stale:
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
     return removed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, owned by someone else
-        return True
-    return True
 
 
 def cached(gguf_path: Path) -> Path | None:
