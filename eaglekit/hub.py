@@ -127,11 +127,16 @@ class UploadFile:
         return digest.hexdigest()
 
     def operation(self) -> Any:
-        """A fresh ``CommitOperationAdd`` (the client mutates these and refuses to reuse a committed one)."""
+        """A fresh ``CommitOperationAdd`` (the client mutates these and refuses to reuse a committed one), given the
+        sha256 eaglekit computed (the plan lists it; an unchanged file is recognised by it), so that the client does
+        not read a file of several GB once more to hash it again (``UploadInfo.sha256`` is settable for that)."""
         from huggingface_hub import CommitOperationAdd
 
         source = self.data if self.data is not None else str(self.local_path)
-        return CommitOperationAdd(path_in_repo=self.path_in_repo, path_or_fileobj=source)
+        operation = CommitOperationAdd(path_in_repo=self.path_in_repo, path_or_fileobj=source)
+        if self.local_path is not None:
+            operation.upload_info.sha256 = bytes.fromhex(self.sha256)
+        return operation
 
 
 @dataclass

@@ -93,6 +93,20 @@ def test_new_repo_gets_one_commit_with_every_file(fake_hub: FakeHub, tmp_path):
     assert not state.repos[REPO].private
 
 
+def test_a_push_reads_each_file_to_hash_it_once(fake_hub: FakeHub, tmp_path, monkeypatch):
+    """eaglekit hashes each file for its plan; the client is handed that hash instead of reading the file again."""
+    from huggingface_hub import lfs
+
+    def refuse(fileobj, *args, **kwargs):
+        raise AssertionError("huggingface_hub hashed a file eaglekit had hashed already")
+
+    monkeypatch.setattr(lfs, "sha_fileobj", refuse)
+    files = drafter_files(1, tmp_path / "d")
+    push(files)
+    assert fake_hub.state.files(REPO)["model.safetensors"] == content(files)["model.safetensors"]
+    assert hashlib.sha256(content(files)["model.safetensors"]).hexdigest() in fake_hub.state.blobs
+
+
 def test_private_repo_in_an_organisation(fake_hub: FakeHub):
     result = push(repo="some-org/drafter", private=True)
     assert result.created_repo
