@@ -10,6 +10,12 @@ steadier comparison; run with OMP_NUM_THREADS=1 for that), whether the tokens ar
 |diff|, and relative where |x| > 1), per aux layer. On the demo's prompts and target (SmolLM2 GGUF from the cache).
 
     python benchmarks/verify_stages.py [--prompts 8] [--max-new-tokens 64] [--rounds 2]
+
+``--speculative-floor AL`` measures instead what decoding the way vLLM does (the target checks K drafted tokens per
+forward) would cost the target at acceptance length AL (vLLM measured 2.04 on the demo): the same KV-cached batched
+forwards fed 1 token per row and K+1 tokens per row, ms per forward, and the target's decode time each way for the
+continuation (one forward per token, or one per AL tokens). The drafted tokens' cost is not counted, so this is a
+floor for that route: if it is not fast enough, no drafting makes it so.
 """
 
 from __future__ import annotations
@@ -50,16 +56,54 @@ def with_generate(target: TargetModel, prompts: list[list[int]], new: int) -> li
     return rows
 
 
+@torch.no_grad()
+def forward_ms(target: TargetModel, prompts: list[list[int]], width_per_step: int, steps: int) -> float:
+    """Milliseconds per KV-cached forward of every prompt fed ``width_per_step`` new tokens (after a padded prefill)."""
+    from transformers import DynamicCache
+
+    model, pad = target.model, target.pad_token_id()
+    width = max(len(p) for p in prompts)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache(config=model.config)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    generator = torch.Generator().manual_seed(0)
+    start = time.perf_counter()
+    for _ in range(steps):
+        fed = torch.randint(0, model.config.vocab_size, (len(prompts), width_per_step), generator=generator)
+        mask = torch.cat([mask, mask.new_ones(len(prompts), width_per_step)], dim=-1)
+        positions = positions[:, -1:] + 1 + torch.arange(width_per_step)[None]
+        out = model(input_ids=fed, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
+                    logits_to_keep=width_per_step)
+        out.logits.argmax(-1)
+    return (time.perf_counter() - start) / steps * 1000
+
+
+def speculative_floor(target: TargetModel, prompts: list[list[int]], new: int, k: int, al: float, rounds: int) -> None:
+    steps = new
+    spec_steps = int(-(-new // al))
+    for r in range(rounds):
+        one, chunk = forward_ms(target, prompts, 1, steps), forward_ms(target, prompts, k + 1, spec_steps)
+        print(f"round {r + 1}: {len(prompts)} prompts, forward fed 1 token each {one:.0f} ms, fed {k + 1} each {chunk:.0f} ms | "
+              f"{new} tokens: one forward per token {steps * one / 1000:.2f} s, one per {al} tokens ({spec_steps} forwards) "
+              f"{spec_steps * chunk / 1000:.2f} s, drafting not counted", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("-k", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--speculative-floor", type=float, metavar="AL", help="the target's cost of decoding by checking K drafts per forward at this acceptance length")
     args = ap.parse_args()
     target = TargetModel.load(read_target_config(smollm2()))
     prompts = [p.ids for p in encode_prompts(read_prompt_records(str(PROMPTS)), target.tokenizer, args.prompts)]
     new = args.max_new_tokens + args.k + 1  # what verify decodes: K+1 lookahead tokens past the judged ones
+    if args.speculative_floor:
+        speculative_floor(target, prompts, new, args.k, args.speculative_floor, args.rounds)
+        return
     for r in range(args.rounds):
         times = {}
         for name in (["before", "now"] if r % 2 == 0 else ["now", "before"]):
