@@ -273,6 +273,29 @@ def test_usage_errors_exit_2(pair31, cli):
     assert "--prompts" in result.stderr
 
 
+def test_a_drafter_that_cannot_run_is_refused_before_the_target_decodes(pair31, tmp_path, monkeypatch):
+    """Both drafters are read and checked once, before the long decode: a --compare whose aux layers the 8-layer
+    target lacks is refused at once, in run_checks' words."""
+    import shutil
+
+    from eaglekit.errors import UsageError
+    from eaglekit.target.runner import TargetModel
+    from eaglekit.verify.drift import DriftOptions, drift
+
+    bad = tmp_path / "bad"
+    shutil.copytree(pair31["drafter"], bad)
+    config = json.loads((bad / "config.json").read_text())
+    config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [1, 4, 40]
+    (bad / "config.json").write_text(json.dumps(config))
+
+    def decoded(*args, **kwargs):
+        raise AssertionError("the target decoded before the drafters were checked")
+
+    monkeypatch.setattr(TargetModel, "decode_batch", decoded)
+    with pytest.raises(UsageError, match="bad cannot run on"):
+        drift(str(pair31["drafter"]), DriftOptions(target=str(pair31["target"]), prompts=str(pair31["prompts"]), compare=str(bad)))
+
+
 # -- --variants ------------------------------------------------------------------------------------------------
 
 

@@ -19,8 +19,9 @@ from typing import Callable
 import torch
 
 from .. import dialects
-from ..errors import EaglekitError, UsageError
+from ..errors import UsageError
 from ..findings import errors
+from ..reference.model import ReferenceDrafter
 from ..reference.record import DriftRecorder
 from ..reference.simulate import Counters, accepted_lengths, chains_from, every_position, first_pass
 from ..validate.checks import CheckInput, run_checks
@@ -116,8 +117,17 @@ class Side:
     sampling: Expected | None = None  # --temperature: expected acceptance over the every-position chains
 
 
-def run_drafter(verifier: Verifier, path: str, options: DriftOptions, edges: list[int], label: str,
-                progress: Callable[[str, int], object] | None) -> Side:
+@dataclass
+class Drafting:
+    """A drafter read, checked against the target and made into its reference model once, for every run over it (the
+    main inputs and each --variants framing); ``ids``: the target layers it fuses."""
+
+    path: str
+    model: ReferenceDrafter
+    ids: tuple[int, ...]
+
+
+def load_drafter(verifier: Verifier, path: str, options: DriftOptions) -> Drafting:
     L = verifier.target_config.num_layers
     with dialects.load(path, options.source_dialect, norm_output_semantics=options.norm_output_semantics, target_num_layers=L) as loaded:
         d = loaded.drafter.with_(target_num_layers=L)
@@ -125,8 +135,12 @@ def run_drafter(verifier: Verifier, path: str, options: DriftOptions, edges: lis
         bad = errors(run_checks(CheckInput(d, loaded.present(), values=loaded.read_values, target=verifier.target_config)))
         if bad:
             raise UsageError(f"{path} cannot run on {verifier.target_config.name}: {bad[0].message} (see `eaglekit validate`)")
-        ids = resolved_ids(d, L)
-        model = verifier.model_for(loaded)
+        return Drafting(path, verifier.model_for(loaded), resolved_ids(d, L))
+
+
+def run_drafter(verifier: Verifier, drafting: Drafting, options: DriftOptions, edges: list[int], label: str,
+                progress: Callable[[str, int], object] | None) -> Side:
+    path, model, ids, d = drafting.path, drafting.model, drafting.ids, drafting.model.d
     edge_t = torch.tensor(edges[1:-1])
     recorder = DriftRecorder(options.sink_tokens, lambda starts: torch.bucketize(starts, edge_t, right=True))
     traj, every = Counters(), Counters()
@@ -292,22 +306,8 @@ def _variant_side(side: Side) -> dict:
     return out
 
 
-def layers_to_keep(paths: list[str], options: DriftOptions, L: int) -> tuple[int, ...]:
-    """The target layers the drafters at ``paths`` fuse, to keep while the target decodes (so no sequence takes a
-    second full pass for its aux states). A drafter that cannot be read, or names layers the target lacks, adds none:
-    ``run_drafter`` says what is wrong with it in its own words."""
-    drafters = []
-    for path in paths:
-        try:
-            with dialects.load(path, options.source_dialect, norm_output_semantics=options.norm_output_semantics, target_num_layers=L) as loaded:
-                drafters.append(loaded.drafter.with_(target_num_layers=L))
-        except EaglekitError:
-            continue
-    return tuple(i for i in layers_of(drafters, L) if 0 <= i <= L)
-
-
-def run_variants(verifier: Verifier, framed_records: list[tuple[dict, list[dict]]], path: str, options: DriftOptions, limit: int,
-                 progress: Callable[[str, int], object] | None, keep: tuple[int, ...] = ()) -> dict:
+def run_variants(verifier: Verifier, framed_records: list[tuple[dict, list[dict]]], draftings: list[Drafting], keep: tuple[int, ...],
+                 options: DriftOptions, limit: int, progress: Callable[[str, int], object] | None) -> dict:
     """--variants: the inputs' content framed by every variant (variants.py), each with its own greedy continuation,
     drafted by the drafter (and --compare); acceptance per variant and its spread across variants."""
     from .variants import spread
@@ -322,9 +322,9 @@ def run_variants(verifier: Verifier, framed_records: list[tuple[dict, list[dict]
             raise UsageError(f"input {too_long[0]} framed as variant {variant['name']} runs past --max-context {limit} with its continuation")
         edges = bucket_edges(max(limit, max(t.shape[0] for _, t in v.sequences)))
         row = {"name": variant["name"], "description": variant["description"], "tokens": [int(t.shape[0]) for _, t in v.sequences],
-               **_variant_side(run_drafter(v, path, options, edges, f"variant {variant['name']}", progress))}
-        if options.compare:
-            row["compare"] = _variant_side(run_drafter(v, options.compare, options, edges, f"variant {variant['name']}, compare", progress))
+               **_variant_side(run_drafter(v, draftings[0], options, edges, f"variant {variant['name']}", progress))}
+        if len(draftings) > 1:
+            row["compare"] = _variant_side(run_drafter(v, draftings[1], options, edges, f"variant {variant['name']}, compare", progress))
         rows.append(row)
 
     def spreads(pick) -> dict:
@@ -368,16 +368,21 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
         from .variants import variant_records
 
         framed = variant_records(records, verifier.load_target().tokenizer, source)
-    keep = layers_to_keep([path, *([options.compare] if options.compare else [])], options, verifier.target_config.num_layers)
+    # each drafter read and checked once, before the target decodes: a drafter that cannot run fails at once, and the
+    # layers both fuse are kept while the target decodes (no second full pass per sequence for the aux states)
+    verifier.load_target()
+    draftings = [load_drafter(verifier, p, options) for p in (path, *([options.compare] if options.compare else []))]
+    keep = layers_of([x.model.d for x in draftings], verifier.target_config.num_layers)
     verifier.prepare(records, capture=keep)
     too_long = [p.id for p, tokens in verifier.sequences if tokens.shape[0] > limit]
     if too_long:
         raise UsageError(f"input {too_long[0]} runs past --max-context {limit} with its continuation")
     edges = bucket_edges(max(limit, max(t.shape[0] for _, t in verifier.sequences)))
     sampling = (options.temperature, options.top_p)
-    mine = side_report(run_drafter(verifier, path, options, edges, "drafter", progress), edges, options.k, *sampling)
-    other = side_report(run_drafter(verifier, options.compare, options, edges, "compare", progress), edges, options.k, *sampling) if options.compare else None
-    variants = run_variants(verifier, framed, path, options, limit, progress, keep) if framed else None
+    sides = [side_report(run_drafter(verifier, drafting, options, edges, label, progress), edges, options.k, *sampling)
+             for drafting, label in zip(draftings, ("drafter", "compare"))]
+    mine, other = sides[0], sides[1] if len(sides) > 1 else None
+    variants = run_variants(verifier, framed, draftings, keep, options, limit, progress) if framed else None
     findings = []
     for side in (mine, other):
         if side and side["acceptance"]["every_position"]["num_drafts"] and not side["acceptance"]["every_position"]["num_accepted_tokens"]:
