@@ -42,12 +42,13 @@ def main() -> int:
     drafters = ROOT / "examples" / "drafters"
     cmd = [sys.executable, "-m", "eaglekit", "drift", str(drafters / "smollm2-eagle3-specforge"), "--target", target(),
            "--compare", str(drafters / "smollm2-eagle3.1-specforge"), "--max-context", str(args.max_context),
-           "--inputs-per-bucket", "1", "--json", *(["--report", args.report] if args.report else []), *args.extra]
+           "--inputs-per-bucket", "1", "--json", *(["--report", str(Path(args.report).resolve())] if args.report else []), *args.extra]
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     load_before = os.getloadavg()[0]
     with tempfile.NamedTemporaryFile("r") as rss:
         start, cpu0 = time.perf_counter(), os.times()
-        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name, *cmd], env=env, stdout=subprocess.PIPE, stderr=None, text=True)
+        # run from ROOT: `python -m` puts the working directory first on sys.path, before PYTHONPATH
+        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name, *cmd], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=None, text=True)
         wall, cpu1 = time.perf_counter() - start, os.times()
         peak_kib = int(rss.read().split()[-1])
     if proc.returncode not in (0, 1):

@@ -116,14 +116,14 @@ def main() -> None:
             else:
                 decoded = target.decode_batch(prompts, new, capture=IDS)
                 times["now"] = (time.perf_counter() - start, time.process_time() - cpu)
-        same = all(a.tolist() == b.tolist() for a, (b, _) in zip(tokens, decoded))
+        same = all(a.tolist() == d.tokens.tolist() for a, d in zip(tokens, decoded))
         (g, a, gc, ac), (n, nc) = times["before"], times["now"]
         print(f"round {r + 1}: before: generate {g:.2f} s + aux pass {a:.2f} s = {g + a:.2f} s (CPU {gc:.2f} + {ac:.2f} = "
               f"{gc + ac:.2f} s) | now: decode_batch with capture {n:.2f} s (CPU {nc:.2f} s) | tokens identical: {same}", flush=True)
     T = target.config.hidden_size
     for j, k in enumerate(IDS):
         diff = rel = top = 0.0
-        for f, (_, states) in zip(full, decoded):
+        for f, (_, states, _) in zip(full, decoded):
             ref, got = f[:, j * T : (j + 1) * T], states[k]
             d = (got - ref).abs()
             diff, top = max(diff, d.max().item()), max(top, ref.abs().max().item())

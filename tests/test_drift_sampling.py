@@ -59,6 +59,86 @@ def test_chain_logits_equal_separate_runs_on_each_drafted_prefix(pair31):
     assert torch.allclose(again, chained, atol=1e-5)
 
 
+def test_a_pass_kept_while_decoding_is_the_sequence_pass(pair31):
+    """drift --temperature takes each sequence's logits and KV cache from the forwards that decoded it (a padded batch,
+    a row stopping at its end-of-sequence token while the others go on) instead of one more pass over the sequence:
+    the logits after every position from the prompt's last on, and the chain logits drawn from that cache, are the
+    full pass's to fp32 noise, and the cache is the sequence's own (padding cut off, cropped back after use)."""
+    from eaglekit.target import read_target_config
+    from eaglekit.target.runner import TargetModel
+    from eaglekit.verify.prompts import read_prompt_records
+
+    target = TargetModel.load(read_target_config(pair31["target"]))
+    prompts = [r["input_ids"] for r in read_prompt_records(str(pair31["prompts"]))][:4]
+    prompts[1] = prompts[1][:-5]  # a padded row
+    first = target.generate(prompts[2], 12)
+    target.model.generation_config.eos_token_id = int(first[len(prompts[2]) + 3])  # row 2 stops early
+    decoded = target.decode_batch(prompts, 12, capture=(2,), keep_bytes=2**30, padding=float("inf"))
+    assert [d.tokens.tolist() for d in decoded] == [target.generate(p, 12).tolist() for p in prompts]
+    assert decoded[2].tokens.shape[0] == len(prompts[2]) + 4
+    g = torch.Generator().manual_seed(3)
+    chained = 0
+    for prompt, d in zip(prompts, decoded):
+        S, P = d.tokens.shape[0], len(prompt)
+        kept = d.kept
+        assert kept is not None and kept.first == P - 1 and kept.logits.shape[0] == S - P + 1
+        assert kept.cache.get_seq_length() == S
+        positions = torch.arange(P - 1, S)
+        full_logits, full_cache = target.sequence_pass(d.tokens, positions)
+        assert torch.allclose(kept.logits_at(positions), full_logits, atol=1e-4), float((kept.logits_at(positions) - full_logits).abs().max())
+        with pytest.raises(IndexError, match="outside the kept"):
+            kept.logits_at(torch.tensor([P - 2]))  # inside the prompt: never computed
+        starts = torch.arange(P - 2, S - 3)
+        if starts.numel():
+            drafts = torch.randint(1, 96, (starts.shape[0], 3), generator=g)
+            mine = target.chain_logits(kept.cache, S, starts, drafts)
+            assert kept.cache.get_seq_length() == S
+            assert torch.allclose(mine, target.chain_logits(full_cache, S, starts, drafts), atol=1e-4)
+            chained += 1
+    assert chained >= 3
+    # not asked for: nothing kept; over the budget: the first group (the two longest prompts, 0 and 3) is kept, the
+    # next one is not
+    assert all(d.kept is None for d in target.decode_batch(prompts[:2], 4))
+    budgeted = target.decode_batch(prompts, 12, keep_bytes=1, batch_size=2, padding=float("inf"))
+    assert [d.kept is not None for d in budgeted] == [True, False, False, True]
+    assert [d.tokens.tolist() for d in budgeted] == [d.tokens.tolist() for d in decoded]
+
+
+def test_a_cache_that_is_not_the_whole_sequence_is_not_kept():
+    """A sliding-window layer keeps only its last tokens: such a cache cannot stand for the sequence's pass, so none is
+    kept and drift makes the pass (kept is None)."""
+    from transformers import DynamicCache
+
+    from eaglekit.target.runner import _plain_layers
+
+    kv = torch.zeros(1, 2, 6, 4)
+    assert _plain_layers(DynamicCache(ddp_cache_data=[(kv, kv), (kv, kv)])) is not None
+    assert _plain_layers(DynamicCache(ddp_cache_data=[(kv, kv), (kv, kv, torch.tensor(4))])) is None
+    assert _plain_layers(DynamicCache()) is None  # nothing decoded into it
+
+
+def test_drift_sampling_makes_no_second_pass_and_gives_the_same_figures(pair31, monkeypatch):
+    """With the passes kept while decoding, drift --temperature (and --compare, which drafts on the same caches)
+    never runs a sequence pass; the figures are those of the old route (a pass per sequence) to fp32 noise."""
+    from eaglekit.target import runner
+    from eaglekit.verify.drift import DriftOptions, drift
+
+    options = DriftOptions(target=str(pair31["target"]), prompts=str(pair31["prompts"]), max_new_tokens=16, chunk=7, temperature=0.8,
+                           top_p=0.9, compare=str(pair31["drafter"]))
+    passes = []
+    real = runner.TargetModel.sequence_pass
+    monkeypatch.setattr(runner.TargetModel, "sequence_pass", lambda self, *a: passes.append(1) or real(self, *a))
+    kept = drift(str(pair31["drafter"]), options)
+    assert passes == []
+    monkeypatch.setattr(runner, "_plain_layers", lambda cache: None)  # nothing kept: a pass per sequence, per drafter
+    again = drift(str(pair31["drafter"]), options)
+    assert len(passes) == 2 * again["inputs"]["count"]
+    for key in ("acceptance_length", "per_position_rate"):
+        assert kept["sampling"][key] == pytest.approx(again["sampling"][key], abs=1e-5)
+        assert kept["compare"]["sampling"][key] == pytest.approx(again["compare"]["sampling"][key], abs=1e-5)
+    assert kept["acceptance"] == again["acceptance"]
+
+
 def test_prefix_acceptance_is_the_product_of_target_probabilities():
     first = torch.log(torch.tensor([[0.5, 0.3, 0.2]]))
     chain = torch.log(torch.tensor([[[0.1, 0.6, 0.3], [0.25, 0.25, 0.5]]]))

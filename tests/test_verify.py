@@ -318,8 +318,8 @@ def test_states_captured_while_decoding_are_the_full_pass_states(pair):
     assert one[0].shape[0] == len(prompts[0]) + 6 and any(t.shape[0] == len(p) + 20 for p, t in zip(prompts, one))
     for batch_size in (16, 2):
         decoded = target.decode_batch(prompts, 20, batch_size=batch_size, padding=float("inf"), capture=slots)
-        assert [t.tolist() for t, _ in decoded] == [t.tolist() for t in one]
-        for tokens, states in decoded:
+        assert [d.tokens.tolist() for d in decoded] == [t.tolist() for t in one]
+        for tokens, states, _ in decoded:
             full, _ = target.aux_states(tokens, slots)
             captured = torch.cat([states[k] for k in slots], dim=-1)
             assert captured.shape == full.shape == (tokens.shape[0], (L + 1) * target.config.hidden_size)
@@ -331,8 +331,8 @@ def test_states_captured_while_decoding_are_the_full_pass_states(pair):
     penalised = [target.generate(p, 20) for p in prompts]
     assert [t.tolist() for t in penalised] != [t.tolist() for t in one]
     decoded = target.decode_batch(prompts, 20, capture=(2, L))
-    assert [t.tolist() for t, _ in decoded] == [t.tolist() for t in penalised]
-    assert all(torch.equal(torch.cat([s[2], s[L]], dim=-1), target.aux_states(t, (2, L))[0]) for t, s in decoded)
+    assert [d.tokens.tolist() for d in decoded] == [t.tolist() for t in penalised]
+    assert all(torch.equal(torch.cat([s[2], s[L]], dim=-1), target.aux_states(t, (2, L))[0]) for t, s, _ in decoded)
 
 
 def test_verify_needs_no_second_target_pass_for_the_drafters_layers(pair):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -80,6 +81,50 @@ def length_groups(lengths: list[int], batch_size: int, padding: float = PADDING)
 def _keep(captured: dict, slot: int, module, args: tuple, kwargs: dict) -> None:
     """A forward pre-hook: keep the module's input hidden states under ``slot``."""
     captured[slot] = args[0] if args else kwargs["hidden_states"]
+
+
+@dataclass
+class SequencePass:
+    """What ``TargetModel.sequence_pass`` computes for a sequence, kept from the forwards that decoded it: the
+    next-token logits after every position from ``first`` (the prompt's last) to the sequence's end, [S - first, V]
+    float32, and the KV cache of the whole sequence, for ``chain_logits``."""
+
+    first: int
+    logits: torch.Tensor
+    cache: object
+
+    @property
+    def nbytes(self) -> int:
+        """What it holds: its logits (a view of its group's block, counted as its own rows) and its cache."""
+        return self.logits.nbytes + sum(layer.keys.nbytes + layer.values.nbytes for layer in self.cache.layers)
+
+    def logits_at(self, positions: torch.Tensor) -> torch.Tensor:
+        """The logits after each of ``positions`` (each >= ``first``: the prompt's own were never computed)."""
+        rows = positions.to(self.logits.device) - self.first
+        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= self.logits.shape[0]):
+            raise IndexError(f"positions {int(positions.min())}..{int(positions.max())} outside the kept {self.first}..{self.first + self.logits.shape[0] - 1}")
+        return self.logits[rows]
+
+
+class Decoded(NamedTuple):
+    """One prompt decoded by ``TargetModel.decode_batch``: prompt + new tokens (CPU ids), {aux slot: [S, T] states},
+    and, when asked for (``keep_bytes``), its ``SequencePass`` (None where none was kept)."""
+
+    tokens: torch.Tensor
+    states: dict[int, torch.Tensor]
+    kept: SequencePass | None = None
+
+
+def _plain_layers(cache) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """The (keys, values) [B, kv heads, T, head dim] of every layer of a ``DynamicCache`` whose layers all hold the
+    whole sequence as plain tensors; None for any other cache (a sliding window keeps only its last tokens)."""
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return None
+    kv = [(getattr(layer, "keys", None), getattr(layer, "values", None)) for layer in layers]
+    return kv if all(isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor) and k.dim() == 4 for k, v in kv) else None
 
 
 @dataclass
@@ -173,11 +218,11 @@ class TargetModel:
 
     def generate_batch(self, prompts: list[list[int]], max_new_tokens: int, batch_size: int = 16, padding: float = PADDING) -> list[torch.Tensor]:
         """``generate`` for several prompts at once, the same tokens (``decode_batch`` without capture)."""
-        return [tokens for tokens, _ in self.decode_batch(prompts, max_new_tokens, batch_size=batch_size, padding=padding)]
+        return [d.tokens for d in self.decode_batch(prompts, max_new_tokens, batch_size=batch_size, padding=padding)]
 
     @torch.no_grad()
     def decode_batch(self, prompts: list[list[int]], max_new_tokens: int, *, batch_size: int = 16, padding: float = PADDING,
-                     capture: tuple[int, ...] = ()) -> list[tuple[torch.Tensor, dict[int, torch.Tensor]]]:
+                     capture: tuple[int, ...] = (), keep_bytes: int = 0) -> list[Decoded]:
         """Greedy continuations of several prompts at once, with the hidden states of the aux slots ``capture`` at every
         position, taken from the very forwards that picked the tokens (no second pass over the sequences).
 
@@ -189,14 +234,27 @@ class TargetModel:
         token), without its per-step machinery. Each row is cut after its first end-of-sequence token or at
         ``max_new_tokens``. With ``capture``, one more forward feeds every row's last token, so that its states
         exist too (nothing decodes past it). Prompts are grouped by ``length_groups`` (at most ``batch_size`` per
-        group, at most ``padding`` of a group's prefill spent on padding)."""
+        group, at most ``padding`` of a group's prefill spent on padding).
+
+        ``keep_bytes``: each prompt's ``SequencePass`` is kept from the same forwards (every step's logits, the
+        row's part of the KV cache), so that ``chain_logits`` needs no second pass over the sequence, for the groups
+        decoded while the passes kept so far hold fewer bytes than that (so at most one group's more); the rest get
+        None, as do prompts whose cache is not plain per-layer keys and values (a sliding window keeps only its last
+        tokens) or that ``generate`` decodes. A pass holds (new tokens + 1) x vocabulary float32 logits and the
+        sequence's whole cache (2 x layers x kv heads x head dim x dtype bytes per token)."""
         pad, eos = self.pad_token_id(), self.eos_token_ids()
         slots = self._check_slots(capture)
         out: list = [None] * len(prompts)
+        kept_bytes = 0
         for group in length_groups([len(p) for p in prompts], batch_size, padding):
-            decode = self._decode_group if self._plain_greedy() else self._generate_group
-            for i, result in zip(group, decode([prompts[i] for i in group], max_new_tokens, pad, eos, slots)):
+            group_prompts = [prompts[i] for i in group]
+            if self._plain_greedy():
+                results = self._decode_group(group_prompts, max_new_tokens, pad, eos, slots, keep_passes=kept_bytes < keep_bytes)
+            else:
+                results = self._generate_group(group_prompts, max_new_tokens, pad, eos, slots)
+            for i, result in zip(group, results):
                 out[i] = result
+                kept_bytes += result.kept.nbytes if result.kept is not None else 0
         return out
 
     def _plain_greedy(self) -> bool:
@@ -219,7 +277,7 @@ class TargetModel:
             if slots:
                 aux, _ = self.aux_states(tokens, slots)
                 states = dict(zip(slots, aux.split(aux.shape[-1] // len(slots), dim=-1)))
-            yield tokens, states
+            yield Decoded(tokens, states)
 
     def _check_slots(self, ids: tuple[int, ...]) -> tuple[int, ...]:
         ids = tuple(sorted(set(ids)))
@@ -246,7 +304,8 @@ class TargetModel:
                 handle.remove()
         return out, captured
 
-    def _decode_group(self, prompts: list[list[int]], max_new_tokens: int, pad: int, eos: set[int], slots: tuple[int, ...]):
+    def _decode_group(self, prompts: list[list[int]], max_new_tokens: int, pad: int, eos: set[int], slots: tuple[int, ...],
+                      keep_passes: bool = False):
         from transformers import DynamicCache
 
         device = self.model.device
@@ -257,6 +316,7 @@ class TargetModel:
         attention = None if bool((mask == 1).all()) else mask
         cache = DynamicCache(config=self.model.config)
         states: list[dict[int, torch.Tensor]] = []  # per forward: {slot: [B, n, T]}
+        logits = None  # keep_passes: [B, forward, V] float32, every forward's logits
         new: list[torch.Tensor] = []
         unfinished = torch.ones(len(prompts), dtype=torch.bool, device=device)
         eos_ids = torch.tensor(sorted(eos), device=device) if eos else None
@@ -265,6 +325,10 @@ class TargetModel:
             out, captured = self._forward(slots, input_ids=step_ids, attention_mask=attention, position_ids=positions,
                                           past_key_values=cache, use_cache=True, logits_to_keep=1)
             states.append(captured)
+            if keep_passes:
+                if logits is None:
+                    logits = out.logits.new_empty((len(prompts), max_new_tokens + 1, out.logits.shape[-1]), dtype=torch.float32)
+                logits[:, len(new)] = out.logits[:, -1]
             token = out.logits[:, -1].to(dtype=torch.float32).argmax(-1)
             token = torch.where(unfinished, token, torch.full_like(token, pad))
             new.append(token)
@@ -277,18 +341,26 @@ class TargetModel:
                 attention = torch.cat([attention, attention.new_ones((attention.shape[0], 1))], dim=-1)
             if len(new) == max_new_tokens or not bool(unfinished.any()):
                 break
-        if slots:  # the last new tokens' states: one more forward (its logits are not needed)
-            _, captured = self._forward(slots, input_ids=step_ids, attention_mask=attention, position_ids=positions,
-                                        past_key_values=cache, use_cache=True, logits_to_keep=1)
+        if slots or keep_passes:  # the last new tokens' states, logits and keys: one more forward (nothing decodes past it)
+            out, captured = self._forward(slots, input_ids=step_ids, attention_mask=attention, position_ids=positions,
+                                          past_key_values=cache, use_cache=True, logits_to_keep=1)
             states.append(captured)
+            if keep_passes:
+                logits[:, len(new)] = out.logits[:, -1]
         generated = torch.stack(new, dim=1).cpu()
         joined = {k: torch.cat([s[k] for s in states], dim=1) for k in slots}  # [B, width + steps, T]
+        layers = _plain_layers(cache) if keep_passes else None
+        del states
         for row, prompt in enumerate(prompts):
             row_new = generated[row]
             stop = next((j + 1 for j, t in enumerate(row_new.tolist()) if t in eos), row_new.shape[0])
             tokens = torch.cat([torch.tensor(prompt, dtype=generated.dtype), row_new[:stop]])
             first = width - len(prompt)
-            yield tokens, {k: v[row, first : first + tokens.shape[0]].clone() for k, v in joined.items()}
+            kept = None
+            if layers is not None:  # this row's keys and values, its padding cut off (copied into a cache of its sequence alone)
+                rows = [(k[row : row + 1, :, first : first + tokens.shape[0]], v[row : row + 1, :, first : first + tokens.shape[0]]) for k, v in layers]
+                kept = SequencePass(len(prompt) - 1, logits[row, : stop + 1], DynamicCache(ddp_cache_data=rows))  # a view: one block for the group
+            yield Decoded(tokens, {k: v[row, first : first + tokens.shape[0]].clone() for k, v in joined.items()}, kept)
 
     @torch.no_grad()
     def aux_states(self, tokens: torch.Tensor, layer_ids: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:

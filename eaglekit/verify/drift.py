@@ -157,7 +157,7 @@ def run_drafter(verifier: Verifier, drafting: Drafting, options: DriftOptions, e
         last_full = last_full_start(P, S, options.k, verifier.max_new[index], verifier.eos[index])
         if sampling is not None:  # the target's distributions after each context (the every-position chains)
             judged = starts[starts <= last_full]
-            first_logits, cache = verifier.target.sequence_pass(tokens, judged + 1)
+            first_logits, cache = verifier.sequence_pass(index, judged + 1)
         with torch.no_grad():
             first = first_pass(model, tokens, aux, recorder)
             accepted = []
@@ -316,7 +316,7 @@ def run_variants(verifier: Verifier, framed_records: list[tuple[dict, list[dict]
     for variant, framed in framed_records:
         v = Verifier(verifier.options, progress)
         v.target = verifier.target  # one target for every variant
-        v.prepare(framed, capture=keep)
+        v.prepare(framed, capture=keep, keep_passes=options.temperature is not None)
         too_long = [p.id for p, tokens in v.sequences if tokens.shape[0] > limit]
         if too_long:
             raise UsageError(f"input {too_long[0]} framed as variant {variant['name']} runs past --max-context {limit} with its continuation")
@@ -373,7 +373,8 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
     verifier.load_target()
     draftings = [load_drafter(verifier, p, options) for p in (path, *([options.compare] if options.compare else []))]
     keep = layers_of([x.model.d for x in draftings], verifier.target_config.num_layers)
-    verifier.prepare(records, capture=keep)
+    # --temperature: each sequence's logits and KV cache are kept from its decoding for the target's distributions
+    verifier.prepare(records, capture=keep, keep_passes=options.temperature is not None)
     too_long = [p.id for p, tokens in verifier.sequences if tokens.shape[0] > limit]
     if too_long:
         raise UsageError(f"input {too_long[0]} runs past --max-context {limit} with its continuation")
@@ -381,6 +382,7 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
     sampling = (options.temperature, options.top_p)
     sides = [side_report(run_drafter(verifier, drafting, options, edges, label, progress), edges, options.k, *sampling)
              for drafting, label in zip(draftings, ("drafter", "compare"))]
+    verifier.drop_passes()  # the caches of the main inputs, before the variants decode theirs
     mine, other = sides[0], sides[1] if len(sides) > 1 else None
     variants = run_variants(verifier, framed, draftings, keep, options, limit, progress) if framed else None
     findings = []

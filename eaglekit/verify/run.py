@@ -21,7 +21,7 @@ from ..model.drafter import Drafter
 from ..reference.model import ReferenceDrafter, weights_for
 from ..reference.simulate import Chains, Counters, accepted_lengths, draft_chains, every_position, trajectory
 from ..target import read_target_config
-from ..target.runner import DTYPES, TargetModel, pick_device
+from ..target.runner import DTYPES, SequencePass, TargetModel, pick_device
 from ..target.weights import read_target_weight
 from .options import VerifyOptions
 from .prompts import Prompt, encode_prompts, read_prompt_records
@@ -95,6 +95,11 @@ def layers_of(drafters: Iterable[Drafter], L: int) -> tuple[int, ...]:
     return tuple(sorted({i for d in drafters for i in resolved_ids(d, L)}))
 
 
+# What the passes kept while decoding (Verifier.prepare(keep_passes=True)) may hold, about: each holds its sequence's KV
+# cache and the logits after each new token (SmolLM2: 46 KB of cache per token, 192 KB of logits per new token).
+KEEP_PASSES_BYTES = 2 * 2**30
+
+
 class Verifier:
     """Holds the target and prompts so several drafters (the drafter, a reference, an engine's view) share them."""
 
@@ -117,6 +122,7 @@ class Verifier:
         self.stored_ids: tuple[int, ...] | None = None  # --hidden-states: the only aux layers available
         self._aux_cache: dict[tuple[int, tuple[int, ...]], tuple[torch.Tensor, int]] = {}  # -> (aux, target mismatches)
         self._captured: list[dict[int, torch.Tensor]] = []  # per sequence: {target layer: [S, T]} taken while decoding
+        self._passes: list[SequencePass | None] = []  # per sequence, with prepare(keep_passes=True): its pass, kept while decoding
         # seconds per stage (target_load, generation, aux_pass, simulation), summed over every drafter run
         self.timings: dict[str, float] = {}
 
@@ -127,9 +133,11 @@ class Verifier:
             self.timings["target_load"] = time.perf_counter() - start
         return self.target
 
-    def prepare(self, records: list[dict] | None = None, capture: tuple[int, ...] = ()) -> None:
+    def prepare(self, records: list[dict] | None = None, capture: tuple[int, ...] = (), keep_passes: bool = False) -> None:
         """Greedy continuations of ``records`` (default: the prompts the options name), with the states of the target
-        layers ``capture`` (aux ids) taken during that decoding: a drafter fusing those layers needs no second pass."""
+        layers ``capture`` (aux ids) taken during that decoding: a drafter fusing those layers needs no second pass.
+        ``keep_passes``: each sequence's logits and KV cache are kept too, for ``sequence_pass`` (up to
+        ``KEEP_PASSES_BYTES``; the sequences past it get their pass made again when asked for)."""
         self.load_target()
         if records is None:
             records = read_prompt_records(self.options.prompts)
@@ -138,11 +146,13 @@ class Verifier:
         eos_ids = self.target.eos_token_ids()
         start = time.perf_counter()
         # all prompts decoded together (the same greedy tokens as one at a time: TargetModel.decode_batch)
-        decoded = self.target.decode_batch([p.ids for p in prompts], self.options.max_new_tokens + self.options.k + 1, capture=capture)
+        decoded = self.target.decode_batch([p.ids for p in prompts], self.options.max_new_tokens + self.options.k + 1, capture=capture,
+                                           keep_bytes=KEEP_PASSES_BYTES if keep_passes else 0)
         self.timings["generation"] = time.perf_counter() - start
-        for prompt, (tokens, states) in zip(prompts, decoded):
+        for prompt, (tokens, states, kept) in zip(prompts, decoded):
             self.sequences.append((prompt, tokens))
             self._captured.append(states)
+            self._passes.append(kept)
             self.eos.append(first_eos(tokens, len(prompt.ids), eos_ids))
             self.max_new.append(self.options.max_new_tokens)
             if bar is not None:
@@ -190,6 +200,21 @@ class Verifier:
             self._aux_cache[key] = (aux, mismatches)
             self.timings["aux_pass"] = self.timings.get("aux_pass", 0.0) + time.perf_counter() - start
         return self._aux_cache[key]
+
+    def sequence_pass(self, index: int, positions: torch.Tensor) -> tuple[torch.Tensor, object]:
+        """Sequence ``index``'s next-token logits after each of ``positions`` [n, V] float32 and its KV cache (for
+        ``TargetModel.chain_logits``): kept from its decoding where ``prepare`` kept it, else one target pass."""
+        kept = self._passes[index] if index < len(self._passes) else None
+        if kept is not None:
+            return kept.logits_at(positions), kept.cache
+        start = time.perf_counter()
+        out = self.target.sequence_pass(self.sequences[index][1], positions)
+        self.timings["sequence_pass"] = self.timings.get("sequence_pass", 0.0) + time.perf_counter() - start
+        return out
+
+    def drop_passes(self) -> None:
+        """Let the kept passes (every sequence's KV cache) go once nothing drafts on these sequences any more."""
+        self._passes = []
 
     def model_for(self, loaded: dialects.LoadedDrafter, drafter: Drafter | None = None, extra_weights: dict | None = None) -> ReferenceDrafter:
         needs_embed = "embed_tokens.weight" not in loaded.names
