@@ -37,6 +37,29 @@ def test_top_p_as_vllm_cuts_it():
     assert (vllm_probs(logits, 1.0, 1e-6) > 0).sum(-1).eq(1).all()  # the top token always survives
 
 
+def test_top_p_from_the_largest_tokens_is_vllms_cut_to_the_bit():
+    """top_p_probs takes the rows whose cut is certain from topk instead of sorting the vocabulary: the result is
+    vLLM's code's (sort, softmax, cumulative sum) float for float, on peaked rows (topk), flat rows (more than k
+    tokens stay: sorted), and rows built with a token exactly at the edge (its mass above = P: sorted)."""
+    from eaglekit.verify import sampling
+
+    g = torch.Generator().manual_seed(5)
+    rows = [torch.randn(64, 4096, generator=g) * scale for scale in (0.3, 2.0, 5.0, 12.0)]
+    edge = torch.full((4, 4096), -30.0)
+    edge[:, :3] = torch.log(torch.tensor([0.5, 0.45, 0.04]))  # the third token's mass above is 0.95: P itself
+    # two rows found by search where exact arithmetic and vLLM's float32 sum cut a token differently at P = 0.95
+    # (with EDGE = 0 this test fails on them)
+    near = (torch.randn(256, 4096, generator=torch.Generator().manual_seed(8)) * 4)[[193, 204]]
+    logits = torch.cat([*rows, edge, near])
+    for P in (0.95, 0.5, 0.9):
+        fast = sampling.top_p_probs(logits, P, k=64)
+        assert torch.equal(fast, sampling._cut_as_vllm(logits, P)), P
+    # both routes taken: some rows certain from the 64 largest, some (flat, edge) sorted
+    mass = logits.softmax(-1).topk(64, dim=-1).values
+    assert (mass.sum(-1) > 0.95).any() and (mass.sum(-1) < 0.95).any()
+    assert torch.equal(vllm_probs(logits[None], 1.0, 0.95)[0], sampling._cut_as_vllm(logits, 0.95))  # [..., V] in, the same out
+
+
 def test_chain_logits_equal_separate_runs_on_each_drafted_prefix(pair31):
     from eaglekit.target import read_target_config
     from eaglekit.target.runner import TargetModel

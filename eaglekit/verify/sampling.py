@@ -13,6 +13,7 @@ What vLLM 0.32.0 does (source, the released wheel):
   divided by the temperature, then top-k/top-p (``apply_top_k_top_p``; without Triton, as on CPU,
   ``apply_top_k_top_p_pytorch`` in vllm/v1/sample/ops/topk_topp_sampler.py: sort ascending, softmax, cumulative sum,
   drop every token whose cumulative sum is <= 1 - P, always keep the largest), then softmax.
+  ``top_p_probs`` gives the same floats without the sort where the cut is certain.
 - Draft x_i is accepted when ``target_prob / draft_prob >= u``, u ~ U[0, 1): with q one-hot, P(accept) = p_i(x_i);
   on the first rejection a token is drawn from the residual max(p - q, 0) and the step ends.
 
@@ -33,16 +34,45 @@ def vllm_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> 
     """The target distribution vLLM's rejection sampler uses: float32 logits / T, top-p as
     apply_top_k_top_p_pytorch cuts it, softmax. [..., V] -> [..., V]."""
     logits = logits.float() / temperature
-    if top_p < 1.0:
-        shape = logits.shape
-        flat = logits.reshape(-1, shape[-1])
-        ordered, index = flat.sort(dim=-1, descending=False)
-        cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
-        drop = cumulative <= 1 - top_p
-        drop[:, -1] = False  # at least one
-        ordered = ordered.masked_fill(drop, float("-inf"))
-        logits = flat.scatter(-1, index, ordered).reshape(shape)
-    return logits.softmax(dim=-1)
+    if top_p >= 1.0:
+        return logits.softmax(dim=-1)
+    shape = logits.shape
+    return top_p_probs(logits.reshape(-1, shape[-1]), top_p).reshape(shape)
+
+
+# How far a token's mass above it must lie from P for vLLM's float32 cumulative sum to decide its cut as exact
+# arithmetic does: that sum's rounding error measured under 1e-6 on 49k- and 152k-token vocabularies.
+EDGE = 1e-5
+
+
+def _cut_as_vllm(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """apply_top_k_top_p_pytorch's top-p, then softmax: sort ascending, softmax, cumulative sum, drop each token whose
+    sum is <= 1 - P but the largest."""
+    ordered, index = logits.sort(dim=-1, descending=False)
+    drop = ordered.softmax(dim=-1).cumsum(dim=-1) <= 1 - top_p
+    drop[:, -1] = False
+    return logits.scatter(-1, index, ordered.masked_fill(drop, float("-inf"))).softmax(dim=-1)
+
+
+def top_p_probs(logits: torch.Tensor, top_p: float, k: int = 256) -> torch.Tensor:
+    """``_cut_as_vllm`` of ``logits`` [N, V], the same floats, without sorting the whole vocabulary where the cut is
+    certain: vLLM drops a token when the mass strictly above it is >= P. A row whose ``k`` largest tokens hold more
+    than P + EDGE (exact arithmetic, float64), none of them with a mass above it within EDGE of P, keeps the same
+    tokens however the sum rounds: those come from ``topk`` and the softmax runs over the same masked row vLLM builds.
+    The other rows (a flat distribution; a token at the very edge) are cut as vLLM cuts them. 5x faster on the
+    demo's target, whose nuclei at T = 0.8, P = 0.95 are mostly a few dozen tokens."""
+    V = logits.shape[-1]
+    top, index = logits.topk(min(k, V), dim=-1)  # largest first
+    # float32 log-normaliser (its rounding moves a mass by ~1e-6 of itself, inside EDGE), float64 sums
+    mass = (top.double() - torch.logsumexp(logits, dim=-1, keepdim=True).double()).exp()
+    above = mass.cumsum(dim=-1) - mass
+    certain = (mass.sum(dim=-1) > top_p + EDGE) & ((above - top_p).abs() > EDGE).all(dim=-1)
+    kept = top.masked_fill(above >= top_p, float("-inf"))
+    out = torch.full_like(logits, float("-inf")).scatter(-1, index, kept).softmax(dim=-1)
+    rest = (~certain).nonzero().squeeze(-1)
+    if rest.numel():
+        out[rest] = _cut_as_vllm(logits[rest], top_p)
+    return out
 
 
 def prefix_acceptance(first_logits: torch.Tensor, chain_logits: torch.Tensor, drafts: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
