@@ -32,7 +32,8 @@ def run(cmd: list[str], env: dict | None = None) -> tuple[float, int]:
     Linux carries ru_maxrss over from a parent across fork+exec, and this process built a 1.9 GB drafter."""
     with tempfile.NamedTemporaryFile("r") as rss:
         start = time.perf_counter()
-        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name, *cmd], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # from ROOT: `python -m` puts the working directory first on sys.path, before PYTHONPATH
+        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name, *cmd], env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         wall = time.perf_counter() - start
         if proc.returncode:
             sys.exit(f"{cmd} failed (exit {proc.returncode}): {proc.stderr.decode()[-2000:]}")
@@ -54,7 +55,7 @@ def main() -> None:
     out = args.workdir / f"{args.kind}-out"
     convert = [sys.executable, "-m", "eaglekit", "convert", str(src), str(out), "--to", "vllm"]
     copy = ["sh", "-c", f"cp -r '{src}' '{out}' && sync"]
-    subprocess.run(convert + ["--dry-run"], env=env, check=True, stdout=subprocess.DEVNULL)  # writes the bytecode cache
+    subprocess.run(convert + ["--dry-run"], env=env, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)  # writes the bytecode cache
     subprocess.run("sync", shell=True)
     rows = []
     for r in range(args.rounds):

@@ -71,7 +71,7 @@ def serve_with_vllm(target_dir: str, drafter: str, prompts_file: str, n: int, ma
 
 def timed(cmd: list[str], env: dict) -> tuple[float, str]:
     start = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)  # from ROOT: `python -m` looks in the working directory first
     wall = time.perf_counter() - start
     if proc.returncode not in (0, 1):
         sys.exit(f"{cmd[:4]} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -99,7 +99,7 @@ def main() -> None:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     drafter = work / "vllm"
     subprocess.run([sys.executable, "-m", "eaglekit", "convert", str(DRAFTER), str(drafter), "--to", "vllm", "--target", target],
-                   env=env, check=True, capture_output=True)
+                   env=env, cwd=ROOT, check=True, capture_output=True)
     verify = [sys.executable, "-m", "eaglekit", "verify", str(drafter), "--target", target, "--prompts", str(PROMPTS),
               "--num-prompts", str(args.prompts), "--max-new-tokens", str(args.max_new_tokens), "--num-speculative-tokens", str(args.k),
               "--report", str(work / "report.json")]
