@@ -325,11 +325,12 @@ class TargetModel:
             out, captured = self._forward(slots, input_ids=step_ids, attention_mask=attention, position_ids=positions,
                                           past_key_values=cache, use_cache=True, logits_to_keep=1)
             states.append(captured)
+            last = out.logits[:, -1].to(dtype=torch.float32)
             if keep_passes:
                 if logits is None:
-                    logits = out.logits.new_empty((len(prompts), max_new_tokens + 1, out.logits.shape[-1]), dtype=torch.float32)
-                logits[:, len(new)] = out.logits[:, -1]
-            token = out.logits[:, -1].to(dtype=torch.float32).argmax(-1)
+                    logits = last.new_empty((len(prompts), max_new_tokens + 1, last.shape[-1]))
+                logits[:, len(new)] = last
+            token = last.argmax(-1)
             token = torch.where(unfinished, token, torch.full_like(token, pad))
             new.append(token)
             if eos_ids is not None:

@@ -207,10 +207,7 @@ class Verifier:
         kept = self._passes[index] if index < len(self._passes) else None
         if kept is not None:
             return kept.logits_at(positions), kept.cache
-        start = time.perf_counter()
-        out = self.target.sequence_pass(self.sequences[index][1], positions)
-        self.timings["sequence_pass"] = self.timings.get("sequence_pass", 0.0) + time.perf_counter() - start
-        return out
+        return self.target.sequence_pass(self.sequences[index][1], positions)
 
     def drop_passes(self) -> None:
         """Let the kept passes (every sequence's KV cache) go once nothing drafts on these sequences any more."""
