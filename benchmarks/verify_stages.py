@@ -16,6 +16,10 @@ forward) would cost the target at acceptance length AL (vLLM measured 2.04 on th
 forwards fed 1 token per row and K+1 tokens per row, ms per forward, and the target's decode time each way for the
 continuation (one forward per token, or one per AL tokens). The drafted tokens' cost is not counted, so this is a
 floor for that route: if it is not fast enough, no drafting makes it so.
+
+``--packed`` compares ``decode_batch`` with its steps' linears through MKL's packed GEMM (eaglekit/target/packed_gemm.py,
+what verify does) beside the plain GEMM (the packing switched off for that run): wall and CPU seconds, whether the
+tokens are identical, and how far the aux states are apart.
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ import argparse
 import importlib.util
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 
-from eaglekit.target import read_target_config
+from eaglekit.target import packed_gemm, read_target_config
 from eaglekit.target.runner import TargetModel
 from eaglekit.verify.prompts import encode_prompts, read_prompt_records
 
@@ -90,17 +95,36 @@ def speculative_floor(target: TargetModel, prompts: list[list[int]], new: int, k
               f"{spec_steps * chunk / 1000:.2f} s, drafting not counted", flush=True)
 
 
+def packed_vs_plain(target: TargetModel, prompts: list[list[int]], new: int, rounds: int) -> None:
+    for r in range(rounds):
+        runs = {}
+        for name in (["packed", "plain"] if r % 2 == 0 else ["plain", "packed"]):
+            with mock.patch.object(packed_gemm, "MIN_ROWS", packed_gemm.MIN_ROWS if name == "packed" else 10**9):
+                start, cpu = time.perf_counter(), time.process_time()
+                decoded = target.decode_batch(prompts, new, capture=IDS)
+                runs[name] = (time.perf_counter() - start, time.process_time() - cpu, decoded)
+        (p, pc, fast), (q, qc, plain) = runs["packed"], runs["plain"]
+        same = all(a.tokens.tolist() == b.tokens.tolist() for a, b in zip(fast, plain))
+        apart = max((a.states[k] - b.states[k]).abs().max().item() for a, b in zip(fast, plain) for k in IDS)
+        print(f"round {r + 1}: decode_batch, {len(prompts)} rows x {new} tokens: packed GEMM {p:.2f} s (CPU {pc:.2f} s) | plain GEMM "
+              f"{q:.2f} s (CPU {qc:.2f} s) | tokens identical: {same}, aux states at most {apart:.1e} apart", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("-k", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--packed", action="store_true", help="decode_batch with MKL's packed GEMM beside the plain GEMM")
     ap.add_argument("--speculative-floor", type=float, metavar="AL", help="the target's cost of decoding by checking K drafts per forward at this acceptance length")
     args = ap.parse_args()
     target = TargetModel.load(read_target_config(smollm2()))
     prompts = [p.ids for p in encode_prompts(read_prompt_records(str(PROMPTS)), target.tokenizer, args.prompts)]
     new = args.max_new_tokens + args.k + 1  # what verify decodes: K+1 lookahead tokens past the judged ones
+    if args.packed:
+        packed_vs_plain(target, prompts, new, args.rounds)
+        return
     if args.speculative_floor:
         speculative_floor(target, prompts, new, args.k, args.speculative_floor, args.rounds)
         return
