@@ -69,17 +69,22 @@ def test_forwards_come_back_when_the_decode_fails():
     assert _own_forwards(model) == []
 
 
-@pytest.mark.parametrize("case", ["few rows", "few steps", "bfloat16", "no memory"])
+@pytest.mark.parametrize("case", ["few rows", "few steps", "bfloat16", "no memory", "hooked forward"])
 def test_not_packed_where_it_cannot_pay(case, monkeypatch, counted):
+    """Nor where a layer's forward is already replaced (accelerate's offloading hooks): leaving would drop theirs."""
     model = _tiny_llama(torch.bfloat16 if case == "bfloat16" else torch.float32)
+    hooked = model.lm_head
+    if case == "hooked forward":
+        hooked.forward = hooked.__class__.forward.__get__(hooked)
     rows, steps = (MIN_ROWS - 1 if case == "few rows" else MIN_ROWS), (MIN_STEPS - 1 if case == "few steps" else MIN_STEPS)
     if case == "no memory":
         weights = sum(m.weight.numel() * 4 for m in model.modules() if type(m) is torch.nn.Linear)
         monkeypatch.setattr(packed_gemm, "_available_bytes", lambda: int(weights / packed_gemm.MEMORY_SHARE) - 1)
     with torch.no_grad(), packed_linears(model, rows, steps) as packed:
-        assert not packed and _own_forwards(model) == []
+        assert not packed and _own_forwards(model) == (["lm_head"] if case == "hooked forward" else [])
         model(torch.randint(0, 256, (rows, 1)))
     assert counted == []
+    assert ("forward" in hooked.__dict__) == (case == "hooked forward")
 
 
 def test_the_memory_rule_reads_this_machine():

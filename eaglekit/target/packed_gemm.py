@@ -57,9 +57,11 @@ def _mkl_ops():
 
 def _plain_linears(model) -> list[torch.nn.Linear] | None:
     """Every ``nn.Linear`` of ``model`` (exactly that class: a quantised or adapted subclass keeps its own forward), if
-    all hold float32 weights on the CPU; None otherwise."""
+    all hold float32 weights on the CPU and none has a forward of its own already (accelerate's offloading hooks put
+    theirs there); None otherwise."""
     linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
-    ok = all(m.weight.device.type == "cpu" and m.weight.dtype == torch.float32 and m.weight.dim() == 2 for m in linears)
+    ok = all(m.weight.device.type == "cpu" and m.weight.dtype == torch.float32 and m.weight.dim() == 2 and "forward" not in m.__dict__
+             for m in linears)
     return linears if linears and ok else None
 
 
