@@ -235,7 +235,8 @@ class TargetModel:
         token), without its per-step machinery. Each row is cut after its first end-of-sequence token or at
         ``max_new_tokens``. With ``capture``, one more forward feeds every row's last token, so that its states
         exist too (nothing decodes past it). Prompts are grouped by ``length_groups`` (at most ``batch_size`` per
-        group, at most ``padding`` of a group's prefill spent on padding).
+        group, at most ``padding`` of a group's prefill spent on padding). On a CPU in float32 the steps' linears take
+        oneDNN's prepacked weights while the groups decode, where that pays (``packed_gemm.packed_linears``).
 
         ``keep_bytes``: each prompt's ``SequencePass`` is kept from the same forwards (every step's logits, the
         row's part of the KV cache), so that ``chain_logits`` needs no second pass over the sequence, for the groups
