@@ -8,26 +8,26 @@ The endpoint and token are explicit arguments that default to ``HF_ENDPOINT`` / 
 *at call time*: huggingface_hub itself freezes ``HF_ENDPOINT`` into ``constants.ENDPOINT`` at import. Every
 failure becomes a one-line :class:`~eaglekit.errors.HubError` whose message never contains the token.
 
-Nothing here imports torch or other eaglekit modules (only ``eaglekit.errors`` and the version), and
+Nothing here imports torch or other eaglekit modules (only ``eaglekit.errors``, ``upload``, ``io.locate`` and the version), and
 huggingface_hub is imported lazily, so computing an upload plan (sizes, sha256) needs no Hub client at all.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from . import __version__
 from .errors import HubError, HubReadError, UsageError
+from .io.locate import check_repo_id
+from .upload import UploadFile
 
 __all__ = [
     "DEFAULT_BRANCH",
@@ -46,7 +46,6 @@ __all__ = [
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 DEFAULT_BRANCH = "main"  # huggingface_hub sends PRs and revision-less commits to "main" too
-_CHUNK = 8 * 2**20  # bytes read at a time when hashing local files
 
 # Weight files that a new upload *replaces* (deleted when absent from it). Top level only, and `.bin` only under
 # the names transformers and the EAGLE repos give weights: `training_args.bin`, `optimizer.bin` and friends are
@@ -62,81 +61,6 @@ _COMMIT_OID = re.compile(r"[0-9a-f]{40}")
 def is_weight_file(path_in_repo: str) -> bool:
     """True for the files ``publish(delete_stale=True)`` may delete: top-level weight shards and their indexes."""
     return _WEIGHT_FILE.fullmatch(path_in_repo) is not None
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# What to upload
-# ---------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class UploadFile:
-    """One file of a push, read from disk (``local_path``) or generated in memory (``data``): exactly one of them.
-
-    Files are assumed not to change while a push runs: ``sha256`` and ``git_sha1`` are computed once.
-    """
-
-    path_in_repo: str
-    local_path: Path | None = None
-    data: bytes | None = None
-
-    def __post_init__(self) -> None:
-        if (self.local_path is None) == (self.data is None):
-            raise ValueError(f"{self.path_in_repo}: give exactly one of local_path and data")
-        if self.local_path is not None:
-            self.local_path = Path(self.local_path)
-        path = self.path_in_repo.replace("\\", "/")  # a Windows relative path
-        if path.startswith("/") or any(part in ("", ".", "..") for part in path.split("/")):
-            raise ValueError(f"{self.path_in_repo!r}: not a relative file path inside a repository")
-        self.path_in_repo = path
-
-    @property
-    def size(self) -> int:
-        """Size in bytes."""
-        if self.data is not None:
-            return len(self.data)
-        assert self.local_path is not None
-        return self.local_path.stat().st_size
-
-    def _chunks(self) -> Iterator[bytes]:
-        if self.data is not None:
-            yield self.data
-            return
-        assert self.local_path is not None
-        with open(self.local_path, "rb") as f:
-            while block := f.read(_CHUNK):
-                yield block
-
-    @cached_property
-    def sha256(self) -> str:
-        """Hex sha256 of the content (what the Hub stores as an LFS/Xet file's oid). Streamed, never all in RAM."""
-        if self.local_path is not None and hasattr(hashlib, "file_digest"):  # Python >= 3.11: into one reused buffer, half the time
-            with open(self.local_path, "rb") as f:
-                return hashlib.file_digest(f, "sha256").hexdigest()
-        digest = hashlib.sha256()
-        for block in self._chunks():
-            digest.update(block)
-        return digest.hexdigest()
-
-    @cached_property
-    def git_sha1(self) -> str:
-        """Git blob id of the content (what the Hub reports as the oid of a regular, non-LFS file)."""
-        digest = hashlib.sha1(b"blob %d\0" % self.size)
-        for block in self._chunks():
-            digest.update(block)
-        return digest.hexdigest()
-
-    def operation(self) -> Any:
-        """A fresh ``CommitOperationAdd`` (the client mutates these and refuses to reuse a committed one), given the
-        sha256 eaglekit computed (the plan lists it; an unchanged file is recognised by it), so that the client does
-        not read a file of several GB once more to hash it again (``UploadInfo.sha256`` is settable for that)."""
-        from huggingface_hub import CommitOperationAdd
-
-        source = self.data if self.data is not None else str(self.local_path)
-        operation = CommitOperationAdd(path_in_repo=self.path_in_repo, path_or_fileobj=source)
-        if self.local_path is not None:
-            operation.upload_info.sha256 = bytes.fromhex(self.sha256)
-        return operation
 
 
 @dataclass
@@ -388,17 +312,6 @@ def _progress_bars(enabled: bool) -> Iterator[None]:
     finally:
         if not enabled and not was_disabled:
             enable_progress_bars()
-
-
-def check_repo_id(repo_id: str) -> None:
-    """A repo id to publish to or read from: the Hub's rules (``io.locate.repo_id_problem``), with a namespace."""
-    from .io.locate import repo_id_problem
-
-    problem = repo_id_problem(repo_id)
-    if problem:
-        raise UsageError(f"{repo_id!r} is not a valid repository id: {problem}")
-    if repo_id.count("/") != 1:
-        raise UsageError(f"{repo_id!r}: give the repository as namespace/name (e.g. your-user/my-drafter)")
 
 
 def _same_content(local: UploadFile, remote: Any) -> bool:

@@ -19,6 +19,8 @@ from .validate import validate
 
 @dataclass
 class PushOptions:
+    """``push``'s options, as the CLI's flags name them."""
+
     repo_id: str
     private: bool = False
     revision: str | None = None
@@ -76,7 +78,8 @@ _SCRUBBED = ("config.json", VERIFY_REPORT)
 
 def prepare(path: str, options: PushOptions):
     """(UploadFile list, card text, card kept?, validation findings), without touching the network."""
-    from .hub import UploadFile, check_repo_id
+    from .io.locate import check_repo_id
+    from .upload import UploadFile
 
     check_repo_id(options.repo_id)
 
@@ -133,7 +136,7 @@ def prepare(path: str, options: PushOptions):
 
 
 def _upload(path: Path, name: str, base_model: str | None):
-    from .hub import UploadFile
+    from .upload import UploadFile
 
     if name in _SCRUBBED:
         original = jsonfile.load(path, name)
@@ -144,8 +147,6 @@ def _upload(path: Path, name: str, base_model: str | None):
 
 
 def push(path: str, options: PushOptions) -> dict:
-    from . import hub
-
     files, card, kept, findings = prepare(path, options)
     message = options.commit_message or "Upload EAGLE drafter with eaglekit"
     target = {"repo_id": options.repo_id, "revision": options.revision or "main", "create_pr": options.create_pr, "private": options.private}
@@ -161,6 +162,8 @@ def push(path: str, options: PushOptions) -> dict:
     }
     if options.dry_run:
         return result
+    from . import hub
+
     published = hub.publish(
         options.repo_id,
         files,

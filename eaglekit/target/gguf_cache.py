@@ -26,13 +26,14 @@ import shutil
 from pathlib import Path
 
 from ..io.atomic import pid_alive
+from ..io.cache_home import cache_home
 
 GGUF_CONFIG = "eaglekit-gguf-config.json"  # the dict AutoConfig read from the GGUF metadata, as read_target_config returns it
 COMPLETE = "eaglekit-complete"  # written last: a directory without it is not used
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "eaglekit" / "targets"
+    return cache_home() / "targets"
 
 
 def cache_directory(gguf_path: Path) -> Path:
