@@ -19,7 +19,8 @@ from drafters import Dims, write_eagle, write_tiny_target, write_vllm
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "transformers")
-HUB_CLIENT = ("huggingface_hub", "httpx", "httpx2", "filelock")  # the Hub client and what its import pulls in
+# the Hub client, what its import pulls in, and eaglekit's own module that talks to the Hub
+HUB_CLIENT = ("huggingface_hub", "httpx", "httpx2", "filelock", "eaglekit.hub")
 
 # Runs the CLI in this interpreter, then records the heavy modules it imported (whatever the exit code).
 WRAPPER = """
@@ -232,3 +233,61 @@ def test_vocab_checks_on_ints_match_torch(dtype, tmp_path):
             else:
                 got.add(f.check)
         assert got == _torch_vocab_findings(d2t, t2d, vocab, draft_vocab), case
+
+
+# -- the end of a run: no interpreter teardown when nothing needs it (cli.exit_now) -------------------------------
+
+# A global whose __del__ prints: the interpreter's teardown runs it, a process ended by os._exit does not.
+EXIT_PROBE = """
+import atexit, sys
+from eaglekit.cli import run
+
+class Probe:
+    def __del__(self):
+        print("torn down", flush=True)
+
+probe = Probe()
+if sys.argv[1] == "atexit":
+    atexit.register(print, "atexit ran")
+if sys.argv[1] == "thread":
+    import threading, time
+    threading.Thread(target=time.sleep, args=(0.2,)).start()
+sys.argv = ["eaglekit", *sys.argv[2:]]
+run()
+"""
+
+
+def _probe(mode: str, *args) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-c", EXIT_PROBE, mode, *map(str, args)], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_a_light_command_exits_without_teardown_and_keeps_its_output_and_code(drafter):
+    done = _probe("plain", "push", drafter, "someone/drafter", "--dry-run", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["dry_run"] is True  # all of it flushed, nothing after it
+    assert "torn down" not in done.stdout
+    refused = _probe("plain", "inspect", drafter.parent / "missing")
+    assert refused.returncode == 2 and "error:" in refused.stderr and "torn down" not in refused.stdout
+    from click.testing import CliRunner
+
+    from eaglekit.cli import main
+
+    args = ["validate", str(drafter), "--engine", "vllm==0.32"]
+    in_process = CliRunner().invoke(main, args)  # click's own exit code, no exit_now
+    findings = _probe("plain", *args)
+    assert findings.returncode == in_process.exit_code and findings.stdout == in_process.output and "torn down" not in findings.stdout
+
+
+def test_exit_handlers_still_run(drafter):
+    """An exit handler (torch's, logging's flush, multiprocessing's) runs as at Python's own exit; only the teardown
+    after it is skipped."""
+    done = _probe("atexit", "inspect", drafter)
+    assert done.returncode == 0, done.stderr
+    assert "atexit ran" in done.stdout and "torn down" not in done.stdout
+
+
+def test_a_running_thread_is_waited_for_by_pythons_own_exit(drafter):
+    done = _probe("thread", "inspect", drafter)
+    assert done.returncode == 0, done.stderr
+    assert "torn down" in done.stdout

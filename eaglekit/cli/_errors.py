@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import traceback
 
 import click
 
@@ -19,8 +18,12 @@ from ..errors import EaglekitError
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
-def _debug() -> bool:
-    return os.environ.get("EAGLEKIT_DEBUG", "") not in ("", "0")
+def _traceback_if_debugging() -> None:
+    """The traceback of the exception being handled, on stderr, when EAGLEKIT_DEBUG is set."""
+    if os.environ.get("EAGLEKIT_DEBUG", "") not in ("", "0"):
+        import traceback  # only here: every command's start-up would pay for it
+
+        traceback.print_exc()
 
 
 def fail(message: str, code: int, *, json_mode: bool = False, kind: str = "EaglekitError") -> "NoReturn":  # noqa: F821
@@ -47,8 +50,7 @@ class EaglekitGroup(click.Group):
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise
         except EaglekitError as exc:
-            if _debug():
-                traceback.print_exc()
+            _traceback_if_debugging()
             fail(str(exc), exc.exit_code, json_mode=json_mode, kind=type(exc).__name__)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
@@ -56,13 +58,11 @@ class EaglekitGroup(click.Group):
         except MemoryError:
             fail("out of memory", EXIT_FAILURE, json_mode=json_mode, kind="MemoryError")
         except OSError as exc:
-            if _debug():
-                traceback.print_exc()
+            _traceback_if_debugging()
             where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
             # the system failed the operation (disk full, ...)
             fail(f"{where}{exc.strerror or exc}", EXIT_FAILURE, json_mode=json_mode, kind=type(exc).__name__)
         except Exception as exc:  # a bug in eaglekit: still one line, with a way to see more
-            if _debug():
-                traceback.print_exc()
+            _traceback_if_debugging()
             fail(f"internal error: {type(exc).__name__}: {exc} (set EAGLEKIT_DEBUG=1 for the traceback)", EXIT_FAILURE,
                  json_mode=json_mode, kind="InternalError")

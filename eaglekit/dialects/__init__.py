@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import difflib
 import re
-
 from pathlib import Path
 
 from ..errors import ConfigError, EaglekitError, NotADrafterError, UsageError
@@ -36,6 +34,8 @@ def get(name: str) -> Dialect:
     key = _ALIASES.get(name.lower(), name.lower())
     if key not in DIALECTS:
         known = sorted([*DIALECTS, *_ALIASES])
+        import difflib  # only for this message: every command's start-up would pay for it
+
         close = difflib.get_close_matches(key, known, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise UsageError(f"unknown dialect {name!r} ({hint}known: {', '.join(known)})")

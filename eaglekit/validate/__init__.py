@@ -5,16 +5,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import dialects
 from ..errors import ConfigError
 from ..findings import Finding, errors
-from ..target import TargetConfig, read_target_config
 from .checks import CHECKS, CheckInput, run_checks
+
+if TYPE_CHECKING:
+    from ..target import TargetConfig
 
 
 @dataclass
 class ValidationReport:
+    """What ``validate`` found (``to_dict`` is the ``--json`` document)."""
+
     source: str
     dialect: str | None
     eagle_version: str | None
@@ -59,7 +64,11 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
         from .. import engines  # the engine rules load only when an engine is named
 
     release = engines.parse(engine) if engine else None
-    target_cfg: TargetConfig | None = read_target_config(target) if target else None
+    target_cfg: TargetConfig | None = None
+    if target:
+        from ..target import read_target_config  # the target's modules load only when a target is named
+
+        target_cfg = read_target_config(target)
     try:
         loaded = dialects.load(source, source_dialect, norm_output_semantics=norm_output_semantics,
                                target_num_layers=target_cfg.num_layers if target_cfg else None)

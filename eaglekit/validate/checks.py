@@ -8,13 +8,15 @@ output and refuses to write a drafter that would not validate.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ..findings import Finding
 from ..io import dtypes
 from ..model.drafter import Drafter
 from ..model.layout import check_tensors
-from ..target import TargetConfig
+
+if TYPE_CHECKING:  # validate without --target never reads a target's config
+    from ..target import TargetConfig
 
 # id -> what it guards (README lists these; tests cover each)
 CHECKS: dict[str, str] = {
@@ -65,6 +67,8 @@ CHECKS: dict[str, str] = {
 
 @dataclass
 class CheckInput:
+    """What every check reads: the drafter, its tensors' shapes and dtypes, integer values on demand, the target and raw config."""
+
     drafter: Drafter
     present: Mapping[str, tuple[tuple[int, ...], Any]]  # canonical name -> (shape, dtype: a dtypes.DType)
     values: Callable[[str], Sequence[int]] | None = None  # canonical name -> an integer/bool tensor's elements (d2t, t2d)
