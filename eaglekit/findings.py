@@ -15,6 +15,8 @@ SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
 
 @dataclass(frozen=True)
 class Finding:
+    """One thing validate, convert, verify or push found: a stable check id, how bad it is, and a one-line message."""
+
     check: str  # stable id, e.g. "tensor.shape"
     severity: Severity
     message: str

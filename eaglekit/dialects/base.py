@@ -76,6 +76,8 @@ class Key:
 
 @dataclass(frozen=True)
 class ConfigRules:
+    """Where a dialect's config keeps the HF dimensions, the flags, the aux layer ids and the target width."""
+
     base: str | None = None  # dotted path of the dict holding the HF dimensions; None = top level
     flags: Mapping[str, Key] = field(default_factory=dict)
     aux_ids: tuple[tuple[str, Convention], ...] = ()  # id locations in precedence order
@@ -106,6 +108,8 @@ class Clue:
 
 @dataclass
 class Detection:
+    """How well a checkpoint's files fit one dialect: a score and the evidence for it."""
+
     dialect: str
     score: int
     evidence: list[str]

@@ -36,6 +36,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass(frozen=True)
 class TensorInfo:
+    """A tensor of a checkpoint as its header describes it (no data read): name, dtype, shape and the file holding it."""
+
     name: str
     dtype: dtypes.DType  # (a torch dtype only for a .bin tensor of a dtype safetensors cannot hold)
     shape: tuple[int, ...]

@@ -21,6 +21,8 @@ MAX_HEADER_BYTES = 100 * 2**20  # the safetensors library's own limit
 
 @dataclass(frozen=True)
 class HeaderEntry:
+    """One tensor of a safetensors header: its dtype, shape and byte range in the data area."""
+
     dtype: dtypes.DType
     shape: tuple[int, ...]
     begin: int  # offset of the tensor's bytes from the start of the data area
@@ -29,6 +31,8 @@ class HeaderEntry:
 
 @dataclass(frozen=True)
 class SafetensorsHeader:
+    """A safetensors file's parsed header: its tensors in data order, its metadata and where the data area starts."""
+
     entries: dict[str, HeaderEntry]  # in file order of their data
     metadata: dict[str, str]
     data_start: int  # absolute file offset of the data area

@@ -72,6 +72,8 @@ NORM_OUTPUT_SEMANTICS = ("eagle31", "specforge")
 
 @dataclass(frozen=True)
 class Rope:
+    """The drafter's rotary embedding: base frequency and the HF ``rope_scaling`` dict, if any."""
+
     theta: float
     scaling: dict | None = None  # HF rope_scaling with a "rope_type" key (llama3, yarn, linear, dynamic, ...)
 
@@ -124,6 +126,8 @@ class MLA:
 
 @dataclass(frozen=True)
 class Provenance:
+    """Where a drafter came from: the dialect and framework that wrote it, eaglekit's conversions, the Hub repo read."""
+
     source_dialect: str | None = None
     framework: str | None = None  # e.g. "speculators 0.9.0", "torchspec 0.3"
     eaglekit_version: str | None = None  # the eaglekit that wrote it, when it did
@@ -152,6 +156,8 @@ UPGRADE_NOTE = "upgraded EAGLE 3 -> 3.1"
 
 @dataclass(frozen=True)
 class Drafter:
+    """A drafter as every dialect reads into and writes from: dimensions, attention, aux layers, flags, vocab maps."""
+
     attention: Attention
     hidden_size: int  # H
     target_hidden_size: int  # T (== H unless the target is wider/narrower)

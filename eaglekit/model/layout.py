@@ -20,6 +20,8 @@ ANY = -1  # a dimension that is not fixed by the config (the rank of a factorise
 
 @dataclass(frozen=True)
 class TensorSpec:
+    """A tensor the drafter's config calls for: canonical name, expected shape and kind, and whether it is required."""
+
     name: str
     shape: tuple[int, ...]
     kind: Kind
