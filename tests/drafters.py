@@ -298,14 +298,15 @@ def write_automodel(directory: Path, d: Dims, *, norm_output: bool = False) -> P
 
 
 def write_tiny_target(directory: Path, *, layers: int = 8, hidden: int = 16, vocab: int = 64, heads: int = 2, seed: int = 0,
-                      attention_scale: float = 1.0) -> Path:
+                      attention_scale: float = 1.0, kv_heads: int | None = None) -> Path:
     """A random-weight Llama target saved as safetensors (no tokenizer: prompts go in as input_ids).
-    ``attention_scale`` < 1 weakens attention, making the target closer to a bigram model (easy to draft for)."""
+    ``attention_scale`` < 1 weakens attention, making the target closer to a bigram model (easy to draft for).
+    ``kv_heads`` < ``heads``: grouped-query attention (default: as many KV heads as heads)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                      num_key_value_heads=heads, vocab_size=vocab, max_position_embeddings=512, rope_theta=10000.0,
+                      num_key_value_heads=kv_heads or heads, vocab_size=vocab, max_position_embeddings=512, rope_theta=10000.0,
                       tie_word_embeddings=False, bos_token_id=0, eos_token_id=None, pad_token_id=0)
     model = LlamaForCausalLM(cfg)
     with torch.no_grad():

@@ -141,6 +141,8 @@ class TargetModel:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
+        from .gqa_attention import use_shared_kv_heads
+
         hf_logging.disable_progress_bar()  # eaglekit shows its own progress; loading bars garble reports and logs
         hf_logging.set_verbosity_error()
         kwargs: dict = {"dtype": dtype}
@@ -169,6 +171,7 @@ class TargetModel:
         if not device_map:
             model = model.to(device)
         model.eval()
+        use_shared_kv_heads(model)  # on a CPU: SDPA without copying a GQA model's KV heads (the same floats)
         return cls(config, model, tokenizer, device if not device_map else str(model.device), dtype)
 
     @property
