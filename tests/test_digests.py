@@ -131,3 +131,14 @@ def test_a_full_cache_drops_stale_entries_first_then_the_oldest(tmp_path, cache_
     digests.file_sha256(settled_file(tmp_path / "f5", b"5" * MIB))  # 5 entries present: pruned to 2, then this one
     kept = {json.loads(e.read_text())["path"] for e in cache_home.glob("*.json")}
     assert kept == {str(files[3].resolve()), str(files[4].resolve()), str((tmp_path / "f5").resolve())}
+
+
+def test_a_killed_writers_temporary_file_is_removed_when_entries_are_written(tmp_path, cache_home, settled_now):
+    cache_home.mkdir(parents=True)
+    leftover, fresh = cache_home / ".abc.json.999999.tmp", cache_home / ".def.json.999998.tmp"
+    leftover.write_text("{")
+    fresh.write_text("{")  # perhaps a writer at work right now
+    old = time.time() - 3600
+    os.utime(leftover, (old, old))
+    digests.file_sha256(settled_file(tmp_path / "model.safetensors", os.urandom(2 * MIB)))
+    assert not leftover.exists() and fresh.exists()

@@ -76,3 +76,23 @@ def test_not_used_where_transformers_runs_another_attention(tmp_path):
 
     model = AutoModelForCausalLM.from_pretrained(write_tiny_target(tmp_path / "eager", heads=4, kv_heads=2, hidden=32), attn_implementation="eager")
     assert use_shared_kv_heads(model) is False and model.config._attn_implementation == "eager"
+
+
+def test_a_model_transformers_refuses_to_switch_keeps_sdpa(tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    from eaglekit.target import gqa_attention
+
+    model = AutoModelForCausalLM.from_pretrained(write_tiny_target(tmp_path / "t", heads=4, kv_heads=2, hidden=32), attn_implementation="sdpa")
+    real = type(model).set_attn_implementation
+
+    def refuse(self, name, **kwargs):
+        if name == NAME:
+            raise ValueError("a sub-model does not support SDPA")
+        return real(self, name, **kwargs)
+
+    monkeypatch.setattr(type(model), "set_attn_implementation", refuse)
+    assert gqa_attention.use_shared_kv_heads(model) is False and model.config._attn_implementation == "sdpa"
+    monkeypatch.setattr(gqa_attention.torch, "__version__", "2.4.1+cpu")
+    monkeypatch.setattr(type(model), "set_attn_implementation", real)
+    assert gqa_attention.use_shared_kv_heads(model) is False and model.config._attn_implementation == "sdpa"

@@ -252,6 +252,7 @@ if sys.argv[1] == "atexit":
 if sys.argv[1] == "thread":
     import threading, time
     threading.Thread(target=time.sleep, args=(0.2,)).start()
+
 sys.argv = ["eaglekit", *sys.argv[2:]]
 run()
 """
@@ -291,3 +292,20 @@ def test_a_running_thread_is_waited_for_by_pythons_own_exit(drafter):
     done = _probe("thread", "inspect", drafter)
     assert done.returncode == 0, done.stderr
     assert "torn down" in done.stdout
+
+
+def test_pythons_own_exit_for_a_debug_run(drafter, monkeypatch):
+    monkeypatch.setenv("EAGLEKIT_DEBUG", "1")
+    done = _probe("plain", "inspect", drafter)
+    assert done.returncode == 0, done.stderr
+    assert "torn down" in done.stdout
+
+
+def test_cprofile_of_a_command_writes_its_profile(drafter, tmp_path):
+    """cProfile (like pdb and trace) runs eaglekit in-process and writes its results after it returns."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), "HF_HUB_OFFLINE": "1"}
+    out = tmp_path / "inspect.prof"
+    done = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(out), "-m", "eaglekit", "inspect", str(drafter)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert out.stat().st_size > 0

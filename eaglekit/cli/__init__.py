@@ -70,12 +70,18 @@ def exit_now(code: object) -> None:
     that teardown still happens, in its order: no other non-daemon thread may be running (else this is Python's own
     exit, which waits for it), the ``atexit`` handlers run (torch's, logging's flush, multiprocessing's, tempfile's
     finalizers), then stdout and stderr are flushed. Every file eaglekit writes is closed before this.
+
+    Python's own exit is kept where something may still want the process: a profiler or tracer is running eaglekit
+    in-process (``python -m cProfile -m eaglekit ...``, pdb; they write their results after ``run`` returns), or
+    ``EAGLEKIT_DEBUG`` is set. Only the entry points call this (``eaglekit``, ``python -m eaglekit``); a program that
+    runs the CLI in-process calls ``main``.
     """
     run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)  # CPython's, what its own exit calls
     waited_for = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    watched = sys.getprofile() is not None or sys.gettrace() is not None or os.environ.get("EAGLEKIT_DEBUG", "") not in ("", "0")
     if code is None:
         code = 0
-    if not isinstance(code, int) or waited_for or run_exit_handlers is None:
+    if not isinstance(code, int) or waited_for or watched or run_exit_handlers is None:
         sys.exit(code)
     run_exit_handlers()
     try:

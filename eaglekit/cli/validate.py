@@ -55,7 +55,8 @@ def _read_list(from_file: str | None) -> list[str]:
     if from_file is None:
         return []
     try:
-        text = click.open_file(from_file, encoding="utf-8").read()
+        with click.open_file(from_file, encoding="utf-8") as f:  # "-": stdin, left open by click
+            text = f.read()
     except OSError as exc:
         raise UsageError(f"--from-file {from_file}: cannot read ({exc.strerror or exc})") from None
     items = [line.split("#", 1)[0].strip() for line in text.splitlines()]

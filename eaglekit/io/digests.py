@@ -6,7 +6,8 @@ of an unchanged drafter reads it again. Each digest is kept in eaglekit's cache
 (``$XDG_CACHE_HOME/eaglekit/sha256/``), one small JSON entry per file path, and used only while the file is the
 same file with the same content as far as ``stat`` can tell: device, inode, size, mtime and ctime all as they were
 when it was hashed (what git's index trusts). A write changes mtime and ctime; replacing the file (an atomic
-writer's rename) changes the inode; ``touch -d`` changes ctime.
+writer's rename) changes the inode; ``touch -d`` changes ctime. What stat cannot see, this cannot either (as for git):
+a second write through a shared memory map into pages not yet written back leaves mtime as it was.
 
 A timestamp has a granularity (a few ms on ext4, 2 s on FAT), so a file written twice within one tick keeps its
 times. A digest is therefore remembered only for a file whose last change is more than ``SETTLED_SECONDS`` older than
@@ -72,9 +73,21 @@ def _still_true(entry: Path) -> bool:
         return False
 
 
+def _written_ns(entry: Path) -> int:
+    try:
+        return entry.stat().st_mtime_ns
+    except OSError:  # removed by another process meanwhile
+        return 0
+
+
 def _prune(directory: Path) -> None:
-    """Down to ``MAX_ENTRIES // 2``: the entries no file can use go first, then the least recently written."""
-    entries = sorted(directory.glob("*.json"), key=lambda e: e.stat().st_mtime_ns)
+    """Down to ``MAX_ENTRIES // 2``: the entries no file can use go first, then the least recently written; and the
+    temporary files of writers killed before their rename."""
+    stale_before = time.time_ns() - 60 * 10**9
+    for tmp in directory.glob(".*.tmp"):
+        if _written_ns(tmp) < stale_before:
+            tmp.unlink(missing_ok=True)
+    entries = sorted(directory.glob("*.json"), key=_written_ns)
     if len(entries) <= MAX_ENTRIES:
         return
     live = [e for e in entries if _still_true(e)]
@@ -105,20 +118,24 @@ def _hash(f) -> str:
 
 
 def file_sha256(path: Path) -> str:
-    """Hex sha256 of the file at ``path`` (streamed), taken from the cache while the entry is still true."""
+    """Hex sha256 of the file at ``path`` (streamed), taken from the cache while the entry is still true.
+
+    The file is opened before anything else and its identity read from the open handle: opening makes NFS revalidate
+    what it caches of a file's attributes (close-to-open), where a bare ``stat`` may answer from a cache up to a minute
+    old after another machine rewrote the file."""
     path = Path(os.path.realpath(path))
-    before = os.stat(path)
-    cacheable = before.st_size >= MIN_BYTES
-    if cacheable:
-        entry = _entry_path(path)
-        digest = _remembered(entry, path, _identity(before))
-        if digest is not None:
-            return digest
-    started = time.time()
     with open(path, "rb") as f:
+        before = os.fstat(f.fileno())
+        cacheable = before.st_size >= MIN_BYTES
+        if cacheable:
+            entry = _entry_path(path)
+            digest = _remembered(entry, path, _identity(before))
+            if digest is not None:
+                return digest
+        started = time.time()
         digest = _hash(f)
+        after = os.fstat(f.fileno())
     if cacheable:
-        after = os.stat(path)
         settled = max(after.st_mtime_ns, after.st_ctime_ns) / 1e9 < started - SETTLED_SECONDS
         if settled and _identity(after) == _identity(before):
             _remember(entry, path, _identity(after), digest)

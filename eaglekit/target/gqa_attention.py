@@ -37,11 +37,23 @@ def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, v
 
 
 def use_shared_kv_heads(model) -> bool:
-    """Switch ``model`` (loaded on a CPU with ``"sdpa"`` attention) to ``attention``; False where it does not apply."""
+    """Switch ``model`` (loaded on a CPU with ``"sdpa"`` attention) to ``attention``; False where it does not apply:
+    another attention, another device (``model.device`` of a ``device_map`` model is its first GPU or ``meta``), a
+    torch before 2.5 (no ``enable_gqa``), or a model transformers refuses to switch (a composite model whose sub-model
+    fell back to eager), which keeps ``"sdpa"``."""
     config = model.config
-    if config._attn_implementation != "sdpa" or model.device.type != "cpu":
+    if config._attn_implementation != "sdpa" or model.device.type != "cpu" or not _has_enable_gqa():
         return False
     AttentionInterface.register(NAME, attention)
     AttentionMaskInterface.register(NAME, sdpa_mask)
-    model.set_attn_implementation(NAME)
+    try:
+        model.set_attn_implementation(NAME)
+    except ValueError:
+        model.set_attn_implementation("sdpa")
+        return False
     return config._attn_implementation == NAME
+
+
+def _has_enable_gqa() -> bool:
+    major, minor = (int(part) for part in torch.__version__.split(".")[:2])
+    return (major, minor) >= (2, 5)
