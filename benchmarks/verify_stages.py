@@ -27,11 +27,10 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-
-from _smollm2 import smollm2
 from unittest import mock
 
 import torch
+from _smollm2 import smollm2
 
 from eaglekit.target import packed_gemm, read_target_config
 from eaglekit.target.runner import TargetModel

@@ -16,7 +16,7 @@ import threading
 import click
 
 from .. import __version__
-from ._errors import EaglekitGroup
+from ._errors import EaglekitGroup, debugging
 
 # name -> (module under eaglekit.cli, attribute), in the order --help lists them
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -78,7 +78,7 @@ def exit_now(code: object) -> None:
     """
     run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)  # CPython's, what its own exit calls
     waited_for = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
-    watched = sys.getprofile() is not None or sys.gettrace() is not None or os.environ.get("EAGLEKIT_DEBUG", "") not in ("", "0")
+    watched = sys.getprofile() is not None or sys.gettrace() is not None or debugging()
     if code is None:
         code = 0
     if not isinstance(code, int) or waited_for or watched or run_exit_handlers is None:

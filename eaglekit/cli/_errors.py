@@ -18,9 +18,14 @@ from ..errors import EaglekitError
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
+def debugging() -> bool:
+    """Whether EAGLEKIT_DEBUG asks for tracebacks (and Python's own exit: ``cli.exit_now``)."""
+    return os.environ.get("EAGLEKIT_DEBUG", "") not in ("", "0")
+
+
 def _traceback_if_debugging() -> None:
     """The traceback of the exception being handled, on stderr, when EAGLEKIT_DEBUG is set."""
-    if os.environ.get("EAGLEKIT_DEBUG", "") not in ("", "0"):
+    if debugging():
         import traceback  # only here: every command's start-up would pay for it
 
         traceback.print_exc()
