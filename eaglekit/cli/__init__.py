@@ -66,7 +66,8 @@ def exit_now(code: object) -> None:
 
     Tearing the interpreter down (every module and object freed one by one) takes ~15 ms after a header-only command,
     a tenth of its whole run, and ~0.6 s after ``verify`` (torch, transformers and a model in memory); a process about
-    to end gains nothing from it, and mypy ends the same way (``util.hard_exit``). What Python's exit does before
+    to end gains nothing from it. mypy ends with ``os._exit`` after flushing stdout and stderr too (``mypy/util.py``
+    ``hard_exit``, read in its source; it does not run the exit handlers first, this does). What Python's exit does before
     that teardown still happens, in its order: no other non-daemon thread may be running (else this is Python's own
     exit, which waits for it), the ``atexit`` handlers run (torch's, logging's flush, multiprocessing's, tempfile's
     finalizers), then stdout and stderr are flushed. Every file eaglekit writes is closed before this.

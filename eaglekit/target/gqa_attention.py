@@ -1,9 +1,10 @@
 """SDPA with a GQA model's KV heads shared rather than copied, for targets run on a CPU with an attention mask.
 
 transformers' ``"sdpa"`` attention repeats the K and V heads of a GQA model (SmolLM2: 3 to 9) before calling torch's
-SDPA whenever an attention mask is present (its ``use_gqa_in_sdpa``: on CUDA a mask with ``enable_gqa`` sends SDPA to
-its slow math kernel). verify's batched decode always has a mask: left-padded prompts. On a CPU, torch's SDPA takes the
-mask and ``enable_gqa=True`` together and gives the same floats without the copies: the demo's decode (8 prompts x 68
+SDPA whenever an attention mask is present (its ``use_gqa_in_sdpa``, whose comment gives the reason: on CUDA a mask
+with ``enable_gqa`` sends SDPA to its math kernel; read in transformers 5.19's source, not measured here). verify's
+batched decode always has a mask: left-padded prompts. On a CPU, torch's SDPA takes the mask and ``enable_gqa=True``
+together and gives the same floats without the copies: the demo's decode (8 prompts x 68
 tokens) went from 4.42-4.49 s to 4.05-4.14 s, its tokens and aux states bit-identical.
 
 ``attention`` handles exactly that case (CPU, a mask, grouped KV heads, nothing else asked of it) and hands every other
