@@ -28,6 +28,9 @@ from pathlib import Path
 from ..io.atomic import pid_alive
 from ..io.cache_home import cache_home
 
+# Part of every entry's key: an entry written in an older layout is no file's entry any more, so ``prune`` removes it
+# and the next load writes it afresh. 2: tokenizer_config.json lists the added tokens (``_save_tokenizer``).
+FORMAT = 2
 GGUF_CONFIG = "eaglekit-gguf-config.json"  # the dict AutoConfig read from the GGUF metadata, as read_target_config returns it
 COMPLETE = "eaglekit-complete"  # written last: a directory without it is not used
 
@@ -39,7 +42,7 @@ def cache_root() -> Path:
 def cache_directory(gguf_path: Path) -> Path:
     resolved = gguf_path.resolve()
     stat = resolved.stat()
-    key = hashlib.sha256(f"{resolved}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    key = hashlib.sha256(f"{resolved}\0{stat.st_size}\0{stat.st_mtime_ns}\0{FORMAT}".encode()).hexdigest()[:12]
     return cache_root() / f"{resolved.stem}-{key}"
 
 
@@ -98,6 +101,25 @@ def cached_config(gguf_path: Path) -> dict | None:
     return config if isinstance(config, dict) else None
 
 
+def _save_tokenizer(tokenizer, directory: Path) -> None:
+    """``save_pretrained``, with the added tokens listed in tokenizer_config.json (``added_tokens_decoder``, as
+    transformers writes it for its other tokenizer classes). transformers 5 leaves them out for a tokenizers-backed
+    tokenizer, and loading such a config parses the whole tokenizer.json in Python once more only to find them
+    (SmolLM2: ~0.1 s of every later load, measured); listed, that parse is skipped and the tokenizer is the same (the
+    tests compare the prompts' ids, chat template included)."""
+    tokenizer.save_pretrained(directory)
+    path = directory / "tokenizer_config.json"
+    added = getattr(tokenizer, "added_tokens_decoder", None)
+    try:
+        config = json.loads(path.read_text())
+        if not isinstance(config, dict) or "added_tokens_decoder" in config or not added:
+            return
+        config["added_tokens_decoder"] = {str(i): token.__getstate__() for i, token in sorted(added.items())}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return
+    path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+
+
 def save(gguf_path: Path, model, tokenizer, gguf_config: dict) -> Path | None:
     """Save a GGUF-loaded float32 model (and its tokenizer) as the cache entry; the entry, or None if it cannot be
     written. Only float32 weights are saved: they are the dequantised values exactly, whatever dtype a later run
@@ -129,7 +151,7 @@ def save(gguf_path: Path, model, tokenizer, gguf_config: dict) -> Path | None:
             if getattr(model, "generation_config", None) is not None:
                 model.generation_config.save_pretrained(tmp)
             if tokenizer is not None:
-                tokenizer.save_pretrained(tmp)
+                _save_tokenizer(tokenizer, tmp)
             (tmp / GGUF_CONFIG).write_text(json.dumps(gguf_config, default=str))
             (tmp / COMPLETE).write_text(str(gguf_path.resolve()) + "\n")
             if directory.exists():  # an incomplete entry of a killed run

@@ -121,8 +121,10 @@ def _plain_layers(cache) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
     whole sequence as plain tensors; None for any other cache (a sliding window keeps only its last tokens)."""
     from transformers.cache_utils import DynamicLayer
 
+    from .reserved_cache import ReservedLayer
+
     layers = getattr(cache, "layers", None)
-    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+    if not layers or any(type(layer) not in (DynamicLayer, ReservedLayer) for layer in layers):
         return None
     kv = [(getattr(layer, "keys", None), getattr(layer, "values", None)) for layer in layers]
     return kv if all(isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor) and k.dim() == 4 for k, v in kv) else None
@@ -319,13 +321,16 @@ class TargetModel:
                       keep_passes: bool = False):
         from transformers import DynamicCache
 
+        from .reserved_cache import reserve
+
         device = self.model.device
         width = max(len(p) for p in prompts)
         ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
         positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
         attention = None if bool((mask == 1).all()) else mask
-        cache = DynamicCache(config=self.model.config)
+        # room for every position this group's forwards feed: the padded prompts, then one per new token
+        cache = reserve(DynamicCache(config=self.model.config), width + max_new_tokens)
         states: list[dict[int, torch.Tensor]] = []  # per forward: {slot: [B, n, T]}
         logits = None  # keep_passes: [B, forward, V] float32, every forward's logits
         new: list[torch.Tensor] = []
