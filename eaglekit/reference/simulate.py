@@ -192,6 +192,15 @@ def every_position(accepted: torch.Tensor, starts: torch.Tensor, k: int, last_fu
     return counters
 
 
+def continuation_length(max_new_tokens: int, k: int) -> int:
+    """The target tokens after the prompt that ``trajectory`` judges: with n tokens out a step starts at position
+    P + n - 2 (``trajectory``'s j) and compares its K drafts with x_{P+n} .. x_{P+n+K-1}; the last step starts with
+    at most ``max_new_tokens`` - 1 out, so its last draft is judged by the continuation's token number
+    ``max_new_tokens`` + K - 1 (counting from 1). Decoding further changes no counter
+    (tests/test_simulate_bounds.py)."""
+    return max(max_new_tokens, 1) + k - 1
+
+
 def trajectory(accepted: torch.Tensor, starts: torch.Tensor, k: int, prompt_len: int, max_new_tokens: int, eos: int | None = None) -> Counters:
     """Counters along the positions a greedy vLLM run visits, as its scheduler counts them.
 
@@ -199,7 +208,7 @@ def trajectory(accepted: torch.Tensor, starts: torch.Tensor, k: int, prompt_len:
     verification step counts K drafts and the accepted prefix, then the run continues from the last accepted
     token. Steps happen while fewer than ``max_new_tokens`` tokens are out and no end-of-sequence token
     (``eos``) is among them; the last step counts its full chain even past max_new_tokens, as vLLM does, so
-    ``accepted`` must have been measured against a continuation that runs K+1 tokens further."""
+    ``accepted`` must have been measured against a continuation of ``continuation_length`` tokens."""
     by_start = dict(zip(starts.tolist(), accepted.tolist()))
     counters = Counters()
     j = prompt_len - 1

@@ -19,7 +19,7 @@ from .. import dialects
 from ..errors import UnsupportedError, UsageError
 from ..model.drafter import Drafter
 from ..reference.model import ReferenceDrafter, weights_for
-from ..reference.simulate import Chains, Counters, accepted_lengths, draft_chains, every_position, trajectory
+from ..reference.simulate import Chains, Counters, accepted_lengths, continuation_length, draft_chains, every_position, trajectory
 from ..target import read_target_config
 from ..target.runner import DTYPES, SequencePass, TargetModel, pick_device
 from ..target.weights import read_target_weight
@@ -40,8 +40,8 @@ class SequenceResult:
 
 
 def simulate(model: ReferenceDrafter, prompt: Prompt, tokens: torch.Tensor, aux: torch.Tensor, k: int, max_new_tokens: int, eos: int | None) -> SequenceResult:
-    """``tokens`` runs up to K+1 tokens past ``max_new_tokens`` so that the last verification is judged as vLLM
-    judges it; ``eos`` is the index of the first end-of-sequence token, if any."""
+    """``tokens`` runs ``continuation_length`` tokens past the prompt, K - 1 past ``max_new_tokens``, so that the
+    last verification is judged as vLLM judges it; ``eos`` is the index of the first end-of-sequence token, if any."""
     starts = chain_starts(len(prompt.ids), tokens.shape[0])
     chains = draft_chains(model, tokens, aux, starts, k)
     accepted = accepted_lengths(chains, tokens).cpu()
@@ -116,7 +116,7 @@ class Verifier:
             raise UsageError(self.target_config.weights_needed(f"{options.command} runs the target model"))
         self.progress = progress
         self.target: TargetModel | None = None
-        self.sequences: list[tuple[Prompt, torch.Tensor]] = []  # prompt + continuation + K+1 lookahead tokens
+        self.sequences: list[tuple[Prompt, torch.Tensor]] = []  # prompt + continuation (continuation_length tokens)
         self.eos: list[int | None] = []
         self.max_new: list[int] = []  # per sequence: how many tokens the trajectory may produce
         self.stored_ids: tuple[int, ...] | None = None  # --hidden-states: the only aux layers available
@@ -146,7 +146,7 @@ class Verifier:
         eos_ids = self.target.eos_token_ids()
         start = time.perf_counter()
         # all prompts decoded together (the same greedy tokens as one at a time: TargetModel.decode_batch)
-        decoded = self.target.decode_batch([p.ids for p in prompts], self.options.max_new_tokens + self.options.k + 1, capture=capture,
+        decoded = self.target.decode_batch([p.ids for p in prompts], continuation_length(self.options.max_new_tokens, self.options.k), capture=capture,
                                            keep_bytes=KEEP_PASSES_BYTES if keep_passes else 0)
         self.timings["generation"] = time.perf_counter() - start
         for prompt, (tokens, states, kept) in zip(prompts, decoded):
