@@ -11,11 +11,12 @@ steadier comparison; run with OMP_NUM_THREADS=1 for that), whether the tokens ar
 
     python benchmarks/verify_stages.py [--prompts 8] [--max-new-tokens 64] [--rounds 2]
 
-``--speculative-floor AL`` measures instead what decoding the way vLLM does (the target checks K drafted tokens per
-forward) would cost the target at acceptance length AL (vLLM measured 2.04 on the demo): the same KV-cached batched
-forwards fed 1 token per row and K+1 tokens per row, ms per forward, and the target's decode time each way for the
-continuation (one forward per token, or one per AL tokens). The drafted tokens' cost is not counted, so this is a
-floor for that route: if it is not fast enough, no drafting makes it so.
+``--speculative-floor RATES`` measures instead what decoding the way vLLM does (the target checks K' drafted tokens
+per forward) would cost the target, given the drafts' per-position acceptance rates (vLLM's on the demo:
+0.506,0.301,0.234, from its counters): the same KV-cached batched forwards ``decode_batch`` makes (room reserved,
+prepacked linears) fed 1 token per row and K'+1 tokens per row, ms per forward, and the target's decode time each
+way for the continuation (one forward per token, or one per 1 + r_1 + ... + r_K' tokens). The drafted tokens' cost is
+not counted, so this is a floor for that route: if it is not fast enough, no drafting makes it so.
 
 ``--packed`` compares ``decode_batch`` with its steps' linears through oneDNN's prepacked weights
 (eaglekit/target/packed_gemm.py, what verify does) beside the plain GEMM (the packing switched off for that run): wall and CPU seconds, whether the
@@ -25,6 +26,7 @@ tokens are identical, and how far the aux states are apart.
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 from unittest import mock
@@ -32,7 +34,9 @@ from unittest import mock
 import torch
 from _smollm2 import smollm2
 
+from eaglekit.reference.simulate import continuation_length
 from eaglekit.target import packed_gemm, read_target_config
+from eaglekit.target.reserved_cache import reserve
 from eaglekit.target.runner import TargetModel
 from eaglekit.verify.prompts import encode_prompts, read_prompt_records
 
@@ -56,38 +60,45 @@ def with_generate(target: TargetModel, prompts: list[list[int]], new: int) -> li
     return rows
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def forward_ms(target: TargetModel, prompts: list[list[int]], width_per_step: int, steps: int) -> float:
-    """Milliseconds per KV-cached forward of every prompt fed ``width_per_step`` new tokens (after a padded prefill)."""
+    """Milliseconds per KV-cached forward of every prompt fed ``width_per_step`` new tokens (after a padded prefill), as
+    ``decode_batch`` runs its steps: a cache with room reserved, the linears through oneDNN's prepacked weights."""
     from transformers import DynamicCache
 
     model, pad = target.model, target.pad_token_id()
     width = max(len(p) for p in prompts)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache(config=model.config)
+    cache = reserve(DynamicCache(config=model.config), width + steps * width_per_step)
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-    model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    generator = torch.Generator().manual_seed(0)
-    start = time.perf_counter()
-    for _ in range(steps):
-        fed = torch.randint(0, model.config.vocab_size, (len(prompts), width_per_step), generator=generator)
-        mask = torch.cat([mask, mask.new_ones(len(prompts), width_per_step)], dim=-1)
-        positions = positions[:, -1:] + 1 + torch.arange(width_per_step)[None]
-        out = model(input_ids=fed, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
-                    logits_to_keep=width_per_step)
-        out.logits.argmax(-1)
-    return (time.perf_counter() - start) / steps * 1000
+    with packed_gemm.packed_linears(model, len(prompts) * width_per_step, steps):
+        model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        generator = torch.Generator().manual_seed(0)
+        start = time.perf_counter()
+        for _ in range(steps):
+            fed = torch.randint(0, model.config.vocab_size, (len(prompts), width_per_step), generator=generator)
+            mask = torch.cat([mask, mask.new_ones(len(prompts), width_per_step)], dim=-1)
+            positions = positions[:, -1:] + 1 + torch.arange(width_per_step)[None]
+            out = model(input_ids=fed, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
+                        logits_to_keep=width_per_step)
+            out.logits.argmax(-1)
+        return (time.perf_counter() - start) / steps * 1000
 
 
-def speculative_floor(target: TargetModel, prompts: list[list[int]], new: int, k: int, al: float, rounds: int) -> None:
-    steps = new
-    spec_steps = int(-(-new // al))
+def speculative_floor(target: TargetModel, prompts: list[list[int]], new: int, rates: list[float], rounds: int) -> None:
+    """For K' = 1..len(rates) drafts per step: the forward fed K'+1 tokens per prompt, and the continuation's decode
+    at the acceptance length those per-position rates give (1 + the first K' rates), every row assumed to advance
+    together (a batch cannot quite: it waits for its slowest row) and the drafter's own forwards not counted."""
     for r in range(rounds):
-        one, chunk = forward_ms(target, prompts, 1, steps), forward_ms(target, prompts, k + 1, spec_steps)
-        print(f"round {r + 1}: {len(prompts)} prompts, forward fed 1 token each {one:.0f} ms, fed {k + 1} each {chunk:.0f} ms | "
-              f"{new} tokens: one forward per token {steps * one / 1000:.2f} s, one per {al} tokens ({spec_steps} forwards) "
-              f"{spec_steps * chunk / 1000:.2f} s, drafting not counted", flush=True)
+        one = forward_ms(target, prompts, 1, new)
+        parts = [f"forward fed 1 token per prompt {one:.1f} ms, {new} forwards {new * one / 1000:.2f} s"]
+        for k in range(1, len(rates) + 1):
+            al = 1 + sum(rates[:k])
+            forwards = math.ceil(new / al)
+            ms = forward_ms(target, prompts, k + 1, forwards)
+            parts.append(f"K={k}: fed {k + 1} {ms:.1f} ms, AL {al:.2f}, {forwards} forwards {forwards * ms / 1000:.2f} s")
+        print(f"round {r + 1}, {len(prompts)} prompts: " + " | ".join(parts), flush=True)
 
 
 def packed_vs_plain(target: TargetModel, prompts: list[list[int]], new: int, rounds: int) -> None:
@@ -112,16 +123,18 @@ def main() -> None:
     ap.add_argument("-k", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--packed", action="store_true", help="decode_batch with oneDNN's prepacked weights beside the plain GEMM")
-    ap.add_argument("--speculative-floor", type=float, metavar="AL", help="the target's cost of decoding by checking K drafts per forward at this acceptance length")
+    ap.add_argument("--speculative-floor", metavar="RATES",
+                    help="per-position acceptance rates, comma-separated (vLLM's on the demo: 0.506,0.301,0.234): the target's cost of "
+                         "decoding by checking K' drafts per forward, for each K' up to their number")
     args = ap.parse_args()
     target = TargetModel.load(read_target_config(smollm2()))
     prompts = [p.ids for p in encode_prompts(read_prompt_records(str(PROMPTS)), target.tokenizer, args.prompts)]
-    new = args.max_new_tokens + args.k + 1  # what verify decodes: K+1 lookahead tokens past the judged ones
+    new = continuation_length(args.max_new_tokens, args.k)  # what verify decodes: as far as the trajectory judges
     if args.packed:
         packed_vs_plain(target, prompts, new, args.rounds)
         return
     if args.speculative_floor:
-        speculative_floor(target, prompts, new, args.k, args.speculative_floor, args.rounds)
+        speculative_floor(target, prompts, new, [float(x) for x in args.speculative_floor.split(",")], args.rounds)
         return
     for r in range(args.rounds):
         times = {}
