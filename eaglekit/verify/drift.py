@@ -358,6 +358,8 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
         raise UsageError("the target records no window (max_position_embeddings): give --max-context")
     if window and limit > window:
         raise UsageError(f"--max-context {limit} exceeds the target's window ({window})")
+    # the window's room left for the continuation: continuation_length(max_new_tokens, k) tokens, and 2 to spare (the
+    # long inputs were cut to this room when verify decoded 2 tokens more; cut anew, every long-context figure would move)
     reserve = options.max_new_tokens + options.k + 1
     if options.prompts:
         records, source = read_prompt_records(options.prompts), options.prompts
