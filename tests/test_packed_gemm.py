@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from eaglekit.target import packed_gemm
-from eaglekit.target.packed_gemm import MAX_ROWS, MIN_ROWS, MIN_STEPS, packed_linears
+from eaglekit.target.packed_gemm import MAX_ROWS, MIN_ROWS, MIN_STEPS, SHARED_INPUT, packed_linears
 
 pytestmark = pytest.mark.skipif(packed_gemm._onednn_ops() is None, reason="this torch has no oneDNN")
 
@@ -53,8 +53,9 @@ def test_packed_linears_give_the_plain_products_and_give_the_forwards_back(count
         assert len(_own_forwards(model)) == len(linears) == 2 * 7 + 1  # q k v o gate up down per layer, and lm_head
         fast = {rows: model(ids).logits for rows, ids in steps.items()}
         prefill = model(torch.randint(0, 256, (MIN_ROWS, MAX_ROWS))).logits  # 4 x 32 positions: the plain GEMM
-    # one prepacked call per linear for each row count from MIN_ROWS to MAX_ROWS, whatever count the weights were laid out for
-    assert counted == [MIN_ROWS] * len(linears) + [MAX_ROWS] * len(linears)
+    # one prepacked call per step for each layer's q/k/v, o, gate/up, down and for lm_head, for each row count from
+    # MIN_ROWS to MAX_ROWS, whatever count the weights were laid out for
+    assert counted == [MIN_ROWS] * (2 * 4 + 1) + [MAX_ROWS] * (2 * 4 + 1)
     for rows in steps:
         assert torch.allclose(fast[rows], plain[rows], rtol=1e-5, atol=1e-5), (rows, (fast[rows] - plain[rows]).abs().max())
         if rows < MIN_ROWS or rows > MAX_ROWS:
@@ -62,6 +63,49 @@ def test_packed_linears_give_the_plain_products_and_give_the_forwards_back(count
     assert prefill.shape == (MIN_ROWS, MAX_ROWS, 256)
     assert _own_forwards(model) == []
     assert torch.equal(model(steps[MIN_ROWS]).logits, plain[MIN_ROWS])  # back to the plain GEMM: the very same floats
+
+
+@torch.no_grad()
+def test_one_gemm_for_linears_on_one_input_gives_their_own_products_bit_for_bit(monkeypatch):
+    """q/k/v and gate/up prepacked as one weight: the same floats as each prepacked alone (so did SmolLM2's demo
+    decode: the same tokens, aux states, logits and caches both ways)."""
+    model = _tiny_llama()
+    steps = [torch.randint(0, 256, (rows, 1)) for rows in (MIN_ROWS, 8, MAX_ROWS)]
+    with packed_linears(model, 16, MIN_STEPS):
+        shared = [model(ids).logits for ids in steps]
+    monkeypatch.setattr(packed_gemm, "SHARED_INPUT", ())
+    with packed_linears(model, 16, MIN_STEPS):
+        alone = [model(ids).logits for ids in steps]
+    assert all(torch.equal(a, b) for a, b in zip(shared, alone))
+
+
+@torch.no_grad()
+def test_a_member_called_on_another_input_computes_its_own_product(counted):
+    model = _tiny_llama()
+    attention = model.model.layers[0].self_attn
+    x, other = torch.randn(MIN_ROWS, 64), torch.randn(MIN_ROWS, 64)
+    weight = {name: getattr(attention, name).weight for name in SHARED_INPUT[0]}
+    with packed_linears(model, 16, MIN_STEPS):
+        q = attention.q_proj(x)  # one GEMM: q, k and v of x
+        k = attention.k_proj(other)  # not x: k of other, on its own
+        v = attention.v_proj(x)  # what was computed for x is dropped once another input came: a new shared GEMM
+        k_again = attention.k_proj(x)  # taken from that GEMM
+    assert len(counted) == 2
+    for name, product, inputs in (("q_proj", q, x), ("k_proj", k, other), ("v_proj", v, x), ("k_proj", k_again, x)):
+        assert torch.allclose(product, torch.nn.functional.linear(inputs, weight[name]), rtol=1e-5, atol=1e-6), name
+    assert torch.equal(k, torch.nn.functional.linear(other, weight["k_proj"]))  # the plain GEMM itself
+
+
+def test_only_linears_of_one_module_with_one_input_width_and_like_biases_share_a_gemm():
+    def attention(k_in=8, v_bias=False):
+        module = torch.nn.Module()
+        module.q_proj, module.k_proj, module.v_proj = torch.nn.Linear(8, 8, bias=False), torch.nn.Linear(k_in, 4, bias=False), torch.nn.Linear(8, 4, bias=v_bias)
+        return module
+
+    model = torch.nn.ModuleList([attention(), attention(k_in=6), attention(v_bias=True)])
+    linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    assert packed_gemm._shared_input_groups(model, linears) == [[model[0].q_proj, model[0].k_proj, model[0].v_proj]]
+    assert packed_gemm._shared_input_groups(model, linears[1:]) == []  # one member not a plain float32 linear
 
 
 @torch.no_grad()
