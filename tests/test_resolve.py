@@ -71,3 +71,21 @@ def test_resolve_needs_a_target(tmp_path, pair, cli):
     out = tmp_path / "out"
     run = cli("convert", ambiguous_copy(pair, tmp_path / "amb"), out, "--to", "vllm", "--resolve", expect=2)
     assert "--resolve needs --target" in run.stderr and not out.exists()
+
+
+def test_verify_measures_the_aux_readings_and_reuses_the_one_it_read(tmp_path, pair, cli, monkeypatch):
+    """verify on the ambiguous copy measures both aux-id readings; the one the drafter was read as is the drafter
+    itself (the same target layers), so it takes the drafter's results: two simulations per prompt, not three."""
+    from eaglekit.verify import run as verify_run
+
+    simulated = []
+    real_simulate = verify_run.simulate
+    monkeypatch.setattr(verify_run, "simulate", lambda model, prompt, *rest: simulated.append(prompt.id) or real_simulate(model, prompt, *rest))
+    src = ambiguous_copy(pair, tmp_path / "amb")
+    report = json.loads(cli("verify", src, "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", 16, "--json").stdout)
+    measured = {m["reading"].split()[0]: m for m in report["readings"]["measured"]}
+    assert set(measured) == {"sglang", "vllm"}
+    read_as = "sglang" if report["aux_layer_ids"] == [2, 4, 5] else "vllm"
+    assert measured[read_as]["every_position_acceptance_length"] == report["every_position"]["acceptance_length"]
+    assert measured[read_as]["acceptance_length"] == report["acceptance_length"]
+    assert len(simulated) == 2 * len(report["prompts"])

@@ -250,18 +250,26 @@ def test_nothing_accepted_is_said(pair, cli, tmp_path):
     assert "verify.nothing_accepted" in [f["check"] for f in report["findings"]]
 
 
-def test_readings_the_files_cannot_tell_apart_are_measured(pair31, cli, tmp_path):
+def test_readings_the_files_cannot_tell_apart_are_measured(pair31, cli, tmp_path, monkeypatch):
     """A SpecForge-style copy of an EAGLE 3.1 drafter with no record of what norm_output means: verify measures both
-    readings (which one wins decisively is asserted on the real pair, tests/test_real_pair.py)."""
+    readings (which one wins decisively is asserted on the real pair, tests/test_real_pair.py). The reading the
+    drafter is read as takes the drafter's own results: each sequence is simulated twice, not three times."""
     specforge_style = tmp_path / "sglang"
     convert(pair31["drafter"], specforge_style, ConvertOptions(to="sglang"))
     config = json.loads((specforge_style / "config.json").read_text())
     del config["eaglekit"]  # as SpecForge itself would have written it
     (specforge_style / "config.json").write_text(json.dumps(config))
+    from eaglekit.verify import run as verify_run
+
+    simulated = []
+    real_simulate = verify_run.simulate
+    monkeypatch.setattr(verify_run, "simulate", lambda model, prompt, *rest: simulated.append(prompt.id) or real_simulate(model, prompt, *rest))
     report = json.loads(cli("verify", specforge_style, "--target", pair31["target"], "--prompts", pair31["prompts"],
                             "--max-new-tokens", 40, "--json").stdout)
     readings = {m["reading"]: m["every_position_acceptance_length"] for m in report["readings"]["measured"]}
     assert set(readings) == {"norm_output read as EAGLE 3.1's", "norm_output read as SpecForge's"}
+    assert readings["norm_output read as EAGLE 3.1's"] == round(report["every_position"]["acceptance_length"], 6)
+    assert len(simulated) == 2 * len(report["prompts"]) and len(set(simulated)) == len(report["prompts"])
     assert report["readings"]["trained_with"] in (None, "norm_output read as EAGLE 3.1's"), readings
     assert schemas.check(report, "verify.schema.json") == []
     said = json.loads(cli("verify", specforge_style, "--target", pair31["target"], "--prompts", pair31["prompts"],

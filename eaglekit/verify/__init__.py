@@ -72,7 +72,7 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
         if report["trajectory"]["num_drafts"] and not report["every_position"]["num_accepted_tokens"]:
             report["findings"].append(Finding("verify.nothing_accepted", "warning", "no drafted token was accepted at any position: the "
                                               "drafter does not predict this target (wrong target, aux layers or vocab map?)").to_dict())
-        report["readings"] = readings.measure(verifier, loaded, candidates) if len(candidates) > 1 else None
+        report["readings"] = readings.measure(verifier, loaded, candidates, done=(d, results)) if len(candidates) > 1 else None
         if options.min_acceptance_length is not None:
             traj, _ = totals(results)
             ok = traj.acceptance_length >= options.min_acceptance_length

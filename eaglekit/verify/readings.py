@@ -14,7 +14,7 @@ from .. import dialects
 from ..model.drafter import INPUT, AuxLayers, Drafter
 from ..errors import UsageError
 from .options import VerifyOptions
-from .run import Verifier, layers_of, resolved_ids, totals
+from .run import SequenceResult, Verifier, layers_of, resolved_ids, totals
 
 # A reading is named the one training used only when its every-position acceptance length beats the runner-up's by
 # this fraction: a real misreading costs far more (the example pair loses ~25% with norm_output flipped; an aux id
@@ -49,12 +49,19 @@ def norm_output_readings(d: Drafter) -> list[tuple[str, Drafter]]:
     return out
 
 
-def measure(verifier: Verifier, loaded: dialects.LoadedDrafter, candidates: list[tuple[str, Drafter]]) -> dict:
-    """Each reading's acceptance on the verifier's sequences, and the one training used where the margin is decisive."""
+def measure(verifier: Verifier, loaded: dialects.LoadedDrafter, candidates: list[tuple[str, Drafter]],
+            done: tuple[Drafter, list[SequenceResult]] | None = None) -> dict:
+    """Each reading's acceptance on the verifier's sequences, and the one training used where the margin is decisive.
+    ``done``: a drafter already simulated on these sequences, with its results; the reading that is that very drafter
+    (the one the checkpoint is read as: the same target layers, however its ids are written, and all else equal) takes
+    them instead of being simulated again."""
     L = verifier.target_config.num_layers
     measured = []
     for label, drafter in candidates:
-        results, _ = verifier.run(verifier.model_for(loaded, drafter=drafter), resolved_ids(drafter, L), label)
+        if done is not None and resolved_ids(drafter, L) == resolved_ids(done[0], L) and drafter.with_(aux=done[0].aux) == done[0]:
+            results = done[1]
+        else:
+            results, _ = verifier.run(verifier.model_for(loaded, drafter=drafter), resolved_ids(drafter, L), label)
         trajectory, every = totals(results)
         measured.append({"reading": label, "acceptance_length": round(trajectory.acceptance_length, 6),
                          "every_position_acceptance_length": round(every.acceptance_length, 6)})
