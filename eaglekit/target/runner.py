@@ -188,6 +188,17 @@ class TargetModel:
     def lm_head_weight(self) -> torch.Tensor:
         return self.model.get_output_embeddings().weight.detach()
 
+    @functools.cached_property
+    def _cache_kwarg(self) -> str:
+        """The keyword the model's forward takes its KV cache by: ``cache`` from transformers 5.24 on (which warns, and
+        renames on every call, when given the older ``past_key_values``), ``past_key_values`` before."""
+        import inspect
+
+        return "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+
+    def _with_cache(self, cache, **inputs) -> dict:
+        return {**inputs, self._cache_kwarg: cache}
+
     def _decoder(self):
         return self.model.get_decoder() if hasattr(self.model, "get_decoder") else getattr(self.model, "model", None)
 
@@ -339,7 +350,7 @@ class TargetModel:
         step_ids = ids
         while True:
             out, captured = self._forward(slots, input_ids=step_ids, attention_mask=attention, position_ids=positions,
-                                          past_key_values=cache, use_cache=True, logits_to_keep=1)
+                                          **self._with_cache(cache, use_cache=True, logits_to_keep=1))
             states.append(captured)
             last = out.logits[:, -1].to(dtype=torch.float32)
             if keep_passes:
@@ -360,7 +371,7 @@ class TargetModel:
                 break
         if slots or keep_passes:  # the last new tokens' states, logits and keys: one more forward (nothing decodes past it)
             out, captured = self._forward(slots, input_ids=step_ids, attention_mask=attention, position_ids=positions,
-                                          past_key_values=cache, use_cache=True, logits_to_keep=1)
+                                          **self._with_cache(cache, use_cache=True, logits_to_keep=1))
             states.append(captured)
             if keep_passes:
                 logits[:, len(new)] = out.logits[:, -1]
@@ -402,7 +413,7 @@ class TargetModel:
         cache) for ``chain_logits``. Only the kept rows are projected to the vocabulary (a 5k-token sequence's full
         logits would be ~1 GB for a 49k vocabulary)."""
         out = self.model(tokens[None].to(self.model.device), use_cache=True, logits_to_keep=keep.to(self.model.device))
-        return out.logits[0].float(), out.past_key_values
+        return out.logits[0].float(), _returned_cache(out)
 
     @torch.no_grad()
     def chain_logits(self, cache, seq_len: int, starts: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
@@ -425,7 +436,13 @@ class TargetModel:
         mask = torch.zeros(allowed.shape, dtype=self.dtype, device=device).masked_fill(~allowed, torch.finfo(self.dtype).min)
         try:
             out = self.model(drafts[:, : K - 1].reshape(1, n).to(device), position_ids=positions[None], attention_mask=mask[None, None],
-                             past_key_values=cache, use_cache=True)
-        finally:
-            cache.crop(seq_len)
+                             **self._with_cache(cache, use_cache=True))
+        finally:  # back to the sequence: a negative crop removes that many positions (transformers 5.24 refuses a length)
+            cache.crop(seq_len - cache.get_seq_length())
         return out.logits[0].float().view(J, K - 1, -1)
+
+
+def _returned_cache(out):
+    """A forward's KV cache: ``out.cache`` from transformers 5.24 on (its ``past_key_values`` is a deprecated alias)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
