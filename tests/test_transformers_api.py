@@ -17,23 +17,18 @@ def forward_taking(keyword: str, original, original_keyword: str, seen: list):
     """A forward declaring the KV cache under ``keyword`` (as one transformers release does), refusing the other."""
     other = "past_key_values" if keyword == "cache" else "cache"
 
-    def check(kwargs):
+    def forward(input_ids=None, **kwargs):
         seen.append(sorted(k for k in ("cache", "past_key_values") if k in kwargs))
         if other in kwargs:
             raise TypeError(f"forward() got an unexpected keyword argument {other!r}")
         if keyword in kwargs:
             kwargs[original_keyword] = kwargs.pop(keyword)
-        return original(**kwargs)
+        return original(input_ids=input_ids, **kwargs)
 
-    if keyword == "cache":
-        def forward(input_ids=None, attention_mask=None, position_ids=None, cache=None, use_cache=None, logits_to_keep=0, **kwargs):
-            return check({"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids, "use_cache": use_cache,
-                          "logits_to_keep": logits_to_keep, **({"cache": cache} if cache is not None else {}), **kwargs})
-    else:
-        def forward(input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, use_cache=None, logits_to_keep=0, **kwargs):
-            return check({"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids, "use_cache": use_cache,
-                          "logits_to_keep": logits_to_keep, **({"past_key_values": past_key_values} if past_key_values is not None else {}),
-                          **kwargs})
+    named = ["attention_mask", "position_ids", keyword, "use_cache", "logits_to_keep"]
+    forward.__signature__ = inspect.Signature([inspect.Parameter("input_ids", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)]
+                                              + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in named]
+                                              + [inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)])
     return forward
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -192,12 +193,7 @@ class TargetModel:
     def _cache_kwarg(self) -> str:
         """The keyword the model's forward takes its KV cache by: ``cache`` from transformers 5.24 on (which warns, and
         renames on every call, when given the older ``past_key_values``), ``past_key_values`` before."""
-        import inspect
-
         return "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
-
-    def _with_cache(self, cache, **inputs) -> dict:
-        return {**inputs, self._cache_kwarg: cache}
 
     def _decoder(self):
         return self.model.get_decoder() if hasattr(self.model, "get_decoder") else getattr(self.model, "model", None)
@@ -350,7 +346,7 @@ class TargetModel:
         step_ids = ids
         while True:
             out, captured = self._forward(slots, input_ids=step_ids, attention_mask=attention, position_ids=positions,
-                                          **self._with_cache(cache, use_cache=True, logits_to_keep=1))
+                                          use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache})
             states.append(captured)
             last = out.logits[:, -1].to(dtype=torch.float32)
             if keep_passes:
@@ -371,7 +367,7 @@ class TargetModel:
                 break
         if slots or keep_passes:  # the last new tokens' states, logits and keys: one more forward (nothing decodes past it)
             out, captured = self._forward(slots, input_ids=step_ids, attention_mask=attention, position_ids=positions,
-                                          **self._with_cache(cache, use_cache=True, logits_to_keep=1))
+                                          use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache})
             states.append(captured)
             if keep_passes:
                 logits[:, len(new)] = out.logits[:, -1]
@@ -436,7 +432,7 @@ class TargetModel:
         mask = torch.zeros(allowed.shape, dtype=self.dtype, device=device).masked_fill(~allowed, torch.finfo(self.dtype).min)
         try:
             out = self.model(drafts[:, : K - 1].reshape(1, n).to(device), position_ids=positions[None], attention_mask=mask[None, None],
-                             **self._with_cache(cache, use_cache=True))
+                             use_cache=True, **{self._cache_kwarg: cache})
         finally:  # back to the sequence: a negative crop removes that many positions (transformers 5.24 refuses a length)
             cache.crop(seq_len - cache.get_seq_length())
         return out.logits[0].float().view(J, K - 1, -1)
