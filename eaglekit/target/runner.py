@@ -157,12 +157,8 @@ class TargetModel:
     dtype: torch.dtype
 
     @classmethod
+    @_no_cyclic_gc()
     def load(cls, config: TargetConfig, *, device: str = "cpu", dtype: torch.dtype = torch.float32, device_map: str | None = None) -> "TargetModel":
-        with _no_cyclic_gc():
-            return cls._load(config, device, dtype, device_map)
-
-    @classmethod
-    def _load(cls, config: TargetConfig, device: str, dtype: torch.dtype, device_map: str | None) -> "TargetModel":
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
