@@ -302,8 +302,7 @@ def test_expected_acceptance_matches_vllms_rejection_sampler(pair31, tmp_path, m
             accepted = len(after) - len(before) - 1
             tokens = torch.tensor(p + before)
             aux, _ = target.aux_states(tokens, ids)
-            prefix = context_acceptance(target, model, tokens, aux, K, T, P)
-            greedy = context_acceptance(target, model, tokens, aux, K, 1e-4, 1.0)
+            prefix, greedy = context_acceptance(target, model, tokens, aux, K, [(T, P), (1e-4, 1.0)])
             rounds += 1
             for i in range(K):
                 observed[i] += int(accepted > i)

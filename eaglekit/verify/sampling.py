@@ -110,9 +110,11 @@ class Expected:
         return 1 + sum(self.accepted_per_position) / self.num_drafts if self.num_drafts else None
 
 
-def context_acceptance(target, model, tokens: torch.Tensor, aux: torch.Tensor, k: int, temperature: float, top_p: float) -> torch.Tensor:
+def context_acceptance(target, model, tokens: torch.Tensor, aux: torch.Tensor, k: int, settings: list[tuple[float, float]]) -> list[torch.Tensor]:
     """P(the first i drafts accepted), i = 1..K, for the one chain a vLLM run drafts right after ``tokens`` (its
-    context: the prompt and every token out so far); ``aux`` the target's aux states on ``tokens``. [K] float64."""
+    context: the prompt and every token out so far), under each (temperature, top_p) of ``settings``: one [K] float64
+    per setting, from one drafting and one pass of the target (the chain and the target's logits do not depend on the
+    setting). ``aux`` the target's aux states on ``tokens``."""
     from ..reference.simulate import chains_from, first_pass
 
     S = tokens.shape[0]
@@ -121,4 +123,5 @@ def context_acceptance(target, model, tokens: torch.Tensor, aux: torch.Tensor, k
         chains = chains_from(model, first_pass(model, tokens, aux), tokens, start, k)
     first_logits, cache = target.sequence_pass(tokens, start + 1)
     drafts = chains.drafts.cpu()
-    return prefix_acceptance(first_logits.cpu(), target.chain_logits(cache, S, start, drafts).cpu(), drafts, temperature, top_p)[0]
+    first_logits, chain_logits = first_logits.cpu(), target.chain_logits(cache, S, start, drafts).cpu()
+    return [prefix_acceptance(first_logits, chain_logits, drafts, temperature, top_p)[0] for temperature, top_p in settings]
