@@ -208,7 +208,7 @@ def test_batched_generation_matches_one_prompt_at_a_time(verifier):
 
 
 def test_the_gguf_cache_loads_the_same_target(target, tmp_path, monkeypatch):
-    """The first load parses the GGUF file and saves the dequantised model to the cache (removing the entry of a copy
+    """The first load parses the GGUF file (once) and saves the dequantised model to the cache (removing the entry of a copy
     of the file that is gone); the next loads that: the same config dict, weights, tokenizer (chat template included)
     and end-of-sequence ids."""
     from eaglekit.target import gguf_cache, read_target_config
@@ -224,7 +224,13 @@ def test_the_gguf_cache_loads_the_same_target(target, tmp_path, monkeypatch):
     (stale / gguf_cache.COMPLETE).write_text(str(gone) + "\n")
     gone.unlink()
     cfg = read_target_config(target)
+    import gguf
+
+    parse = gguf.GGUFReader.__init__
+    parses: list[str] = []
+    monkeypatch.setattr(gguf.GGUFReader, "__init__", lambda reader, path, *args, **kwargs: (parses.append(str(path)), parse(reader, path, *args, **kwargs))[1])
     direct = TargetModel.load(cfg)
+    assert parses == [str(target)]  # config, weights and tokenizer from one parse of the file (runner._gguf_loader)
     assert gguf_cache.cached(Path(target)) is not None
     assert not stale.exists()
     again = read_target_config(target)

@@ -1,6 +1,7 @@
 """Loading the target runs with Python's cyclic garbage collector off (``runner._no_cyclic_gc``: importing transformers'
 model code and parsing a GGUF file only grow the heap, and each full collection over it freed next to nothing) and
-gives the collector back as it found it, whether the load succeeds or fails."""
+gives the collector back as it found it, whether the load succeeds or fails); a GGUF file is parsed once while it loads
+(``runner._gguf_loader``)."""
 
 from __future__ import annotations
 
@@ -62,3 +63,37 @@ def test_a_caller_that_turned_the_collector_off_keeps_it_off(target_config):
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def tiny_gguf(path) -> str:
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(2)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return str(path)
+
+
+def test_a_gguf_file_is_parsed_once_while_the_target_loads_and_gguf_is_itself_again_after(tmp_path):
+    """transformers builds a new GGUFReader for each thing it reads from the file, and gguf's tensor-name map for each
+    module; inside ``_gguf_loader`` both are built once (runner's docstring), and outside it gguf is untouched, also
+    after a failure."""
+    gguf = pytest.importorskip("gguf")
+    from eaglekit.target.runner import _gguf_loader
+
+    path = tiny_gguf(tmp_path / "tiny.gguf")
+    reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    with _gguf_loader():
+        first = gguf.GGUFReader(path)
+        assert isinstance(first, reader_class) and gguf.GGUFReader(path) is first
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+    assert gguf.GGUFReader is reader_class and gguf.get_tensor_name_map is name_map
+    assert gguf.GGUFReader(path) is not gguf.GGUFReader(path)
+    with pytest.raises(OSError), _gguf_loader():
+        raise OSError("the load failed")
+    assert gguf.GGUFReader is reader_class and gguf.get_tensor_name_map is name_map

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import gc
 import inspect
+import os
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -26,19 +27,37 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 @contextlib.contextmanager
-def _quiet_gguf_loader():
-    """transformers' GGUF dequantisation shows its own tqdm bar with no switch; eaglekit's output stays clean."""
+def _gguf_loader():
+    """transformers' GGUF loading, quiet and parsing the file once.
+
+    Its dequantisation shows a tqdm bar of its own with no switch; eaglekit's output stays clean. And it reads the
+    file afresh for each thing it takes from it: ``load_gguf_checkpoint`` builds a new ``gguf.GGUFReader`` (every
+    metadata field, the tokenizer's ~49k strings included) for the config, the weights and the tokenizer's config, and
+    builds gguf's tensor-name map anew for each of the model's ~400 modules (``get_gguf_hf_weights_map``; both read in
+    transformers 5.19's and 5.24's source, which import them from ``gguf`` when called). Inside, a file's reader is
+    built once and shared (transformers only reads it; the file is mapped read-only) and the name map once per
+    architecture and depth: SmolLM2's cold load parsed the file 3 times instead of 1 and built the map 397 times."""
     try:
+        import gguf
         from transformers import modeling_gguf_pytorch_utils as gguf_utils
     except ImportError:
         yield
         return
-    original = gguf_utils.tqdm
-    gguf_utils.tqdm = functools.partial(original, disable=True)
+    reader_class, name_map, bar = gguf.GGUFReader, gguf.get_tensor_name_map, gguf_utils.tqdm
+    readers: dict = {}
+
+    def shared_reader(path, mode="r"):
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = reader_class(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = shared_reader, functools.lru_cache(maxsize=None)(name_map)
+    gguf_utils.tqdm = functools.partial(bar, disable=True)
     try:
         yield
     finally:
-        gguf_utils.tqdm = original
+        gguf.GGUFReader, gguf.get_tensor_name_map, gguf_utils.tqdm = reader_class, name_map, bar
 
 
 @contextlib.contextmanager
@@ -181,12 +200,12 @@ class TargetModel:
                 gguf_kwargs = {"gguf_file": config.gguf_file}
         if device_map:
             kwargs["device_map"] = device_map
-        with _quiet_gguf_loader():
+        with _gguf_loader() if gguf_kwargs else contextlib.nullcontext():
             model = AutoModelForCausalLM.from_pretrained(directory, **kwargs, **gguf_kwargs)
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(directory, **gguf_kwargs)
-        except (OSError, ValueError):
-            tokenizer = None
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(directory, **gguf_kwargs)
+            except (OSError, ValueError):
+                tokenizer = None
         if gguf_path is not None and not device_map:
             gguf_cache.save(gguf_path, model, tokenizer, config.config)
         if not device_map:
