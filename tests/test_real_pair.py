@@ -228,7 +228,12 @@ def test_the_gguf_cache_loads_the_same_target(target, tmp_path, monkeypatch):
 
     parse = gguf.GGUFReader.__init__
     parses: list[str] = []
-    monkeypatch.setattr(gguf.GGUFReader, "__init__", lambda reader, path, *args, **kwargs: (parses.append(str(path)), parse(reader, path, *args, **kwargs))[1])
+
+    def counted_parse(reader, path, *args, **kwargs):
+        parses.append(str(path))
+        parse(reader, path, *args, **kwargs)
+
+    monkeypatch.setattr(gguf.GGUFReader, "__init__", counted_parse)
     direct = TargetModel.load(cfg)
     assert parses == [str(target)]  # config, weights and tokenizer from one parse of the file (runner._gguf_loader)
     assert gguf_cache.cached(Path(target)) is not None

@@ -12,7 +12,6 @@ import contextlib
 import functools
 import gc
 import inspect
-import os
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -44,15 +43,7 @@ def _gguf_loader():
         yield
         return
     reader_class, name_map, bar = gguf.GGUFReader, gguf.get_tensor_name_map, gguf_utils.tqdm
-    readers: dict = {}
-
-    def shared_reader(path, mode="r"):
-        key = (os.fspath(path), mode)
-        if key not in readers:
-            readers[key] = reader_class(path, mode)
-        return readers[key]
-
-    gguf.GGUFReader, gguf.get_tensor_name_map = shared_reader, functools.lru_cache(maxsize=None)(name_map)
+    gguf.GGUFReader, gguf.get_tensor_name_map = functools.cache(reader_class), functools.cache(name_map)  # dropped on leaving
     gguf_utils.tqdm = functools.partial(bar, disable=True)
     try:
         yield
