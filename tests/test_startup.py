@@ -90,6 +90,40 @@ def test_header_only_commands_import_neither_torch_nor_transformers(name, drafte
     assert heavy == [], f"{name} imported {heavy}"
 
 
+@pytest.fixture(scope="module")
+def gguf_target(tmp_path_factory) -> Path:
+    """A GGUF target of the tiny drafter's target dimensions: a llama file, whose config is a renaming of its metadata."""
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+
+    d = Dims()
+    path = tmp_path_factory.mktemp("startup") / "target.Q8_0.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(d.target_layers)
+    writer.add_embedding_length(d.T)
+    writer.add_vocab_size(d.V)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_tensor("token_embd.weight", np.zeros((d.V, d.T), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize("command", ["validate", "convert"])
+def test_a_gguf_target_read_for_its_config_imports_neither_torch_nor_transformers(command, drafter, gguf_target, tmp_path):
+    """validate --target and convert --target read a GGUF target's metadata alone (target/gguf_config.py): transformers'
+    reading imported torch and transformers and parsed the whole file (~10 s for SmolLM2 on 2 cores)."""
+    args = (["validate", drafter, "--target", gguf_target, "--json"] if command == "validate"
+            else ["convert", drafter, tmp_path / "out", "--to", "sglang", "--target", gguf_target, "--dry-run", "--json"])
+    result = run(tmp_path, *args, env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert result["exit"] in (0, 1, None), result["stderr"]
+    assert "error" not in result["stderr"].lower(), result["stderr"]
+    assert [m for m in result["modules"] if m in HEAVY] == []
+    assert '"target.hidden"' not in result["stdout"] and '"target.vocab"' not in result["stdout"]  # the target's dims were read
+
+
 def test_push_dry_run_imports_no_hub_client(drafter, tmp_path):
     """Issue 20: the dry run checks the repo id and writes the card's YAML without huggingface_hub (whose import pulls
     in its HTTP client, filelock and yaml: about as much again as the start-up floor); it sends nothing, so needs none.

@@ -1,10 +1,12 @@
 """What eaglekit needs to know about a target (verifier) model from its config alone: no weights are read,
-and neither torch nor transformers is imported (transformers only to read a GGUF file's metadata).
+and neither torch nor transformers is imported (transformers only for a GGUF file whose config is more than a
+renaming of its metadata: ``gguf_config``).
 
-A target is a local directory, a Hub id already in the local cache, a GGUF file (whose metadata
-transformers turns into a config; needs the ``gguf`` package), or a ``config.json`` file alone (what
-``hf download REPO config.json`` fetches: enough for convert and validate, which read only the config). A GGUF file
-verify has loaded before is read from its cache entry (``gguf_cache``), which keeps the config dict the metadata gave.
+A target is a local directory, a Hub id already in the local cache, a GGUF file, or a ``config.json`` file alone
+(what ``hf download REPO config.json`` fetches: enough for convert and validate, which read only the config). A GGUF
+file's config comes from its metadata (``gguf_config``) for the architectures whose config is a renaming of it, else
+from transformers (which needs the ``gguf`` package). A GGUF file verify has loaded before is read from its cache
+entry (``gguf_cache``), which keeps the config dict read the first time.
 
 ``TargetConfig.config_only`` says the target has no weights to run (a config file, or a directory or cached Hub
 snapshot holding no weight files); verify and drift refuse it with ``weights_needed``.
@@ -128,6 +130,16 @@ def read_target_config(source: str | Path, *, weights: bool = False) -> TargetCo
 
 
 def _gguf_config(directory: Path, gguf_file: str, label: str) -> dict:
+    """The config of a GGUF file: from its metadata alone where that is a renaming (``gguf_config``), else as
+    transformers reads it."""
+    from ..io.gguf_metadata import read_metadata
+    from .gguf_config import config_from_metadata
+
+    config = config_from_metadata(read_metadata(directory / gguf_file, label))
+    return config if config is not None else _transformers_gguf_config(directory, gguf_file, label)
+
+
+def _transformers_gguf_config(directory: Path, gguf_file: str, label: str) -> dict:
     try:
         import gguf  # noqa: F401  (transformers needs it to read GGUF metadata)
         from transformers import AutoConfig

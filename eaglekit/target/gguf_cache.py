@@ -31,7 +31,9 @@ from ..io.cache_home import cache_home
 # Part of every entry's key: an entry written in an older layout is no file's entry any more, so ``prune`` removes it
 # and the next load writes it afresh. 2: tokenizer_config.json lists the added tokens (``_save_tokenizer``).
 FORMAT = 2
-GGUF_CONFIG = "eaglekit-gguf-config.json"  # the dict AutoConfig read from the GGUF metadata, as read_target_config returns it
+# the config dict read_target_config read from the GGUF file (gguf_config's keys, or transformers' whole config for
+# the other architectures), so that it reads the same dict from the entry
+GGUF_CONFIG = "eaglekit-gguf-config.json"
 COMPLETE = "eaglekit-complete"  # written last: a directory without it is not used
 
 

@@ -1,0 +1,55 @@
+"""A GGUF target's config from its metadata alone (``io.gguf_metadata``), for the architectures whose config
+transformers makes by renaming keys: no transformers, no torch, no gguf, milliseconds.
+
+transformers reads a GGUF file's config in ``load_gguf_checkpoint`` (modeling_gguf_pytorch_utils.py) with a table per
+architecture (``GGUF_CONFIG_MAPPING``, integrations/ggml.py) and rules of its own. For the architectures in
+``ARCHITECTURES``, the keys eaglekit reads come out of that as plain renamings, the same for each (read in
+transformers 5.19's and 5.24's source): ``{arch}.block_count`` is ``num_hidden_layers``, and so on (``KEYS``); the
+vocabulary size is ``{arch}.vocab_size``, else the length of ``tokenizer.ggml.tokens``; the architecture names the
+model type, a llama file whose ``general.name`` is exactly ``mistral`` being a mistral one. Nothing names
+``architectures``. tests/test_gguf_config.py holds each architecture's reading against transformers' own.
+
+Anything else is left to transformers (``config_from_metadata`` gives None): another architecture (gemma's rope per
+layer type, phi3's partial rotary, t5's and gpt2's own key names, ...), any ``rope.scaling`` key (transformers drops
+these for the architectures here, and gpt-oss's are its own rule), or a key the config needs missing (a file
+without ``rope.freq_base`` takes the config class's default theta, which only transformers knows).
+
+The dict holds only the keys below; the whole config transformers makes is what the loaded target carries.
+"""
+
+from __future__ import annotations
+
+from ..io.gguf_metadata import GGUFMetadata, SkippedArray
+
+# general.architecture -> model_type
+ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe"}
+# transformers' rule for llama files that are mistral models: general.name is exactly this
+MISTRAL_NAME = "mistral"
+# {arch}.<key> -> config key
+KEYS = {"block_count": "num_hidden_layers", "embedding_length": "hidden_size", "vocab_size": "vocab_size",
+        "context_length": "max_position_embeddings", "rope.freq_base": "rope_theta"}
+REQUIRED = ("num_hidden_layers", "hidden_size", "vocab_size", "rope_theta")
+
+
+def config_from_metadata(metadata: GGUFMetadata) -> dict | None:
+    """The config keys eaglekit reads (``KEYS`` and ``model_type``), as transformers would set them from this
+    metadata; None where only transformers can say (see the module's docstring)."""
+    arch = metadata.architecture()
+    if arch not in ARCHITECTURES:
+        return None
+    values = metadata.values
+    if any(key.startswith(f"{arch}.rope.scaling.") for key in values):
+        return None
+    model_type = ARCHITECTURES[arch]
+    if arch == "llama" and values.get("general.name") == MISTRAL_NAME:
+        model_type = "mistral"
+    config: dict = {"model_type": model_type}
+    for suffix, key in KEYS.items():
+        if f"{arch}.{suffix}" in values:
+            config[key] = values[f"{arch}.{suffix}"]
+    tokens = values.get("tokenizer.ggml.tokens")
+    if "vocab_size" not in config and isinstance(tokens, (list, SkippedArray)):
+        config["vocab_size"] = len(tokens) if isinstance(tokens, list) else tokens.length
+    if any(key not in config for key in REQUIRED):
+        return None
+    return config
