@@ -201,6 +201,7 @@ def test_corrupted_metadata_is_read_or_refused_in_one_line(small_file, tmp_path,
     (b"GGUF" + struct.pack("<IQQ", 3, 0, 2**40), "claims 1099511627776 keys"),
     (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 3) + b"a.b" + struct.pack("<I", 13) + bytes(8), "value type 13, not one of GGUF's 0..12"),
     (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 3) + b"a.b" + struct.pack("<IQ", 8, 2**30), "ends early: a string of 1073741824 bytes"),
+    (b"GGUF" + struct.pack("<IQQ", 3, 0, 2) + (struct.pack("<Q", 3) + b"a.b" + struct.pack("<IB", 0, 1)) * 2, "states this key a second time"),
 ])
 def test_a_broken_file_is_named_with_what_was_expected(content, expected, tmp_path):
     path = tmp_path / "bad.gguf"

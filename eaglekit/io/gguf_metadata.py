@@ -155,6 +155,8 @@ def _parse(buffer, label: str) -> GGUFMetadata:
         cursor.key = None
         key = cursor.string()
         cursor.key = key
+        if key in values:  # gguf's reader refuses such a file too
+            raise cursor.fail("states this key a second time")
         (kind,) = cursor.take("I")
         values[key] = cursor.value(kind)
     return GGUFMetadata(version, tensor_count, values)
