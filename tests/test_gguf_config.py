@@ -48,13 +48,16 @@ def write_gguf(path: Path, arch: str, values: dict, *, tensors: dict | None = No
     return path
 
 
-def model_keys(arch: str, *, layers=3, hidden=64, vocab: int | None = 96, tokens: int | None = None, theta=500000.0, **extra) -> dict:
+def model_keys(arch: str, *, layers=3, hidden=64, vocab: int | None = 96, tokens: int | None = None, theta=500000.0, context: int | None = 2048,
+               **extra) -> dict:
     """What a small model of ``arch`` states (as llama.cpp's converters write it)."""
-    values = {f"{arch}.block_count": layers, f"{arch}.context_length": 2048, f"{arch}.embedding_length": hidden,
+    values = {f"{arch}.block_count": layers, f"{arch}.embedding_length": hidden,
               f"{arch}.feed_forward_length": 128, f"{arch}.attention.head_count": 4, f"{arch}.attention.head_count_kv": 2,
               f"{arch}.attention.layer_norm_rms_epsilon": 1e-6, f"{arch}.rope.dimension_count": hidden // 4}
     if theta is not None:
         values[f"{arch}.rope.freq_base"] = theta
+    if context is not None:
+        values[f"{arch}.context_length"] = context
     if vocab is not None:
         values[f"{arch}.vocab_size"] = vocab
     if "moe" in arch:
@@ -107,13 +110,14 @@ LEFT_TO_TRANSFORMERS = {
     "a rope scaling key": ("llama", {"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 2.0}),
     "no rope base": ("llama", {"theta": None}),
     "no vocabulary size": ("qwen3", {"vocab": None}),
+    "no context length": ("llama", {"context": None}),
 }
 
 
 @pytest.mark.parametrize("case", list(LEFT_TO_TRANSFORMERS))
 def test_what_is_more_than_a_renaming_is_left_to_transformers(case, tmp_path, monkeypatch):
     arch, options = LEFT_TO_TRANSFORMERS[case]
-    kwargs = {k: v for k, v in options.items() if k in ("vocab", "theta")}
+    kwargs = {k: v for k, v in options.items() if k in ("vocab", "theta", "context")}
     extra = {k: v for k, v in options.items() if k not in kwargs}
     path = write_gguf(tmp_path / "target.gguf", arch, model_keys(arch, **kwargs, **extra))
     assert gguf_config.config_from_metadata(read_metadata(path)) is None
@@ -202,6 +206,10 @@ def test_corrupted_metadata_is_read_or_refused_in_one_line(small_file, tmp_path,
     (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 3) + b"a.b" + struct.pack("<I", 13) + bytes(8), "value type 13, not one of GGUF's 0..12"),
     (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 3) + b"a.b" + struct.pack("<IQ", 8, 2**30), "ends early: a string of 1073741824 bytes"),
     (b"GGUF" + struct.pack("<IQQ", 3, 0, 2) + (struct.pack("<Q", 3) + b"a.b" + struct.pack("<IB", 0, 1)) * 2, "states this key a second time"),
+    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 3) + b"a.b" + struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * 5000,
+     "nests arrays more than 8 deep"),
+    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 3) + b"a.b" + struct.pack("<IQ", 8, 2**26 + 1) + bytes(2**26 + 1),
+     "holds a string of 67108865 bytes, more than the 67108864 eaglekit reads"),
 ])
 def test_a_broken_file_is_named_with_what_was_expected(content, expected, tmp_path):
     path = tmp_path / "bad.gguf"

@@ -25,6 +25,8 @@ from ..errors import CheckpointError
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
 KEEP_ARRAY = 1024  # arrays up to this many elements are read; longer ones are stepped over
+MAX_STRING = 64 * 2**20  # one string's bytes at most (a chat template is ~100 KB): a damaged length is refused, not copied
+MAX_NESTING = 8  # arrays of arrays nest no deeper than this: a deeper one is refused, not recursed into
 STRING, ARRAY = 8, 9
 # GGUF's value types with a fixed width: struct code per type number (bool is one byte)
 SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
@@ -75,12 +77,14 @@ class _Cursor:
         (length,) = self.take("Q")
         if self.offset + length > self.size:
             raise self.fail(f"ends early: a string of {length} bytes, the file has {self.size - self.offset}")
-        raw = bytes(self.buffer[self.offset : self.offset + length])
-        self.offset += length
+        if length > MAX_STRING:
+            raise self.fail(f"holds a string of {length} bytes, more than the {MAX_STRING} eaglekit reads")
         try:
-            return raw.decode("utf-8")
+            text = str(self.buffer[self.offset : self.offset + length], "utf-8")
         except UnicodeDecodeError:
             raise self.fail("holds a string that is not UTF-8") from None
+        self.offset += length
+        return text
 
     def skip_strings(self, count: int) -> None:
         unpack, order, buffer, size, offset = struct.unpack_from, f"{self.order}Q", self.buffer, self.size, self.offset
@@ -93,19 +97,21 @@ class _Cursor:
             raise self.fail("ends early inside an array of strings")
         self.offset = offset
 
-    def value(self, kind: int):
+    def value(self, kind: int, depth: int = 0):
         if kind in SCALARS:
             return self.take(SCALARS[kind])[0]
         if kind == STRING:
             return self.string()
         if kind == ARRAY:
+            if depth == MAX_NESTING:
+                raise self.fail(f"nests arrays more than {MAX_NESTING} deep")
             element, length = self.take("I")[0], self.take("Q")[0]
             if element not in SCALARS and element not in (STRING, ARRAY):
                 raise self.fail(f"has an array of value type {element}, not one of GGUF's 0..12")
             if length <= KEEP_ARRAY:
                 if element in SCALARS:
                     return list(self.take(SCALARS[element], length))
-                return [self.value(element) for _ in range(length)]
+                return [self.value(element, depth + 1) for _ in range(length)]
             if element in SCALARS:
                 width = struct.calcsize(SCALARS[element]) * length
                 if self.offset + width > self.size:
@@ -115,7 +121,7 @@ class _Cursor:
                 self.skip_strings(length)
             else:
                 for _ in range(length):
-                    self.value(ARRAY)
+                    self.value(ARRAY, depth + 1)
             return SkippedArray(TYPE_NAMES[element], length)
         raise self.fail(f"has value type {kind}, not one of GGUF's 0..12")
 
@@ -133,7 +139,7 @@ def read_metadata(path: Path, label: str | None = None) -> GGUFMetadata:
                 with memoryview(mapped) as view:
                     return _parse(view, label)
     except OSError as exc:
-        raise CheckpointError(f"{label}: cannot read ({exc.strerror})") from None
+        raise CheckpointError(f"{label}: cannot read ({exc.strerror or exc})") from None
 
 
 def _parse(buffer, label: str) -> GGUFMetadata:

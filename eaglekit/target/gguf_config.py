@@ -12,9 +12,15 @@ model type, a llama file whose ``general.name`` is exactly ``mistral`` being a m
 Anything else is left to transformers (``config_from_metadata`` gives None): another architecture (gemma's rope per
 layer type, phi3's partial rotary, t5's and gpt2's own key names, ...), any ``rope.scaling`` key (transformers drops
 these for the architectures here, and gpt-oss's are its own rule), or a key the config needs missing (a file
-without ``rope.freq_base`` takes the config class's default theta, which only transformers knows).
+without ``rope.freq_base`` or ``context_length`` takes the config class's default, which only transformers knows).
 
-The dict holds only the keys below; the whole config transformers makes is what the loaded target carries.
+Both releases send only a few newer architectures (qwen35, qwen35moe, and lfm2 in 5.24: ``GGUF_CONFIG_ARCHS``) through
+per-architecture readers of their own, which also name ``architectures``; should a later release move one of the
+architectures here to such a reader, the tests comparing with the installed transformers say so.
+
+The dict holds only the keys below; the whole config transformers makes is what the loaded target carries. It is
+also laxer: a file whose hidden size is no multiple of its head count reads here (nothing here uses the heads), and
+transformers refuses it when verify loads the target.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ MISTRAL_NAME = "mistral"
 # {arch}.<key> -> config key
 KEYS = {"block_count": "num_hidden_layers", "embedding_length": "hidden_size", "vocab_size": "vocab_size",
         "context_length": "max_position_embeddings", "rope.freq_base": "rope_theta"}
-REQUIRED = ("num_hidden_layers", "hidden_size", "vocab_size", "rope_theta")
+# without any of these the config class's defaults would fill in: only transformers knows them
+REQUIRED = ("num_hidden_layers", "hidden_size", "vocab_size", "max_position_embeddings", "rope_theta")
 
 
 def config_from_metadata(metadata: GGUFMetadata) -> dict | None:
