@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eaglekit.errors import CheckpointError
+from eaglekit.io import gguf_metadata
 from eaglekit.io.gguf_metadata import KEEP_ARRAY, SkippedArray, read_metadata
 from eaglekit.target import config as target_config
 from eaglekit.target import gguf_config, read_target_config
@@ -156,20 +158,30 @@ def test_every_value_is_gguf_readers_own_and_long_arrays_keep_their_length(tmp_p
         assert ours.values["k.long_strs"] == SkippedArray("string", KEEP_ARRAY + 5)
 
 
+# the damage tests' file: with arrays longer than this stepped over (KEEP_ARRAY, lowered while they read), every
+# path of the reader is in a file of a few hundred bytes
+SMALL_KEEP = 4
+
+
 @pytest.fixture(scope="module")
 def small_file(tmp_path_factory) -> tuple[bytes, int]:
     """A small target's bytes, and where its key/value section ends (gguf's reader: where its first tensor's index
     entry starts)."""
     path = write_gguf(tmp_path_factory.mktemp("gguf") / "small.gguf", "llama",
-                      model_keys("llama", tokens=KEEP_ARRAY + 3, **{"general.name": "small", "k.nested": [[1], [2, 3]]}))
+                      model_keys("llama", tokens=SMALL_KEEP + 3, **{"general.name": "small", "k.nested": [[1], [2, 3]],
+                                                                    "k.long_nested": [[i] for i in range(SMALL_KEEP + 2)],
+                                                                    "k.last": [f"s{i}" for i in range(SMALL_KEEP + 2)]}))  # stepped over, last
     return path.read_bytes(), int(gguf.GGUFReader(str(path)).tensors[0].field.offset)
 
 
-def test_every_truncation_of_the_metadata_fails_in_one_line(small_file, tmp_path):
+def test_every_truncation_of_the_metadata_fails_in_one_line(small_file, tmp_path, monkeypatch):
+    monkeypatch.setattr(gguf_metadata, "KEEP_ARRAY", SMALL_KEEP)
     content, end = small_file
     path = tmp_path / "whole.gguf"
     path.write_bytes(content)
     whole = read_metadata(path)
+    assert whole.values["tokenizer.ggml.tokens"] == SkippedArray("string", SMALL_KEEP + 3)
+    assert whole.values["k.long_nested"] == SkippedArray("array", SMALL_KEEP + 2) and whole.values["k.nested"] == [[1], [2, 3]]
     path = tmp_path / "cut.gguf"
     for size in range(end):
         path.write_bytes(content[:size])
@@ -192,7 +204,8 @@ def test_corrupted_metadata_is_read_or_refused_in_one_line(small_file, tmp_path,
     path = tmp_path / "damaged.gguf"
     path.write_bytes(bytes(damaged))
     try:
-        read_metadata(path)
+        with mock.patch.object(gguf_metadata, "KEEP_ARRAY", SMALL_KEEP):
+            read_metadata(path)
     except CheckpointError as exc:
         assert str(exc).startswith(f"{path}: ") and "\n" not in str(exc)
 
