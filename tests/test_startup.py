@@ -100,7 +100,10 @@ def gguf_target(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("startup") / "target.Q8_0.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_block_count(d.target_layers)
+    writer.add_context_length(2048)
     writer.add_embedding_length(d.T)
+    writer.add_head_count(2)
+    writer.add_head_count_kv(1)
     writer.add_vocab_size(d.V)
     writer.add_rope_freq_base(10000.0)
     writer.add_tensor("token_embd.weight", np.zeros((d.V, d.T), dtype=np.float32))
