@@ -24,13 +24,13 @@ np = pytest.importorskip("numpy")
 
 def write_gguf(path: Path, arch: str, values: dict, *, tensors: dict | None = None, endian=None) -> Path:
     """A GGUF file of architecture ``arch`` with these key/values (each written with the type gguf's writer picks,
-    or as given by a (value, GGUFValueType) pair) and tensors."""
+    or as given by a (scalar or string, GGUFValueType) pair) and tensors."""
     kwargs = {"endianess": endian} if endian is not None else {}
     writer = gguf.GGUFWriter(str(path), arch, **kwargs)
     for key, value in values.items():
         if isinstance(value, tuple):
             value, kind = value
-            writer.add_key_value(key, value, kind, sub_type=gguf.GGUFValueType.get_type(value[0]) if kind == gguf.GGUFValueType.ARRAY else None)
+            writer.add_key_value(key, value, kind)
         elif isinstance(value, bool):
             writer.add_bool(key, value)
         elif isinstance(value, int):
