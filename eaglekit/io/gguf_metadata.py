@@ -1,4 +1,5 @@
-"""Reading a GGUF file's metadata (its key/value section) without its tensors, its tensor index, numpy or gguf.
+"""Reading a GGUF file's metadata (its key/value section) and, where asked, its tensor index and a small tensor, without
+numpy or gguf.
 
 What ``read_target_config`` needs of a GGUF target is a handful of numbers (layers, widths, vocabulary, rope base).
 gguf's ``GGUFReader``, which transformers reads a GGUF config through, builds every field of the file first, each of
@@ -9,7 +10,9 @@ element type and length alone (``SkippedArray``); the whole metadata section of 
 The layout (GGUF versions 2 and 3, the ones gguf's reader accepts; the byte order is the file's own, told by its
 version field as gguf's reader tells it): the magic ``GGUF``, a u32 version, a u64 tensor count, a u64 key count,
 then per key a string key, a u32 value type and the value. A string is a u64 byte length and UTF-8 bytes; an array
-is a u32 element type, a u64 element count and the elements (arrays may nest).
+is a u32 element type, a u64 element count and the elements (arrays may nest). The tensor index follows: per tensor a
+string name, a u32 dimension count, that many u64 dimensions (innermost first), a u32 ggml type and a u64 offset into
+the data section, which starts at the next multiple of ``general.alignment`` (32 where the file states none).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ VERSIONS = (2, 3)
 KEEP_ARRAY = 1024  # arrays up to this many elements are read; longer ones are stepped over
 MAX_STRING = 64 * 2**20  # one string's bytes at most (a chat template is ~100 KB): a damaged length is refused, not copied
 MAX_NESTING = 8  # arrays of arrays nest no deeper than this: a deeper one is refused, not recursed into
+MAX_DIMS = 4  # ggml's GGML_MAX_DIMS: a tensor of more dimensions is refused
+DEFAULT_ALIGNMENT = 32
 STRING, ARRAY = 8, 9
 # GGUF's value types with a fixed width: struct code per type number (bool is one byte)
 SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
@@ -42,11 +47,25 @@ class SkippedArray:
     length: int
 
 
+# ggml tensor types read as numbers here (``read_vector``): struct code per type number
+VECTOR_TYPES = {0: "f", 1: "e"}  # F32, F16
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    shape: tuple[int, ...]  # as the file states it: innermost dimension first
+    ggml_type: int
+    offset: int  # from the start of the data section
+
+
 @dataclass(frozen=True)
 class GGUFMetadata:
     version: int
     tensor_count: int
     values: dict[str, object]  # key -> int, float, bool, str, list (an array) or SkippedArray
+    tensors: dict[str, TensorInfo] | None = None  # the tensor index, where it was read (``read_metadata(tensors=True)``)
+    data_offset: int | None = None  # where the data section starts, with the index
+    byte_order: str = "<"
 
     def architecture(self) -> str | None:
         value = self.values.get("general.architecture")
@@ -59,10 +78,10 @@ class _Cursor:
     def __init__(self, buffer, order: str, label: str):
         self.buffer, self.order, self.label, self.offset = buffer, order, label, 0
         self.size = len(buffer)
-        self.key = None  # the key being read, for errors
+        self.key = None  # what is being read, for errors: "key 'name'" or "tensor 'name'"
 
     def fail(self, what: str) -> CheckpointError:
-        where = f" (key {self.key!r})" if self.key is not None else ""
+        where = f" ({self.key})" if self.key is not None else ""
         return CheckpointError(f"{self.label}: GGUF metadata {what} at byte {self.offset}{where}")
 
     def take(self, code: str, count: int = 1):
@@ -126,9 +145,10 @@ class _Cursor:
         raise self.fail(f"has value type {kind}, not one of GGUF's 0..12")
 
 
-def read_metadata(path: Path, label: str | None = None) -> GGUFMetadata:
-    """The key/values of the GGUF file ``path`` (``label`` names it in errors). Raises CheckpointError, naming the
-    file, the byte and the key, for anything that is not a GGUF v2/v3 metadata section."""
+def read_metadata(path: Path, label: str | None = None, *, tensors: bool = False) -> GGUFMetadata:
+    """The key/values of the GGUF file ``path`` (``label`` names it in errors), with its tensor index where
+    ``tensors``. Raises CheckpointError, naming the file, the byte and the key or tensor, for anything that is not a
+    GGUF v2/v3 metadata section (and tensor index)."""
     label = label or str(path)
     try:
         with open(path, "rb") as f:
@@ -137,12 +157,12 @@ def read_metadata(path: Path, label: str | None = None) -> GGUFMetadata:
                 raise CheckpointError(f"{label}: not a GGUF file ({size} bytes, shorter than GGUF's 24-byte header)")
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
                 with memoryview(mapped) as view:
-                    return _parse(view, label)
+                    return _parse(view, label, tensors)
     except OSError as exc:
         raise CheckpointError(f"{label}: cannot read ({exc.strerror or exc})") from None
 
 
-def _parse(buffer, label: str) -> GGUFMetadata:
+def _parse(buffer, label: str, tensors: bool) -> GGUFMetadata:
     if bytes(buffer[:4]) != MAGIC:
         raise CheckpointError(f"{label}: not a GGUF file (starts with {bytes(buffer[:4])!r}, not {MAGIC!r})")
     (version,) = struct.unpack_from("<I", buffer, 4)
@@ -160,9 +180,59 @@ def _parse(buffer, label: str) -> GGUFMetadata:
     for _ in range(key_count):
         cursor.key = None
         key = cursor.string()
-        cursor.key = key
+        cursor.key = f"key {key!r}"
         if key in values:  # gguf's reader refuses such a file too
             raise cursor.fail("states this key a second time")
         (kind,) = cursor.take("I")
         values[key] = cursor.value(kind)
-    return GGUFMetadata(version, tensor_count, values)
+    if not tensors:
+        return GGUFMetadata(version, tensor_count, values, byte_order=order)
+    cursor.key = None
+    index, data_offset = _tensor_index(cursor, tensor_count, values)
+    return GGUFMetadata(version, tensor_count, values, index, data_offset, order)
+
+
+def _tensor_index(cursor: _Cursor, count: int, values: dict) -> tuple[dict[str, TensorInfo], int]:
+    if count > (cursor.size - cursor.offset) // 24:  # each entry takes at least 24 bytes (an empty name, no dimension)
+        raise cursor.fail(f"claims {count} tensors, more than the {cursor.size - cursor.offset} bytes left can index")
+    index: dict[str, TensorInfo] = {}
+    for _ in range(count):
+        name = cursor.string()
+        cursor.key = f"tensor {name!r}"
+        if name in index:
+            raise cursor.fail("names this tensor a second time")
+        (dims,) = cursor.take("I")
+        if dims > MAX_DIMS:
+            raise cursor.fail(f"gives a tensor {dims} dimensions, more than ggml's {MAX_DIMS}")
+        shape = cursor.take("Q", dims)
+        ggml_type, offset = cursor.take("I")[0], cursor.take("Q")[0]
+        index[name] = TensorInfo(tuple(shape), ggml_type, offset)
+        cursor.key = None
+    alignment = values.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0 or alignment & (alignment - 1):
+        raise cursor.fail(f"states general.alignment {alignment!r}, not a power of two")
+    return index, -(-cursor.offset // alignment) * alignment
+
+
+def read_vector(path: Path, metadata: GGUFMetadata, name: str, label: str | None = None) -> tuple[float, ...]:
+    """The values of the one-dimensional F32 or F16 tensor ``name`` of the GGUF file ``path``, whose ``metadata`` was
+    read with its tensor index. Raises CheckpointError, naming the file and the tensor, for another type or shape, or
+    data past the file's end."""
+    label = label or str(path)
+    info = (metadata.tensors or {}).get(name)
+    if info is None or metadata.data_offset is None:
+        raise CheckpointError(f"{label}: no tensor {name!r} in the GGUF tensor index")
+    if len(info.shape) != 1 or info.ggml_type not in VECTOR_TYPES:
+        raise CheckpointError(f"{label}: GGUF tensor {name!r} has shape {list(info.shape)} and ggml type {info.ggml_type}; "
+                              f"eaglekit reads it as a vector of F32 or F16 values (types 0 and 1)")
+    code = VECTOR_TYPES[info.ggml_type]
+    start, width = metadata.data_offset + info.offset, struct.calcsize(code) * info.shape[0]
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            data = f.read(width)
+    except OSError as exc:
+        raise CheckpointError(f"{label}: cannot read ({exc.strerror or exc})") from None
+    if len(data) != width:
+        raise CheckpointError(f"{label}: GGUF tensor {name!r} ends past the file's end (bytes {start}..{start + width})")
+    return struct.unpack(f"{metadata.byte_order}{info.shape[0]}{code}", data)

@@ -7,6 +7,8 @@ both ``type`` and ``rope_type`` in the scaling dict, since every engine version 
 
 from __future__ import annotations
 
+import math
+
 from ..errors import ConfigError
 from .config_view import ConfigView
 from .drafter import MLA, SLIDING, Drafter, Rope, Window
@@ -49,6 +51,33 @@ def read_rope(view: ConfigView) -> tuple[Rope, bool]:
             scaling = None
     given = theta is not None
     return Rope(theta if given else DEFAULT_ROPE_THETA, scaling), given
+
+
+def frequency_divisors(rope: Rope, dim: int) -> tuple[float, ...] | None:
+    """What ``rope`` divides each of the ``dim / 2`` default rotary frequencies of its theta by: the form llama.cpp
+    keeps a rope scaling in (a GGUF file's ``rope_freqs``; its converter computes llama3's the same way). None for a
+    scaling that is more than a division per frequency (yarn's attention factor, dynamic NTK's length rule, ...)."""
+    count, scaling = dim // 2, rope.scaling or {}
+    if rope.rope_type == "default":
+        return (1.0,) * count
+    if rope.rope_type == "linear":
+        return (float(scaling["factor"]),) * count
+    if rope.rope_type != "llama3":
+        return None
+    factor = float(scaling.get("factor", 8.0))
+    low, high = float(scaling.get("low_freq_factor", 1.0)), float(scaling.get("high_freq_factor", 4.0))
+    original = float(scaling.get("original_max_position_embeddings", 8192))
+    divisors = []
+    for i in range(count):
+        wavelength = 2 * math.pi * rope.theta ** (2 * i / dim)
+        if wavelength < original / high:
+            divisors.append(1.0)
+        elif wavelength > original / low:
+            divisors.append(factor)
+        else:
+            smooth = (original / wavelength - low) / (high - low)
+            divisors.append(1 / ((1 - smooth) / factor + smooth))
+    return tuple(divisors)
 
 
 def rope_config(rope: Rope) -> dict:

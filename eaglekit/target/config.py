@@ -15,7 +15,7 @@ snapshot holding no weight files); verify and drift refuse it with ``weights_nee
 from __future__ import annotations
 
 import json
-
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +44,9 @@ class TargetConfig:
     config: dict
     config_file: str | None = None  # the target was given as this config file alone
     config_only: bool = False  # no weights to run: a config file, or a directory without weight files
+    # a GGUF target's llama.cpp rope divisors (its rope_freqs tensor: Llama 3.x's rope scaling), which transformers
+    # does not load: the rope is ``rope`` with each frequency divided by its divisor (``gguf_config``)
+    rope_freqs: tuple[float, ...] | None = None
 
     @property
     def name(self) -> str:
@@ -126,17 +129,35 @@ def read_target_config(source: str | Path, *, weights: bool = False) -> TargetCo
         config=config,
         config_file=config_file,
         config_only=bool(config_file) or (not gguf_file and not any(p.suffix in WEIGHT_SUFFIXES for p in directory.iterdir())),
+        rope_freqs=_rope_freqs(config, label) if gguf_file else None,
     )
+
+
+def _rope_freqs(config: dict, label: str) -> tuple[float, ...] | None:
+    from .gguf_config import ROPE_FREQS_KEY
+
+    freqs = config.get(ROPE_FREQS_KEY)
+    if freqs is None:
+        return None
+    if not isinstance(freqs, list) or not freqs or not all(isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f < math.inf for f in freqs):
+        raise ConfigError(f"{label}: rope_freqs must be positive finite numbers, one per rotary frequency")
+    return tuple(float(f) for f in freqs)
 
 
 def _gguf_config(directory: Path, gguf_file: str, label: str) -> dict:
     """The config of a GGUF file: from its metadata alone where that is a renaming (``gguf_config``), else as
-    transformers reads it."""
+    transformers reads it; with llama.cpp's rope divisors, which transformers does not read, where the file has them."""
     from ..io.gguf_metadata import read_metadata
-    from .gguf_config import config_from_metadata
+    from .gguf_config import ROPE_FREQS_KEY, config_from_metadata, rope_freqs
 
-    config = config_from_metadata(read_metadata(directory / gguf_file, label))
-    return config if config is not None else _transformers_gguf_config(directory, gguf_file, label)
+    metadata = read_metadata(directory / gguf_file, label, tensors=True)
+    config = config_from_metadata(metadata)
+    if config is None:
+        config = _transformers_gguf_config(directory, gguf_file, label)
+    freqs = rope_freqs(directory / gguf_file, metadata, label)
+    if freqs is not None:
+        config[ROPE_FREQS_KEY] = freqs
+    return config
 
 
 def _transformers_gguf_config(directory: Path, gguf_file: str, label: str) -> dict:

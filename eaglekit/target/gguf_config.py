@@ -18,6 +18,14 @@ Both releases send only a few newer architectures (qwen35, qwen35moe, and lfm2 i
 per-architecture readers of their own, which also name ``architectures``; should a later release move one of the
 architectures here to such a reader, the tests comparing with the installed transformers say so.
 
+llama.cpp keeps Llama 3.x's rope scaling in no key at all: its converter writes the per-frequency divisors as a tensor,
+``rope_freqs.weight`` (``generate_extra_tensors`` for ``rope_type: llama3``), and its rope divides each frequency by
+its divisor in every layer (``get_rope_factors``, ``ggml_rope_cache_init``; read in llama.cpp's source as vendored by
+llama-cpp-python 0.3.36). transformers' GGUF loader reads neither that tensor nor a key for it: a Llama-3.1 GGUF
+loads with the default rope, in silence (run: tests/fixtures/llama3_rope_gguf). So the divisors are read here from the
+tensor itself, for every GGUF target, and kept in the config dict under ``ROPE_FREQS_KEY``; the runner applies them
+to the loaded model (``target.runner``) and validate compares them with the drafter's rope.
+
 The dict holds only the keys below; the whole config transformers makes is what the loaded target carries. It is
 also laxer: a file whose hidden size is no multiple of its head count reads here (nothing here uses the heads), and
 transformers refuses it when verify loads the target.
@@ -25,7 +33,9 @@ transformers refuses it when verify loads the target.
 
 from __future__ import annotations
 
-from ..io.gguf_metadata import GGUFMetadata, SkippedArray
+from pathlib import Path
+
+from ..io.gguf_metadata import GGUFMetadata, SkippedArray, read_vector
 
 # general.architecture -> model_type
 ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe"}
@@ -36,6 +46,9 @@ KEYS = {"block_count": "num_hidden_layers", "embedding_length": "hidden_size", "
         "context_length": "max_position_embeddings", "rope.freq_base": "rope_theta"}
 # without any of these the config class's defaults would fill in: only transformers knows them
 REQUIRED = ("num_hidden_layers", "hidden_size", "vocab_size", "max_position_embeddings", "rope_theta")
+# llama.cpp's rope divisors, one per rotary frequency, and the config dict key eaglekit keeps them under
+ROPE_FREQS_TENSOR = "rope_freqs.weight"
+ROPE_FREQS_KEY = "eaglekit_rope_freqs"
 
 
 def config_from_metadata(metadata: GGUFMetadata) -> dict | None:
@@ -60,3 +73,10 @@ def config_from_metadata(metadata: GGUFMetadata) -> dict | None:
     if any(key not in config for key in REQUIRED):
         return None
     return config
+
+
+def rope_freqs(path: Path, metadata: GGUFMetadata, label: str) -> list[float] | None:
+    """The file's ``rope_freqs`` divisors, None where it has none; ``metadata`` read with its tensor index."""
+    if ROPE_FREQS_TENSOR not in (metadata.tensors or {}):
+        return None
+    return list(read_vector(path, metadata, ROPE_FREQS_TENSOR, label))

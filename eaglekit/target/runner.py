@@ -172,6 +172,7 @@ class TargetModel:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
+        from .gguf_rope import apply_rope_freqs
         from .gqa_attention import use_shared_kv_heads
 
         hf_logging.disable_progress_bar()  # eaglekit shows its own progress; loading bars garble reports and logs
@@ -202,6 +203,7 @@ class TargetModel:
         if not device_map:
             model = model.to(device)
         model.eval()
+        apply_rope_freqs(model, config)  # a GGUF file's llama.cpp rope divisors, which transformers does not load
         use_shared_kv_heads(model)  # on a CPU: SDPA without copying a GQA model's KV heads (the same floats)
         return cls(config, model, tokenizer, device if not device_map else str(model.device), dtype)
 

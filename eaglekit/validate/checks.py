@@ -7,6 +7,7 @@ output and refuses to write a drafter that would not validate.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -250,17 +251,32 @@ def check_target(x: CheckInput) -> list[Finding]:
         )
     if t.vocab_size != d.vocab_size:
         out.append(_f("target.vocab", "error", f"target {t.name} has vocab {t.vocab_size}, the drafter's vocab_size is {d.vocab_size}", "vocab_size"))
-    if (d.rope.theta, d.rope.rope_type) != (t.rope.theta, t.rope.rope_type):
+    target_rope = f"theta {t.rope.theta:g}, {t.rope.rope_type}"
+    if t.rope_freqs is not None:  # a GGUF file's llama.cpp rope divisors: the rope its model runs (target.gguf_rope)
+        target_rope += f", divided by the file's rope_freqs ({min(t.rope_freqs):g} to {max(t.rope_freqs):g})"
+    if not _same_rope(d, t):
         out.append(
             _f(
                 "rope.target",
                 "warning",
                 f"drafter rope (theta {d.rope.theta:g}, {d.rope.rope_type}) differs from the target's "
-                f"(theta {t.rope.theta:g}, {t.rope.rope_type}); engines use the drafter's — right only if it was trained so",
+                f"({target_rope}); engines use the drafter's — right only if it was trained so",
                 "rope_theta",
             )
         )
     return out
+
+
+def _same_rope(d: Drafter, t: "TargetConfig") -> bool:
+    """Whether the drafter's rope is the target's: the same theta and kind, or, for a target with llama.cpp's rope
+    divisors, the same theta and divisors (a llama3 drafter rope is one such rope)."""
+    if t.rope_freqs is None or t.rope.rope_type != "default":
+        return (d.rope.theta, d.rope.rope_type) == (t.rope.theta, t.rope.rope_type)
+    from ..model.hf_config import frequency_divisors
+
+    divisors = frequency_divisors(d.rope, 2 * len(t.rope_freqs))
+    return (d.rope.theta == t.rope.theta and divisors is not None
+            and all(math.isclose(a, b, rel_tol=1e-5) for a, b in zip(divisors, t.rope_freqs)))
 
 
 def mapped_ids(d2t: Sequence[int]) -> list[int]:

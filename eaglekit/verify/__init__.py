@@ -31,7 +31,7 @@ from ..engines import envs
 from ..errors import UsageError, ValidationFailed
 from ..findings import Finding, errors
 from ..validate.checks import CheckInput, run_checks
-from .against_vllm import against_vllm
+from .against_vllm import against_vllm, check_servable
 from . import readings
 from .checks import Check
 from .options import VerifyOptions
@@ -48,6 +48,8 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
     if options.against not in (None, "vllm") and not options.vllm_python:
         envs.python_for(options.against)  # before any work: is that release's environment there?
     verifier = Verifier(options, progress)
+    if options.against:
+        check_servable(verifier.target_config)
     L = verifier.target_config.num_layers
     loaded = dialects.load(path, options.source_dialect, norm_output_semantics=options.norm_output_semantics, target_num_layers=L)
     with loaded:

@@ -55,6 +55,15 @@ def stdout_to_stderr():
         os.close(saved)
 
 
+def check_servable(cfg) -> None:
+    """Refuse, before any work, a target that vLLM would run otherwise than verify: a GGUF file with llama.cpp's rope
+    divisors (``target.gguf_rope``), which the transformers directory vLLM loads (``target_directory``) cannot state."""
+    if cfg.rope_freqs is not None:
+        raise UnsupportedError(f"--target {cfg.source}: holds llama.cpp's rope_freqs, which verify applies but the transformers copy vLLM "
+                               f"would load cannot state (vLLM would run the default rope); for --against vllm give the model's "
+                               f"safetensors directory")
+
+
 def target_directory(verifier: Verifier) -> Path:
     """vLLM loads a transformers directory; a GGUF target is dequantised once into eaglekit's cache (target.gguf_cache:
     verify's own target load has usually written it already)."""

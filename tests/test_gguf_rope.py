@@ -1,0 +1,202 @@
+"""A Llama 3.x GGUF target's rope: llama.cpp's converter keeps ``rope_type: llama3`` as the tensor ``rope_freqs.weight``
+(per-frequency divisors) and no key; transformers loads such a file with the default rope, in silence. eaglekit reads
+the divisors from the file, runs the target with them (``target.gguf_rope``), compares them with the drafter's rope in
+validate, and refuses ``--against vllm`` (which would run the default rope).
+
+The file is llama.cpp's converter's own output (tests/fixtures/llama3_rope_gguf/make.py says how it was made): a tiny
+random Llama whose original checkpoint had the rope below. The reference for its states is transformers running that
+original rope on the same weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+
+from drafters import Dims, edit_config, write_vllm
+from eaglekit.errors import CheckpointError, UnsupportedError
+from eaglekit.io.gguf_metadata import read_metadata, read_vector
+from eaglekit.model.drafter import Rope
+from eaglekit.model.hf_config import frequency_divisors
+
+FIXTURE = Path(__file__).parent / "fixtures" / "llama3_rope_gguf" / "llama3-rope.gguf"
+# the original checkpoint's rope (make.py's ROPE and THETA)
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+THETA = 500000.0
+HEAD_DIM = 8
+
+
+@pytest.fixture
+def target(tmp_path, monkeypatch) -> Path:
+    """The fixture file in a scratch directory, with a cache of its own (the loads write a dequantised entry)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "model" / FIXTURE.name
+    path.parent.mkdir()
+    shutil.copy(FIXTURE, path)
+    return path
+
+
+def test_the_index_reads_as_ggufs_reader_does_and_the_divisors_are_llama3s():
+    gguf = pytest.importorskip("gguf")
+    metadata = read_metadata(FIXTURE, tensors=True)
+    reader = gguf.GGUFReader(str(FIXTURE))
+    assert set(metadata.tensors) == {t.name for t in reader.tensors}
+    for t in reader.tensors:
+        info = metadata.tensors[t.name]
+        assert (info.shape, info.ggml_type, metadata.data_offset + info.offset) == (tuple(int(x) for x in t.shape), int(t.tensor_type), t.data_offset)
+    divisors = read_vector(FIXTURE, metadata, "rope_freqs.weight")
+    assert list(divisors) == [float(x) for x in next(t for t in reader.tensors if t.name == "rope_freqs.weight").data]
+    assert not any(key.startswith("llama.rope.scaling") for key in metadata.values)  # the tensor is all the file says
+    # eaglekit's divisors of a llama3 rope are the converter's (which computes them in float32)
+    ours = frequency_divisors(Rope(THETA, LLAMA3), HEAD_DIM)
+    assert len(set(divisors)) == 3 and all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(ours, divisors))
+
+
+def test_the_target_config_keeps_the_divisors_also_from_the_cache(target):
+    from eaglekit.target import read_target_config
+    from eaglekit.target.runner import TargetModel
+
+    cfg = read_target_config(target, weights=True)
+    assert cfg.rope_freqs == read_vector(FIXTURE, read_metadata(FIXTURE, tensors=True), "rope_freqs.weight")
+    assert cfg.rope.rope_type == "default" and cfg.rope.theta == THETA  # what the keys say
+    TargetModel.load(cfg)  # writes the cache entry
+    from eaglekit.target import gguf_cache
+
+    assert gguf_cache.cached(target) is not None
+    assert read_target_config(target, weights=True).rope_freqs == cfg.rope_freqs
+
+
+def _states(model, ids: torch.Tensor) -> list[torch.Tensor]:
+    with torch.no_grad():
+        return list(model(ids, output_hidden_states=True).hidden_states)
+
+
+def test_the_loaded_target_runs_the_original_rope_where_transformers_alone_runs_the_default(target):
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+
+    from eaglekit.target import read_target_config
+    from eaglekit.target.runner import TargetModel
+
+    plain = AutoModelForCausalLM.from_pretrained(str(target.parent), gguf_file=target.name, dtype=torch.float32)
+    config = plain.config
+    config.rope_scaling = {**LLAMA3, "rope_theta": THETA}
+    original = LlamaForCausalLM(config).eval()
+    original.load_state_dict(plain.state_dict())
+    ids = torch.randint(3, 64, (1, 300), generator=torch.Generator().manual_seed(0))
+    reference = _states(original, ids)
+    # transformers alone: the default rope, states off (this is what eaglekit mends)
+    assert max((a - b).abs().max().item() for a, b in zip(reference, _states(plain, ids))) > 1e-3
+    for load in ("from the file", "from the cache"):
+        target_model = TargetModel.load(read_target_config(target, weights=True))
+        states = _states(target_model.model, ids)
+        assert max((a - b).abs().max().item() for a, b in zip(reference, states)) < 1e-4, load
+
+
+def _llama(model_type: str = "llama"):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=32, intermediate_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                        num_key_value_heads=2, rope_theta=THETA))
+
+
+def test_applying_the_divisors_refuses_what_it_cannot_tell(target):
+    from eaglekit.target import read_target_config
+    from eaglekit.target.gguf_rope import apply_rope_freqs
+
+    cfg = read_target_config(target)
+    model = _llama()
+    default = model.model.rotary_emb.inv_freq.clone()
+    apply_rope_freqs(model, cfg)
+    divided = default / torch.tensor(cfg.rope_freqs)
+    assert torch.equal(model.model.rotary_emb.inv_freq, divided)
+    apply_rope_freqs(model, cfg)  # already divided (a loader that applied them): left as it is
+    assert torch.equal(model.model.rotary_emb.inv_freq, divided)
+    with pytest.raises(UnsupportedError, match="qwen2"):
+        apply_rope_freqs(_llama(), dataclasses.replace(cfg, model_type="qwen2"))
+    with pytest.raises(UnsupportedError, match="neither the default"):
+        apply_rope_freqs(_llama(), dataclasses.replace(cfg, rope=Rope(10000.0)))
+    with pytest.raises(UnsupportedError, match="2 divisors"):
+        apply_rope_freqs(_llama(), dataclasses.replace(cfg, rope_freqs=(1.0, 8.0)))
+    untouched = _llama()
+    apply_rope_freqs(untouched, dataclasses.replace(cfg, rope_freqs=None))
+    assert torch.equal(untouched.model.rotary_emb.inv_freq, default)
+
+
+@pytest.mark.parametrize("rope, same", [
+    ({"rope_theta": THETA, "rope_scaling": LLAMA3}, True),
+    ({"rope_theta": THETA, "rope_scaling": {**LLAMA3, "factor": 4.0}}, False),
+    ({"rope_theta": THETA, "rope_scaling": None}, False),
+    ({"rope_theta": 10000.0, "rope_scaling": LLAMA3}, False),
+], ids=["the original llama3 rope", "another factor", "default rope", "another theta"])
+def test_validate_compares_the_drafters_rope_with_the_files_divisors(rope, same, target, tmp_path):
+    from eaglekit import api
+
+    drafter = write_vllm(tmp_path / "drafter", Dims(T=32, V=64, target_layers=2), ids=[0, 1, 2])
+    edit_config(drafter, lambda c: c.update(rope))
+    findings = [f for f in api.validate(drafter, target=str(target)).findings if f.check == "rope.target"]
+    assert (not findings) == same
+    if findings:
+        assert "rope_freqs (1 to 8)" in findings[0].message
+
+
+def test_against_vllm_is_refused_before_any_work(target, tmp_path, monkeypatch):
+    from eaglekit import api
+    from eaglekit.target import runner
+
+    monkeypatch.setattr(runner.TargetModel, "load", lambda *a, **k: pytest.fail("the target was loaded"))
+    drafter = write_vllm(tmp_path / "drafter", Dims(T=32, V=64, target_layers=2), ids=[0, 1, 2])
+    with pytest.raises(UnsupportedError, match="rope_freqs.*safetensors directory"):
+        api.verify(drafter, target=str(target), against="vllm")
+
+
+def test_a_damaged_tensor_index_is_a_one_line_error(tmp_path):
+    data = FIXTURE.read_bytes()
+    metadata = read_metadata(FIXTURE, tensors=True)
+    names = list(metadata.tensors)
+
+    def name_at(name: str) -> int:  # where the index entry of ``name`` starts (its name's length field)
+        return data.index(struct.pack("<Q", len(name)) + name.encode())
+
+    index_start = name_at(names[0])
+    broken = tmp_path / "broken.gguf"
+    for end in range(index_start + 1, metadata.data_offset, 5):
+        broken.write_bytes(data[:end])
+        with pytest.raises(CheckpointError, match=f"{broken}: GGUF metadata (ends early|claims 22 tensors)"):
+            read_metadata(broken, tensors=True)
+        assert read_metadata(broken).values == metadata.values  # the key/values alone still read
+    first, second = next((a, b) for a in names for b in names if a != b and len(a) == len(b))
+    twice = bytearray(data)
+    twice[name_at(second) + 8 : name_at(second) + 8 + len(second)] = first.encode()
+    five = bytearray(data)
+    five[index_start + 8 + len(names[0]) : index_start + 12 + len(names[0])] = struct.pack("<I", 5)
+    many = bytearray(data)
+    many[8:16] = struct.pack("<Q", 10**6)
+    for message, content in {f"names this tensor a second time at byte [0-9]+ \\(tensor '{first}'\\)": twice, "gives a tensor 5 dimensions": five,
+                             "claims 1000000 tensors": many}.items():
+        broken.write_bytes(bytes(content))
+        with pytest.raises(CheckpointError, match=message):
+            read_metadata(broken, tensors=True)
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(broken), "llama")
+    writer.add_uint32("general.alignment", 48)
+    writer.add_tensor("rope_freqs.weight", np.ones(4, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(CheckpointError, match="general.alignment 48, not a power of two"):
+        read_metadata(broken, tensors=True)
+    short = tmp_path / "short.gguf"
+    short.write_bytes(data[: metadata.data_offset + 8])  # the index whole, the rope_freqs data cut
+    with pytest.raises(CheckpointError, match="rope_freqs.weight' ends past the file's end"):
+        read_vector(short, read_metadata(short, tensors=True), "rope_freqs.weight")
+    with pytest.raises(CheckpointError, match="output.weight' has shape"):
+        read_vector(FIXTURE, metadata, "output.weight")
