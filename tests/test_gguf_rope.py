@@ -1,11 +1,12 @@
-"""A Llama 3.x GGUF target's rope: llama.cpp's converter keeps ``rope_type: llama3`` as the tensor ``rope_freqs.weight``
-(per-frequency divisors) and no key; transformers loads such a file with the default rope, in silence. eaglekit reads
-the divisors from the file, runs the target with them (``target.gguf_rope``), compares them with the drafter's rope in
-validate, and refuses ``--against vllm`` (which would run the default rope).
+"""A GGUF target's rope scaling, which transformers does not load. llama.cpp's converter keeps ``rope_type: llama3`` as
+the tensor ``rope_freqs.weight`` (per-frequency divisors) and no key: eaglekit reads the divisors from the file, runs
+the target with them (``target.gguf_rope``), compares them with the drafter's rope in validate, and refuses
+``--against vllm`` (which would run the default rope). It keeps YaRN (and linear) scaling in keys, which transformers
+drops for every architecture but gpt-oss: eaglekit states that rope as the target's, and verify refuses the file.
 
-The file is llama.cpp's converter's own output (tests/fixtures/llama3_rope_gguf/make.py says how it was made): a tiny
-random Llama whose original checkpoint had the rope below. The reference for its states is transformers running that
-original rope on the same weights.
+The files are llama.cpp's converter's own output (tests/fixtures/gguf_rope/make.py says how they were made): tiny
+random Llamas whose original checkpoints had the ropes below. The reference for the llama3 file's states is
+transformers running that original rope on the same weights.
 """
 
 from __future__ import annotations
@@ -25,21 +26,33 @@ from eaglekit.io.gguf_metadata import read_metadata, read_vector
 from eaglekit.model.drafter import Rope
 from eaglekit.model.hf_config import frequency_divisors
 
-FIXTURE = Path(__file__).parent / "fixtures" / "llama3_rope_gguf" / "llama3-rope.gguf"
+FIXTURE = Path(__file__).parent / "fixtures" / "gguf_rope" / "llama3-rope.gguf"
+YARN_FIXTURE = FIXTURE.with_name("yarn-rope.gguf")
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+YARN_THETA = 1000000.0
 # the original checkpoint's rope (make.py's ROPE and THETA)
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 THETA = 500000.0
 HEAD_DIM = 8
 
 
+def _scratch(fixture: Path, tmp_path: Path, monkeypatch) -> Path:
+    """``fixture`` in a scratch directory, with a cache of its own (the loads write a dequantised entry)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "model" / fixture.name
+    path.parent.mkdir()
+    shutil.copy(fixture, path)
+    return path
+
+
 @pytest.fixture
 def target(tmp_path, monkeypatch) -> Path:
-    """The fixture file in a scratch directory, with a cache of its own (the loads write a dequantised entry)."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    path = tmp_path / "model" / FIXTURE.name
-    path.parent.mkdir()
-    shutil.copy(FIXTURE, path)
-    return path
+    return _scratch(FIXTURE, tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def yarn_target(tmp_path, monkeypatch) -> Path:
+    return _scratch(YARN_FIXTURE, tmp_path, monkeypatch)
 
 
 def test_the_index_reads_as_ggufs_reader_does_and_the_divisors_are_llama3s():
@@ -143,6 +156,30 @@ def test_validate_compares_the_drafters_rope_with_the_files_divisors(rope, same,
     assert (not findings) == same
     if findings:
         assert "rope_freqs (1 to 8)" in findings[0].message
+
+
+def test_a_yarn_file_states_its_rope_and_verify_refuses_it_before_the_load(yarn_target, tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    from eaglekit import api
+    from eaglekit.target import read_target_config
+    from eaglekit.target.runner import TargetModel
+
+    # the premise: transformers loads the file with the default rope and no attention scaling (YaRN's would be 1.14)
+    plain = AutoModelForCausalLM.from_pretrained(str(yarn_target.parent), gguf_file=yarn_target.name, dtype=torch.float32)
+    rotary = plain.model.rotary_emb
+    assert rotary.attention_scaling == 1.0
+    assert torch.equal(rotary.inv_freq, 1.0 / YARN_THETA ** (torch.arange(0, HEAD_DIM, 2, dtype=torch.float32) / HEAD_DIM))
+    cfg = read_target_config(yarn_target, weights=True)
+    assert cfg.rope == Rope(YARN_THETA, YARN) and cfg.rope_freqs is None
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("the target was loaded"))
+    with pytest.raises(UnsupportedError, match="states rope scaling yarn \\(factor 4.0, original_max_position_embeddings 32768\\), which transformers does not load"):
+        TargetModel.load(cfg)
+    drafter = write_vllm(tmp_path / "drafter", Dims(T=32, V=64, target_layers=2), ids=[0, 1, 2])
+    for rope, same in (({"rope_theta": YARN_THETA, "rope_scaling": YARN}, True), ({"rope_theta": YARN_THETA, "rope_scaling": None}, False)):
+        edit_config(drafter, lambda c: c.update(rope))
+        findings = [f for f in api.validate(drafter, target=str(yarn_target)).findings if f.check == "rope.target"]
+        assert (not findings) == same, rope
 
 
 def test_against_vllm_is_refused_before_any_work(target, tmp_path, monkeypatch):

@@ -123,7 +123,7 @@ def read_target_config(source: str | Path, *, weights: bool = False) -> TargetCo
         num_layers=view.int("num_hidden_layers", minimum=1),
         hidden_size=view.int("hidden_size", minimum=1),
         vocab_size=view.int("vocab_size", minimum=1),
-        rope=read_rope(view)[0],
+        rope=_gguf_rope(config, read_rope(view)[0], label) if gguf_file else read_rope(view)[0],
         model_type=view.str("model_type", None),
         architectures=tuple(a for a in arch if isinstance(a, str)),
         config=config,
@@ -131,6 +131,19 @@ def read_target_config(source: str | Path, *, weights: bool = False) -> TargetCo
         config_only=bool(config_file) or (not gguf_file and not any(p.suffix in WEIGHT_SUFFIXES for p in directory.iterdir())),
         rope_freqs=_rope_freqs(config, label) if gguf_file else None,
     )
+
+
+def _gguf_rope(config: dict, rope: Rope, label: str) -> Rope:
+    """A GGUF target's rope: the config's, with the rope scaling the file states where transformers does not read it
+    (``gguf_config.ROPE_SCALING_KEY``)."""
+    from .gguf_config import ROPE_SCALING_KEY
+
+    scaling = config.get(ROPE_SCALING_KEY)
+    if scaling is None:
+        return rope
+    if not isinstance(scaling, dict) or not isinstance(scaling.get("rope_type"), str):
+        raise ConfigError(f"{label}: {ROPE_SCALING_KEY} must be a rope scaling with a rope_type")
+    return Rope(rope.theta, dict(scaling))
 
 
 def _rope_freqs(config: dict, label: str) -> tuple[float, ...] | None:
@@ -148,7 +161,7 @@ def _gguf_config(directory: Path, gguf_file: str, label: str) -> dict:
     """The config of a GGUF file: from its metadata alone where that is a renaming (``gguf_config``), else as
     transformers reads it; with llama.cpp's rope divisors, which transformers does not read, where the file has them."""
     from ..io.gguf_metadata import read_metadata
-    from .gguf_config import ROPE_FREQS_KEY, config_from_metadata, rope_freqs
+    from .gguf_config import ROPE_FREQS_KEY, ROPE_SCALING_KEY, config_from_metadata, rope_freqs, stated_rope_scaling
 
     metadata = read_metadata(directory / gguf_file, label, tensors=True)
     config = config_from_metadata(metadata)
@@ -157,6 +170,9 @@ def _gguf_config(directory: Path, gguf_file: str, label: str) -> dict:
     freqs = rope_freqs(directory / gguf_file, metadata, label)
     if freqs is not None:
         config[ROPE_FREQS_KEY] = freqs
+    scaling = stated_rope_scaling(metadata)
+    if scaling is not None:
+        config[ROPE_SCALING_KEY] = scaling
     return config
 
 

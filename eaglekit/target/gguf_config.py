@@ -22,9 +22,15 @@ llama.cpp keeps Llama 3.x's rope scaling in no key at all: its converter writes 
 ``rope_freqs.weight`` (``generate_extra_tensors`` for ``rope_type: llama3``), and its rope divides each frequency by
 its divisor in every layer (``get_rope_factors``, ``ggml_rope_cache_init``; read in llama.cpp's source as vendored by
 llama-cpp-python 0.3.36). transformers' GGUF loader reads neither that tensor nor a key for it: a Llama-3.1 GGUF
-loads with the default rope, in silence (run: tests/fixtures/llama3_rope_gguf). So the divisors are read here from the
+loads with the default rope, in silence (run: tests/fixtures/gguf_rope). So the divisors are read here from the
 tensor itself, for every GGUF target, and kept in the config dict under ``ROPE_FREQS_KEY``; the runner applies them
-to the loaded model (``target.runner``) and validate compares them with the drafter's rope.
+to the loaded model (``target.gguf_rope``) and validate compares them with the drafter's rope.
+
+The other rope scalings llama.cpp's converter keeps in keys (``{arch}.rope.scaling.type`` linear or yarn, with
+``.factor`` and ``.original_context_length``). transformers reads those for gpt-oss alone (``load_gguf_checkpoint``);
+for every other architecture it drops them (run: a YaRN llama file loads with the default rope and attention scaling 1).
+So they are kept here too (``ROPE_SCALING_KEY``): the target's rope is the one the file states, validate compares the
+drafter's with it, and verify refuses such a file rather than run another rope.
 
 The dict holds only the keys below; the whole config transformers makes is what the loaded target carries. It is
 also laxer: a file whose hidden size is no multiple of its head count reads here (nothing here uses the heads), and
@@ -49,6 +55,11 @@ REQUIRED = ("num_hidden_layers", "hidden_size", "vocab_size", "max_position_embe
 # llama.cpp's rope divisors, one per rotary frequency, and the config dict key eaglekit keeps them under
 ROPE_FREQS_TENSOR = "rope_freqs.weight"
 ROPE_FREQS_KEY = "eaglekit_rope_freqs"
+# llama.cpp's rope scaling keys ({arch}.rope.scaling.<suffix>) -> the HF rope_scaling key each states, the architectures
+# whose keys transformers reads itself, and the config dict key eaglekit keeps the scaling of the others under
+SCALING_KEYS = {"factor": "factor", "original_context_length": "original_max_position_embeddings"}
+READS_ROPE_SCALING = ("gpt-oss",)
+ROPE_SCALING_KEY = "eaglekit_rope_scaling"
 
 
 def config_from_metadata(metadata: GGUFMetadata) -> dict | None:
@@ -80,3 +91,18 @@ def rope_freqs(path: Path, metadata: GGUFMetadata, label: str) -> list[float] | 
     if ROPE_FREQS_TENSOR not in (metadata.tensors or {}):
         return None
     return list(read_vector(path, metadata, ROPE_FREQS_TENSOR, label))
+
+
+def stated_rope_scaling(metadata: GGUFMetadata) -> dict | None:
+    """The rope scaling the file's keys state (an HF ``rope_scaling`` dict) where transformers does not read it; None
+    where the file states none (or ``none``), or transformers reads it."""
+    arch = metadata.architecture()
+    kind = metadata.values.get(f"{arch}.rope.scaling.type")
+    if arch in READS_ROPE_SCALING or not isinstance(kind, str) or kind == "none":
+        return None
+    scaling: dict = {"rope_type": kind}
+    for suffix, key in SCALING_KEYS.items():
+        value = metadata.values.get(f"{arch}.rope.scaling.{suffix}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            scaling[key] = value
+    return scaling

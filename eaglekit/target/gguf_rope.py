@@ -1,5 +1,7 @@
-"""llama.cpp's rope divisors (a GGUF file's ``rope_freqs`` tensor, ``gguf_config``) put onto the target transformers
-loaded from that file, which runs the default rope without them.
+"""A GGUF target runs the rope its file states, or not at all: llama.cpp's rope divisors (a GGUF file's ``rope_freqs``
+tensor, ``gguf_config``) are put onto the target transformers loaded from that file, which runs the default rope
+without them; a rope scaling stated in keys that transformers does not read (``gguf_config.stated_rope_scaling``) is
+refused before the load.
 
 llama.cpp rotates frequency i of every layer by ``theta_base / rope_freqs[i]`` (its llama model; ``ggml_rope_cache_init``):
 the default inverse frequencies, each divided by its divisor. transformers computes a Llama model's rotation from its
@@ -26,15 +28,31 @@ from .config import TargetConfig
 EVERY_LAYER = ("llama", "mistral")
 
 
+def _label(config: TargetConfig) -> str:
+    return str(config.directory / config.gguf_file) if config.gguf_file else config.source
+
+
+def check_loadable(config: TargetConfig) -> None:
+    """Refuse, before the load, a GGUF target whose rope eaglekit would not run as the file states it."""
+    from .gguf_config import ROPE_SCALING_KEY
+
+    scaling = config.config.get(ROPE_SCALING_KEY)
+    if scaling is not None:
+        stated = ", ".join(f"{k} {v}" for k, v in scaling.items() if k != "rope_type")
+        raise UnsupportedError(f"{_label(config)}: states rope scaling {scaling['rope_type']}{f' ({stated})' if stated else ''}, which transformers "
+                               f"does not load (it would run the default rope) and eaglekit does not apply: give the model's safetensors directory")
+    if config.rope_freqs is not None and config.model_type not in EVERY_LAYER:
+        raise UnsupportedError(f"{_label(config)}: holds llama.cpp's rope_freqs, which transformers does not load; eaglekit applies them to "
+                               f"{' and '.join(EVERY_LAYER)} targets only, not {config.model_type!r}: give the model's safetensors directory")
+
+
 def apply_rope_freqs(model, config: TargetConfig) -> None:
     """Divide the rotary frequencies of ``model`` (loaded by transformers from ``config``'s GGUF file) by the file's
     ``rope_freqs``; nothing where the file has none."""
     if config.rope_freqs is None:
         return
-    label = str(config.directory / config.gguf_file) if config.gguf_file else config.source
-    if config.model_type not in EVERY_LAYER:
-        raise UnsupportedError(f"{label}: holds llama.cpp's rope_freqs, which transformers does not load; eaglekit applies them to "
-                               f"{' and '.join(EVERY_LAYER)} targets only, not {config.model_type!r}: give the model's safetensors directory")
+    check_loadable(config)
+    label = _label(config)
     rotaries = [m for m in model.modules() if isinstance(getattr(m, "inv_freq", None), torch.Tensor)]
     if not rotaries:
         raise UnsupportedError(f"{label}: holds llama.cpp's rope_freqs, and eaglekit finds no rotary module (inv_freq) in the loaded model to apply them to")

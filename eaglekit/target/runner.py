@@ -172,9 +172,10 @@ class TargetModel:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
-        from .gguf_rope import apply_rope_freqs
+        from .gguf_rope import apply_rope_freqs, check_loadable
         from .gqa_attention import use_shared_kv_heads
 
+        check_loadable(config)  # a GGUF file whose rope transformers would not load as the file states it
         hf_logging.disable_progress_bar()  # eaglekit shows its own progress; loading bars garble reports and logs
         hf_logging.set_verbosity_error()
         kwargs: dict = {"dtype": dtype}
