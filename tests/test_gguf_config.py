@@ -107,9 +107,21 @@ def test_the_metadata_gives_transformers_reading_without_it(case, tmp_path, monk
     assert fast.num_layers == 3 and fast.hidden_size == 64 and fast.rope.theta == 500000.0 and fast.rope.scaling is None
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_rope_scaling_keys_are_read_from_the_metadata_and_kept_as_the_files_rope(arch, tmp_path, monkeypatch):
+    """transformers drops a linear or YaRN scaling of these architectures (tests/test_gguf_rope.py runs it): its other
+    fields are the metadata's, and eaglekit states the file's scaling as the target's rope (verify refuses the file)."""
+    scaling = {f"{arch}.rope.scaling.type": "yarn", f"{arch}.rope.scaling.factor": 4.0, f"{arch}.rope.scaling.original_context_length": 32768}
+    path = write_gguf(tmp_path / "target.gguf", arch, model_keys(arch, **scaling))
+    assert gguf_config.config_from_metadata(read_metadata(path)) is not None  # read without transformers
+    fast, slow = read_target_config(path), with_transformers(monkeypatch, path)
+    assert {**fields(fast), "rope": None} == {**fields(slow), "rope": None}
+    assert slow.rope.rope_type == "default"
+    assert fast.rope.theta == slow.rope.theta and fast.rope.scaling == {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+
+
 LEFT_TO_TRANSFORMERS = {
     "another architecture": ("gemma2", {"gemma2.attention.sliding_window": 64}),
-    "a rope scaling key": ("llama", {"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 2.0}),
     "no rope base": ("llama", {"theta": None}),
     "no vocabulary size": ("qwen3", {"vocab": None}),
     "no context length": ("llama", {"context": None}),

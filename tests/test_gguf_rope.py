@@ -75,14 +75,16 @@ def test_the_target_config_keeps_the_divisors_also_from_the_cache(target):
     from eaglekit.target import read_target_config
     from eaglekit.target.runner import TargetModel
 
+    from eaglekit.target import config as target_config, gguf_cache
+
     cfg = read_target_config(target, weights=True)
     assert cfg.rope_freqs == read_vector(FIXTURE, read_metadata(FIXTURE, tensors=True), "rope_freqs.weight")
     assert cfg.rope.rope_type == "default" and cfg.rope.theta == THETA  # what the keys say
     TargetModel.load(cfg)  # writes the cache entry
-    from eaglekit.target import gguf_cache
-
     assert gguf_cache.cached(target) is not None
-    assert read_target_config(target, weights=True).rope_freqs == cfg.rope_freqs
+    with pytest.MonkeyPatch.context() as patch:  # from the entry, not the file
+        patch.setattr(target_config, "_gguf_config", lambda *a: pytest.fail("the file was read again"))
+        assert read_target_config(target, weights=True).rope_freqs == cfg.rope_freqs
 
 
 def _states(model, ids: torch.Tensor) -> list[torch.Tensor]:
@@ -105,13 +107,16 @@ def test_the_loaded_target_runs_the_original_rope_where_transformers_alone_runs_
     reference = _states(original, ids)
     # transformers alone: the default rope, states off (this is what eaglekit mends)
     assert max((a - b).abs().max().item() for a, b in zip(reference, _states(plain, ids))) > 1e-3
+    from eaglekit.target import gguf_cache
+
     for load in ("from the file", "from the cache"):
+        assert (gguf_cache.cached(target) is not None) == (load == "from the cache")
         target_model = TargetModel.load(read_target_config(target, weights=True))
         states = _states(target_model.model, ids)
         assert max((a - b).abs().max().item() for a, b in zip(reference, states)) < 1e-4, load
 
 
-def _llama(model_type: str = "llama"):
+def _llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     return LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=32, intermediate_size=32, num_hidden_layers=1, num_attention_heads=4,
@@ -146,7 +151,9 @@ def test_applying_the_divisors_refuses_what_it_cannot_tell(target):
     ({"rope_theta": THETA, "rope_scaling": {**LLAMA3, "factor": 4.0}}, False),
     ({"rope_theta": THETA, "rope_scaling": None}, False),
     ({"rope_theta": 10000.0, "rope_scaling": LLAMA3}, False),
-], ids=["the original llama3 rope", "another factor", "default rope", "another theta"])
+    ({"rope_theta": THETA, "rope_scaling": {"rope_type": "linear"}}, False),
+    ({"rope_theta": THETA, "rope_scaling": {**LLAMA3, "factor": None}}, False),
+], ids=["the original llama3 rope", "another factor", "default rope", "another theta", "linear without a factor", "llama3 with a null factor"])
 def test_validate_compares_the_drafters_rope_with_the_files_divisors(rope, same, target, tmp_path):
     from eaglekit import api
 
@@ -231,6 +238,13 @@ def test_a_damaged_tensor_index_is_a_one_line_error(tmp_path):
     writer.close()
     with pytest.raises(CheckpointError, match="general.alignment 48, not a power of two"):
         read_metadata(broken, tensors=True)
+    entry = name_at("rope_freqs.weight") + 8 + len("rope_freqs.weight")  # u32 dims, u64 length, u32 type, u64 offset
+    for field, value in ((slice(entry + 4, entry + 12), 2**40), (slice(entry + 16, entry + 24), 2**63)):  # a damaged length, offset
+        damaged = bytearray(data)
+        damaged[field] = struct.pack("<Q", value)
+        broken.write_bytes(bytes(damaged))
+        with pytest.raises(CheckpointError, match="rope_freqs.weight' ends past the file's end"):
+            read_vector(broken, read_metadata(broken, tensors=True), "rope_freqs.weight")
     short = tmp_path / "short.gguf"
     short.write_bytes(data[: metadata.data_offset + 8])  # the index whole, the rope_freqs data cut
     with pytest.raises(CheckpointError, match="rope_freqs.weight' ends past the file's end"):

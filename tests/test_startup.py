@@ -90,9 +90,11 @@ def test_header_only_commands_import_neither_torch_nor_transformers(name, drafte
     assert heavy == [], f"{name} imported {heavy}"
 
 
-@pytest.fixture(scope="module")
-def gguf_target(tmp_path_factory) -> Path:
-    """A GGUF target of the tiny drafter's target dimensions: a llama file, whose config is a renaming of its metadata."""
+@pytest.fixture(scope="module", params=["rope_freqs", "yarn"])
+def gguf_target(request, tmp_path_factory) -> Path:
+    """A GGUF target of the tiny drafter's target dimensions: a llama file, whose config is a renaming of its metadata,
+    with a rope scaling as llama.cpp's converter writes one: Llama 3.x's as the rope_freqs tensor (read from the tensor
+    index and data), or YaRN's in keys (which transformers drops, so eaglekit reads them)."""
     gguf = pytest.importorskip("gguf")
     import numpy as np
 
@@ -106,7 +108,13 @@ def gguf_target(tmp_path_factory) -> Path:
     writer.add_head_count_kv(1)
     writer.add_vocab_size(d.V)
     writer.add_rope_freq_base(10000.0)
+    if request.param == "yarn":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(4.0)
+        writer.add_rope_scaling_orig_ctx_len(512)
     writer.add_tensor("token_embd.weight", np.zeros((d.V, d.T), dtype=np.float32))
+    if request.param == "rope_freqs":
+        writer.add_tensor("rope_freqs.weight", np.array([1.0, 1.0, 2.5, 8.0], dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -124,7 +132,15 @@ def test_a_gguf_target_read_for_its_config_imports_neither_torch_nor_transformer
     assert result["exit"] in (0, 1, None), result["stderr"]
     assert "error" not in result["stderr"].lower(), result["stderr"]
     assert [m for m in result["modules"] if m in HEAVY] == []
+    if command == "validate":  # the drafter's default rope is not the file's: the scaling was read
+        assert ("divided by the file's rope_freqs (1 to 8)" if _has_rope_freqs(gguf_target) else "theta 10000, yarn") in result["stdout"]
     assert '"target.hidden"' not in result["stdout"] and '"target.vocab"' not in result["stdout"]  # the target's dims were read
+
+
+def _has_rope_freqs(path: Path) -> bool:
+    from eaglekit.io.gguf_metadata import read_metadata
+
+    return "rope_freqs.weight" in read_metadata(path, tensors=True).tensors
 
 
 def test_push_dry_run_imports_no_hub_client(drafter, tmp_path):

@@ -229,10 +229,10 @@ def read_vector(path: Path, metadata: GGUFMetadata, name: str, label: str | None
     start, width = metadata.data_offset + info.offset, struct.calcsize(code) * info.shape[0]
     try:
         with open(path, "rb") as f:
+            if start + width > os.fstat(f.fileno()).st_size:  # a damaged offset or length: refused before any read
+                raise CheckpointError(f"{label}: GGUF tensor {name!r} ends past the file's end (bytes {start}..{start + width})")
             f.seek(start)
             data = f.read(width)
     except OSError as exc:
         raise CheckpointError(f"{label}: cannot read ({exc.strerror or exc})") from None
-    if len(data) != width:
-        raise CheckpointError(f"{label}: GGUF tensor {name!r} ends past the file's end (bytes {start}..{start + width})")
     return struct.unpack(f"{metadata.byte_order}{info.shape[0]}{code}", data)

@@ -58,15 +58,21 @@ def frequency_divisors(rope: Rope, dim: int) -> tuple[float, ...] | None:
     keeps a rope scaling in (a GGUF file's ``rope_freqs``; its converter computes llama3's the same way). None for a
     scaling that is more than a division per frequency (yarn's attention factor, dynamic NTK's length rule, ...)."""
     count, scaling = dim // 2, rope.scaling or {}
+
+    def number(key: str, default: float | None = None) -> float | None:
+        value = scaling.get(key, default)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
     if rope.rope_type == "default":
         return (1.0,) * count
+    factor = number("factor")
     if rope.rope_type == "linear":
-        return (float(scaling["factor"]),) * count
-    if rope.rope_type != "llama3":
+        return (factor,) * count if factor is not None else None
+    # llama3 takes the keys reference/ops.py's rope requires (factor, original_max_position_embeddings) and defaults the
+    # band factors as it does; that one computes vLLM's inverse frequencies in float32, this one llama.cpp's divisors
+    low, high, original = number("low_freq_factor", 1.0), number("high_freq_factor", 4.0), number("original_max_position_embeddings")
+    if rope.rope_type != "llama3" or None in (factor, low, high, original):
         return None
-    factor = float(scaling.get("factor", 8.0))
-    low, high = float(scaling.get("low_freq_factor", 1.0)), float(scaling.get("high_freq_factor", 4.0))
-    original = float(scaling.get("original_max_position_embeddings", 8192))
     divisors = []
     for i in range(count):
         wavelength = 2 * math.pi * rope.theta ** (2 * i / dim)
@@ -75,7 +81,7 @@ def frequency_divisors(rope: Rope, dim: int) -> tuple[float, ...] | None:
         elif wavelength > original / low:
             divisors.append(factor)
         else:
-            smooth = (original / wavelength - low) / (high - low)
+            smooth = (original / wavelength - low) / (high - low) if low != high else 0.0
             divisors.append(1 / ((1 - smooth) / factor + smooth))
     return tuple(divisors)
 

@@ -10,9 +10,9 @@ model type, a llama file whose ``general.name`` is exactly ``mistral`` being a m
 ``architectures``. tests/test_gguf_config.py holds each architecture's reading against transformers' own.
 
 Anything else is left to transformers (``config_from_metadata`` gives None): another architecture (gemma's rope per
-layer type, phi3's partial rotary, t5's and gpt2's own key names, ...), any ``rope.scaling`` key (transformers drops
-these for the architectures here, and gpt-oss's are its own rule), or a key the config needs missing (a file
+layer type, phi3's partial rotary, t5's and gpt2's own key names, ...), or a key the config needs missing (a file
 without ``rope.freq_base`` or ``context_length`` takes the config class's default, which only transformers knows).
+``rope.scaling`` keys do not send a file there: transformers drops them for the architectures here (below).
 
 Both releases send only a few newer architectures (qwen35, qwen35moe, and lfm2 in 5.24: ``GGUF_CONFIG_ARCHS``) through
 per-architecture readers of their own, which also name ``architectures``; should a later release move one of the
@@ -69,8 +69,6 @@ def config_from_metadata(metadata: GGUFMetadata) -> dict | None:
     if arch not in ARCHITECTURES:
         return None
     values = metadata.values
-    if any(key.startswith(f"{arch}.rope.scaling.") for key in values):
-        return None
     model_type = ARCHITECTURES[arch]
     if arch == "llama" and values.get("general.name") == MISTRAL_NAME:
         model_type = "mistral"

@@ -36,7 +36,7 @@ def check_loadable(config: TargetConfig) -> None:
     """Refuse, before the load, a GGUF target whose rope eaglekit would not run as the file states it."""
     from .gguf_config import ROPE_SCALING_KEY
 
-    scaling = config.config.get(ROPE_SCALING_KEY)
+    scaling = config.config.get(ROPE_SCALING_KEY) if config.gguf_file else None
     if scaling is not None:
         stated = ", ".join(f"{k} {v}" for k, v in scaling.items() if k != "rope_type")
         raise UnsupportedError(f"{_label(config)}: states rope scaling {scaling['rope_type']}{f' ({stated})' if stated else ''}, which transformers "
