@@ -251,3 +251,15 @@ def test_a_damaged_tensor_index_is_a_one_line_error(tmp_path):
         read_vector(short, read_metadata(short, tensors=True), "rope_freqs.weight")
     with pytest.raises(CheckpointError, match="output.weight' has shape"):
         read_vector(FIXTURE, metadata, "output.weight")
+
+
+def test_verify_runs_the_file_end_to_end(target, tmp_path):
+    """The whole verify path (prompts through the file's own tokenizer, the batched decode with its prepacked linears
+    and KV cache, the simulation) on the target with its divisors applied; the drafter's llama3 rope is the file's."""
+    from eaglekit import api
+
+    drafter = write_vllm(tmp_path / "drafter", Dims(T=32, V=64, target_layers=2), ids=[0, 1, 2])
+    edit_config(drafter, lambda c: c.update({"rope_theta": THETA, "rope_scaling": LLAMA3}))
+    result = api.verify(drafter, target=str(target), num_prompts=2, max_new_tokens=8)
+    assert result.acceptance_length >= 1.0 and result.data["target"] == str(target)
+    assert not [f for f in result.data["findings"] if f["check"] == "rope.target"]
