@@ -110,7 +110,7 @@ def test_the_metadata_gives_transformers_reading_without_it(case, tmp_path, monk
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_rope_scaling_keys_are_read_from_the_metadata_and_kept_as_the_files_rope(arch, tmp_path, monkeypatch):
     """transformers drops a linear or YaRN scaling of these architectures (tests/test_gguf_rope.py runs it): its other
-    fields are the metadata's, and eaglekit states the file's scaling as the target's rope (verify refuses the file)."""
+    fields are the metadata's, and eaglekit states the file's scaling as the target's rope (the runner sets it: tests/test_gguf_rope.py)."""
     scaling = {f"{arch}.rope.scaling.type": "yarn", f"{arch}.rope.scaling.factor": 4.0, f"{arch}.rope.scaling.original_context_length": 32768}
     path = write_gguf(tmp_path / "target.gguf", arch, model_keys(arch, **scaling))
     assert gguf_config.config_from_metadata(read_metadata(path)) is not None  # read without transformers

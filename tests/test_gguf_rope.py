@@ -2,16 +2,18 @@
 the tensor ``rope_freqs.weight`` (per-frequency divisors) and no key: eaglekit reads the divisors from the file, runs
 the target with them (``target.gguf_rope``), compares them with the drafter's rope in validate, and refuses
 ``--against vllm`` (which would run the default rope). It keeps YaRN (and linear) scaling in keys, which transformers
-drops for every architecture but gpt-oss: eaglekit states that rope as the target's, and verify refuses the file.
+drops for every architecture but gpt-oss: eaglekit states that rope as the target's and sets it on the loaded model
+(transformers' own rotary module for it), and refuses a scaling it cannot set.
 
 The files are llama.cpp's converter's own output (tests/fixtures/gguf_rope/make.py says how they were made): tiny
-random Llamas whose original checkpoints had the ropes below. The reference for the llama3 file's states is
-transformers running that original rope on the same weights.
+random Llamas whose original checkpoints had the ropes below. The reference for each file's states is transformers
+running that original rope on the same weights.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import shutil
 import struct
@@ -30,10 +32,13 @@ FIXTURE = Path(__file__).parent / "fixtures" / "gguf_rope" / "llama3-rope.gguf"
 YARN_FIXTURE = FIXTURE.with_name("yarn-rope.gguf")
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
 YARN_THETA = 1000000.0
+# a drafter for these targets (hidden 64, head dim 32 as vLLM's CPU attention needs), reading layers 0, 1 and the final
+# norm's input
+DRAFTER_DIMS = Dims(H=64, T=64, V=64, heads=2, kv_heads=1, head_dim=32, target_layers=2)
 # the original checkpoint's rope (make.py's ROPE and THETA)
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 THETA = 500000.0
-HEAD_DIM = 8
+HEAD_DIM = 32
 
 
 def _scratch(fixture: Path, tmp_path: Path, monkeypatch) -> Path:
@@ -93,16 +98,13 @@ def _states(model, ids: torch.Tensor) -> list[torch.Tensor]:
 
 
 def test_the_loaded_target_runs_the_original_rope_where_transformers_alone_runs_the_default(target):
-    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
 
     from eaglekit.target import read_target_config
     from eaglekit.target.runner import TargetModel
 
     plain = AutoModelForCausalLM.from_pretrained(str(target.parent), gguf_file=target.name, dtype=torch.float32)
-    config = plain.config
-    config.rope_scaling = {**LLAMA3, "rope_theta": THETA}
-    original = LlamaForCausalLM(config).eval()
-    original.load_state_dict(plain.state_dict())
+    original = _original(plain, LLAMA3, THETA)
     ids = torch.randint(3, 64, (1, 300), generator=torch.Generator().manual_seed(0))
     reference = _states(original, ids)
     # transformers alone: the default rope, states off (this is what eaglekit mends)
@@ -119,8 +121,8 @@ def test_the_loaded_target_runs_the_original_rope_where_transformers_alone_runs_
 def _llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    return LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=32, intermediate_size=32, num_hidden_layers=1, num_attention_heads=4,
-                                        num_key_value_heads=2, rope_theta=THETA))
+    return LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=64, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                        num_key_value_heads=1, rope_theta=THETA))
 
 
 def test_applying_the_divisors_refuses_what_it_cannot_tell(target):
@@ -157,7 +159,7 @@ def test_applying_the_divisors_refuses_what_it_cannot_tell(target):
 def test_validate_compares_the_drafters_rope_with_the_files_divisors(rope, same, target, tmp_path):
     from eaglekit import api
 
-    drafter = write_vllm(tmp_path / "drafter", Dims(T=32, V=64, target_layers=2), ids=[0, 1, 2])
+    drafter = write_vllm(tmp_path / "drafter", DRAFTER_DIMS, ids=[0, 1, 2])
     edit_config(drafter, lambda c: c.update(rope))
     findings = [f for f in api.validate(drafter, target=str(target)).findings if f.check == "rope.target"]
     assert (not findings) == same
@@ -165,11 +167,22 @@ def test_validate_compares_the_drafters_rope_with_the_files_divisors(rope, same,
         assert "rope_freqs (1 to 8)" in findings[0].message
 
 
-def test_a_yarn_file_states_its_rope_and_verify_refuses_it_before_the_load(yarn_target, tmp_path, monkeypatch):
+def _original(plain, rope_scaling: dict, theta: float):
+    """The original checkpoint of a converted file: transformers running ``rope_scaling`` on the file's weights."""
+    from transformers import LlamaForCausalLM
+
+    config = plain.config
+    config.rope_parameters = {**rope_scaling, "rope_theta": theta}
+    original = LlamaForCausalLM(config).eval()
+    original.load_state_dict(plain.state_dict())
+    return original
+
+
+def test_a_yarn_file_runs_its_own_rope_and_validate_compares_with_it(yarn_target, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from eaglekit import api
-    from eaglekit.target import read_target_config
+    from eaglekit.target import gguf_cache, read_target_config
     from eaglekit.target.runner import TargetModel
 
     # the premise: transformers loads the file with the default rope and no attention scaling (YaRN's would be 1.14)
@@ -179,14 +192,46 @@ def test_a_yarn_file_states_its_rope_and_verify_refuses_it_before_the_load(yarn_
     assert torch.equal(rotary.inv_freq, 1.0 / YARN_THETA ** (torch.arange(0, HEAD_DIM, 2, dtype=torch.float32) / HEAD_DIM))
     cfg = read_target_config(yarn_target, weights=True)
     assert cfg.rope == Rope(YARN_THETA, YARN) and cfg.rope_freqs is None
-    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("the target was loaded"))
-    with pytest.raises(UnsupportedError, match="states rope scaling yarn \\(factor 4.0, original_max_position_embeddings 32768\\), which transformers does not load"):
-        TargetModel.load(cfg)
-    drafter = write_vllm(tmp_path / "drafter", Dims(T=32, V=64, target_layers=2), ids=[0, 1, 2])
+    ids = torch.randint(3, 64, (1, 300), generator=torch.Generator().manual_seed(0))
+    reference = _states(_original(plain, YARN, YARN_THETA), ids)
+    assert max((a - b).abs().max().item() for a, b in zip(reference, _states(plain, ids))) > 1e-3
+    for load in ("from the file", "from the cache"):
+        loaded = TargetModel.load(read_target_config(yarn_target, weights=True))
+        assert loaded.model.model.rotary_emb.attention_scaling == pytest.approx(0.1 * math.log(4.0) + 1), load
+        assert max((a - b).abs().max().item() for a, b in zip(reference, _states(loaded.model, ids))) < 1e-4, load
+    # the entry's config states the scaling: what vLLM loads in --against vllm runs it too
+    entry = json.loads((gguf_cache.cached(yarn_target) / "config.json").read_text())
+    assert (entry.get("rope_parameters") or entry.get("rope_scaling"))["rope_type"] == "yarn"
+    drafter = write_vllm(tmp_path / "drafter", DRAFTER_DIMS, ids=[0, 1, 2])
     for rope, same in (({"rope_theta": YARN_THETA, "rope_scaling": YARN}, True), ({"rope_theta": YARN_THETA, "rope_scaling": None}, False)):
         edit_config(drafter, lambda c: c.update(rope))
         findings = [f for f in api.validate(drafter, target=str(yarn_target)).findings if f.check == "rope.target"]
         assert (not findings) == same, rope
+
+
+@pytest.mark.parametrize("keys, refusal", [
+    ({"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0, "rope.scaling.yarn_log_multiplier": 0.1},
+     "states rope scaling yarn \\(factor 4.0\\).*keys eaglekit does not map to transformers' \\(yarn_log_multiplier\\)"),
+    ({"rope.scaling.type": "longrope"}, "states rope scaling longrope, .*eaglekit applies linear and yarn only"),
+], ids=["an unmapped yarn key", "longrope"])
+def test_a_scaling_eaglekit_cannot_set_is_refused_before_the_load(keys, refusal, tmp_path, monkeypatch):
+    gguf = pytest.importorskip("gguf")
+    from transformers import AutoModelForCausalLM
+
+    from eaglekit.target import read_target_config
+    from eaglekit.target.runner import TargetModel
+
+    path = tmp_path / "target.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for key, value in {"block_count": 2, "embedding_length": 32, "context_length": 4096, "vocab_size": 64, "rope.freq_base": 10000.0, **keys}.items():
+        writer.add_key_value(f"llama.{key}", value, gguf.GGUFValueType.STRING if isinstance(value, str) else
+                             gguf.GGUFValueType.FLOAT32 if isinstance(value, float) else gguf.GGUFValueType.UINT32)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("the target was loaded"))
+    with pytest.raises(UnsupportedError, match=refusal):
+        TargetModel.load(read_target_config(path))
 
 
 def test_against_vllm_is_refused_before_any_work(target, tmp_path, monkeypatch):
@@ -194,7 +239,7 @@ def test_against_vllm_is_refused_before_any_work(target, tmp_path, monkeypatch):
     from eaglekit.target import runner
 
     monkeypatch.setattr(runner.TargetModel, "load", lambda *a, **k: pytest.fail("the target was loaded"))
-    drafter = write_vllm(tmp_path / "drafter", Dims(T=32, V=64, target_layers=2), ids=[0, 1, 2])
+    drafter = write_vllm(tmp_path / "drafter", DRAFTER_DIMS, ids=[0, 1, 2])
     with pytest.raises(UnsupportedError, match="rope_freqs.*safetensors directory"):
         api.verify(drafter, target=str(target), against="vllm")
 
@@ -258,7 +303,7 @@ def test_verify_runs_the_file_end_to_end(target, tmp_path):
     and KV cache, the simulation) on the target with its divisors applied; the drafter's llama3 rope is the file's."""
     from eaglekit import api
 
-    drafter = write_vllm(tmp_path / "drafter", Dims(T=32, V=64, target_layers=2), ids=[0, 1, 2])
+    drafter = write_vllm(tmp_path / "drafter", DRAFTER_DIMS, ids=[0, 1, 2])
     edit_config(drafter, lambda c: c.update({"rope_theta": THETA, "rope_scaling": LLAMA3}))
     result = api.verify(drafter, target=str(target), num_prompts=2, max_new_tokens=8)
     assert result.acceptance_length >= 1.0 and result.data["target"] == str(target)

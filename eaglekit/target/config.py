@@ -161,7 +161,7 @@ def _gguf_config(directory: Path, gguf_file: str, label: str) -> dict:
     """The config of a GGUF file: from its metadata alone where that is a renaming (``gguf_config``), else as
     transformers reads it; with llama.cpp's rope divisors, which transformers does not read, where the file has them."""
     from ..io.gguf_metadata import read_metadata
-    from .gguf_config import ROPE_FREQS_KEY, ROPE_SCALING_KEY, config_from_metadata, rope_freqs, stated_rope_scaling
+    from .gguf_config import ROPE_FREQS_KEY, ROPE_SCALING_KEY, ROPE_SCALING_UNREAD_KEY, config_from_metadata, rope_freqs, stated_rope_scaling
 
     metadata = read_metadata(directory / gguf_file, label, tensors=True)
     config = config_from_metadata(metadata)
@@ -170,9 +170,11 @@ def _gguf_config(directory: Path, gguf_file: str, label: str) -> dict:
     freqs = rope_freqs(directory / gguf_file, metadata, label)
     if freqs is not None:
         config[ROPE_FREQS_KEY] = freqs
-    scaling = stated_rope_scaling(metadata)
-    if scaling is not None:
-        config[ROPE_SCALING_KEY] = scaling
+    stated = stated_rope_scaling(metadata)
+    if stated is not None:
+        config[ROPE_SCALING_KEY], unread = stated
+        if unread:
+            config[ROPE_SCALING_UNREAD_KEY] = unread
     return config
 
 

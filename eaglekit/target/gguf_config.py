@@ -29,8 +29,9 @@ to the loaded model (``target.gguf_rope``) and validate compares them with the d
 The other rope scalings llama.cpp's converter keeps in keys (``{arch}.rope.scaling.type`` linear or yarn, with
 ``.factor`` and ``.original_context_length``). transformers reads those for gpt-oss alone (``load_gguf_checkpoint``);
 for every other architecture it drops them (run: a YaRN llama file loads with the default rope and attention scaling 1).
-So they are kept here too (``ROPE_SCALING_KEY``): the target's rope is the one the file states, validate compares the
-drafter's with it, and verify refuses such a file rather than run another rope.
+So they are kept here too (``ROPE_SCALING_KEY``), mapped back onto the HF rope parameters the converter wrote them
+from: the target's rope is the one the file states, validate compares the drafter's with it, and the runner sets it
+on the loaded model (``target.gguf_rope``), or refuses the file where a key maps to no HF parameter.
 
 The dict holds only the keys below; the whole config transformers makes is what the loaded target carries. It is
 also laxer: a file whose hidden size is no multiple of its head count reads here (nothing here uses the heads), and
@@ -55,11 +56,16 @@ REQUIRED = ("num_hidden_layers", "hidden_size", "vocab_size", "max_position_embe
 # llama.cpp's rope divisors, one per rotary frequency, and the config dict key eaglekit keeps them under
 ROPE_FREQS_TENSOR = "rope_freqs.weight"
 ROPE_FREQS_KEY = "eaglekit_rope_freqs"
-# llama.cpp's rope scaling keys ({arch}.rope.scaling.<suffix>) -> the HF rope_scaling key each states, the architectures
-# whose keys transformers reads itself, and the config dict key eaglekit keeps the scaling of the others under
-SCALING_KEYS = {"factor": "factor", "original_context_length": "original_max_position_embeddings"}
+# llama.cpp's rope scaling keys ({arch}.rope.scaling.<suffix>) -> the HF rope parameter each was written from (its
+# converter: conversion/base.py), the keys that change no rope (a flag of old converters), the architectures whose
+# keys transformers reads itself, and the config dict keys eaglekit keeps the scaling of the others, and the suffixes
+# it does not map (yarn_ext_factor, yarn_log_multiplier, alpha, ...), under
+SCALING_KEYS = {"factor": "factor", "original_context_length": "original_max_position_embeddings", "yarn_attn_factor": "attention_factor",
+                "yarn_beta_fast": "beta_fast", "yarn_beta_slow": "beta_slow"}
+NO_ROPE_CHANGE = ("type", "finetuned")
 READS_ROPE_SCALING = ("gpt-oss",)
 ROPE_SCALING_KEY = "eaglekit_rope_scaling"
+ROPE_SCALING_UNREAD_KEY = "eaglekit_rope_scaling_unread"
 
 
 def config_from_metadata(metadata: GGUFMetadata) -> dict | None:
@@ -91,16 +97,19 @@ def rope_freqs(path: Path, metadata: GGUFMetadata, label: str) -> list[float] | 
     return list(read_vector(path, metadata, ROPE_FREQS_TENSOR, label))
 
 
-def stated_rope_scaling(metadata: GGUFMetadata) -> dict | None:
-    """The rope scaling the file's keys state (an HF ``rope_scaling`` dict) where transformers does not read it; None
-    where the file states none (or ``none``), or transformers reads it."""
+def stated_rope_scaling(metadata: GGUFMetadata) -> tuple[dict, list[str]] | None:
+    """(the rope scaling the file's keys state, as an HF ``rope_scaling`` dict; the ``rope.scaling`` suffixes it holds
+    that map to none of its keys) where transformers does not read them; None where the file states none (or
+    ``none``), or transformers reads it."""
     arch = metadata.architecture()
-    kind = metadata.values.get(f"{arch}.rope.scaling.type")
+    prefix = f"{arch}.rope.scaling."
+    kind = metadata.values.get(f"{prefix}type")
     if arch in READS_ROPE_SCALING or not isinstance(kind, str) or kind == "none":
         return None
     scaling: dict = {"rope_type": kind}
     for suffix, key in SCALING_KEYS.items():
-        value = metadata.values.get(f"{arch}.rope.scaling.{suffix}")
+        value = metadata.values.get(f"{prefix}{suffix}")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             scaling[key] = value
-    return scaling
+    unread = sorted(k[len(prefix):] for k in metadata.values if k.startswith(prefix) and k[len(prefix):] not in (*SCALING_KEYS, *NO_ROPE_CHANGE))
+    return scaling, unread

@@ -1,19 +1,21 @@
-"""A GGUF target runs the rope its file states, or not at all: llama.cpp's rope divisors (a GGUF file's ``rope_freqs``
-tensor, ``gguf_config``) are put onto the target transformers loaded from that file, which runs the default rope
-without them; a rope scaling stated in keys that transformers does not read (``gguf_config.stated_rope_scaling``) is
-refused before the load.
+"""A GGUF target runs the rope its file states, or not at all. transformers' GGUF loader reads neither of the two ways
+llama.cpp's converter keeps a rope scaling (``gguf_config``), and runs the default rope in their place:
 
-llama.cpp rotates frequency i of every layer by ``theta_base / rope_freqs[i]`` (its llama model; ``ggml_rope_cache_init``):
-the default inverse frequencies, each divided by its divisor. transformers computes a Llama model's rotation from its
-rotary module's ``inv_freq`` buffer, the default ``1 / theta^(2i/d)`` when it read no rope scaling. Dividing that
-buffer by the divisors gives llama.cpp's rope, and for a file converted from a Llama 3.x checkpoint the rope of the
-original model (``rope_type: llama3``): tests/test_gguf_rope.py holds the states so loaded to those of the original
-checkpoint, on a file written by llama.cpp's own converter.
+- ``rope_freqs`` divisors (Llama 3.x): llama.cpp rotates frequency i of every layer by ``theta_base / rope_freqs[i]``
+  (its llama model; ``ggml_rope_cache_init``), the default inverse frequencies each divided by its divisor.
+  transformers computes a Llama model's rotation from its rotary module's ``inv_freq`` buffer, the default
+  ``1 / theta^(2i/d)`` when it read no scaling: dividing that buffer by the divisors gives llama.cpp's rope, and for a
+  file converted from a Llama 3.x checkpoint the original model's rope (``rope_type: llama3``). Only for a llama (or
+  mistral) model, whose every layer llama.cpp rotates with them, and a buffer that is still the default (were a later
+  transformers to apply them itself, its buffer would already be divided, and is left).
+- a linear or YaRN scaling in keys, which the converter writes from the checkpoint's rope parameters: set back on the
+  loaded model's config, and its rotary modules built anew from it, so transformers' own implementation of that
+  scaling runs, as for the original checkpoint. Before the cache entry is written, so that the entry's config states
+  it (and vLLM, loading that entry in ``verify --against vllm``, runs it too). A key that maps to no HF parameter, or
+  another scaling, is refused before the load.
 
-Only where both sides are known: a llama (or mistral) model, whose every layer llama.cpp rotates with the divisors, and
-a rotary module whose ``inv_freq`` is still the default (were a later transformers to apply the divisors itself, its
-buffer would already be divided, and is left). Anything else is refused with the reason, never run with a rope that
-may not be the file's.
+tests/test_gguf_rope.py holds the states so loaded to those of the original checkpoints, on files written by llama.cpp's
+own converter. Anything else is refused with the reason, never run with a rope that may not be the file's.
 """
 
 from __future__ import annotations
@@ -26,21 +28,71 @@ from .config import TargetConfig
 # transformers model types of the GGUF architectures whose every layer llama.cpp rotates with rope_freqs (its
 # llama model serves both: src/models/llama.cpp)
 EVERY_LAYER = ("llama", "mistral")
+# the rope scalings stated in keys that transformers' own rotary modules run once the config states them
+APPLIED_SCALINGS = ("linear", "yarn")
 
 
 def _label(config: TargetConfig) -> str:
     return str(config.directory / config.gguf_file) if config.gguf_file else config.source
 
 
-def check_loadable(config: TargetConfig) -> None:
-    """Refuse, before the load, a GGUF target whose rope eaglekit would not run as the file states it."""
+def _stated_scaling(config: TargetConfig) -> dict | None:
     from .gguf_config import ROPE_SCALING_KEY
 
-    scaling = config.config.get(ROPE_SCALING_KEY) if config.gguf_file else None
-    if scaling is not None:
+    return config.config.get(ROPE_SCALING_KEY) if config.gguf_file else None
+
+
+def _rope_type(model_config) -> str:
+    params = getattr(model_config, "rope_parameters", None) or getattr(model_config, "rope_scaling", None) or {}
+    return params.get("rope_type", params.get("type", "default")) if isinstance(params, dict) else "default"
+
+
+def _rotaries(model) -> list[tuple[object, str, object]]:
+    """(parent, attribute, module) of each rotary module (one with an ``inv_freq`` buffer)."""
+    return [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+            if isinstance(getattr(child, "inv_freq", None), torch.Tensor)]
+
+
+def apply_stated_scaling(model, config: TargetConfig) -> None:
+    """Set the linear or YaRN scaling ``config``'s GGUF file states in keys on ``model`` (loaded by transformers from
+    that file, or from its cache entry) and rebuild its rotary modules from it; nothing where the file states none,
+    or the loaded config states it already (a cache entry)."""
+    scaling = _stated_scaling(config)
+    if scaling is None:
+        return
+    check_loadable(config)
+    label, loaded = _label(config), _rope_type(model.config)
+    if loaded == scaling["rope_type"]:
+        return
+    if loaded != "default":
+        raise UnsupportedError(f"{label}: states rope scaling {scaling['rope_type']}, and transformers loaded it with {loaded}: eaglekit cannot tell which rope the file means")
+    rotaries = _rotaries(model)
+    if not rotaries:
+        raise UnsupportedError(f"{label}: states rope scaling {scaling['rope_type']}, and eaglekit finds no rotary module (inv_freq) in the loaded model to set it on")
+    rope = {**scaling, "rope_theta": config.rope.theta}
+    if hasattr(model.config, "rope_parameters"):  # transformers 5 (which warns where ``rope_scaling`` is set)
+        model.config.rope_parameters = rope
+    else:
+        model.config.rope_scaling = rope
+    for parent, name, rotary in rotaries:
+        rebuilt = type(rotary)(config=model.config).to(rotary.inv_freq.device)
+        if getattr(rebuilt, "rope_type", scaling["rope_type"]) != scaling["rope_type"]:
+            raise UnsupportedError(f"{label}: eaglekit set rope scaling {scaling['rope_type']} on the loaded model, and its rotary module did not take it")
+        setattr(parent, name, rebuilt)
+
+
+def check_loadable(config: TargetConfig) -> None:
+    """Refuse, before the load, a GGUF target whose rope eaglekit would not run as the file states it."""
+    from .gguf_config import ROPE_SCALING_UNREAD_KEY
+
+    scaling = _stated_scaling(config)
+    unread = config.config.get(ROPE_SCALING_UNREAD_KEY) if config.gguf_file else None
+    if scaling is not None and (scaling["rope_type"] not in APPLIED_SCALINGS or unread):
         stated = ", ".join(f"{k} {v}" for k, v in scaling.items() if k != "rope_type")
+        why = f"keys eaglekit does not map to transformers' ({', '.join(unread)})" if unread and scaling["rope_type"] in APPLIED_SCALINGS else \
+            f"eaglekit applies {' and '.join(APPLIED_SCALINGS)} only"
         raise UnsupportedError(f"{_label(config)}: states rope scaling {scaling['rope_type']}{f' ({stated})' if stated else ''}, which transformers "
-                               f"does not load (it would run the default rope) and eaglekit does not apply: give the model's safetensors directory")
+                               f"does not load (it would run the default rope), with {why}: give the model's safetensors directory")
     if config.rope_freqs is not None and config.model_type not in EVERY_LAYER:
         raise UnsupportedError(f"{_label(config)}: holds llama.cpp's rope_freqs, which transformers does not load; eaglekit applies them to "
                                f"{' and '.join(EVERY_LAYER)} targets only, not {config.model_type!r}: give the model's safetensors directory")
@@ -53,7 +105,7 @@ def apply_rope_freqs(model, config: TargetConfig) -> None:
         return
     check_loadable(config)
     label = _label(config)
-    rotaries = [m for m in model.modules() if isinstance(getattr(m, "inv_freq", None), torch.Tensor)]
+    rotaries = [rotary for _, _, rotary in _rotaries(model)]
     if not rotaries:
         raise UnsupportedError(f"{label}: holds llama.cpp's rope_freqs, and eaglekit finds no rotary module (inv_freq) in the loaded model to apply them to")
     for rotary in rotaries:

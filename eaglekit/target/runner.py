@@ -172,7 +172,7 @@ class TargetModel:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
-        from .gguf_rope import apply_rope_freqs, check_loadable
+        from .gguf_rope import apply_rope_freqs, apply_stated_scaling, check_loadable
         from .gqa_attention import use_shared_kv_heads
 
         check_loadable(config)  # a GGUF file whose rope transformers would not load as the file states it
@@ -199,6 +199,7 @@ class TargetModel:
                 tokenizer = AutoTokenizer.from_pretrained(directory, **gguf_kwargs)
             except (OSError, ValueError):
                 tokenizer = None
+        apply_stated_scaling(model, config)  # before the cache entry is written: its config states the scaling
         if gguf_path is not None and not device_map:
             gguf_cache.save(gguf_path, model, tokenizer, config.config)
         if not device_map:
