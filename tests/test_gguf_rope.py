@@ -196,6 +196,7 @@ def test_a_yarn_file_runs_its_own_rope_and_validate_compares_with_it(yarn_target
     reference = _states(_original(plain, YARN, YARN_THETA), ids)
     assert max((a - b).abs().max().item() for a, b in zip(reference, _states(plain, ids))) > 1e-3
     for load in ("from the file", "from the cache"):
+        assert (gguf_cache.cached(yarn_target) is not None) == (load == "from the cache")
         loaded = TargetModel.load(read_target_config(yarn_target, weights=True))
         assert loaded.model.model.rotary_emb.attention_scaling == pytest.approx(0.1 * math.log(4.0) + 1), load
         assert max((a - b).abs().max().item() for a, b in zip(reference, _states(loaded.model, ids))) < 1e-4, load
@@ -213,7 +214,8 @@ def test_a_yarn_file_runs_its_own_rope_and_validate_compares_with_it(yarn_target
     ({"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0, "rope.scaling.yarn_log_multiplier": 0.1},
      "states rope scaling yarn \\(factor 4.0\\).*keys eaglekit does not map to transformers' \\(yarn_log_multiplier\\)"),
     ({"rope.scaling.type": "longrope"}, "states rope scaling longrope, .*eaglekit applies linear and yarn only"),
-], ids=["an unmapped yarn key", "longrope"])
+    ({"rope.scaling.type": "linear"}, "states rope scaling linear, .*no positive factor"),
+], ids=["an unmapped yarn key", "longrope", "no factor"])
 def test_a_scaling_eaglekit_cannot_set_is_refused_before_the_load(keys, refusal, tmp_path, monkeypatch):
     gguf = pytest.importorskip("gguf")
     from transformers import AutoModelForCausalLM
@@ -232,6 +234,50 @@ def test_a_scaling_eaglekit_cannot_set_is_refused_before_the_load(keys, refusal,
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("the target was loaded"))
     with pytest.raises(UnsupportedError, match=refusal):
         TargetModel.load(read_target_config(path))
+
+
+def test_a_scaling_of_some_layers_only_is_refused_before_the_load(yarn_target):
+    """gemma3's files state a linear scaling that its global layers alone run (llama.cpp's converter reads the
+    ``full_attention`` parameters): set on the whole config it would replace the local layers' rope too."""
+    from eaglekit.target import read_target_config
+    from eaglekit.target.gguf_rope import check_loadable
+
+    cfg = read_target_config(yarn_target)
+    check_loadable(cfg)
+    with pytest.raises(UnsupportedError, match="targets only \\(one rope for every layer\\), not 'gemma3'"):
+        check_loadable(dataclasses.replace(cfg, model_type="gemma3"))
+
+
+@pytest.mark.parametrize("keys, scaling", [
+    ({"type": "linear", "factor": 2.0}, {"rope_type": "linear", "factor": 2.0}),
+    ({"type": "yarn", "factor": 4.0, "original_context_length": 4096, "yarn_attn_factor": 1.5, "yarn_beta_fast": 16.0, "yarn_beta_slow": 2.0,
+      "finetuned": True},
+     {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "attention_factor": 1.5, "beta_fast": 16.0, "beta_slow": 2.0}),
+], ids=["linear", "yarn with every key the converter writes"])
+def test_the_keys_map_back_and_the_rebuilt_rotary_is_transformers_own_for_them(keys, scaling, yarn_target):
+    """Each key llama.cpp's converter writes goes back to the HF parameter it was written from, and the rotary module
+    built anew runs what transformers builds for a checkpoint that states those parameters."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from eaglekit.io.gguf_metadata import GGUFMetadata
+    from eaglekit.target import read_target_config
+    from eaglekit.target.gguf_config import ROPE_SCALING_KEY, stated_rope_scaling
+    from eaglekit.target.gguf_rope import apply_stated_scaling
+
+    metadata = GGUFMetadata(3, 0, {"general.architecture": "llama", **{f"llama.rope.scaling.{k}": v for k, v in keys.items()}})
+    assert stated_rope_scaling(metadata) == (scaling, [])
+    cfg = read_target_config(yarn_target)
+    cfg = dataclasses.replace(cfg, config={**cfg.config, ROPE_SCALING_KEY: scaling}, rope=Rope(THETA, scaling))
+    model = _llama()
+    apply_stated_scaling(model, cfg)
+    dims = {k: getattr(model.config, k) for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                                                   "num_key_value_heads", "max_position_embeddings")}
+    own = LlamaForCausalLM(LlamaConfig(**dims, rope_parameters={**scaling, "rope_theta": THETA})).model.rotary_emb
+    rotary = model.model.rotary_emb
+    assert rotary.rope_type == scaling["rope_type"] and torch.equal(rotary.inv_freq, own.inv_freq)
+    assert rotary.attention_scaling == own.attention_scaling and not torch.equal(rotary.inv_freq, _llama().model.rotary_emb.inv_freq)
+    apply_stated_scaling(model, cfg)  # as a load from the cache entry: the config states it already, left as it is
+    assert model.model.rotary_emb is rotary
 
 
 def test_against_vllm_is_refused_before_any_work(target, tmp_path, monkeypatch):

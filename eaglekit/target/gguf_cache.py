@@ -30,8 +30,9 @@ from ..io.cache_home import cache_home
 
 # Part of every entry's key: an entry written in an older layout is no file's entry any more, so ``prune`` removes it
 # and the next load writes it afresh. 2: tokenizer_config.json lists the added tokens (``_save_tokenizer``). 3: the
-# config dict keeps llama.cpp's rope divisors (``gguf_config.ROPE_FREQS_KEY``), which an older entry's dict lacks.
-FORMAT = 3
+# config dict keeps llama.cpp's rope divisors (``gguf_config.ROPE_FREQS_KEY``), which an older entry's dict lacks. 4:
+# it keeps a rope scaling stated in keys (``ROPE_SCALING_KEY``), and config.json states it (``target.gguf_rope``).
+FORMAT = 4
 # the config dict read_target_config read from the GGUF file (gguf_config's keys, or transformers' whole config for
 # the other architectures), so that it reads the same dict from the entry
 GGUF_CONFIG = "eaglekit-gguf-config.json"

@@ -28,8 +28,10 @@ from .config import TargetConfig
 # transformers model types of the GGUF architectures whose every layer llama.cpp rotates with rope_freqs (its
 # llama model serves both: src/models/llama.cpp)
 EVERY_LAYER = ("llama", "mistral")
-# the rope scalings stated in keys that transformers' own rotary modules run once the config states them
+# the rope scalings stated in keys that transformers' own rotary modules run once the config states them, and the model
+# types they are set on: those of one rope for every layer (gemma3's files state a scaling of its global layers only)
 APPLIED_SCALINGS = ("linear", "yarn")
+ONE_ROPE = ("llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe")
 
 
 def _label(config: TargetConfig) -> str:
@@ -62,8 +64,11 @@ def apply_stated_scaling(model, config: TargetConfig) -> None:
         return
     check_loadable(config)
     label, loaded = _label(config), _rope_type(model.config)
-    if loaded == scaling["rope_type"]:
-        return
+    if loaded == scaling["rope_type"]:  # a cache entry's config, written by this function: the same parameters, or refused
+        params = getattr(model.config, "rope_parameters", None) or getattr(model.config, "rope_scaling", None) or {}
+        if all(params.get(key) == value for key, value in scaling.items() if key != "rope_type"):
+            return
+        raise UnsupportedError(f"{label}: states rope scaling {scaling}, and transformers loaded {params}: eaglekit cannot tell which rope the file means")
     if loaded != "default":
         raise UnsupportedError(f"{label}: states rope scaling {scaling['rope_type']}, and transformers loaded it with {loaded}: eaglekit cannot tell which rope the file means")
     rotaries = _rotaries(model)
@@ -75,7 +80,11 @@ def apply_stated_scaling(model, config: TargetConfig) -> None:
     else:
         model.config.rope_scaling = rope
     for parent, name, rotary in rotaries:
-        rebuilt = type(rotary)(config=model.config).to(rotary.inv_freq.device)
+        try:
+            rebuilt = type(rotary)(config=model.config).to(rotary.inv_freq.device)
+        except (TypeError, KeyError, ValueError) as exc:  # a rotary module built otherwise, or parameters it refuses
+            raise UnsupportedError(f"{label}: eaglekit cannot build {type(rotary).__name__} anew with rope scaling {scaling} "
+                                   f"({type(exc).__name__}: {exc})") from None
         if getattr(rebuilt, "rope_type", scaling["rope_type"]) != scaling["rope_type"]:
             raise UnsupportedError(f"{label}: eaglekit set rope scaling {scaling['rope_type']} on the loaded model, and its rotary module did not take it")
         setattr(parent, name, rebuilt)
@@ -87,10 +96,19 @@ def check_loadable(config: TargetConfig) -> None:
 
     scaling = _stated_scaling(config)
     unread = config.config.get(ROPE_SCALING_UNREAD_KEY) if config.gguf_file else None
-    if scaling is not None and (scaling["rope_type"] not in APPLIED_SCALINGS or unread):
+    why = None
+    if scaling is None:
+        pass
+    elif scaling["rope_type"] not in APPLIED_SCALINGS:
+        why = f"eaglekit applies {' and '.join(APPLIED_SCALINGS)} only"
+    elif unread:
+        why = f"keys eaglekit does not map to transformers' ({', '.join(unread)})"
+    elif not isinstance(scaling.get("factor"), (int, float)) or isinstance(scaling.get("factor"), bool) or scaling["factor"] <= 0:
+        why = "no positive factor"
+    elif config.model_type not in ONE_ROPE:
+        why = f"eaglekit sets it on {', '.join(ONE_ROPE)} targets only (one rope for every layer), not {config.model_type!r}"
+    if why is not None:
         stated = ", ".join(f"{k} {v}" for k, v in scaling.items() if k != "rope_type")
-        why = f"keys eaglekit does not map to transformers' ({', '.join(unread)})" if unread and scaling["rope_type"] in APPLIED_SCALINGS else \
-            f"eaglekit applies {' and '.join(APPLIED_SCALINGS)} only"
         raise UnsupportedError(f"{_label(config)}: states rope scaling {scaling['rope_type']}{f' ({stated})' if stated else ''}, which transformers "
                                f"does not load (it would run the default rope), with {why}: give the model's safetensors directory")
     if config.rope_freqs is not None and config.model_type not in EVERY_LAYER:
