@@ -26,8 +26,8 @@ loads with the default rope, in silence (run: tests/fixtures/gguf_rope). So the 
 tensor itself, for every GGUF target, and kept in the config dict under ``ROPE_FREQS_KEY``; the runner applies them
 to the loaded model (``target.gguf_rope``) and validate compares them with the drafter's rope.
 
-The other rope scalings llama.cpp's converter keeps in keys (``{arch}.rope.scaling.type`` linear or yarn, with
-``.factor`` and ``.original_context_length``). transformers reads those for gpt-oss alone (``load_gguf_checkpoint``);
+llama.cpp's converter keeps the other rope scalings in keys (``{arch}.rope.scaling.type`` linear or yarn, with
+``.factor``, ``.original_context_length`` and YaRN's optional ones). transformers reads those for gpt-oss alone (``load_gguf_checkpoint``);
 for every other architecture it drops them (run: a YaRN llama file loads with the default rope and attention scaling 1).
 So they are kept here too (``ROPE_SCALING_KEY``), mapped back onto the HF rope parameters the converter wrote them
 from: the target's rope is the one the file states, validate compares the drafter's with it, and the runner sets it
@@ -57,9 +57,9 @@ REQUIRED = ("num_hidden_layers", "hidden_size", "vocab_size", "max_position_embe
 ROPE_FREQS_TENSOR = "rope_freqs.weight"
 ROPE_FREQS_KEY = "eaglekit_rope_freqs"
 # llama.cpp's rope scaling keys ({arch}.rope.scaling.<suffix>) -> the HF rope parameter each was written from (its
-# converter: conversion/base.py), the keys that change no rope (a flag of old converters), the architectures whose
-# keys transformers reads itself, and the config dict keys eaglekit keeps the scaling of the others, and the suffixes
-# it does not map (yarn_ext_factor, yarn_log_multiplier, alpha, ...), under
+# converter: conversion/base.py); the suffixes that change no rope (a flag of old converters); the architectures whose
+# keys transformers reads itself; the config dict keys eaglekit keeps a stated scaling under, and the suffixes it does
+# not map (yarn_ext_factor, yarn_log_multiplier, alpha, ...)
 SCALING_KEYS = {"factor": "factor", "original_context_length": "original_max_position_embeddings", "yarn_attn_factor": "attention_factor",
                 "yarn_beta_fast": "beta_fast", "yarn_beta_slow": "beta_slow"}
 NO_ROPE_CHANGE = ("type", "finetuned")

@@ -24,6 +24,7 @@ import torch
 
 from ..errors import UnsupportedError
 from .config import TargetConfig
+from .gguf_config import ARCHITECTURES
 
 # transformers model types of the GGUF architectures whose every layer llama.cpp rotates with rope_freqs (its
 # llama model serves both: src/models/llama.cpp)
@@ -31,7 +32,7 @@ EVERY_LAYER = ("llama", "mistral")
 # the rope scalings stated in keys that transformers' own rotary modules run once the config states them, and the model
 # types they are set on: those of one rope for every layer (gemma3's files state a scaling of its global layers only)
 APPLIED_SCALINGS = ("linear", "yarn")
-ONE_ROPE = ("llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe")
+ONE_ROPE = tuple(ARCHITECTURES.values())
 
 
 def _label(config: TargetConfig) -> str:
