@@ -44,7 +44,7 @@ def yarn_get_mscale(scale: float = 1.0, mscale: float = 1.0) -> float:
     return 0.1 * mscale * math.log(scale) + 1.0
 
 
-def _inv_freq(rope: Rope, dim: int, *, deepseek: bool) -> tuple[torch.Tensor, float]:
+def inv_freq(rope: Rope, dim: int, *, deepseek: bool = False) -> tuple[torch.Tensor, float]:
     """(inverse frequencies [dim/2], multiplier on cos/sin), in fp32 exactly as vLLM builds its rope cache."""
     base = rope.theta
     pos_freqs = base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)
@@ -91,8 +91,8 @@ def _inv_freq(rope: Rope, dim: int, *, deepseek: bool) -> tuple[torch.Tensor, fl
 
 def rope_cos_sin(rope: Rope, dim: int, positions: torch.Tensor, *, deepseek: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin of shape [*positions.shape, dim/2] in fp32."""
-    inv_freq, mscale = _inv_freq(rope, dim, deepseek=deepseek)
-    freqs = positions.to(torch.float32)[..., None] * inv_freq.to(positions.device)
+    frequencies, mscale = inv_freq(rope, dim, deepseek=deepseek)
+    freqs = positions.to(torch.float32)[..., None] * frequencies.to(positions.device)
     return freqs.cos() * mscale, freqs.sin() * mscale
 
 

@@ -23,8 +23,10 @@ from __future__ import annotations
 import torch
 
 from ..errors import UnsupportedError
+from ..model.drafter import Rope
+from ..reference.ops import inv_freq as default_inv_freq
 from .config import TargetConfig
-from .gguf_config import ARCHITECTURES
+from .gguf_config import ARCHITECTURES, ROPE_SCALING_KEY, ROPE_SCALING_UNREAD_KEY
 
 # transformers model types of the GGUF architectures whose every layer llama.cpp rotates with rope_freqs (its
 # llama model serves both: src/models/llama.cpp)
@@ -40,14 +42,13 @@ def _label(config: TargetConfig) -> str:
 
 
 def _stated_scaling(config: TargetConfig) -> dict | None:
-    from .gguf_config import ROPE_SCALING_KEY
-
     return config.config.get(ROPE_SCALING_KEY) if config.gguf_file else None
 
 
-def _rope_type(model_config) -> str:
+def _rope_params(model_config) -> dict:
+    """The loaded config's rope parameters: ``rope_parameters`` (transformers 5), else ``rope_scaling``."""
     params = getattr(model_config, "rope_parameters", None) or getattr(model_config, "rope_scaling", None) or {}
-    return params.get("rope_type", params.get("type", "default")) if isinstance(params, dict) else "default"
+    return params if isinstance(params, dict) else {}
 
 
 def _rotaries(model) -> list[tuple[object, str, object]]:
@@ -64,9 +65,9 @@ def apply_stated_scaling(model, config: TargetConfig) -> None:
     if scaling is None:
         return
     check_loadable(config)
-    label, loaded = _label(config), _rope_type(model.config)
+    label, params = _label(config), _rope_params(model.config)
+    loaded = params.get("rope_type", params.get("type", "default"))
     if loaded == scaling["rope_type"]:  # a cache entry's config, written by this function: the same parameters, or refused
-        params = getattr(model.config, "rope_parameters", None) or getattr(model.config, "rope_scaling", None) or {}
         if all(params.get(key) == value for key, value in scaling.items() if key != "rope_type"):
             return
         raise UnsupportedError(f"{label}: states rope scaling {scaling}, and transformers loaded {params}: eaglekit cannot tell which rope the file means")
@@ -93,8 +94,6 @@ def apply_stated_scaling(model, config: TargetConfig) -> None:
 
 def check_loadable(config: TargetConfig) -> None:
     """Refuse, before the load, a GGUF target whose rope eaglekit would not run as the file states it."""
-    from .gguf_config import ROPE_SCALING_UNREAD_KEY
-
     scaling = _stated_scaling(config)
     unread = config.config.get(ROPE_SCALING_UNREAD_KEY) if config.gguf_file else None
     why = None
@@ -130,8 +129,7 @@ def apply_rope_freqs(model, config: TargetConfig) -> None:
     for rotary in rotaries:
         inv_freq = rotary.inv_freq
         divisors = torch.tensor(config.rope_freqs, dtype=inv_freq.dtype, device=inv_freq.device)
-        dim = 2 * divisors.shape[0]
-        default = 1.0 / (config.rope.theta ** (torch.arange(0, dim, 2, dtype=torch.float32, device=inv_freq.device) / dim))
+        default = default_inv_freq(Rope(config.rope.theta), 2 * divisors.shape[0])[0].to(inv_freq.device)
         if inv_freq.shape != divisors.shape:
             raise UnsupportedError(f"{label}: rope_freqs holds {divisors.shape[0]} divisors, the loaded model rotates {inv_freq.shape[0]} frequencies")
         if torch.allclose(inv_freq, default / divisors, rtol=1e-6, atol=0):
