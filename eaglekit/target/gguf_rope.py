@@ -2,7 +2,8 @@
 llama.cpp's converter keeps a rope scaling (``gguf_config``), and runs the default rope in their place:
 
 - ``rope_freqs`` divisors (Llama 3.x): llama.cpp rotates frequency i of every layer by ``theta_base / rope_freqs[i]``
-  (its llama model; ``ggml_rope_cache_init``), the default inverse frequencies each divided by its divisor.
+  (its llama model; ``ggml_rope_cache_init``: read in its source, not run), the default inverse frequencies each
+  divided by its divisor.
   transformers computes a Llama model's rotation from its rotary module's ``inv_freq`` buffer, the default
   ``1 / theta^(2i/d)`` when it read no scaling: dividing that buffer by the divisors gives llama.cpp's rope, and for a
   file converted from a Llama 3.x checkpoint the original model's rope (``rope_type: llama3``). Only for a llama (or
