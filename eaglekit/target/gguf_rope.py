@@ -12,7 +12,8 @@ llama.cpp's converter keeps a rope scaling (``gguf_config``), and runs the defau
 - a linear or YaRN scaling in keys, which the converter writes from the checkpoint's rope parameters: set back on the
   loaded model's config, and its rotary modules built anew from it, so transformers' own implementation of that
   scaling runs, as for the original checkpoint. Before the cache entry is written, so that the entry's config states
-  it (and vLLM, loading that entry in ``verify --against vllm``, runs it too). A key that maps to no HF parameter, or
+  it (vLLM loads that entry in ``verify --against vllm``; that its Llama takes the rope from ``rope_parameters``
+  rests on its source, models/llama.py). A key that maps to no HF parameter, or
   another scaling, is refused before the load.
 
 tests/test_gguf_rope.py holds the states so loaded to those of the original checkpoints, on files written by llama.cpp's
