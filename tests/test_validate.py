@@ -308,6 +308,46 @@ def test_vllm_18906_narrow_drafter_without_embeddings(tmp_path):
     assert "embed.needed" in ids_of(validate(write_vllm(tmp_path / "s", Dims(T=24, embed=False)), engine="vllm==0.33"))
 
 
+LLAMA3_8 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+YARN_4 = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+
+
+@pytest.mark.parametrize("drafter_rope, target_rope, differing", [
+    (LLAMA3_8, LLAMA3_8, []),
+    # the band factors left to their defaults on one side: the same rope
+    (LLAMA3_8, {k: v for k, v in LLAMA3_8.items() if "freq_factor" not in k}, []),
+    # a Llama-3.1 drafter config on a Llama-3.2 target (factor 32): the same theta and kind, another rope
+    (LLAMA3_8, {**LLAMA3_8, "factor": 32.0}, ["factor 8", "factor 32"]),
+    (LLAMA3_8, {**LLAMA3_8, "original_max_position_embeddings": 4096}, ["original_max_position_embeddings 8192", "original_max_position_embeddings 4096"]),
+    (YARN_4, {**YARN_4, "beta_fast": 32, "beta_slow": 1}, []),
+    (YARN_4, {**YARN_4, "factor": 2.0}, ["factor 4", "factor 2"]),
+    # an attention factor stated on one side only: YaRN's derived one may differ (not computed here), so it is named
+    (YARN_4, {**YARN_4, "attention_factor": 1.2}, ["attention_factor unstated", "attention_factor 1.2"]),
+    ({"rope_type": "linear", "factor": 2.0}, {"rope_type": "linear", "factor": 4.0}, ["factor 2", "factor 4"]),
+    (None, LLAMA3_8, ["default", "llama3"]),
+], ids=["same llama3", "band factors defaulted", "llama3 factor", "llama3 original context", "yarn betas defaulted", "yarn factor",
+        "yarn attention factor", "linear factor", "default vs llama3"])
+def test_rope_target_compares_the_scaling_parameters(drafter_rope, target_rope, differing, tmp_path):
+    """rope.target names the scaling parameters that differ (defaults filled in), not only theta and kind: a drafter
+    whose config says factor 8 on a factor-32 target runs another rope in every engine, in silence."""
+    src = config(write_vllm(tmp_path / "d", Dims()), lambda c: c.update(rope_theta=500000.0, rope_scaling=drafter_rope))
+    # the target in transformers 5's spelling, the drafter in 4's: both are read
+    tgt = target(tmp_path, rope_parameters={"rope_theta": 500000.0, **(target_rope or {"rope_type": "default"})})
+    findings = [f for f in validate(src, target=tgt).findings if f.check == "rope.target"]
+    assert bool(findings) == bool(differing)
+    for text in differing:
+        assert text in findings[0].message
+    if findings:
+        assert findings[0].subject == "rope_scaling"
+
+
+def test_rope_target_names_theta(tmp_path):
+    src = config(write_vllm(tmp_path / "d", Dims()), lambda c: c.update(rope_theta=10000.0, rope_scaling=LLAMA3_8))
+    finding = next(f for f in validate(src, target=target(tmp_path, rope_theta=500000.0, rope_scaling=LLAMA3_8)).findings if f.check == "rope.target")
+    assert finding.subject == "rope_theta"
+    assert "theta 10000, llama3" in finding.message and "theta 500000, llama3" in finding.message
+
+
 def test_vllm_17957_fc_width_against_target_hidden(tmp_path):
     src = config(write_vllm(tmp_path / "s", Dims(T=24)), lambda c: c.pop("target_hidden_size"))
     assert "tensor.shape" in ids_of(validate(src), "error")

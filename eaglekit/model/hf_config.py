@@ -57,10 +57,10 @@ def frequency_divisors(rope: Rope, dim: int) -> tuple[float, ...] | None:
     """What ``rope`` divides each of the ``dim / 2`` default rotary frequencies of its theta by: the form llama.cpp
     keeps a rope scaling in (a GGUF file's ``rope_freqs``; its converter computes llama3's the same way). None for a
     scaling that is more than a division per frequency (yarn's attention factor, dynamic NTK's length rule, ...)."""
-    count, scaling = dim // 2, rope.scaling or {}
+    count = dim // 2
 
-    def number(key: str, default: float | None = None) -> float | None:
-        value = scaling.get(key, default)
+    def number(key: str) -> float | None:
+        value = rope.parameter(key)  # as stated, else its default (ROPE_PARAMETERS)
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
     if rope.rope_type == "default":
@@ -68,9 +68,10 @@ def frequency_divisors(rope: Rope, dim: int) -> tuple[float, ...] | None:
     factor = number("factor")
     if rope.rope_type == "linear":
         return (factor,) * count if factor is not None else None
-    # llama3 takes the keys reference/ops.py's rope requires (factor, original_max_position_embeddings) and defaults the
-    # band factors as it does; that one computes vLLM's inverse frequencies in float32, this one llama.cpp's divisors
-    low, high, original = number("low_freq_factor", 1.0), number("high_freq_factor", 4.0), number("original_max_position_embeddings")
+    # llama3 takes the keys reference/ops.py's rope requires (factor, original_max_position_embeddings) and the band
+    # factors' defaults both take from ROPE_PARAMETERS; that one computes vLLM's inverse frequencies in float32, this one
+    # llama.cpp's divisors
+    low, high, original = number("low_freq_factor"), number("high_freq_factor"), number("original_max_position_embeddings")
     if rope.rope_type != "llama3" or None in (factor, low, high, original):
         return None
     divisors = []

@@ -57,7 +57,7 @@ def inv_freq(rope: Rope, dim: int, *, deepseek: bool = False) -> tuple[torch.Ten
         return inv_freq / float(scaling["factor"]), 1.0
     if kind == "llama3":
         factor = float(scaling["factor"])
-        low, high = float(scaling.get("low_freq_factor", 1.0)), float(scaling.get("high_freq_factor", 4.0))
+        low, high = float(rope.parameter("low_freq_factor")), float(rope.parameter("high_freq_factor"))
         old_ctx = float(scaling["original_max_position_embeddings"])
         wavelen = 2 * math.pi / inv_freq
         smooth = (old_ctx / wavelen - low) / (high - low) if low != high else 0
@@ -70,7 +70,7 @@ def inv_freq(rope: Rope, dim: int, *, deepseek: bool = False) -> tuple[torch.Ten
     if kind in ("yarn", "deepseek_yarn"):
         factor = float(scaling["factor"])
         old_ctx = int(scaling["original_max_position_embeddings"])
-        low, high = _yarn_correction_range(float(scaling.get("beta_fast", 32)), float(scaling.get("beta_slow", 1)), dim, base, old_ctx)
+        low, high = _yarn_correction_range(float(rope.parameter("beta_fast")), float(rope.parameter("beta_slow")), dim, base, old_ctx)
         if low == high:
             high += 0.001
         ramp = ((torch.arange(dim // 2, dtype=torch.float) - low) / (high - low)).clamp(0, 1)

@@ -251,32 +251,36 @@ def check_target(x: CheckInput) -> list[Finding]:
         )
     if t.vocab_size != d.vocab_size:
         out.append(_f("target.vocab", "error", f"target {t.name} has vocab {t.vocab_size}, the drafter's vocab_size is {d.vocab_size}", "vocab_size"))
-    target_rope = f"theta {t.rope.theta:g}, {t.rope.rope_type}"
-    if t.rope_freqs is not None:  # a GGUF file's llama.cpp rope divisors: the rope its model runs (target.gguf_rope)
-        target_rope += f", divided by the file's rope_freqs ({min(t.rope_freqs):g} to {max(t.rope_freqs):g})"
-    if not _same_rope(d, t):
+    differences = _rope_differences(d, t)
+    if differences:
+        shown = [key for key in differences if key not in ("theta", "rope_type")]
+        target_rope = t.rope.describe(shown)
+        if t.rope_freqs is not None:  # a GGUF file's llama.cpp rope divisors: the rope its model runs (target.gguf_rope)
+            target_rope += f", divided by the file's rope_freqs ({min(t.rope_freqs):g} to {max(t.rope_freqs):g})"
         out.append(
             _f(
                 "rope.target",
                 "warning",
-                f"drafter rope (theta {d.rope.theta:g}, {d.rope.rope_type}) differs from the target's "
-                f"({target_rope}); engines use the drafter's — right only if it was trained so",
-                "rope_theta",
+                f"drafter rope ({d.rope.describe(shown)}) differs from the target's ({target_rope}); engines use the drafter's — right only "
+                "if it was trained so",
+                "rope_theta" if differences == ["theta"] else "rope_scaling",
             )
         )
     return out
 
 
-def _same_rope(d: Drafter, t: "TargetConfig") -> bool:
-    """Whether the drafter's rope is the target's: the same theta and kind, or, for a target with llama.cpp's rope
-    divisors, the same theta and divisors (a llama3 drafter rope is one such rope)."""
+def _rope_differences(d: Drafter, t: "TargetConfig") -> list[str]:
+    """What sets the drafter's rope apart from the target's (``Rope.differences``: theta, kind, or the scaling parameters
+    that differ, defaults filled in); for a target with llama.cpp's rope divisors, ["rope_freqs"] unless the drafter's
+    rope has its theta and divides by the same (a llama3 drafter rope is one such rope). [] for the same rope."""
     if t.rope_freqs is None or t.rope.rope_type != "default":
-        return (d.rope.theta, d.rope.rope_type) == (t.rope.theta, t.rope.rope_type)
+        return d.rope.differences(t.rope)
     from ..model.hf_config import frequency_divisors
 
     divisors = frequency_divisors(d.rope, 2 * len(t.rope_freqs))
-    return (d.rope.theta == t.rope.theta and divisors is not None
+    same = (d.rope.theta == t.rope.theta and divisors is not None
             and all(math.isclose(a, b, rel_tol=1e-5) for a, b in zip(divisors, t.rope_freqs)))
+    return [] if same else ["rope_freqs"]
 
 
 def mapped_ids(d2t: Sequence[int]) -> list[int]:
