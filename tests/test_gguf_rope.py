@@ -329,6 +329,19 @@ def test_a_damaged_tensor_index_is_a_one_line_error(tmp_path):
     writer.close()
     with pytest.raises(CheckpointError, match="general.alignment 48, not a power of two"):
         read_metadata(broken, tensors=True)
+    # stated as another integer type: gguf's reader (which transformers loads the weights with) refuses it, and
+    # llama.cpp reads a uint32; taking its value would put the data section where neither does
+    writer = gguf.GGUFWriter(str(broken), "llama")
+    writer.add_uint64("general.alignment", 64)
+    writer.add_tensor("rope_freqs.weight", np.ones(4, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ValueError, match="Bad type for general.alignment"):
+        gguf.GGUFReader(str(broken))
+    with pytest.raises(CheckpointError, match="states general.alignment as uint64, not uint32 at byte [0-9]+ \\(key 'general.alignment'\\)"):
+        read_metadata(broken, tensors=True)
     entry = name_at("rope_freqs.weight") + 8 + len("rope_freqs.weight")  # u32 dims, u64 length, u32 type, u64 offset
     for field, value in ((slice(entry + 4, entry + 12), 2**40), (slice(entry + 16, entry + 24), 2**63)):  # a damaged length, offset
         damaged = bytearray(data)

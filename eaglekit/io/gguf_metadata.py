@@ -32,6 +32,7 @@ MAX_STRING = 64 * 2**20  # one string's bytes at most (a chat template is ~100 K
 MAX_NESTING = 8  # arrays of arrays nest no deeper than this: a deeper one is refused, not recursed into
 MAX_DIMS = 4  # ggml's GGML_MAX_DIMS: a tensor of more dimensions is refused
 DEFAULT_ALIGNMENT = 32
+ALIGNMENT_KEY, ALIGNMENT_TYPE = "general.alignment", 4  # uint32, the one type gguf's reader and llama.cpp take it as
 STRING, ARRAY = 8, 9
 # GGUF's value types with a fixed width: struct code per type number (bool is one byte)
 SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
@@ -184,6 +185,8 @@ def _parse(buffer, label: str, tensors: bool) -> GGUFMetadata:
         if key in values:  # gguf's reader refuses such a file too
             raise cursor.fail("states this key a second time")
         (kind,) = cursor.take("I")
+        if key == ALIGNMENT_KEY and kind != ALIGNMENT_TYPE:  # gguf's reader refuses any other type; llama.cpp reads it as uint32
+            raise cursor.fail(f"states {ALIGNMENT_KEY} as {TYPE_NAMES.get(kind, f'type {kind}')}, not {TYPE_NAMES[ALIGNMENT_TYPE]}")
         values[key] = cursor.value(kind)
     if not tensors:
         return GGUFMetadata(version, tensor_count, values, byte_order=order)
@@ -208,9 +211,9 @@ def _tensor_index(cursor: _Cursor, count: int, values: dict) -> tuple[dict[str, 
         ggml_type, offset = cursor.take("I")[0], cursor.take("Q")[0]
         index[name] = TensorInfo(tuple(shape), ggml_type, offset)
         cursor.key = None
-    alignment = values.get("general.alignment", DEFAULT_ALIGNMENT)
-    if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0 or alignment & (alignment - 1):
-        raise cursor.fail(f"states general.alignment {alignment!r}, not a power of two")
+    alignment = values.get(ALIGNMENT_KEY, DEFAULT_ALIGNMENT)  # a uint32 (read above)
+    if alignment <= 0 or alignment & (alignment - 1):
+        raise cursor.fail(f"states {ALIGNMENT_KEY} {alignment}, not a power of two")
     return index, -(-cursor.offset // alignment) * alignment
 
 
