@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from drafters import Dims, edit_config, write_vllm
 from eaglekit.errors import CheckpointError, UnsupportedError
@@ -288,6 +290,35 @@ def test_against_vllm_is_refused_before_any_work(target, tmp_path, monkeypatch):
     drafter = write_vllm(tmp_path / "drafter", DRAFTER_DIMS, ids=[0, 1, 2])
     with pytest.raises(UnsupportedError, match="rope_freqs.*safetensors directory"):
         api.verify(drafter, target=str(target), against="vllm")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_a_corrupted_tensor_index_is_read_or_refused_in_one_line(tmp_path, data):
+    """Bytes of the tensor index (and of the divisors themselves) changed at random: the index and the divisors are
+    read, or refused with a one-line CheckpointError naming the file; never another exception (the fuzzing that
+    covers the key/value section is test_gguf_config's)."""
+    from eaglekit.target.gguf_config import ROPE_FREQS_TENSOR, rope_freqs
+
+    content = FIXTURE.read_bytes()
+    whole = read_metadata(FIXTURE, tensors=True)
+    first = min(content.index(struct.pack("<Q", len(name)) + name.encode()) for name in whole.tensors)
+    freqs = whole.data_offset + whole.tensors[ROPE_FREQS_TENSOR].offset
+    damaged = bytearray(content)
+    for _ in range(data.draw(st.integers(1, 4))):
+        region = data.draw(st.sampled_from([(first, whole.data_offset), (freqs, freqs + 64), (0, 24)]))
+        damaged[data.draw(st.integers(*region[:1], region[1] - 1))] = data.draw(st.integers(0, 255))
+    if data.draw(st.booleans()):
+        damaged = damaged[: data.draw(st.integers(first, len(damaged)))]
+    path = tmp_path / "damaged.gguf"
+    path.write_bytes(bytes(damaged))
+    try:
+        metadata = read_metadata(path, tensors=True)
+        divisors = rope_freqs(path, metadata, str(path))
+    except CheckpointError as exc:
+        assert str(exc).startswith(f"{path}: ") and "\n" not in str(exc)
+        return
+    assert divisors is None or all(isinstance(value, float) for value in divisors)
 
 
 def test_a_damaged_tensor_index_is_a_one_line_error(tmp_path):
