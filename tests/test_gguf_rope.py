@@ -282,13 +282,75 @@ def test_the_keys_map_back_and_the_rebuilt_rotary_is_transformers_own_for_them(k
     assert model.model.rotary_emb is rotary
 
 
-def test_against_vllm_is_refused_before_any_work(target, tmp_path, monkeypatch):
+@pytest.mark.parametrize("rope", [
+    None,
+    {"rope_type": "linear", "factor": 4.0},
+    LLAMA3,
+    {**LLAMA3, "factor": 32.0},  # Llama 3.2's
+    {**LLAMA3, "factor": 16.0, "low_freq_factor": 2.0, "high_freq_factor": 8.0, "original_max_position_embeddings": 4096},
+    {**LLAMA3, "low_freq_factor": 1.5, "high_freq_factor": 6.0},
+], ids=["default", "linear", "llama 3.1", "llama 3.2", "other bands", "other band ratio"])
+@pytest.mark.parametrize("dim", [HEAD_DIM, 64, 128])
+def test_the_rope_that_divides_by_a_files_divisors_is_recovered(rope, dim):
+    """What vLLM is told to run for a rope_freqs file (--against vllm): a rope whose divisors are the file's. llama3's
+    parameters are known up to a common scale of the original context and band factors; the recovered rope divides
+    by the same to float32 precision."""
+    from eaglekit.model.hf_config import rope_from_divisors
+
+    stated = Rope(THETA, rope)
+    divisors = [float(struct.unpack("<f", struct.pack("<f", d))[0]) for d in frequency_divisors(stated, dim)]  # as the file keeps them
+    recovered = rope_from_divisors(divisors, THETA)
+    assert recovered is not None and recovered.rope_type == stated.rope_type
+    assert all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(frequency_divisors(recovered, dim), divisors))
+    if rope is not None and rope.get("low_freq_factor", 1.0) == 1.0:  # Llama 3's own bands come back as stated
+        assert recovered == stated
+
+
+def test_the_fixtures_divisors_are_llama_31s_rope():
+    from eaglekit.model.hf_config import rope_from_divisors
+
+    metadata = read_metadata(FIXTURE, tensors=True)
+    assert rope_from_divisors(read_vector(FIXTURE, metadata, "rope_freqs.weight"), THETA) == Rope(THETA, LLAMA3)
+    assert rope_from_divisors([1.0, 3.0, 2.0, 8.0], THETA) is None  # not monotonic: no rope divides so
+    assert rope_from_divisors([], THETA) is None and rope_from_divisors([1.0, 0.0], THETA) is None
+
+
+def test_against_vllm_tells_vllm_the_files_rope(target, tmp_path, monkeypatch):
+    """The transformers copy vLLM loads cannot state the divisors: the job tells vLLM the llama3 rope that divides by
+    them (its hf_overrides). That vLLM then runs it is tests/test_vllm_parity.py's (a run)."""
+    import importlib
+
+    from eaglekit import api
+
+    against_vllm = importlib.import_module("eaglekit.verify.against_vllm")  # the package exports a function of that name
+    jobs = []
+
+    def serve(job_list, python=None):
+        jobs.extend(job_list)
+        raise RuntimeError("not served")
+
+    monkeypatch.setattr(against_vllm, "serve", serve)
+    drafter = write_vllm(tmp_path / "drafter", DRAFTER_DIMS, ids=[0, 1, 2])
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"id": "p", "input_ids": list(range(3, 40))}) + "\n")
+    with pytest.raises(RuntimeError, match="not served"):
+        api.verify(drafter, target=str(target), prompts=str(prompts), max_new_tokens=4, against="vllm")
+    assert jobs[0]["hf_overrides"] == {"rope_parameters": {"rope_theta": THETA, **LLAMA3}}
+
+
+def test_against_vllm_is_refused_before_any_work_where_no_rope_divides_by_the_files_divisors(target, tmp_path, monkeypatch):
     from eaglekit import api
     from eaglekit.target import runner
 
+    metadata = read_metadata(target, tensors=True)
+    info = metadata.tensors["rope_freqs.weight"]
+    content = bytearray(target.read_bytes())
+    start = metadata.data_offset + info.offset
+    content[start : start + 4 * info.shape[0]] = struct.pack(f"<{info.shape[0]}f", *[1.0 + (i % 3) for i in range(info.shape[0])])
+    target.write_bytes(bytes(content))
     monkeypatch.setattr(runner.TargetModel, "load", lambda *a, **k: pytest.fail("the target was loaded"))
     drafter = write_vllm(tmp_path / "drafter", DRAFTER_DIMS, ids=[0, 1, 2])
-    with pytest.raises(UnsupportedError, match="rope_freqs.*safetensors directory"):
+    with pytest.raises(UnsupportedError, match="rope_freqs that no default, linear or llama3 rope divides by.*safetensors directory"):
         api.verify(drafter, target=str(target), against="vllm")
 
 

@@ -209,3 +209,45 @@ def test_vllm_applies_the_drafters_sliding_window_as_the_reference_does(tmp_path
     assert against["counters_equal"], (against["vllm"], against["simulated"])
     worst_without = max(v["max_rel_logit_diff"] for r in full_attention for v in r.values())
     assert worst_without > 1e-3, worst_without  # without the window the reference does not match vLLM
+
+
+def test_vllm_runs_a_gguf_targets_rope_as_verify_does(tmp_path, monkeypatch):
+    """The two GGUF ropes transformers does not load (tests/test_gguf_rope.py), served by vLLM from eaglekit's
+    transformers copy: the YaRN file's rope stated in that copy's config, the llama3 file's told to vLLM (hf_overrides:
+    the rope its rope_freqs divide by). vLLM's target states equal verify's at every prompt position (the prompts are
+    120 tokens long: default rope there differs from YaRN's by >20% of the states' magnitude). Without the override,
+    the llama3 file's states differ (vLLM runs the default rope) while counters and greedy tokens of this tiny random
+    model still agree: only the state check tells the two runs apart."""
+    import importlib
+    import shutil
+
+    from test_gguf_rope import DRAFTER_DIMS, FIXTURE, YARN_FIXTURE
+
+    from eaglekit.engines import envs
+
+    monkeypatch.setenv("EAGLEKIT_ENGINES_DIR", str(envs.engines_dir()))  # the engine environments stay where they are,
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the GGUF files' dequantised entries go to a cache of this test's
+    against_vllm = importlib.import_module("eaglekit.verify.against_vllm")  # the package exports a function of that name
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps({"id": f"p{i}", "input_ids": [(7 * i + 3 * j) % 60 + 3 for j in range(120)]}) for i in range(2)) + "\n")
+    drafter = write_vllm(tmp_path / "drafter", DRAFTER_DIMS, ids=[0, 1, 2])
+
+    def served(fixture: Path) -> dict:
+        target = tmp_path / fixture.stem / fixture.name
+        target.parent.mkdir(exist_ok=True)
+        shutil.copy(fixture, target)
+        return verify(str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against=AGAINST))
+
+    for fixture in (FIXTURE, YARN_FIXTURE):
+        report = served(fixture)
+        checks = {check["name"]: check["passed"] for check in report["checks"]}
+        assert checks["vllm_target_states"] and checks["vllm_logits"] and checks["vllm_acceptance"], (fixture.name, report["checks"])
+        states = report["against"]["target_states"]
+        assert states["rows"] == 240 and states["max_rel_diff"] <= 1e-5, (fixture.name, states)
+        told = [w for w in report["against"]["workarounds"] if w.startswith("hf_overrides")]
+        assert bool(told) == (fixture == FIXTURE) and (not told or '"rope_type": "llama3"' in told[0])
+    monkeypatch.setattr(against_vllm, "served_rope", lambda cfg: None)
+    report = served(FIXTURE)
+    checks = {check["name"]: check["passed"] for check in report["checks"]}
+    assert not checks["vllm_target_states"] and report["against"]["target_states"]["max_rel_diff"] > 1e-2
+    assert checks["vllm_acceptance"] and checks["vllm_logits"]  # what the other checks cannot tell

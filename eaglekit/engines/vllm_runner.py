@@ -144,6 +144,10 @@ def _serve(job: dict) -> dict:
     engine_args = dict(job.get("engine_args", {}))
     speculative = {"method": "eagle3", "model": job["drafter"], "num_speculative_tokens": k}
     workarounds = _mla_on_cpu(job, engine_args, speculative)
+    if job.get("hf_overrides"):  # the target's config as eaglekit ran it, where its directory cannot state it (a GGUF file's rope)
+        engine_args["hf_overrides"] = job["hf_overrides"]
+        workarounds.append(f"hf_overrides {json.dumps(job['hf_overrides'], sort_keys=True)} for the target: what eaglekit ran it with, "
+                           "which its transformers directory cannot state")
     try:
         llm = LLM(
             model=job["target"], dtype=job["dtype"], max_model_len=job["max_model_len"], enforce_eager=True, max_num_seqs=1,

@@ -87,6 +87,48 @@ def frequency_divisors(rope: Rope, dim: int) -> tuple[float, ...] | None:
     return tuple(divisors)
 
 
+# llama3 band factors and original context tried first when a rope is recovered from divisors: Llama 3.1's, 3.2's and
+# 3.3's configs all state these (with factor 8 or 32)
+LLAMA3_BANDS = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
+def rope_from_divisors(divisors: tuple[float, ...] | list[float], theta: float) -> Rope | None:
+    """A rope with this theta whose ``frequency_divisors`` are ``divisors`` (to a relative 1e-5): the default rope
+    (all 1), a linear one (all one factor) or a llama3 one (1, a band of smooth steps, then the factor), as an engine
+    config can state it; None where none is. llama3's parameters are told by the divisors only up to a common
+    scale of the original context and both band factors (only their ratios enter), so Llama 3's own values are tried
+    first, then the band read off the smooth steps (two at least) with an original context of 8192."""
+    count = len(divisors)
+    if count == 0 or any(not (isinstance(d, (int, float)) and d > 0) for d in divisors):
+        return None
+    candidates = []
+    factor = max(divisors)
+    if all(math.isclose(d, 1.0, rel_tol=1e-5) for d in divisors):
+        candidates.append(Rope(theta))
+    elif all(math.isclose(d, factor, rel_tol=1e-5) for d in divisors):
+        candidates.append(Rope(theta, {"rope_type": "linear", "factor": factor}))
+    else:
+        candidates.append(Rope(theta, {"rope_type": "llama3", "factor": factor, **LLAMA3_BANDS}))
+        # a smooth step i divides by 1 / ((1 - s) / factor + s), where s = original / wavelength_i / (high - low) - low / (high - low)
+        # is linear in 1 / wavelength_i: two steps give its slope a = original / (high - low) and intercept b = -low / (high - low)
+        steps = [(1 / (2 * math.pi * theta ** (2 * i / (2 * count))), (1 / d - 1 / factor) / (1 - 1 / factor))
+                 for i, d in enumerate(divisors) if not math.isclose(d, 1.0, rel_tol=1e-5) and not math.isclose(d, factor, rel_tol=1e-5)]
+        if len(steps) >= 2 and steps[-1][0] != steps[0][0]:
+            (u0, s0), (u1, s1) = steps[0], steps[-1]
+            slope = (s1 - s0) / (u1 - u0)
+            if slope > 0:
+                original = LLAMA3_BANDS["original_max_position_embeddings"]
+                low = -(s0 - slope * u0) * original / slope
+                if low > 0:
+                    candidates.append(Rope(theta, {"rope_type": "llama3", "factor": factor, "low_freq_factor": low,
+                                                   "high_freq_factor": low + original / slope, "original_max_position_embeddings": original}))
+    for rope in candidates:
+        mine = frequency_divisors(rope, 2 * count)
+        if mine is not None and all(math.isclose(a, b, rel_tol=1e-5) for a, b in zip(mine, divisors)):
+            return rope
+    return None
+
+
 def rope_config(rope: Rope) -> dict:
     out: dict = {"rope_theta": rope.theta}
     if rope.scaling:

@@ -9,7 +9,9 @@ greedy, K speculative tokens, stats on. Two comparisons:
     computed from whatever vLLM last wrote at p (first passes overwrite rejected chain entries), so the replay
     keeps that table and runs causally over it;
 (b) acceptance: vLLM's per-position counters (``LLM.get_metrics()``) against the simulated trajectory, and its
-    greedy outputs against the target's own (transformers).
+    greedy outputs against the target's own (transformers);
+(c) the target: the aux states vLLM's target produced for each prompt (what its drafter fused on its first pass)
+    against verify's at the same positions, so that (a) and (b) are known to compare runs of one target model.
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ from ..engines import envs, vllm_cpu_mla, vllm_runner
 from ..errors import MissingDependencyError, UnsupportedError, UsageError
 from ..io import jsonfile
 from ..io.tensorfile import load_torch
+from ..model.hf_config import rope_from_divisors
 from ..reference.model import ReferenceDrafter
 from ..target import gguf_cache
 from ..reference.simulate import Counters
 from .checks import Check
-from .run import SequenceResult, Verifier
+from .run import SequenceResult, Verifier, resolved_ids
 
 # allowed max |difference| relative to the largest magnitude of the compared tensor (state or logits)
 DTYPE_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 5e-3}
@@ -56,12 +59,22 @@ def stdout_to_stderr():
 
 
 def check_servable(cfg) -> None:
-    """Refuse, before any work, a target that vLLM would run otherwise than verify: a GGUF file with llama.cpp's rope
-    divisors (``target.gguf_rope``), which the transformers directory vLLM loads (``target_directory``) cannot state."""
-    if cfg.rope_freqs is not None:
-        raise UnsupportedError(f"--target {cfg.source}: holds llama.cpp's rope_freqs, which verify applies but the transformers copy vLLM "
-                               f"would load cannot state (vLLM would run the default rope); for --against vllm give the model's "
-                               f"safetensors directory")
+    """Refuse, before any work, a target that vLLM would run otherwise than verify (``served_rope``)."""
+    served_rope(cfg)
+
+
+def served_rope(cfg) -> dict | None:
+    """The rope vLLM is told to run the target with (its ``hf_overrides``), where the transformers directory it loads
+    (``target_directory``) cannot state the one verify runs: a GGUF file with llama.cpp's rope divisors
+    (``target.gguf_rope``), served as the rope (default, linear or llama3) that divides by the same
+    (``model.hf_config.rope_from_divisors``). None where the directory states it; refused where no such rope exists."""
+    if cfg.rope_freqs is None:
+        return None
+    rope = rope_from_divisors(cfg.rope_freqs, cfg.rope.theta)
+    if rope is None:
+        raise UnsupportedError(f"--target {cfg.source}: holds llama.cpp rope_freqs that no default, linear or llama3 rope divides by, so "
+                               f"vLLM cannot be told to run the rope verify runs; for --against vllm give the model's safetensors directory")
+    return {"rope_theta": rope.theta, "rope_type": rope.rope_type, **{k: v for k, v in (rope.scaling or {}).items() if k != "rope_type"}}
 
 
 def target_directory(verifier: Verifier) -> Path:
@@ -148,6 +161,9 @@ def against_vllm(path: str, verifier: Verifier, model: ReferenceDrafter, results
         "max_model_len": longest + options.k + 16,
         "prompts": [prompt.ids for prompt, _ in verifier.sequences],
     }
+    rope = served_rope(verifier.target_config)
+    if rope is not None:
+        job["hf_overrides"] = {"rope_parameters": rope}
     python = options.vllm_python or (envs.python_for(options.against) if options.against != "vllm" else None)
     if model.d.attention == "mla" or vllm_cpu_mla.is_mla(verifier.target_config.config):  # what vLLM's CPU build needs for MLA
         job["mla"] = vllm_cpu_mla.job_entry(vllm_cpu_mla.served_version(options.against, Path(options.vllm_python) if options.vllm_python else None))
@@ -222,6 +238,27 @@ def _counters(values: dict) -> Counters:
     return c
 
 
+def target_states(served: dict, verifier: Verifier, ids: tuple[int, ...]) -> dict[str, float | int]:
+    """vLLM's target hidden states beside verify's: the aux states vLLM's drafter fused on its first pass of each
+    prompt (the prompt's positions, from vLLM's prefill of the target; later first passes may carry rows of rejected
+    drafts) against the states verify's target gave at those positions. Per aux layer (``ids``, ascending: the order
+    vLLM collects them in), the largest difference relative to that layer's largest magnitude; the worst of them."""
+    worst, rows = 0.0, 0
+    for index, run in enumerate(served["prompts"]):
+        first = next((call for call in run["calls"] if call.aux is not None), None)
+        if first is None:
+            continue
+        ours = verifier.aux(index, ids)[0]
+        positions = first.positions.to(torch.long)
+        if int(positions.max()) >= ours.shape[0] or first.aux.shape[-1] != ours.shape[-1]:
+            raise UnsupportedError(f"vLLM's first drafter pass on prompt {index} holds positions or aux states verify's target does not have")
+        theirs, mine = first.aux.float().cpu().chunk(len(ids), dim=-1), ours[positions].float().cpu().chunk(len(ids), dim=-1)
+        for a, b in zip(theirs, mine):
+            worst = max(worst, float((a - b).abs().max() / b.abs().max().clamp_min(1e-30)))
+        rows += int(positions.shape[0])
+    return {"max_rel_diff": worst, "rows": rows}
+
+
 def _compare(served: dict, verifier: Verifier, model: ReferenceDrafter, results: list[SequenceResult]):
     total = Counters()
     per_prompt = []
@@ -242,9 +279,11 @@ def _compare(served: dict, verifier: Verifier, model: ReferenceDrafter, results:
                 worst[key] = worst[key] + value if key in ("calls", "vllm_seconds", "reference_seconds") else max(worst[key], value)
         per_prompt.append({"id": prompt.id, "vllm": delta.to_dict(), "simulated": result.trajectory.to_dict(), "output_mismatches": mismatch})
     served_total = total
+    states = target_states(served, verifier, resolved_ids(model.d, verifier.target_config.num_layers))
     tolerance = DTYPE_TOLERANCE[model.dtype]
     worst_rel = max((max(v["max_rel_state_diff"], v["max_rel_logit_diff"]) for v in state_worst.values()), default=float("nan"))
     logits_ok = bool(state_worst) and worst_rel <= tolerance
+    states_ok = states["rows"] > 0 and states["max_rel_diff"] <= tolerance
     counters_equal = served_total.to_dict() == simulated.to_dict()
     data = {
         "vllm_version": served["vllm_version"],
@@ -252,11 +291,19 @@ def _compare(served: dict, verifier: Verifier, model: ReferenceDrafter, results:
         "simulated": simulated.to_dict(),
         "counters_equal": counters_equal,
         "output_mismatches": output_mismatch,
+        "target_states": states,
         "logits": {str(step): v for step, v in sorted(state_worst.items())},
         "logit_tolerance": tolerance,
         "prompts": per_prompt,
     }
     checks = [
+        Check(
+            "vllm_target_states",
+            states_ok,
+            f"vLLM's target vs verify's at the {states['rows']} prompt positions of its first drafter passes: aux states differ by at "
+            f"most {states['max_rel_diff']:.3g} of their magnitude; tolerance {tolerance:g}"
+            + ("" if states_ok else " (the two ran different targets, e.g. another rope or other weights: the figures compare two models)"),
+        ),
         Check(
             "vllm_logits",
             logits_ok,
