@@ -361,3 +361,29 @@ def test_verify_needs_no_second_target_pass_for_the_drafters_layers(pair):
     assert v.timings["aux_pass"] > 0
     traj, every = totals(results)
     assert traj.to_dict() == report["trajectory"] and every.to_dict() == report["every_position"]
+
+
+def test_vllm_target_states_compare_only_rows_on_verifys_sequence():
+    """--against vllm's state check (no vLLM needed: a served result as the runner returns it): each aux layer's
+    difference relative to its own magnitude; rows vLLM fed another next token (a rejected draft, padding) and
+    positions past the sequence are left out; later first passes are not read."""
+    import importlib
+    from types import SimpleNamespace
+
+    import torch
+
+    against_vllm = importlib.import_module("eaglekit.verify.against_vllm")  # the package exports a function of that name
+    Call = against_vllm.Call
+    tokens = torch.tensor([5, 6, 7, 8, 9])
+    ours = torch.cat([torch.ones(5, 2), 100 * torch.ones(5, 2)], dim=-1)  # two aux layers of different magnitudes
+    verifier = SimpleNamespace(sequences=[(None, tokens)], aux=lambda index, ids: (ours, 0))
+    theirs = ours[:4].clone()
+    theirs[1, 0] += 0.01  # layer 0, position 1: 1% of that layer's magnitude (0.01% of the whole row's)
+    theirs[3, 3] += 50.0  # position 3 is fed token 1, not x_4 = 9: not on verify's sequence, left out
+    first = Call(ids=torch.tensor([6, 7, 8, 1]), positions=torch.arange(4), hidden=torch.zeros(4, 2), aux=theirs, y=torch.zeros(4, 2))
+    later = Call(ids=torch.tensor([9]), positions=torch.tensor([3]), hidden=torch.zeros(1, 2), aux=torch.zeros(1, 4), y=torch.zeros(1, 2))
+    states = against_vllm.target_states({"prompts": [{"calls": [first, later]}]}, verifier, (0, 1))
+    assert states["rows"] == 3
+    assert abs(states["max_rel_diff"] - 0.01) < 1e-6
+    nothing = Call(ids=torch.tensor([1]), positions=torch.tensor([0]), hidden=torch.zeros(1, 2), aux=ours[:1], y=torch.zeros(1, 2))
+    assert against_vllm.target_states({"prompts": [{"calls": [nothing]}]}, verifier, (0, 1))["rows"] == 0

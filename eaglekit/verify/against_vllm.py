@@ -240,22 +240,31 @@ def _counters(values: dict) -> Counters:
 
 def target_states(served: dict, verifier: Verifier, ids: tuple[int, ...]) -> dict[str, float | int]:
     """vLLM's target hidden states beside verify's: the aux states vLLM's drafter fused on its first pass of each
-    prompt (the prompt's positions, from vLLM's prefill of the target; later first passes may carry rows of rejected
-    drafts) against the states verify's target gave at those positions. Per aux layer (``ids``, ascending: the order
-    vLLM collects them in), the largest difference relative to that layer's largest magnitude; the worst of them."""
+    prompt (the prompt's positions, from vLLM's prefill of the target) against the states verify's target gave at those
+    positions. A row counts where vLLM fed the drafter the token verify's sequence has next (a first pass at position
+    p takes x_{p+1}); later first passes are left out (their rows may hold rejected drafts). Per aux layer (``ids``,
+    ascending: the order vLLM collects them in), the largest difference relative to that layer's largest magnitude;
+    the worst of them, and the rows compared."""
     worst, rows = 0.0, 0
     for index, run in enumerate(served["prompts"]):
         first = next((call for call in run["calls"] if call.aux is not None), None)
-        if first is None:
+        tokens = verifier.sequences[index][1]
+        if first is None or first.aux.shape[-1] % len(ids):
+            continue
+        positions = first.positions.to(torch.long).cpu()
+        inside = positions + 1 < tokens.shape[0]
+        same = inside.clone()
+        same[inside] = first.ids.cpu()[inside].to(tokens.dtype) == tokens[positions[inside] + 1]
+        if not bool(same.any()):
             continue
         ours = verifier.aux(index, ids)[0]
-        positions = first.positions.to(torch.long)
-        if int(positions.max()) >= ours.shape[0] or first.aux.shape[-1] != ours.shape[-1]:
-            raise UnsupportedError(f"vLLM's first drafter pass on prompt {index} holds positions or aux states verify's target does not have")
-        theirs, mine = first.aux.float().cpu().chunk(len(ids), dim=-1), ours[positions].float().cpu().chunk(len(ids), dim=-1)
+        if ours.shape[-1] != first.aux.shape[-1]:
+            continue
+        theirs = first.aux.float().cpu()[same].chunk(len(ids), dim=-1)
+        mine = ours[positions[same]].float().cpu().chunk(len(ids), dim=-1)
         for a, b in zip(theirs, mine):
             worst = max(worst, float((a - b).abs().max() / b.abs().max().clamp_min(1e-30)))
-        rows += int(positions.shape[0])
+        rows += int(same.sum())
     return {"max_rel_diff": worst, "rows": rows}
 
 
@@ -300,9 +309,10 @@ def _compare(served: dict, verifier: Verifier, model: ReferenceDrafter, results:
         Check(
             "vllm_target_states",
             states_ok,
-            f"vLLM's target vs verify's at the {states['rows']} prompt positions of its first drafter passes: aux states differ by at "
-            f"most {states['max_rel_diff']:.3g} of their magnitude; tolerance {tolerance:g}"
-            + ("" if states_ok else " (the two ran different targets, e.g. another rope or other weights: the figures compare two models)"),
+            (f"vLLM's target vs verify's at the {states['rows']} prompt positions of its first drafter passes: aux states differ by at "
+             f"most {states['max_rel_diff']:.3g} of their magnitude; tolerance {tolerance:g}"
+             + ("" if states_ok else " (the two ran different targets, e.g. another rope or other weights: the figures compare two models)"))
+            if states["rows"] else "vLLM's first drafter passes held no prompt position of verify's sequences: its target states could not be compared",
         ),
         Check(
             "vllm_logits",
