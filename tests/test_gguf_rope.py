@@ -313,6 +313,10 @@ def test_the_fixtures_divisors_are_llama_31s_rope():
     assert rope_from_divisors(read_vector(FIXTURE, metadata, "rope_freqs.weight"), THETA) == Rope(THETA, LLAMA3)
     assert rope_from_divisors([1.0, 3.0, 2.0, 8.0], THETA) is None  # not monotonic: no rope divides so
     assert rope_from_divisors([], THETA) is None and rope_from_divisors([1.0, 0.0], THETA) is None
+    divisors = frequency_divisors(Rope(THETA, LLAMA3), HEAD_DIM)
+    for theta in (0.0, -THETA, 1.0, float("nan"), float("inf")):  # a damaged freq_base: no rope, not an exception
+        assert rope_from_divisors(divisors, theta) is None and frequency_divisors(Rope(theta, LLAMA3), HEAD_DIM) is None
+    assert rope_from_divisors([*divisors[:-1], float("nan")], THETA) is None
 
 
 def test_against_vllm_tells_vllm_the_files_rope(target, tmp_path, monkeypatch):

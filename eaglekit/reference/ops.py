@@ -12,7 +12,7 @@ import math
 import torch
 
 from ..errors import UnsupportedError
-from ..model.drafter import Rope
+from ..model.drafter import Rope, yarn_get_mscale  # noqa: F401  (yarn_get_mscale: reference/model.py's MLA scale)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -31,17 +31,14 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
 # -- rotary embeddings -----------------------------------------------------------------------------------
 
 
-def _yarn_correction_range(beta_fast: float, beta_slow: float, dim: int, base: float, max_pos: int) -> tuple[int, int]:
+def _yarn_correction_range(beta_fast: float, beta_slow: float, dim: int, base: float, max_pos: int, truncate: bool = True) -> tuple[float, float]:
     def correction_dim(rotations: float) -> float:
         return (dim * math.log(max_pos / (rotations * 2 * math.pi))) / (2 * math.log(base))
 
-    return max(math.floor(correction_dim(beta_fast)), 0), min(math.ceil(correction_dim(beta_slow)), dim - 1)
-
-
-def yarn_get_mscale(scale: float = 1.0, mscale: float = 1.0) -> float:
-    if scale <= 1:
-        return 1.0
-    return 0.1 * mscale * math.log(scale) + 1.0
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    return max(low, 0), min(high, dim - 1)
 
 
 def inv_freq(rope: Rope, dim: int, *, deepseek: bool = False) -> tuple[torch.Tensor, float]:
@@ -70,21 +67,15 @@ def inv_freq(rope: Rope, dim: int, *, deepseek: bool = False) -> tuple[torch.Ten
     if kind in ("yarn", "deepseek_yarn"):
         factor = float(scaling["factor"])
         old_ctx = int(scaling["original_max_position_embeddings"])
-        low, high = _yarn_correction_range(float(rope.parameter("beta_fast")), float(rope.parameter("beta_slow")), dim, base, old_ctx)
+        # DeepSeek's YaRN always truncates the range; YaRN as its ``truncate`` says (default true)
+        truncate = deepseek or bool(rope.parameter("truncate"))
+        low, high = _yarn_correction_range(float(rope.parameter("beta_fast")), float(rope.parameter("beta_slow")), dim, base, old_ctx, truncate)
         if low == high:
             high += 0.001
         ramp = ((torch.arange(dim // 2, dtype=torch.float) - low) / (high - low)).clamp(0, 1)
         keep = 1 - ramp  # 1 = extrapolate (original frequency), 0 = interpolate (divided by factor)
         inv_freq = (1.0 / (factor * pos_freqs)) * (1 - keep) + inv_freq * keep
-        mscale_, mscale_all_dim = scaling.get("mscale"), scaling.get("mscale_all_dim")
-        if deepseek:
-            mscale = yarn_get_mscale(factor, float(mscale_ or 1.0)) / yarn_get_mscale(factor, float(mscale_all_dim or 0.0))
-        elif scaling.get("attention_factor") is not None:
-            mscale = float(scaling["attention_factor"])
-        elif mscale_ and mscale_all_dim:
-            mscale = yarn_get_mscale(factor, float(mscale_)) / yarn_get_mscale(factor, float(mscale_all_dim))
-        else:
-            mscale = yarn_get_mscale(factor)
+        mscale = rope.yarn_attention(deepseek=deepseek)
         return inv_freq, mscale
     raise UnsupportedError(f"the reference forward does not implement rope_type {kind!r}")
 

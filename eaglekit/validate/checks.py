@@ -277,9 +277,10 @@ def _rope_differences(d: Drafter, t: "TargetConfig") -> list[str]:
         return d.rope.differences(t.rope)
     from ..model.hf_config import frequency_divisors
 
+    if not math.isclose(d.rope.theta, t.rope.theta, rel_tol=1e-6):  # a GGUF file keeps theta in float32
+        return ["theta"]
     divisors = frequency_divisors(d.rope, 2 * len(t.rope_freqs))
-    same = (d.rope.theta == t.rope.theta and divisors is not None
-            and all(math.isclose(a, b, rel_tol=1e-5) for a, b in zip(divisors, t.rope_freqs)))
+    same = divisors is not None and all(math.isclose(a, b, rel_tol=1e-5) for a, b in zip(divisors, t.rope_freqs))
     return [] if same else ["rope_freqs"]
 
 

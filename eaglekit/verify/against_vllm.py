@@ -245,11 +245,11 @@ def target_states(served: dict, verifier: Verifier, ids: tuple[int, ...]) -> dic
     p takes x_{p+1}); later first passes are left out (their rows may hold rejected drafts). Per aux layer (``ids``,
     ascending: the order vLLM collects them in), the largest difference relative to that layer's largest magnitude;
     the worst of them, and the rows compared."""
-    worst, rows = 0.0, 0
+    worst, rows, widths = 0.0, 0, set()
     for index, run in enumerate(served["prompts"]):
         first = next((call for call in run["calls"] if call.aux is not None), None)
         tokens = verifier.sequences[index][1]
-        if first is None or first.aux.shape[-1] % len(ids):
+        if first is None:
             continue
         positions = first.positions.to(torch.long).cpu()
         inside = positions + 1 < tokens.shape[0]
@@ -258,14 +258,28 @@ def target_states(served: dict, verifier: Verifier, ids: tuple[int, ...]) -> dic
         if not bool(same.any()):
             continue
         ours = verifier.aux(index, ids)[0]
-        if ours.shape[-1] != first.aux.shape[-1]:
+        if ours.shape[-1] != first.aux.shape[-1]:  # vLLM fused other layers than verify took: said, not compared
+            widths.add((int(first.aux.shape[-1]), int(ours.shape[-1])))
             continue
         theirs = first.aux.float().cpu()[same].chunk(len(ids), dim=-1)
         mine = ours[positions[same]].float().cpu().chunk(len(ids), dim=-1)
         for a, b in zip(theirs, mine):
             worst = max(worst, float((a - b).abs().max() / b.abs().max().clamp_min(1e-30)))
         rows += int(same.sum())
-    return {"max_rel_diff": worst, "rows": rows}
+    return {"max_rel_diff": worst, "rows": rows, "widths": sorted(widths)}
+
+
+def _states_check(states: dict, tolerance: float) -> Check:
+    """``vllm_target_states``: judged in float32, where vLLM's and verify's states agree to ~1e-6 of their magnitude
+    (SmolLM2 and the tiny targets); in bf16/fp16 the figures are reported without a judgement (no tolerance measured)."""
+    if not states["rows"]:
+        why = "; ".join(f"vLLM fused states {a} wide where verify's are {b}" for a, b in states["widths"]) or "no prompt position of verify's sequences"
+        return Check("vllm_target_states", False, f"vLLM's target states could not be compared with verify's: {why}")
+    ok = states["max_rel_diff"] <= tolerance
+    return Check("vllm_target_states", ok,
+                 f"vLLM's target vs verify's at the {states['rows']} prompt positions of its first drafter passes: aux states differ by at "
+                 f"most {states['max_rel_diff']:.3g} of their magnitude; tolerance {tolerance:g}"
+                 + ("" if ok else " (the two ran different targets, e.g. another rope or other weights: the figures compare two models)"))
 
 
 def _compare(served: dict, verifier: Verifier, model: ReferenceDrafter, results: list[SequenceResult]):
@@ -292,7 +306,6 @@ def _compare(served: dict, verifier: Verifier, model: ReferenceDrafter, results:
     tolerance = DTYPE_TOLERANCE[model.dtype]
     worst_rel = max((max(v["max_rel_state_diff"], v["max_rel_logit_diff"]) for v in state_worst.values()), default=float("nan"))
     logits_ok = bool(state_worst) and worst_rel <= tolerance
-    states_ok = states["rows"] > 0 and states["max_rel_diff"] <= tolerance
     counters_equal = served_total.to_dict() == simulated.to_dict()
     data = {
         "vllm_version": served["vllm_version"],
@@ -305,15 +318,8 @@ def _compare(served: dict, verifier: Verifier, model: ReferenceDrafter, results:
         "logit_tolerance": tolerance,
         "prompts": per_prompt,
     }
-    checks = [
-        Check(
-            "vllm_target_states",
-            states_ok,
-            (f"vLLM's target vs verify's at the {states['rows']} prompt positions of its first drafter passes: aux states differ by at "
-             f"most {states['max_rel_diff']:.3g} of their magnitude; tolerance {tolerance:g}"
-             + ("" if states_ok else " (the two ran different targets, e.g. another rope or other weights: the figures compare two models)"))
-            if states["rows"] else "vLLM's first drafter passes held no prompt position of verify's sequences: its target states could not be compared",
-        ),
+    checks = [_states_check(states, tolerance)] if model.dtype == torch.float32 else []  # the tolerance was measured in fp32 only
+    checks += [
         Check(
             "vllm_logits",
             logits_ok,
