@@ -417,24 +417,21 @@ def test_a_damaged_tensor_index_is_a_one_line_error(tmp_path):
     gguf = pytest.importorskip("gguf")
     import numpy as np
 
-    writer = gguf.GGUFWriter(str(broken), "llama")
-    writer.add_uint32("general.alignment", 48)
-    writer.add_tensor("rope_freqs.weight", np.ones(4, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    def with_alignment(kind: str, value: int) -> None:  # gguf's writer, stating general.alignment as ``kind``
+        writer = gguf.GGUFWriter(str(broken), "llama")
+        getattr(writer, f"add_{kind}")("general.alignment", value)
+        writer.add_tensor("rope_freqs.weight", np.ones(4, dtype=np.float32))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+
+    with_alignment("uint32", 48)
     with pytest.raises(CheckpointError, match="general.alignment 48, not a power of two"):
         read_metadata(broken, tensors=True)
     # stated as another integer type: gguf's reader (which transformers loads the weights with) refuses it, and
     # llama.cpp reads a uint32; taking its value would put the data section where neither does
-    writer = gguf.GGUFWriter(str(broken), "llama")
-    writer.add_uint64("general.alignment", 64)
-    writer.add_tensor("rope_freqs.weight", np.ones(4, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    with_alignment("uint64", 64)
     with pytest.raises(ValueError, match="Bad type for general.alignment"):
         gguf.GGUFReader(str(broken))
     with pytest.raises(CheckpointError, match="states general.alignment as uint64, not uint32 at byte [0-9]+ \\(key 'general.alignment'\\)"):
