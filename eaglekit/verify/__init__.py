@@ -31,7 +31,7 @@ from ..engines import envs
 from ..errors import UsageError, ValidationFailed
 from ..findings import Finding, errors
 from ..validate.checks import CheckInput, run_checks
-from .against_vllm import against_vllm, check_servable
+from .against_vllm import against_vllm, served_rope
 from . import readings
 from .checks import Check
 from .options import VerifyOptions
@@ -49,7 +49,7 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
         envs.python_for(options.against)  # before any work: is that release's environment there?
     verifier = Verifier(options, progress)
     if options.against:
-        check_servable(verifier.target_config)
+        served_rope(verifier.target_config)  # refuses, before any work, a target vLLM cannot be told to run as verify does
     L = verifier.target_config.num_layers
     loaded = dialects.load(path, options.source_dialect, norm_output_semantics=options.norm_output_semantics, target_num_layers=L)
     with loaded:

@@ -58,11 +58,6 @@ def stdout_to_stderr():
         os.close(saved)
 
 
-def check_servable(cfg) -> None:
-    """Refuse, before any work, a target that vLLM would run otherwise than verify (``served_rope``)."""
-    served_rope(cfg)
-
-
 def served_rope(cfg) -> dict | None:
     """The rope vLLM is told to run the target with (its ``hf_overrides``), where the transformers directory it loads
     (``target_directory``) cannot state the one verify runs: a GGUF file with llama.cpp's rope divisors
