@@ -139,22 +139,30 @@ def test_vllm_54526_four_top_level_ids_fail_to_load_as_predicted(tmp_path, targe
 def test_run_hands_the_frozen_heap_back(tmp_path, target):
     """vllm_runner.run hides the process's objects from the garbage collector while its engine lives (gc.freeze: vLLM
     collects about ten times per engine) and must give them back, also when vLLM refuses to load (no engine built:
-    vLLM's shutdown, which unfreezes too, never runs), or the process would never collect them again."""
+    vLLM's shutdown, which unfreezes too, never runs), or the process would never collect them again. While the engine
+    lives vLLM's own freezes and unfreezes are held back; after, gc's are gc's again, and the engines do not pile up
+    (at most one stays alive: the frame of the first ``_serve`` is held by one of vLLM's lazy imports, before this
+    change too)."""
     import gc
 
     from eaglekit.engines import vllm_runner
 
     if AGAINST != "vllm":
         pytest.skip("in-process: the vLLM installed beside eaglekit")
+    freeze, unfreeze = gc.freeze, gc.unfreeze
     ids = tiny_pair.prompts(1, 96, 3)
     job = {"target": str(target), "dtype": "float32", "k": 2, "max_new_tokens": 4, "max_model_len": len(ids[0]) + 4 + 2 + 16, "prompts": ids}
     served = write_vllm(tmp_path / "served", CASES["eagle3"]["dims"], ids=[2, 4, 5])
     refused = write_vllm(tmp_path / "refused", CASES["target hidden != hidden, 4 aux layers, 2 layers"]["dims"], ids=[1, 3, 5, 7], norm_output=True)
     assert gc.get_freeze_count() == 0
-    for drafter, outcome in ((served, "prompts"), (refused, "refused")):
+    alive = []
+    for drafter, outcome in ((served, "prompts"), (refused, "refused"), (served, "prompts"), (served, "prompts")):
         result = vllm_runner.run({**job, "drafter": str(drafter)})
         assert outcome in result, result
         assert gc.get_freeze_count() == 0 and gc.isenabled()
+        assert gc.freeze is freeze and gc.unfreeze is unfreeze
+        alive.append(sum(type(o).__name__ == "LLM" and type(o).__module__ == "vllm.entrypoints.llm" for o in gc.get_objects()))
+    assert alive[-1] == alive[0] <= 1, alive
 
 
 def test_against_vllm_json_is_json(tmp_path, target, prompts):
