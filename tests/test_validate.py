@@ -326,13 +326,17 @@ YARN_4 = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings"
     (YARN_4, {**YARN_4, "attention_factor": 1.2}, ["attention_factor 1.13863", "attention_factor 1.2"]),
     (YARN_4, {**YARN_4, "attention_factor": 0.1 * math.log(4.0) + 1}, []),
     (YARN_4, {**YARN_4, "mscale": 1.0}, []),  # mscale alone changes neither YaRN's factor nor DeepSeek's (its default is 1)
-    # DeepSeek-V3's keys on one side: YaRN's factor becomes 1, so does DeepSeek's, and an MLA model's softmax scale changes
-    ({**YARN_4, "mscale": 1.0, "mscale_all_dim": 1.0}, YARN_4, ["attention_factor 1,", "attention_factor 1.13863", "deepseek_mscale 1,",
-                                                              "mscale_all_dim 1)", "mscale_all_dim 0)"]),
+    # plain YaRN (a Llama model) reads mscale only beside mscale_all_dim: on one side alone, any value is the same rope
+    (YARN_4, {**YARN_4, "mscale": 0.707}, []),
+    # both stated: their ratio is the factor; 1 here, as attention_factor 1 states
+    ({**YARN_4, "mscale": 0.707, "mscale_all_dim": 0.707}, {**YARN_4, "attention_factor": 1.0}, []),
+    # DeepSeek-V3's keys on one side: YaRN's factor becomes 1
+    ({**YARN_4, "mscale": 1.0, "mscale_all_dim": 1.0}, YARN_4, ["attention_factor 1)", "attention_factor 1.13863)"]),
     ({"rope_type": "linear", "factor": 2.0}, {"rope_type": "linear", "factor": 4.0}, ["factor 2", "factor 4"]),
     (None, LLAMA3_8, ["default", "llama3"]),
 ], ids=["same llama3", "band factors defaulted", "llama3 factor", "llama3 original context", "yarn betas defaulted", "yarn factor",
-        "yarn attention factor", "yarn derived attention factor stated", "yarn mscale alone", "deepseek mscale keys", "linear factor",
+        "yarn attention factor", "yarn derived attention factor stated", "yarn mscale alone", "yarn mscale alone not 1",
+        "yarn mscale ratio as attention factor", "deepseek mscale keys", "linear factor",
         "default vs llama3"])
 def test_rope_target_compares_the_scaling_parameters(drafter_rope, target_rope, differing, tmp_path):
     """rope.target names the scaling parameters that differ (defaults filled in), not only theta and kind: a drafter
@@ -346,6 +350,42 @@ def test_rope_target_compares_the_scaling_parameters(drafter_rope, target_rope, 
         assert text in findings[0].message
     if findings:
         assert findings[0].subject == "rope_scaling"
+
+
+@pytest.mark.parametrize("drafter_rope, target_rope, differing", [
+    # DeepSeek's YaRN takes mscale alone (mscale_all_dim defaults to 0): cos and sin change on an MLA model
+    (YARN_4, {**YARN_4, "mscale": 0.707}, ["attention_factor 1.13863", "attention_factor 1.09801"]),
+    # and ignores attention_factor: what a Llama model's YaRN takes as its factor changes nothing here
+    (YARN_4, {**YARN_4, "attention_factor": 1.2}, []),
+    # mscale_all_dim on one side: cos and sin, and the softmax scale (vLLM multiplies it by 1.13863 twice)
+    ({**YARN_4, "mscale": 1.0, "mscale_all_dim": 1.0}, {**YARN_4, "mscale": 1.0},
+     ["attention_factor 1,", "attention_factor 1.13863,", "softmax_mscale 1.13863)", "softmax_mscale 1)"]),
+    # attention_factor 1 makes vLLM read the rope as DeepSeek's Llama scaling: no softmax factor
+    ({**YARN_4, "mscale": 1.0, "mscale_all_dim": 1.0, "attention_factor": 1.0}, {**YARN_4, "mscale": 1.0, "mscale_all_dim": 1.0},
+     ["softmax_mscale 1)", "softmax_mscale 1.13863)"]),
+], ids=["mscale alone", "attention factor ignored", "mscale_all_dim", "deepseek llama scaling"])
+def test_rope_target_reads_yarn_as_deepseek_on_mla_models(drafter_rope, target_rope, differing, tmp_path):
+    """On two MLA models vLLM reads a yarn rope as DeepSeek's YaRN (its deepseek_v2.py): the factors it computes are
+    compared, as that reading computes them (the same ropes on two Llama models: see the test above)."""
+    src = config(write_vllm(tmp_path / "d", Dims(mla=mla_dims(), Vd=64)), lambda c: c.update(rope_theta=10000.0, rope_scaling=drafter_rope))
+    tgt = target(tmp_path, kv_lora_rank=8, rope_theta=10000.0, rope_scaling=target_rope)
+    findings = [f for f in validate(src, target=tgt).findings if f.check == "rope.target"]
+    assert bool(findings) == bool(differing), [f.message for f in findings]
+    for text in differing:
+        assert text in findings[0].message
+
+
+def test_rope_target_leaves_the_softmax_factor_to_mla_pairs(tmp_path):
+    """A Llama drafter on an MLA target: the drafter has no MLA softmax to scale; cos and sin are compared, each as its
+    model's engine computes them (plain YaRN for the drafter, DeepSeek's for the target)."""
+    deepseek_v3 = {**YARN_4, "mscale": 1.0, "mscale_all_dim": 1.0}
+    src = config(write_vllm(tmp_path / "d", Dims()), lambda c: c.update(rope_theta=10000.0, rope_scaling=deepseek_v3))
+    tgt = target(tmp_path, kv_lora_rank=8, rope_theta=10000.0, rope_scaling=deepseek_v3)
+    assert "rope.target" not in ids_of(validate(src, target=tgt))
+    # the Llama drafter's YaRN factor (0.1 ln 4 + 1) is not the MLA target's DeepSeek one (1)
+    src = config(write_vllm(tmp_path / "d2", Dims()), lambda c: c.update(rope_theta=10000.0, rope_scaling=YARN_4))
+    finding = next(f for f in validate(src, target=tgt).findings if f.check == "rope.target")
+    assert "attention_factor 1.13863" in finding.message and "attention_factor 1)" in finding.message
 
 
 def test_rope_target_names_theta(tmp_path):

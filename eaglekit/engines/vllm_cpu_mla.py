@@ -32,11 +32,6 @@ def rotary_bug(version: str) -> dict:
     return {**rel.rules, "row": rel.row, "assumed": rel.beyond_table}
 
 
-def is_mla(config: dict | None) -> bool:
-    """A DeepSeek-style MLA config (target or drafter)."""
-    return isinstance(config, dict) and isinstance(config.get("kv_lora_rank"), int)
-
-
 def served_version(against: str | None, python: Path | None) -> str | None:
     """The vLLM release ``verify --against`` will run: the engine environment's, or the one installed beside
     ``--vllm-python`` or this Python (asked of its package metadata, without importing vLLM). None when it cannot be

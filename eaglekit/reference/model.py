@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UnsupportedError
-from ..model.drafter import Drafter, yarn_get_mscale
+from ..model.drafter import Drafter
 from .ops import add_rms_norm, apply_rope, rms_norm, rope_cos_sin
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -97,12 +97,8 @@ class ReferenceDrafter:
         if drafter.attention == "mla":
             m = drafter.mla
             self.qk_dim = m.qk_nope_head_dim + m.qk_rope_head_dim
-            scale = self.qk_dim**-0.5
-            scaling = drafter.rope.scaling or {}
-            if drafter.rope.rope_type != "default" and scaling.get("attention_factor") != 1.0:
-                mscale = yarn_get_mscale(float(scaling["factor"]), float(scaling.get("mscale_all_dim") or 0.0))
-                scale = scale * mscale * mscale
-            self.scale = scale
+            mscale = drafter.rope.mla_softmax_mscale()
+            self.scale = self.qk_dim**-0.5 * mscale * mscale  # in vLLM's order: the float it computes
         else:
             self.scale = drafter.head_dim**-0.5
 

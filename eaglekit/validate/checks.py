@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from ..findings import Finding
 from ..io import dtypes
 from ..model.drafter import Drafter
+from ..model.hf_config import frequency_divisors, is_mla
 from ..model.layout import check_tensors
 
 if TYPE_CHECKING:  # validate without --target never reads a target's config
@@ -254,14 +255,14 @@ def check_target(x: CheckInput) -> list[Finding]:
     differences = _rope_differences(d, t)
     if differences:
         shown = [key for key in differences if key not in ("theta", "rope_type")]
-        target_rope = t.rope.describe(shown)
+        target_rope = t.rope.describe(shown, mla=is_mla(t.config))
         if t.rope_freqs is not None:  # a GGUF file's llama.cpp rope divisors: the rope its model runs (target.gguf_rope)
             target_rope += f", divided by the file's rope_freqs ({min(t.rope_freqs):g} to {max(t.rope_freqs):g})"
         out.append(
             _f(
                 "rope.target",
                 "warning",
-                f"drafter rope ({d.rope.describe(shown)}) differs from the target's ({target_rope}); engines use the drafter's — right only "
+                f"drafter rope ({d.rope.describe(shown, mla=d.attention == 'mla')}) differs from the target's ({target_rope}); engines use the drafter's — right only "
                 "if it was trained so",
                 "rope_theta" if differences == ["theta"] else "rope_scaling",
             )
@@ -272,10 +273,10 @@ def check_target(x: CheckInput) -> list[Finding]:
 def _rope_differences(d: Drafter, t: "TargetConfig") -> list[str]:
     """What sets the drafter's rope apart from the target's (``Rope.differences``: theta, kind, or the scaling parameters
     that differ, defaults filled in); for a target with llama.cpp's rope divisors, ["rope_freqs"] unless the drafter's
-    rope has its theta and divides by the same (a llama3 drafter rope is one such rope). [] for the same rope."""
+    rope has its theta and divides by the same (a llama3 drafter rope is one such rope). [] for the same rope. Each
+    rope is read as the engine reads it on its model (``Rope.reading``: a ``yarn`` rope on an MLA model is DeepSeek's)."""
     if t.rope_freqs is None or t.rope.rope_type != "default":
-        return d.rope.differences(t.rope)
-    from ..model.hf_config import frequency_divisors
+        return d.rope.differences(t.rope, mla=d.attention == "mla", other_mla=is_mla(t.config))
 
     if not math.isclose(d.rope.theta, t.rope.theta, rel_tol=1e-6):  # a GGUF file keeps theta in float32
         return ["theta"]

@@ -32,7 +32,7 @@ from ..engines import envs, vllm_cpu_mla, vllm_runner
 from ..errors import MissingDependencyError, UnsupportedError, UsageError
 from ..io import jsonfile
 from ..io.tensorfile import load_torch
-from ..model.hf_config import rope_from_divisors
+from ..model.hf_config import is_mla, rope_from_divisors
 from ..reference.model import ReferenceDrafter
 from ..target import gguf_cache
 from ..reference.simulate import Counters
@@ -160,7 +160,7 @@ def against_vllm(path: str, verifier: Verifier, model: ReferenceDrafter, results
     if rope is not None:
         job["hf_overrides"] = {"rope_parameters": rope}
     python = options.vllm_python or (envs.python_for(options.against) if options.against != "vllm" else None)
-    if model.d.attention == "mla" or vllm_cpu_mla.is_mla(verifier.target_config.config):  # what vLLM's CPU build needs for MLA
+    if model.d.attention == "mla" or is_mla(verifier.target_config.config):  # what vLLM's CPU build needs for MLA
         job["mla"] = vllm_cpu_mla.job_entry(vllm_cpu_mla.served_version(options.against, Path(options.vllm_python) if options.vllm_python else None))
     served = serve([job], Path(python) if python else None)[0]
     workarounds = served.get("workarounds", [])
