@@ -13,6 +13,23 @@ sys.path.insert(0, str(Path(__file__).parent))  # tests/drafters.py, tests/fakeh
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 
+@pytest.fixture(scope="session")
+def trained_pair(tmp_path_factory):
+    """``trained_pair(eagle="3.1", steps=120)``: ``tiny_pair.build``'s trained target and drafter, built once per
+    session for each (eagle, steps) and shared by every module that asks (tests only read them; copy to change one).
+    A fresh dict each call."""
+    import tiny_pair
+
+    built: dict[tuple[str, int], dict] = {}
+
+    def get(eagle: str = "3", steps: int = 120) -> dict:
+        if (eagle, steps) not in built:
+            built[eagle, steps] = tiny_pair.build(tmp_path_factory.mktemp(f"pair{eagle}-{steps}"), eagle=eagle, steps=steps)
+        return dict(built[eagle, steps])
+
+    return get
+
+
 @pytest.fixture
 def target_dir(tmp_path) -> Path:
     """A target model's config.json only (8 layers, hidden 16, vocab 64), which is all convert/validate read."""

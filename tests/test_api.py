@@ -6,15 +6,14 @@ import json
 
 import pytest
 
-import tiny_pair
 from drafters import Dims, write_specforge
 from eaglekit import api, schemas
 from eaglekit.errors import EaglekitError, OutputExistsError
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory) -> dict:
-    return tiny_pair.build(tmp_path_factory.mktemp("api-pair"), eagle="3.1")
+def pair(trained_pair) -> dict:
+    return trained_pair(eagle="3.1")
 
 
 def test_inspect_convert_validate_through_the_api(tmp_path, cli):

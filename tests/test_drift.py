@@ -25,8 +25,8 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
-def pair31(tmp_path_factory) -> dict:
-    return tiny_pair.build(tmp_path_factory.mktemp("drift31"), eagle="3.1")
+def pair31(trained_pair) -> dict:
+    return trained_pair(eagle="3.1")
 
 
 # -- the recorder against an independent computation -------------------------------------------------------

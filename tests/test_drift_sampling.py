@@ -12,14 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import tiny_pair
 from eaglekit import api, dialects, schemas
 from eaglekit.verify.sampling import context_acceptance, prefix_acceptance, vllm_probs
 
 
 @pytest.fixture(scope="module")
-def pair31(tmp_path_factory) -> dict:
-    return tiny_pair.build(tmp_path_factory.mktemp("sampling31"), eagle="3.1")
+def pair31(trained_pair) -> dict:
+    return trained_pair(eagle="3.1")
 
 
 def test_top_p_as_vllm_cuts_it():

@@ -192,10 +192,8 @@ def test_validate_json_and_text_say_the_evidence(tmp_path, cli):
 
 
 @pytest.fixture(scope="module")
-def pair31(tmp_path_factory) -> dict:
-    import tiny_pair
-
-    return tiny_pair.build(tmp_path_factory.mktemp("pair31"), eagle="3.1")
+def pair31(trained_pair) -> dict:
+    return trained_pair(eagle="3.1")
 
 
 @pytest.mark.slow  # trains the tiny pair (minutes on two cores)

@@ -13,14 +13,13 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-import tiny_pair
 from eaglekit import schemas
 from eaglekit.verify.readings import DECISIVE_MARGIN
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory) -> dict:
-    return tiny_pair.build(tmp_path_factory.mktemp("pair"), eagle="3", steps=60)
+def pair(trained_pair) -> dict:
+    return trained_pair(eagle="3", steps=60)
 
 
 def ambiguous_copy(pair: dict, directory: Path) -> Path:

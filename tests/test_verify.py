@@ -10,7 +10,6 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-import tiny_pair
 from eaglekit import schemas
 from eaglekit.convert import ConvertOptions, convert
 from eaglekit.target.runner import PADDING, length_groups
@@ -18,13 +17,13 @@ from eaglekit.verify import VerifyOptions, verify
 
 
 @pytest.fixture(scope="session")
-def pair(tmp_path_factory) -> dict:
-    return tiny_pair.build(tmp_path_factory.mktemp("pair3"), eagle="3")
+def pair(trained_pair) -> dict:
+    return trained_pair(eagle="3")
 
 
 @pytest.fixture(scope="session")
-def pair31(tmp_path_factory) -> dict:
-    return tiny_pair.build(tmp_path_factory.mktemp("pair31"), eagle="3.1")
+def pair31(trained_pair) -> dict:
+    return trained_pair(eagle="3.1")
 
 
 def options(p: dict, **kw) -> VerifyOptions:

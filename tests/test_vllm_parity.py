@@ -82,8 +82,8 @@ def test_reference_matches_vllms_live_drafter(tmp_path, target, prompts, case):
 
 
 @pytest.fixture(scope="module")
-def pairs(tmp_path_factory) -> dict:
-    return {eagle: tiny_pair.build(tmp_path_factory.mktemp(f"pair{eagle}"), eagle=eagle, steps=60) for eagle in ("3", "3.1")}
+def pairs(trained_pair) -> dict:
+    return {eagle: trained_pair(eagle=eagle, steps=60) for eagle in ("3", "3.1")}
 
 
 @pytest.mark.parametrize("eagle", ["3", "3.1"])
