@@ -142,7 +142,7 @@ def test_run_hands_the_frozen_heap_back(tmp_path, target):
     vLLM's shutdown, which unfreezes too, never runs), or the process would never collect them again. While the engine
     lives vLLM's own freezes and unfreezes are held back; after, gc's are gc's again, and the engines do not pile up
     (at most one stays alive: the frame of the first ``_serve`` is held by one of vLLM's lazy imports, before this
-    change too)."""
+    change too; with pytest's log capture on, every engine stayed alive until the test ended: pyproject.toml)."""
     import gc
 
     from eaglekit.engines import vllm_runner
