@@ -80,3 +80,20 @@ def test_hub_ids_resolve_from_the_local_cache(tmp_path, monkeypatch, cli):
     result = cli("inspect", "org/drafter")
     assert "dialect     vllm" in result.stdout
     assert "not a Hub repo in the local cache" in cli("inspect", "org/missing", expect=2).stderr
+
+
+def test_an_mla_models_scaled_rope_is_deepseeks_yarn_whatever_its_stated_type():
+    """vLLM's DeepSeek attention runs every scaled rope as DeepSeek's YaRN (tests/test_vllm_mla_parity.py runs a llama3
+    one): on an MLA model the reference takes the stated factor and original context with YaRN's defaults; a scaling
+    without an original context cannot be read so and is refused in one line."""
+    from eaglekit.errors import UnsupportedError
+
+    positions = torch.arange(40)
+    llama3 = Rope(10000.0, {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 16})
+    yarn = Rope(10000.0, {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 16})
+    for a, b in zip(rope_cos_sin(llama3, 64, positions, deepseek=True), rope_cos_sin(yarn, 64, positions, deepseek=True)):
+        assert torch.equal(a, b)
+    as_llama3 = rope_cos_sin(llama3, 64, positions)  # on a Llama model it is llama3
+    assert not torch.allclose(as_llama3[0], rope_cos_sin(yarn, 64, positions)[0])
+    with pytest.raises(UnsupportedError, match="original_max_position_embeddings"):
+        rope_cos_sin(Rope(10000.0, {"rope_type": "linear", "factor": 2.0}), 64, positions, deepseek=True)

@@ -88,6 +88,7 @@ def broken(name: str):
         "aux.not_recorded": (lambda p: write_eagle(p, Dims()), {}),
         "rope.defaulted": (lambda p: write_eagle(p, Dims()), {}),
         "rope.target": (lambda p: v(p), {"target": {"rope_theta": 500000.0}}),
+        "rope.mla_reading": (lambda p: config(v(p, mla=mla_dims(), Vd=64), lambda c: c.update(rope_scaling={"rope_type": "linear", "factor": 2.0})), {}),
         "target.hidden": (lambda p: v(p), {"target": {"hidden_size": 32}}),
         "target.vocab": (lambda p: v(p), {"target": {"vocab_size": 128}}),
         "scan.nonfinite": (lambda p: tensors(v(p), lambda t: t["norm.weight"].__setitem__(0, float("nan"))), {"scan": True}),
@@ -142,7 +143,7 @@ def test_each_invariant_is_caught_by_its_id(tmp_path, check):
     assert check in ids_of(report), [(f.check, f.message) for f in report.findings]
     finding = next(f for f in report.findings if f.check == check)
     assert "\n" not in finding.message
-    severity = {"aux.not_recorded": "info", "rope.defaulted": "warning", "rope.target": "warning", "aux.unsorted": "warning",
+    severity = {"aux.not_recorded": "info", "rope.defaulted": "warning", "rope.target": "warning", "rope.mla_reading": "warning", "aux.unsorted": "warning",
                 "config.num_layers": "warning", "flags.fc_without_aux": "warning", "scan.zero": "warning",
                 "scan.uninitialised": "warning", "scan.unit_fc_norm": "warning", "flags.untrained_upgrade": "warning",
                     # eaglekit cannot tell or guessed from the tensors: the user decides (convert refuses the ambiguous)
@@ -373,6 +374,25 @@ def test_rope_target_reads_yarn_as_deepseek_on_mla_models(drafter_rope, target_r
     assert bool(findings) == bool(differing), [f.message for f in findings]
     for text in differing:
         assert text in findings[0].message
+
+
+def test_an_mla_drafters_llama3_rope_is_read_as_deepseeks_yarn(tmp_path):
+    """vLLM's DeepSeek attention runs any scaled rope as DeepSeek's YaRN (run: tests/test_vllm_mla_parity.py): validate
+    says so for an MLA drafter, and compares its rope with an MLA target's as that reading (the same llama3 both sides:
+    the same rope); a Llama drafter's llama3 rope is llama3."""
+    def drafter(name, dims, rope):
+        return config(write_vllm(tmp_path / name, dims), lambda c: c.update(rope_theta=10000.0, rope_scaling=rope))
+
+    mla = drafter("mla", Dims(mla=mla_dims(), Vd=64), LLAMA3_8)
+    findings = {f.check: f for f in validate(mla, target=target(tmp_path, kv_lora_rank=8, rope_theta=10000.0, rope_scaling=LLAMA3_8)).findings}
+    assert "rope.mla_reading" in findings and "rope.target" not in findings
+    assert "llama3 rope (theta 10000, llama3, factor 8," in findings["rope.mla_reading"].message
+    assert "DeepSeek's YaRN" in findings["rope.mla_reading"].message and findings["rope.mla_reading"].severity == "warning"
+    assert "rope.mla_reading" not in ids_of(validate(drafter("yarn", Dims(mla=mla_dims(), Vd=64), YARN_4)))
+    assert "rope.mla_reading" not in ids_of(validate(drafter("llama", Dims(), LLAMA3_8)))
+    # read as DeepSeek's YaRN, the llama3 rope is the MLA target's yarn with the same factor and original context
+    yarn_8 = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 8192}
+    assert "rope.target" not in ids_of(validate(mla, target=target(tmp_path, kv_lora_rank=8, rope_theta=10000.0, rope_scaling=yarn_8)))
 
 
 def test_rope_target_leaves_the_softmax_factor_to_mla_pairs(tmp_path):

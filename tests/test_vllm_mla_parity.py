@@ -87,8 +87,14 @@ def mla_drafter(directory: Path, *, eagle31: bool = False, model_type: str = "ki
     return drafter
 
 
+# vLLM's DeepSeek models read every scaled rope as DeepSeek's YaRN (models/deepseek_v2.py): a llama3 rope too, its
+# factor and original context taken as YaRN's, betas and magnitudes defaulted (Rope.reading)
+LLAMA3_ROPE = {"rope_type": "llama3", "type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 16}
+
 CASES = {
     "eagle3, kimi_k2, yarn rope": dict(),
+    "eagle3, kimi_k2, llama3 rope read as DeepSeek's YaRN": dict(edit=lambda cfg: cfg.update(rope_scaling=LLAMA3_ROPE)),
     "eagle3.1 (fc_norm + norm_output), deepseek_v2, default rope": dict(eagle31=True, model_type="deepseek_v2", rope="default"),
 }
 

