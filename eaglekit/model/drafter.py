@@ -76,7 +76,7 @@ NORM_OUTPUT_SEMANTICS = ("eagle31", "specforge")
 # ``rotary_embedding`` (their source, not a run): YaRN's betas default to 32 and 1 and ``truncate`` to true in both;
 # llama3's band factors are required by both, and eaglekit takes them as 1 and 4, the original implementation's values
 # (transformers' comments say so); vLLM's dynamic NTK reads ``alpha``, else ``factor`` and ``max_trained_positions``.
-# DeepSeek's YaRN (vLLM's ``deepseek_yarn``, what it makes of an MLA model's ``yarn``) ignores ``truncate`` (it always
+# DeepSeek's YaRN (vLLM's ``deepseek_yarn``, what it makes of an MLA model's scaled rope) ignores ``truncate`` (it always
 # truncates) and ``attention_factor``. Keys outside a scaling's entry ("type", "finetuned", ...) define no rope.
 ROPE_PARAMETERS: dict[str, dict[str, float | bool | None]] = {
     "linear": {"factor": None},
