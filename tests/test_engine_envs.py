@@ -59,3 +59,32 @@ def test_the_runner_in_another_process_measures_what_the_in_process_one_does(cli
     against = report["against"]
     assert against["vllm"] == against["simulated"] and against["output_mismatches"] == 0
     assert {c["name"]: c["passed"] for c in report["checks"]} == {"vllm_target_states": True, "vllm_logits": True, "vllm_acceptance": True}
+
+
+def test_the_runner_holds_gc_freezes_back_only_while_it_serves(monkeypatch):
+    """vllm_runner.run freezes the heap, makes gc.freeze/unfreeze no-ops while the engine lives (vLLM's own would undo
+    its freeze) and gives gc back as it found it, also when serving raises. No vLLM needed: _serve is stood in for."""
+    import gc
+
+    from eaglekit.engines import vllm_runner
+
+    freeze, unfreeze = gc.freeze, gc.unfreeze
+    seen = {}
+
+    def serve(job):
+        seen["frozen"] = gc.get_freeze_count()
+        gc.unfreeze()  # what vLLM's shutdown does: held back
+        gc.freeze()
+        seen["after"] = gc.get_freeze_count()
+        if job.get("fail"):
+            raise RuntimeError("engine failed")
+        return {"prompts": []}
+
+    monkeypatch.setattr(vllm_runner, "_import_vllm", lambda: None)
+    monkeypatch.setattr(vllm_runner, "_serve", serve)
+    assert vllm_runner.run({}) == {"prompts": []}
+    assert seen["frozen"] > 0 and seen["after"] == seen["frozen"]
+    assert gc.get_freeze_count() == 0 and gc.freeze is freeze and gc.unfreeze is unfreeze
+    with pytest.raises(RuntimeError, match="engine failed"):
+        vllm_runner.run({"fail": True})
+    assert gc.get_freeze_count() == 0 and gc.freeze is freeze and gc.unfreeze is unfreeze

