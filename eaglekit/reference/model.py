@@ -98,7 +98,7 @@ class ReferenceDrafter:
         if drafter.attention == "mla":
             m = drafter.mla
             self.qk_dim = m.qk_nope_head_dim + m.qk_rope_head_dim
-            mscale = drafter.rope.mla_softmax_mscale()
+            mscale = self.rope.mla_softmax_mscale()
             self.scale = self.qk_dim**-0.5 * mscale * mscale  # in vLLM's order: the float it computes
         else:
             self.scale = drafter.head_dim**-0.5

@@ -48,9 +48,10 @@ def inv_freq(rope: Rope, dim: int, *, deepseek: bool = False) -> tuple[torch.Ten
     inv_freq = 1.0 / pos_freqs
     scaling = rope.scaling or {}
     kind = rope.reading(mla=deepseek)  # an MLA model's scaled rope is DeepSeek's YaRN, whatever its stated type
-    if kind == "deepseek_yarn" and not all(key in scaling for key in ("factor", "original_max_position_embeddings")):
-        raise UnsupportedError(f"vLLM reads an MLA model's {rope.rope_type} rope as DeepSeek's YaRN, which needs 'factor' and "
-                               "'original_max_position_embeddings' in rope_scaling")
+    missing = rope.reading_lacks(mla=deepseek)
+    if missing:
+        raise UnsupportedError(f"vLLM reads an MLA model's {rope.rope_type} rope as DeepSeek's YaRN, which needs "
+                               f"{' and '.join(repr(key) for key in missing)} in rope_scaling")
     if kind == "default":
         return inv_freq, 1.0
     if kind == "linear":

@@ -215,8 +215,7 @@ def _mla_rope_reading(d: Drafter) -> Finding:
     """An MLA drafter's scaled rope that is not YaRN: vLLM's DeepSeek attention runs it as DeepSeek's YaRN, or, without
     the factor or original context that reading needs, refuses to load the drafter."""
     stated = d.rope.describe(list(ROPE_PARAMETERS.get(d.rope.rope_type, {})))
-    served = d.rope.with_original_context(d.max_position_embeddings).scaling or {}
-    missing = [key for key in ("factor", "original_max_position_embeddings") if key not in served]
+    missing = d.rope.with_original_context(d.max_position_embeddings).reading_lacks(mla=True)
     if missing:
         return _f("rope.mla_reading", "error",
                   f"MLA drafter with a {d.rope.rope_type} rope ({stated}): vLLM's DeepSeek attention reads every scaled rope as "
