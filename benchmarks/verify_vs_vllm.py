@@ -129,8 +129,10 @@ def main() -> None:
     cache_dir = gguf_cache.cached(Path(target))
     serve = [args.vllm_python, __file__, "--serve-vllm", str(cache_dir), str(drafter), str(PROMPTS), "--prompts", str(args.prompts),
              "--max-new-tokens", str(args.max_new_tokens), "-k", str(args.k)] + (["--vllm-defaults"] if args.vllm_defaults else [])
-    # What any verify that runs the target with transformers pays before its first token: the imports alone
-    floor = [args.eaglekit_python, "-c", "import torch, transformers.models.llama.modeling_llama"]
+    # What any verify that runs the target with transformers pays before its first token: the imports alone, as
+    # transformers makes them (its models folder read twice), the process ended as verify ends (``os._exit``: the
+    # interpreter's teardown after these imports took 1-2 s on 2026-11-26's machine, which verify does not pay)
+    floor = [args.eaglekit_python, "-c", "import os, torch, transformers.models.llama.modeling_llama; os._exit(0)"]
     for side, python in (("eaglekit", args.eaglekit_python), ("vLLM", args.vllm_python)):
         versions = subprocess.run([python, "-c", "import sys, torch, transformers; from importlib.metadata import distributions as d; "
                                    "print(sys.prefix, 'torch', torch.__version__, 'transformers', transformers.__version__, len(list(d())), 'packages')"],

@@ -181,6 +181,10 @@ def _gguf_config(directory: Path, gguf_file: str, label: str) -> dict:
 def _transformers_gguf_config(directory: Path, gguf_file: str, label: str) -> dict:
     try:
         import gguf  # noqa: F401  (transformers needs it to read GGUF metadata)
+
+        from .transformers_import import import_transformers_models
+
+        import_transformers_models()  # its folder of models read once, not twice
         from transformers import AutoConfig
     except ImportError:
         from ..errors import MissingDependencyError

@@ -21,6 +21,7 @@ from ..errors import MissingDependencyError, UnsupportedError
 from . import gguf_cache
 from .config import TargetConfig
 from .packed_gemm import packed_linears
+from .transformers_import import import_transformers_models
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -169,6 +170,7 @@ class TargetModel:
     @classmethod
     @_no_cyclic_gc()
     def load(cls, config: TargetConfig, *, device: str = "cpu", dtype: torch.dtype = torch.float32, device_map: str | None = None) -> "TargetModel":
+        import_transformers_models()  # its folder of models read once, not twice (transformers_import.py)
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
