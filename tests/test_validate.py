@@ -544,3 +544,26 @@ def test_deepseeks_yarn_takes_a_stated_mscale_of_0():
     rope = Rope(10000.0, {**YARN_4, "mscale": 0.0})
     assert rope.yarn_attention(deepseek=True) == 1.0
     assert Rope(10000.0, YARN_4).yarn_attention(deepseek=True) == yarn_get_mscale(4.0)
+
+
+def test_rope_target_fills_in_the_original_context_as_transformers_does(tmp_path):
+    """transformers gives a llama3, yarn or longrope scaling that states no original context the model's
+    max_position_embeddings (its modeling_rope_utils, read in 5.19's and 5.24's source; vLLM serves a llama3 MLA
+    drafter so: tests/test_vllm_mla_parity.py). rope.target compares both ropes as filled in: the same value left
+    unstated on one side is the same rope, another one is named with where it came from."""
+    unstated = {k: v for k, v in YARN_4.items() if k != "original_max_position_embeddings"}
+
+    def drafter(name, max_positions):
+        return config(write_vllm(tmp_path / name, Dims()), lambda c: c.update(rope_theta=10000.0, rope_scaling=unstated,
+                                                                               max_position_embeddings=max_positions))
+
+    same = drafter("same", 32768)
+    assert "rope.target" not in ids_of(validate(same, target=target(tmp_path, rope_theta=10000.0, rope_scaling=YARN_4)))
+    # the target leaves it out too, both models of 32k positions: the same rope
+    tgt = target(tmp_path, rope_theta=10000.0, rope_scaling=unstated, max_position_embeddings=32768)
+    assert "rope.target" not in ids_of(validate(same, target=tgt))
+    other = drafter("other", 4096)
+    finding = next(f for f in validate(other, target=target(tmp_path, rope_theta=10000.0, rope_scaling=YARN_4)).findings
+                   if f.check == "rope.target")
+    assert "original_max_position_embeddings 4096 (that from max_position_embeddings: the config states none)" in finding.message
+    assert "original_max_position_embeddings 32768)" in finding.message  # the target states its own

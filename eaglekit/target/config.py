@@ -47,6 +47,9 @@ class TargetConfig:
     # a GGUF target's llama.cpp rope divisors (its rope_freqs tensor: Llama 3.x's rope scaling), which transformers
     # does not load: the rope is ``rope`` with each frequency divided by its divisor (``gguf_config``)
     rope_freqs: tuple[float, ...] | None = None
+    # the context transformers fills a llama3/yarn/longrope scaling's unstated original context from
+    # (``Rope.with_original_context``); None where the config states none
+    max_position_embeddings: int | None = None
 
     @property
     def name(self) -> str:
@@ -130,6 +133,7 @@ def read_target_config(source: str | Path, *, weights: bool = False) -> TargetCo
         config_file=config_file,
         config_only=bool(config_file) or (not gguf_file and not any(p.suffix in WEIGHT_SUFFIXES for p in directory.iterdir())),
         rope_freqs=_rope_freqs(config, label) if gguf_file else None,
+        max_position_embeddings=view.int("max_position_embeddings", None, minimum=1),
     )
 
 

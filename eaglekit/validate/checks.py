@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ..findings import Finding
 from ..io import dtypes
-from ..model.drafter import ROPE_PARAMETERS, Drafter
+from ..model.drafter import ROPE_PARAMETERS, Drafter, Rope
 from ..model.hf_config import deepseek_attention, frequency_divisors
 from ..model.layout import check_tensors
 
@@ -274,14 +274,15 @@ def check_target(x: CheckInput) -> list[Finding]:
     differences = _rope_differences(d, t)
     if differences:
         shown = [key for key in differences if key not in ("theta", "rope_type")]
-        target_rope = t.rope.describe(shown, mla=deepseek_attention(t.architectures, t.model_type))
+        target_rope = _described(t.rope, t.max_position_embeddings, shown, deepseek_attention(t.architectures, t.model_type))
         if t.rope_freqs is not None:  # a GGUF file's llama.cpp rope divisors: the rope its model runs (target.gguf_rope)
             target_rope += f", divided by the file's rope_freqs ({min(t.rope_freqs):g} to {max(t.rope_freqs):g})"
+        drafter_rope = _described(d.rope, d.max_position_embeddings, shown, d.attention == "mla")
         out.append(
             _f(
                 "rope.target",
                 "warning",
-                f"drafter rope ({d.rope.describe(shown, mla=d.attention == 'mla')}) differs from the target's ({target_rope}); engines use the drafter's — right only "
+                f"drafter rope ({drafter_rope}) differs from the target's ({target_rope}); engines use the drafter's — right only "
                 "if it was trained so",
                 "rope_theta" if differences == ["theta"] else "rope_scaling",
             )
@@ -294,17 +295,30 @@ def _rope_differences(d: Drafter, t: "TargetConfig") -> list[str]:
     that differ, defaults filled in); for a target with llama.cpp's rope divisors, ["rope_freqs"] unless the drafter's
     rope has its theta and divides by the same (a llama3 drafter rope on a Llama drafter is one such rope). [] for the
     same rope. Each rope is read as the engine reads it on its model (``Rope.reading``: any scaled rope on a model vLLM
-    runs with DeepSeek's attention is DeepSeek's YaRN)."""
+    runs with DeepSeek's attention is DeepSeek's YaRN), its original context filled in as transformers fills it
+    (``Rope.with_original_context``: a yarn rope stating none on a model of 4k positions is one of original context 4k)."""
+    drafter_rope = d.rope.with_original_context(d.max_position_embeddings)
     if t.rope_freqs is None or t.rope.rope_type != "default":
-        return d.rope.differences(t.rope, mla=d.attention == "mla", other_mla=deepseek_attention(t.architectures, t.model_type))
-    if d.rope.reading(d.attention == "mla") == "deepseek_yarn":  # DeepSeek's YaRN divides by no llama.cpp divisors
+        target_rope = t.rope.with_original_context(t.max_position_embeddings)
+        return drafter_rope.differences(target_rope, mla=d.attention == "mla", other_mla=deepseek_attention(t.architectures, t.model_type))
+    if drafter_rope.reading(d.attention == "mla") == "deepseek_yarn":  # DeepSeek's YaRN divides by no llama.cpp divisors
         return ["rope_type"]
 
-    if not math.isclose(d.rope.theta, t.rope.theta, rel_tol=1e-6):  # a GGUF file keeps theta in float32
+    if not math.isclose(drafter_rope.theta, t.rope.theta, rel_tol=1e-6):  # a GGUF file keeps theta in float32
         return ["theta"]
-    divisors = frequency_divisors(d.rope, 2 * len(t.rope_freqs))
+    divisors = frequency_divisors(drafter_rope, 2 * len(t.rope_freqs))
     same = divisors is not None and all(math.isclose(a, b, rel_tol=1e-5) for a, b in zip(divisors, t.rope_freqs))
     return [] if same else ["rope_freqs"]
+
+
+def _described(rope: Rope, max_position_embeddings: int | None, keys: list[str], mla: bool) -> str:
+    """``Rope.describe`` of the rope as transformers hands it on (its original context filled in), saying where a
+    value shown is that fill-in rather than the config's."""
+    filled = rope.with_original_context(max_position_embeddings)
+    text = filled.describe(keys, mla=mla)
+    if filled is not rope and "original_max_position_embeddings" in keys:
+        text += " (that from max_position_embeddings: the config states none)"
+    return text
 
 
 def mapped_ids(d2t: Sequence[int]) -> list[int]:
