@@ -565,5 +565,22 @@ def test_rope_target_fills_in_the_original_context_as_transformers_does(tmp_path
     other = drafter("other", 4096)
     finding = next(f for f in validate(other, target=target(tmp_path, rope_theta=10000.0, rope_scaling=YARN_4)).findings
                    if f.check == "rope.target")
-    assert "original_max_position_embeddings 4096 (that from max_position_embeddings: the config states none)" in finding.message
+    assert "original_max_position_embeddings 4096 (from max_position_embeddings: the config states none)" in finding.message
     assert "original_max_position_embeddings 32768)" in finding.message  # the target states its own
+
+
+def test_rope_target_takes_phi3s_own_original_context(tmp_path):
+    """transformers puts a Phi-3 config's own original_max_position_embeddings (4096 unless stated) in its rope scaling,
+    whatever the scaling states (standardize_rope_params; read in 5.19's and 5.24's source): the target's rope is
+    compared so, and the message says where its value came from. Another model type keeps its scaling's."""
+    src = config(write_vllm(tmp_path / "d", Dims()), lambda c: c.update(rope_theta=10000.0, rope_scaling=YARN_4))
+    phi3 = {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "rope_theta": 10000.0, "rope_scaling": YARN_4}
+    finding = next(f for f in validate(src, target=target(tmp_path, **phi3)).findings if f.check == "rope.target")
+    assert ("original_max_position_embeddings 4096 (the config's own, outside its rope scaling, which transformers puts in its place)"
+            in finding.message), finding.message
+    assert "rope.target" not in ids_of(validate(src, target=target(tmp_path, **phi3, original_max_position_embeddings=32768)))
+    # a Llama config's top-level key is not its class's: the scaling's value stands
+    llama = {"rope_theta": 10000.0, "rope_scaling": YARN_4, "original_max_position_embeddings": 4096}
+    assert "rope.target" not in ids_of(validate(src, target=target(tmp_path, **llama)))
+    # a max_position_embeddings nothing else needs is read leniently: no fill-in from it, and the target still reads
+    assert "rope.target" not in ids_of(validate(src, target=target(tmp_path, rope_theta=10000.0, rope_scaling=YARN_4, max_position_embeddings="big")))

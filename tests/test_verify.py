@@ -396,13 +396,18 @@ def test_vllm_target_states_compare_only_rows_on_verifys_sequence():
     step.aux[1, 3] += 2.0  # position 4 (accepted): 2% of layer 1's magnitude
     step.aux[2, 0] += 50.0  # position 5 (the rejected draft fed there): not compared
     later = call([5, 6, 7], [11, 99, 13])  # position 6 fed another token than x_7 = 12: left out
-    last = call([7, 8], [13, 14], aux=torch.zeros(2, 4))  # the last step: no next start bounds it, not read
+    # the last step, bounded by vLLM's output (its last token, at 8, was sampled there, not fed): position 7 is read
+    last = call([7, 8], [13, 14])
+    last.aux[1, 0] += 50.0
     draft_step = call([4], [10], first=False)  # a later draft step: no aux, not read
     run = {"calls": [prefill, draft_step, step, later, last], "generated": [8, 9, 10, 11, 12, 13]}
     states = against_vllm.target_states({"prompts": [run]}, verifier, (0, 1))
-    # rows: the prefill's 0, 1, 2; the step's 3, 4; the later step's 5
-    assert (states["rows"], states["decoded_rows"]) == (6, 3), states
+    # rows: the prefill's 0, 1, 2; the step's 3, 4; the later step's 5; the last step's 7
+    assert (states["rows"], states["decoded_rows"]) == (7, 4), states
     assert abs(states["max_rel_diff"] - 0.02) < 1e-6
+    # a prefill in two chunks, the output one token long (no verification step follows): every prompt position
+    chunks = {"calls": [call([0, 1], [6, 7]), call([2], [8])], "generated": [8]}
+    assert against_vllm.target_states({"prompts": [chunks]}, verifier, (0, 1))["rows"] == 3
     # vLLM's output leaves the sequence at its third token (position 5): positions from 5 on are not compared
     run["generated"] = [8, 9, 77, 11, 12, 13]
     assert against_vllm.target_states({"prompts": [run]}, verifier, (0, 1))["rows"] == 5

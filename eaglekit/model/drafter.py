@@ -120,11 +120,17 @@ class Rope:
         value = (self.scaling or {}).get(key)
         return value if value is not None else ROPE_PARAMETERS.get(reading or self.rope_type, {}).get(key)
 
-    def with_original_context(self, max_position_embeddings: int | None) -> "Rope":
+    def with_original_context(self, max_position_embeddings: int | None, *, own: int | None = None) -> "Rope":
         """This rope as transformers hands it to an engine: a scaling of ``ORIGINAL_CONTEXT_FILLED`` without
-        ``original_max_position_embeddings`` takes the model's ``max_position_embeddings``."""
+        ``original_max_position_embeddings`` takes the model's ``max_position_embeddings``; with ``own`` (the
+        original context the config holds outside its scaling, for a model type whose config class keeps one:
+        ``hf_config.ORIGINAL_CONTEXT_OF_ITS_OWN``) it takes that, whatever the scaling states."""
         scaling = self.scaling or {}
-        if self.rope_type in ORIGINAL_CONTEXT_FILLED and max_position_embeddings and "original_max_position_embeddings" not in scaling:
+        if self.rope_type not in ORIGINAL_CONTEXT_FILLED:
+            return self
+        if own is not None and scaling.get("original_max_position_embeddings") != own:
+            return Rope(self.theta, {**scaling, "original_max_position_embeddings": own})
+        if own is None and max_position_embeddings and "original_max_position_embeddings" not in scaling:
             return Rope(self.theta, {**scaling, "original_max_position_embeddings": max_position_embeddings})
         return self
 

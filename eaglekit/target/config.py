@@ -24,7 +24,7 @@ from ..io import jsonfile
 from ..io.locate import locate, looks_like_repo_id
 from ..model.config_view import ConfigView
 from ..model.drafter import Rope
-from ..model.hf_config import read_rope
+from ..model.hf_config import own_original_context, read_rope
 
 TEXT_CONFIG_KEYS = ("text_config", "language_config", "llm_config")  # multimodal wrappers
 
@@ -47,9 +47,16 @@ class TargetConfig:
     # a GGUF target's llama.cpp rope divisors (its rope_freqs tensor: Llama 3.x's rope scaling), which transformers
     # does not load: the rope is ``rope`` with each frequency divided by its divisor (``gguf_config``)
     rope_freqs: tuple[float, ...] | None = None
-    # the context transformers fills a llama3/yarn/longrope scaling's unstated original context from
-    # (``Rope.with_original_context``); None where the config states none
+    # what transformers fills a llama3/yarn/longrope scaling's original context from (``Rope.with_original_context``):
+    # the model's context (None where the config states no positive one), and for a model type whose config class
+    # keeps an original context of its own (Phi-3), that one, which wins over the scaling's
     max_position_embeddings: int | None = None
+    own_original_context: int | None = None
+
+    @property
+    def rope_as_loaded(self) -> Rope:
+        """The rope as transformers hands it to an engine, its original context filled in."""
+        return self.rope.with_original_context(self.max_position_embeddings, own=self.own_original_context)
 
     @property
     def name(self) -> str:
@@ -133,8 +140,14 @@ def read_target_config(source: str | Path, *, weights: bool = False) -> TargetCo
         config_file=config_file,
         config_only=bool(config_file) or (not gguf_file and not any(p.suffix in WEIGHT_SUFFIXES for p in directory.iterdir())),
         rope_freqs=_rope_freqs(config, label) if gguf_file else None,
-        max_position_embeddings=view.int("max_position_embeddings", None, minimum=1),
+        max_position_embeddings=_positive_int(view.raw("max_position_embeddings")),
+        own_original_context=own_original_context(view, view.str("model_type", None)),
     )
+
+
+def _positive_int(value) -> int | None:
+    """A config value read leniently: a positive int, else None (a field nothing else here needs must not fail the read)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _gguf_rope(config: dict, rope: Rope, label: str) -> Rope:

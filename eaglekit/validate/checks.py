@@ -274,10 +274,11 @@ def check_target(x: CheckInput) -> list[Finding]:
     differences = _rope_differences(d, t)
     if differences:
         shown = [key for key in differences if key not in ("theta", "rope_type")]
-        target_rope = _described(t.rope, t.max_position_embeddings, shown, deepseek_attention(t.architectures, t.model_type))
+        target_rope = _described(t.rope, t.rope_as_loaded, shown, deepseek_attention(t.architectures, t.model_type),
+                                 own=t.own_original_context is not None)
         if t.rope_freqs is not None:  # a GGUF file's llama.cpp rope divisors: the rope its model runs (target.gguf_rope)
             target_rope += f", divided by the file's rope_freqs ({min(t.rope_freqs):g} to {max(t.rope_freqs):g})"
-        drafter_rope = _described(d.rope, d.max_position_embeddings, shown, d.attention == "mla")
+        drafter_rope = _described(d.rope, d.rope.with_original_context(d.max_position_embeddings), shown, d.attention == "mla")
         out.append(
             _f(
                 "rope.target",
@@ -299,8 +300,7 @@ def _rope_differences(d: Drafter, t: "TargetConfig") -> list[str]:
     (``Rope.with_original_context``: a yarn rope stating none on a model of 4k positions is one of original context 4k)."""
     drafter_rope = d.rope.with_original_context(d.max_position_embeddings)
     if t.rope_freqs is None or t.rope.rope_type != "default":
-        target_rope = t.rope.with_original_context(t.max_position_embeddings)
-        return drafter_rope.differences(target_rope, mla=d.attention == "mla", other_mla=deepseek_attention(t.architectures, t.model_type))
+        return drafter_rope.differences(t.rope_as_loaded, mla=d.attention == "mla", other_mla=deepseek_attention(t.architectures, t.model_type))
     if drafter_rope.reading(d.attention == "mla") == "deepseek_yarn":  # DeepSeek's YaRN divides by no llama.cpp divisors
         return ["rope_type"]
 
@@ -311,13 +311,16 @@ def _rope_differences(d: Drafter, t: "TargetConfig") -> list[str]:
     return [] if same else ["rope_freqs"]
 
 
-def _described(rope: Rope, max_position_embeddings: int | None, keys: list[str], mla: bool) -> str:
-    """``Rope.describe`` of the rope as transformers hands it on (its original context filled in), saying where a
-    value shown is that fill-in rather than the config's."""
-    filled = rope.with_original_context(max_position_embeddings)
-    text = filled.describe(keys, mla=mla)
-    if filled is not rope and "original_max_position_embeddings" in keys:
-        text += " (that from max_position_embeddings: the config states none)"
+def _described(stated: Rope, loaded: Rope, keys: list[str], mla: bool, own: bool = False) -> str:
+    """``Rope.describe`` of the rope as transformers hands it on (``loaded``: its original context filled in), saying
+    beside an original context that is not the ``stated`` scaling's where transformers took it from."""
+    text = loaded.describe(keys, mla=mla)
+    key = "original_max_position_embeddings"
+    if loaded is not stated and key in keys:
+        value = f"{key} {loaded.parameters(mla)[key]:g}"
+        source = ("the config's own, outside its rope scaling, which transformers puts in its place" if own
+                  else "from max_position_embeddings: the config states none")
+        text = text.replace(value, f"{value} ({source})")
     return text
 
 

