@@ -584,3 +584,22 @@ def test_rope_target_takes_phi3s_own_original_context(tmp_path):
     assert "rope.target" not in ids_of(validate(src, target=target(tmp_path, **llama)))
     # a max_position_embeddings nothing else needs is read leniently: no fill-in from it, and the target still reads
     assert "rope.target" not in ids_of(validate(src, target=target(tmp_path, rope_theta=10000.0, rope_scaling=YARN_4, max_position_embeddings="big")))
+
+
+def test_a_drafter_stating_no_max_position_embeddings_takes_its_config_classs(tmp_path):
+    """A Llama drafter whose llama3 rope states no original context and whose config states no max_position_embeddings
+    gets LlamaConfig's 2048 from transformers (vLLM serves it so: tests/test_vllm_parity.py); validate and the reference
+    read it so, and rope.target says where the value came from. The reference used to fail on it (KeyError)."""
+    from eaglekit import dialects
+    from eaglekit.reference import ops
+
+    unstated = {k: v for k, v in LLAMA3_8.items() if k != "original_max_position_embeddings"}
+    src = config(write_vllm(tmp_path / "d", Dims()), lambda c: (c.pop("max_position_embeddings", None), c.update(rope_theta=10000.0, rope_scaling=unstated)))
+    assert validate(src).ok
+    rope = dialects.load(src).drafter.rope_as_loaded
+    assert rope.scaling["original_max_position_embeddings"] == 2048
+    stated = ops.inv_freq(type(rope)(10000.0, {**unstated, "original_max_position_embeddings": 2048}), 16)[0]
+    assert torch.equal(ops.inv_freq(rope, 16)[0], stated)
+    assert "rope.target" not in ids_of(validate(src, target=target(tmp_path, rope_scaling={**unstated, "original_max_position_embeddings": 2048})))
+    finding = next(f for f in validate(src, target=target(tmp_path, rope_scaling=LLAMA3_8)).findings if f.check == "rope.target")
+    assert "original_max_position_embeddings 2048 (from its config class's default max_position_embeddings" in finding.message

@@ -56,6 +56,12 @@ CASES = {
     "target hidden != hidden, 4 aux layers, 2 layers": dict(
         dims=Dims(H=32, T=64, V=96, Vd=48, heads=1, kv_heads=1, head_dim=32, I=64, n=4, layers=2, fc_norm=True), ids=[1, 3, 5, 7], norm_output=True
     ),
+    # served as written (a conversion states max_position_embeddings): a llama3 rope stating no original context in a
+    # config stating no max_position_embeddings runs with LlamaConfig's default, 2048 (Drafter.rope_as_loaded)
+    "llama3 rope, no original context, no max_position_embeddings": dict(
+        dims=Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96), as_written=True,
+        edit=lambda cfg: (cfg.pop("max_position_embeddings", None),
+                          cfg.update(rope_theta=10000.0, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}))),
 }
 
 
@@ -63,12 +69,15 @@ CASES = {
 def test_reference_matches_vllms_live_drafter(tmp_path, target, prompts, case):
     spec = CASES[case]
     drafter = write_vllm(tmp_path / "drafter", spec["dims"], ids=spec.get("ids", [2, 4, 5]), norm_output=spec.get("norm_output", False))
-    if spec.get("nbr"):
+    if spec.get("nbr") or spec.get("edit"):
         cfg = json.loads((drafter / "config.json").read_text())
-        cfg["norm_before_residual"] = True
+        cfg.update(norm_before_residual=True) if spec.get("nbr") else spec["edit"](cfg)
         (drafter / "config.json").write_text(json.dumps(cfg))
     served = tmp_path / "served"
-    convert(drafter, served, ConvertOptions(to="vllm"))  # what eaglekit writes for vLLM
+    if spec.get("as_written"):
+        served = drafter
+    else:
+        convert(drafter, served, ConvertOptions(to="vllm"))  # what eaglekit writes for vLLM
     report = verify(str(served), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against=AGAINST))
     against = report["against"]
     logits = {int(k): v for k, v in against["logits"].items()}

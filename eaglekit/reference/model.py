@@ -94,7 +94,7 @@ class ReferenceDrafter:
         self.draft_to_target = torch.arange(self.w["lm_head.weight"].shape[0], device=self.device)
         if d2t is not None:
             self.draft_to_target = self.draft_to_target + d2t.to(torch.int64)
-        self.rope = drafter.rope.with_original_context(drafter.max_position_embeddings)  # as transformers hands it to vLLM
+        self.rope = drafter.rope_as_loaded  # as transformers hands it to vLLM
         if drafter.attention == "mla":
             m = drafter.mla
             self.qk_dim = m.qk_nope_head_dim + m.qk_rope_head_dim

@@ -215,7 +215,7 @@ def _mla_rope_reading(d: Drafter) -> Finding:
     """An MLA drafter's scaled rope that is not YaRN: vLLM's DeepSeek attention runs it as DeepSeek's YaRN, or, without
     the factor or original context that reading needs, refuses to load the drafter."""
     stated = d.rope.describe(list(ROPE_PARAMETERS.get(d.rope.rope_type, {})))
-    missing = d.rope.with_original_context(d.max_position_embeddings).reading_lacks(mla=True)
+    missing = d.rope_as_loaded.reading_lacks(mla=True)
     if missing:
         return _f("rope.mla_reading", "error",
                   f"MLA drafter with a {d.rope.rope_type} rope ({stated}): vLLM's DeepSeek attention reads every scaled rope as "
@@ -275,10 +275,11 @@ def check_target(x: CheckInput) -> list[Finding]:
     if differences:
         shown = [key for key in differences if key not in ("theta", "rope_type")]
         target_rope = _described(t.rope, t.rope_as_loaded, shown, deepseek_attention(t.architectures, t.model_type),
-                                 own=t.own_original_context is not None)
+                                 OWN_CONTEXT if t.own_original_context is not None else FILLED_CONTEXT)
         if t.rope_freqs is not None:  # a GGUF file's llama.cpp rope divisors: the rope its model runs (target.gguf_rope)
             target_rope += f", divided by the file's rope_freqs ({min(t.rope_freqs):g} to {max(t.rope_freqs):g})"
-        drafter_rope = _described(d.rope, d.rope.with_original_context(d.max_position_embeddings), shown, d.attention == "mla")
+        drafter_rope = _described(d.rope, d.rope_as_loaded, shown, d.attention == "mla",
+                                  FILLED_CONTEXT if d.max_position_embeddings else DEFAULT_CONTEXT)
         out.append(
             _f(
                 "rope.target",
@@ -298,7 +299,7 @@ def _rope_differences(d: Drafter, t: "TargetConfig") -> list[str]:
     same rope. Each rope is read as the engine reads it on its model (``Rope.reading``: any scaled rope on a model vLLM
     runs with DeepSeek's attention is DeepSeek's YaRN), its original context filled in as transformers fills it
     (``Rope.with_original_context``: a yarn rope stating none on a model of 4k positions is one of original context 4k)."""
-    drafter_rope = d.rope.with_original_context(d.max_position_embeddings)
+    drafter_rope = d.rope_as_loaded
     if t.rope_freqs is None or t.rope.rope_type != "default":
         return drafter_rope.differences(t.rope_as_loaded, mla=d.attention == "mla", other_mla=deepseek_attention(t.architectures, t.model_type))
     if drafter_rope.reading(d.attention == "mla") == "deepseek_yarn":  # DeepSeek's YaRN divides by no llama.cpp divisors
@@ -311,15 +312,19 @@ def _rope_differences(d: Drafter, t: "TargetConfig") -> list[str]:
     return [] if same else ["rope_freqs"]
 
 
-def _described(stated: Rope, loaded: Rope, keys: list[str], mla: bool, own: bool = False) -> str:
+# where transformers took an original context that the rope scaling does not state (``_described``)
+FILLED_CONTEXT = "from max_position_embeddings: the config states none"
+DEFAULT_CONTEXT = "from its config class's default max_position_embeddings: the config states neither"
+OWN_CONTEXT = "the config's own, outside its rope scaling, which transformers puts in its place"
+
+
+def _described(stated: Rope, loaded: Rope, keys: list[str], mla: bool, source: str) -> str:
     """``Rope.describe`` of the rope as transformers hands it on (``loaded``: its original context filled in), saying
-    beside an original context that is not the ``stated`` scaling's where transformers took it from."""
+    beside an original context that is not the ``stated`` scaling's where transformers took it from (``source``)."""
     text = loaded.describe(keys, mla=mla)
     key = "original_max_position_embeddings"
     if loaded is not stated and key in keys:
         value = f"{key} {loaded.parameters(mla)[key]:g}"
-        source = ("the config's own, outside its rope scaling, which transformers puts in its place" if own
-                  else "from max_position_embeddings: the config states none")
         text = text.replace(value, f"{value} ({source})")
     return text
 
