@@ -98,6 +98,10 @@ ORIGINAL_CONTEXT_FILLED = ("llama3", "yarn", "longrope")
 # drafters' own configs (LlamaConfig: 2048, transformers 5.19's and 5.24's source; a drafter stating no model_type is
 # read as Llama's, as eaglekit's writers state it): what that fill-in takes then
 CONFIG_CLASS_MAX_POSITIONS = {"llama": 2048, None: 2048}
+# Model types whose transformers config class keeps an original_max_position_embeddings of its own (4096 unless the
+# config states another), which transformers puts in a llama3, yarn or longrope scaling in place of whatever the
+# scaling states (``standardize_rope_params``; Phi3Config, Phi4MultimodalConfig: transformers 5.19's and 5.24's source)
+ORIGINAL_CONTEXT_OF_ITS_OWN = {"phi3": 4096, "phi4_multimodal": 4096}
 
 
 def yarn_get_mscale(scale: float = 1.0, mscale: float = 1.0) -> float:
@@ -128,7 +132,7 @@ class Rope:
         """This rope as transformers hands it to an engine: a scaling of ``ORIGINAL_CONTEXT_FILLED`` without
         ``original_max_position_embeddings`` takes the model's ``max_position_embeddings``; with ``own`` (the
         original context the config holds outside its scaling, for a model type whose config class keeps one:
-        ``hf_config.ORIGINAL_CONTEXT_OF_ITS_OWN``) it takes that, whatever the scaling states."""
+        ``ORIGINAL_CONTEXT_OF_ITS_OWN``) it takes that, whatever the scaling states."""
         scaling = self.scaling or {}
         if self.rope_type not in ORIGINAL_CONTEXT_FILLED:
             return self

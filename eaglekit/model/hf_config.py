@@ -11,7 +11,7 @@ import math
 
 from ..errors import ConfigError
 from .config_view import ConfigView
-from .drafter import MLA, SLIDING, Drafter, Rope, Window
+from .drafter import MLA, ORIGINAL_CONTEXT_OF_ITS_OWN, SLIDING, Drafter, Rope, Window
 
 DEFAULT_ROPE_THETA = 10000.0  # transformers' LlamaConfig default, and what EAGLE's code assumes
 MLA_KEYS = ("kv_lora_rank", "qk_rope_head_dim")
@@ -108,23 +108,22 @@ def frequency_divisors(rope: Rope, dim: int) -> tuple[float, ...] | None:
     return tuple(divisors)
 
 
-# llama3 band factors and original context tried first when a rope is recovered from divisors: Llama 3.1's, 3.2's and
-# 3.3's configs all state these (with factor 8 or 32)
-# Model types whose transformers config class keeps an original_max_position_embeddings of its own (4096 unless the
-# config states another), which transformers puts in a llama3, yarn or longrope scaling in place of whatever the
-# scaling states (``standardize_rope_params``; Phi3Config, Phi4MultimodalConfig: transformers 5.19's and 5.24's source)
-ORIGINAL_CONTEXT_OF_ITS_OWN = {"phi3": 4096, "phi4_multimodal": 4096}
+def positive_int(value) -> int | None:
+    """A config value read leniently: a positive int, else None (for fields whose absence or oddity must not fail a read)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def own_original_context(view: ConfigView, model_type: str | None) -> int | None:
     """The original context transformers takes from outside the rope scaling for ``model_type`` (its config's
-    ``original_max_position_embeddings``, else the class's default); None for every other model type."""
+    ``original_max_position_embeddings``, else the class's default: ``ORIGINAL_CONTEXT_OF_ITS_OWN``); None for every
+    other model type."""
     if model_type not in ORIGINAL_CONTEXT_OF_ITS_OWN:
         return None
-    value = view.raw("original_max_position_embeddings")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else ORIGINAL_CONTEXT_OF_ITS_OWN[model_type]
+    return positive_int(view.raw("original_max_position_embeddings")) or ORIGINAL_CONTEXT_OF_ITS_OWN[model_type]
 
 
+# llama3 band factors and original context tried first when a rope is recovered from divisors: Llama 3.1's, 3.2's and
+# 3.3's configs all state these (with factor 8 or 32)
 LLAMA3_BANDS = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 
 

@@ -24,7 +24,7 @@ from ..io import jsonfile
 from ..io.locate import locate, looks_like_repo_id
 from ..model.config_view import ConfigView
 from ..model.drafter import Rope
-from ..model.hf_config import own_original_context, read_rope
+from ..model.hf_config import own_original_context, positive_int, read_rope
 
 TEXT_CONFIG_KEYS = ("text_config", "language_config", "llm_config")  # multimodal wrappers
 
@@ -140,14 +140,9 @@ def read_target_config(source: str | Path, *, weights: bool = False) -> TargetCo
         config_file=config_file,
         config_only=bool(config_file) or (not gguf_file and not any(p.suffix in WEIGHT_SUFFIXES for p in directory.iterdir())),
         rope_freqs=_rope_freqs(config, label) if gguf_file else None,
-        max_position_embeddings=_positive_int(view.raw("max_position_embeddings")),
+        max_position_embeddings=positive_int(view.raw("max_position_embeddings")),
         own_original_context=own_original_context(view, view.str("model_type", None)),
     )
-
-
-def _positive_int(value) -> int | None:
-    """A config value read leniently: a positive int, else None (a field nothing else here needs must not fail the read)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _gguf_rope(config: dict, rope: Rope, label: str) -> Rope:
