@@ -92,6 +92,12 @@ def mla_drafter(directory: Path, *, eagle31: bool = False, model_type: str = "ki
 LLAMA3_ROPE = {"rope_type": "llama3", "type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 16}
 
+
+def _neither(cfg: dict) -> None:
+    cfg.pop("max_position_embeddings", None)
+    cfg.update(rope_scaling={k: v for k, v in LLAMA3_ROPE.items() if k != "original_max_position_embeddings"})
+
+
 CASES = {
     "eagle3, kimi_k2, yarn rope": dict(),
     "eagle3, kimi_k2, llama3 rope read as DeepSeek's YaRN": dict(edit=lambda cfg: cfg.update(rope_scaling=LLAMA3_ROPE)),
@@ -99,6 +105,10 @@ CASES = {
     "eagle3, kimi_k2, llama3 rope without its original context": dict(
         edit=lambda cfg: cfg.update(max_position_embeddings=24, rope_scaling={k: v for k, v in LLAMA3_ROPE.items() if k != "original_max_position_embeddings"})),
     "eagle3.1 (fc_norm + norm_output), deepseek_v2, default rope": dict(eagle31=True, model_type="deepseek_v2", rope="default"),
+    # stating neither: transformers takes the config class's max_position_embeddings (model/drafter.py
+    # CONFIG_CLASS_MAX_POSITIONS: kimi_k2 4096, deepseek_v2 2048; with the two swapped vLLM was 7% off the reference)
+    "eagle3, kimi_k2, llama3 rope, neither its original context nor max_position_embeddings": dict(edit=_neither),
+    "eagle3, deepseek_v2, llama3 rope, neither its original context nor max_position_embeddings": dict(model_type="deepseek_v2", edit=_neither),
 }
 
 

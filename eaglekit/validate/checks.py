@@ -214,7 +214,8 @@ def check_config(x: CheckInput) -> list[Finding]:
 def _mla_rope_reading(d: Drafter) -> Finding:
     """An MLA drafter's scaled rope that is not YaRN: vLLM's DeepSeek attention runs it as DeepSeek's YaRN, or, without
     the factor or original context that reading needs, refuses to load the drafter."""
-    stated = d.rope.describe(list(ROPE_PARAMETERS.get(d.rope.rope_type, {})))
+    stated = _described(d.rope, d.rope_as_loaded, list(ROPE_PARAMETERS.get(d.rope.rope_type, {})), False,
+                        FILLED_CONTEXT if d.max_position_embeddings else DEFAULT_CONTEXT)
     missing = d.rope_as_loaded.reading_lacks(mla=True)
     if missing:
         return _f("rope.mla_reading", "error",
