@@ -91,11 +91,12 @@ def mla_drafter(directory: Path, *, eagle31: bool = False, model_type: str = "ki
 # factor and original context taken as YaRN's, betas and magnitudes defaulted (Rope.reading)
 LLAMA3_ROPE = {"rope_type": "llama3", "type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 16}
+LLAMA3_ROPE_UNSTATED = {k: v for k, v in LLAMA3_ROPE.items() if k != "original_max_position_embeddings"}
 
 
 def _neither(cfg: dict) -> None:
     cfg.pop("max_position_embeddings", None)
-    cfg.update(rope_scaling={k: v for k, v in LLAMA3_ROPE.items() if k != "original_max_position_embeddings"})
+    cfg.update(rope_scaling=LLAMA3_ROPE_UNSTATED)
 
 
 CASES = {
@@ -103,7 +104,7 @@ CASES = {
     "eagle3, kimi_k2, llama3 rope read as DeepSeek's YaRN": dict(edit=lambda cfg: cfg.update(rope_scaling=LLAMA3_ROPE)),
     # no original context: transformers gives vLLM max_position_embeddings (Rope.with_original_context)
     "eagle3, kimi_k2, llama3 rope without its original context": dict(
-        edit=lambda cfg: cfg.update(max_position_embeddings=24, rope_scaling={k: v for k, v in LLAMA3_ROPE.items() if k != "original_max_position_embeddings"})),
+        edit=lambda cfg: cfg.update(max_position_embeddings=24, rope_scaling=LLAMA3_ROPE_UNSTATED)),
     "eagle3.1 (fc_norm + norm_output), deepseek_v2, default rope": dict(eagle31=True, model_type="deepseek_v2", rope="default"),
     # stating neither: transformers takes the config class's max_position_embeddings (model/drafter.py
     # CONFIG_CLASS_MAX_POSITIONS: kimi_k2 4096, deepseek_v2 2048; with the two swapped vLLM was 7% off the reference)

