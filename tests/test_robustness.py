@@ -213,11 +213,20 @@ def temporaries(root: Path) -> list[Path]:
 
 
 def run_and_kill(cmd: list[str], when) -> bool:
-    """Start a conversion and SIGKILL it as soon as ``when()`` holds; True if it was killed, not finished."""
+    """Start a conversion and SIGKILL it as soon as ``when(own)`` holds, where ``own`` lists the temporaries of this
+    run alone (their names carry its PID; an earlier killed run's are removed by this one meanwhile); True if it was
+    killed, not finished. A temporary may vanish while it is looked at (renamed into place, or cleaned up): that
+    moment simply did not hold."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    out_parent = Path(cmd[cmd.index("convert") + 2]).parent
+    mark = f".out.eaglekit-tmp-{proc.pid}-"
     deadline = time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline:
-        if when():
+        try:
+            held = when([p for p in out_parent.iterdir() if p.name.startswith(mark)])
+        except FileNotFoundError:
+            held = False
+        if held:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             return True
@@ -230,12 +239,12 @@ def test_sigkill_mid_write_never_leaves_a_complete_looking_output(tmp_path):
     src = big_source(tmp_path / "src")
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "eaglekit", "convert", str(src), str(out), "--to", "speculators", "--max-shard-size", "2MB"]
-    files_in_temp = lambda n: lambda: any(len(list(t.iterdir())) >= n for t in temporaries(tmp_path))  # noqa: E731
+    files_in_temp = lambda n: lambda own: any(len(list(t.iterdir())) >= n for t in own)  # noqa: E731
     moments = {
         "temporary directory just created": files_in_temp(0),
         "first shard being written": files_in_temp(1),
         "several shards written": files_in_temp(4),
-        "config.json written, rename pending": lambda: any((t / "config.json").exists() for t in temporaries(tmp_path)),
+        "config.json written, rename pending": lambda own: any((t / "config.json").exists() for t in own),
     }
     for name, when in moments.items():
         killed = run_and_kill(cmd, when)
@@ -246,7 +255,7 @@ def test_sigkill_mid_write_never_leaves_a_complete_looking_output(tmp_path):
             subprocess.run(["rm", "-rf", str(out)], check=True)
         else:
             assert killed, f"{name}: the conversion neither finished nor was killed"
-    assert temporaries(tmp_path), "the killed runs left their hidden temporaries (cleaned by the next run)"
+            assert temporaries(tmp_path), f"{name}: the killed run left its hidden temporary (cleaned by the next run)"
     subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)  # re-running succeeds, and cleans up after the dead
     assert (out / "config.json").exists() and temporaries(tmp_path) == []
 
