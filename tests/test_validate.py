@@ -613,3 +613,11 @@ def test_a_drafter_stating_no_max_position_embeddings_takes_its_config_classs(tm
     assert "rope.target" not in ids_of(validate(src, target=target(tmp_path, rope_scaling={**unstated, "original_max_position_embeddings": 2048})))
     finding = next(f for f in validate(src, target=target(tmp_path, rope_scaling=LLAMA3_8)).findings if f.check == "rope.target")
     assert "original_max_position_embeddings 2048 (from its config class's default max_position_embeddings" in finding.message
+    # a Llama target stating neither takes LlamaConfig's 2048 as well: the same rope as this drafter's, and against a
+    # drafter stating 8192, the target's side of the message says where its 2048 came from
+    assert "rope.target" not in ids_of(validate(src, target=target(tmp_path, rope_scaling=unstated)))
+    eight_k = config(write_vllm(tmp_path / "8k", Dims()), lambda c: c.update(rope_theta=10000.0, rope_scaling=LLAMA3_8))
+    finding = next(f for f in validate(eight_k, target=target(tmp_path, rope_scaling=unstated)).findings if f.check == "rope.target")
+    assert finding.message.endswith("differs from the target's (theta 10000, llama3, original_max_position_embeddings 2048 (from its config "
+                                    "class's default max_position_embeddings: the config states neither)); engines use the "
+                                    "drafter's — right only if it was trained so"), finding.message

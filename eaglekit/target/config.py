@@ -23,7 +23,7 @@ from ..errors import CheckpointError, ConfigError
 from ..io import jsonfile
 from ..io.locate import locate, looks_like_repo_id
 from ..model.config_view import ConfigView
-from ..model.drafter import Rope
+from ..model.drafter import CONFIG_CLASS_MAX_POSITIONS, Rope
 from ..model.hf_config import own_original_context, positive_int, read_rope
 
 TEXT_CONFIG_KEYS = ("text_config", "language_config", "llm_config")  # multimodal wrappers
@@ -55,8 +55,11 @@ class TargetConfig:
 
     @property
     def rope_as_loaded(self) -> Rope:
-        """The rope as transformers hands it to an engine, its original context filled in."""
-        return self.rope.with_original_context(self.max_position_embeddings, own=self.own_original_context)
+        """The rope as transformers hands it to an engine, its original context filled in: from the target's own
+        original context, else its max_position_embeddings, else (stated neither) its config class's
+        (``CONFIG_CLASS_MAX_POSITIONS``), as for a drafter (``Drafter.rope_as_loaded``)."""
+        max_positions = self.max_position_embeddings or CONFIG_CLASS_MAX_POSITIONS.get(self.model_type)
+        return self.rope.with_original_context(max_positions, own=self.own_original_context)
 
     @property
     def name(self) -> str:

@@ -275,7 +275,7 @@ def check_target(x: CheckInput) -> list[Finding]:
     if differences:
         shown = [key for key in differences if key not in ("theta", "rope_type")]
         target_rope = _described(t.rope, t.rope_as_loaded, shown, deepseek_attention(t.architectures, t.model_type),
-                                 OWN_CONTEXT if t.own_original_context is not None else FILLED_CONTEXT)
+                                 OWN_CONTEXT if t.own_original_context is not None else _context_source(t))
         if t.rope_freqs is not None:  # a GGUF file's llama.cpp rope divisors: the rope its model runs (target.gguf_rope)
             target_rope += f", divided by the file's rope_freqs ({min(t.rope_freqs):g} to {max(t.rope_freqs):g})"
         drafter_rope = _described(d.rope, d.rope_as_loaded, shown, d.attention == "mla", _context_source(d))
@@ -317,9 +317,10 @@ DEFAULT_CONTEXT = "from its config class's default max_position_embeddings: the 
 OWN_CONTEXT = "the config's own, outside its rope scaling, which transformers puts in its place"
 
 
-def _context_source(d: Drafter) -> str:
-    """Where transformers takes a drafter's unstated original context from (``Drafter.rope_as_loaded``)."""
-    return FILLED_CONTEXT if d.max_position_embeddings else DEFAULT_CONTEXT
+def _context_source(model: "Drafter | TargetConfig") -> str:
+    """Where transformers takes a model's unstated original context from (``rope_as_loaded``), for a model with no
+    original context of its own."""
+    return FILLED_CONTEXT if model.max_position_embeddings else DEFAULT_CONTEXT
 
 
 def _described(stated: Rope, loaded: Rope, keys: list[str], mla: bool, source: str) -> str:
