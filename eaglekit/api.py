@@ -273,13 +273,23 @@ def survey(paths: "list[str | Path]", *, max_workers: int = 8, **options: Any) -
         return list(pool.map(one, paths))
 
 
+def _check_target(target: str) -> None:
+    """A ``--target`` that is not there (no such file, a Hub id missing from the cache) is told before torch is imported:
+    reading its config needs neither torch nor transformers (``read_target_config``)."""
+    from .target import read_target_config
+
+    read_target_config(target, weights=True)
+
+
 def verify(path: str | Path, *, target: str, progress: Callable[[str, int], object] | None = None, **options: Any) -> Verification:
     """Run the drafter on its target's hidden states and measure acceptance; ``options`` are ``VerifyOptions`` fields
     (``num_prompts``, ``max_new_tokens``, ``k``, ``engine``, ``reference``, ``against``, ...)."""
     from .io.locate import open_source
-    from .verify import VerifyOptions, verify as run
 
     with open_source(path, revision=options.pop("revision", None), mode="download") as located:
+        _check_target(target)
+        from .verify import VerifyOptions, verify as run  # torch: ~2 s, after the paths are known to be there
+
         report = document(path, False, run(located, VerifyOptions(target=target, **options), progress))
     report["origin"] = located.origin
     report["ok"] = report["passed"]  # `passed` stays for readers of schema version 0
@@ -291,6 +301,12 @@ def drift(path: str | Path, *, target: str, report: str | Path | None = None, pr
     """Measure attention drift, fed-back norms, fused-input balance and acceptance by context length; ``options`` are
     ``DriftOptions`` fields (``compare``, ``sink_tokens``, ``max_context``, ``prompts``, ``k``, ...). ``report``: a
     directory for report.json, PNG plots and report.html (needs matplotlib: ``eaglekit[report]``)."""
+    from .io.locate import refuse_missing
+
+    for drafter in (path, options.get("compare")):
+        if drafter is not None:
+            refuse_missing(drafter)  # before the target loads (~5 s), not after it
+    _check_target(target)
     from .verify.drift import DriftOptions, drift as run
     from .drift_report import require_matplotlib, write_report
 

@@ -362,3 +362,19 @@ def test_cprofile_of_a_command_writes_its_profile(drafter, tmp_path):
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     assert out.stat().st_size > 0
+
+
+@pytest.mark.parametrize("command", ["verify", "drift"])
+def test_a_wrong_path_is_told_before_torch_is_imported(command, drafter, tmp_path):
+    """verify and drift import torch (~2 s) and drift loads the target before its drafters (~5 s more): a drafter or
+    target that is not there is refused first, in one line, with nothing heavy imported."""
+    missing = run(tmp_path, command, tmp_path / "no-drafter", "--target", tmp_path / "target.gguf")
+    assert missing["exit"] == 2 and "no-drafter: no such checkpoint directory" in missing["stderr"], missing["stderr"]
+    no_target = run(tmp_path, command, drafter, "--target", tmp_path / "target.gguf")
+    assert no_target["exit"] == 2 and "target.gguf: no such GGUF file" in no_target["stderr"], no_target["stderr"]
+    for result in (missing, no_target):
+        assert [m for m in result["modules"] if m in HEAVY] == [], result["modules"]
+    if command == "drift":
+        compared = run(tmp_path, command, drafter, "--target", tmp_path / "target.gguf", "--compare", tmp_path / "no-other")
+        assert compared["exit"] == 2 and "no-other: no such checkpoint directory" in compared["stderr"], compared["stderr"]
+        assert [m for m in compared["modules"] if m in HEAVY] == []

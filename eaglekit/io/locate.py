@@ -157,6 +157,14 @@ def _offline() -> bool:
     return bool(is_offline() if callable(is_offline) else constants.HF_HUB_OFFLINE)
 
 
+def refuse_missing(source: "str | Path", what: str = "checkpoint", revision: str | None = None) -> None:
+    """Raise what ``open_source`` says of ``source`` when it is neither an existing path nor a possible Hub id: callers
+    about to do slow work first (import torch, load a target) ask before it."""
+    path = Path(str(source)).expanduser()
+    if not path.exists() and not looks_like_repo_id(split_revision(str(source), revision)[0]):
+        raise CheckpointError(f"{source}: no such {what} directory")
+
+
 @contextmanager
 def open_source(
     source: "str | Path | Located",
@@ -183,8 +191,7 @@ def open_source(
         yield Located(located.directory, located.roots, label=text, origin={"kind": "local", "path": text})
         return
     repo_id, rev = split_revision(text, revision)
-    if not looks_like_repo_id(repo_id):
-        raise CheckpointError(f"{source}: no such {what} directory")
+    refuse_missing(text, what, revision)
     if _offline():
         directory = _from_hub_cache(repo_id, rev)
         if directory is None:
