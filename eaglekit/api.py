@@ -107,6 +107,7 @@ def inspect(path: str | Path, *, source_dialect: str = "auto", norm_output_seman
     instead). ``data["origin"]`` says which was used, with the commit and the bytes read."""
     from . import dialects
     from .describe import describe
+    from .engines import envs
     from .io.locate import open_source
 
     with open_source(path, revision=revision, mode="download" if download else "headers") as located:
@@ -284,9 +285,11 @@ def _check_target(target: str) -> None:
 def verify(path: str | Path, *, target: str, progress: Callable[[str, int], object] | None = None, **options: Any) -> Verification:
     """Run the drafter on its target's hidden states and measure acceptance; ``options`` are ``VerifyOptions`` fields
     (``num_prompts``, ``max_new_tokens``, ``k``, ``engine``, ``reference``, ``against``, ...)."""
+    from .engines import envs
     from .io.locate import open_source
 
     with open_source(path, revision=options.pop("revision", None), mode="download") as located:
+        envs.require_environment(options.get("against"), options.get("vllm_python"))
         _check_target(target)
         from .verify import VerifyOptions, verify as run  # torch: ~2 s, after the paths are known to be there
 

@@ -49,6 +49,13 @@ def python_for(spec: str) -> Path:
     return python
 
 
+def require_environment(against: str | None, vllm_python: str | None = None) -> None:
+    """Before any work: the environment ``--against RELEASE`` runs in is installed (``--vllm-python``, or ``vllm``
+    importable beside eaglekit, needs none)."""
+    if against not in (None, "vllm") and not vllm_python:
+        python_for(against)
+
+
 def installed() -> list[dict]:
     root = engines_dir()
     if not root.is_dir():

@@ -45,8 +45,7 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
     """Run the verification and return the report (a dict following schemas/verify.schema.json)."""
     if options.hidden_states and options.against:
         raise UsageError("--against vllm runs the target itself; it cannot use --hidden-states")
-    if options.against not in (None, "vllm") and not options.vllm_python:
-        envs.python_for(options.against)  # before any work: is that release's environment there?
+    envs.require_environment(options.against, options.vllm_python)
     verifier = Verifier(options, progress)
     if options.against:
         served_rope(verifier.target_config)  # refuses, before any work, a target vLLM cannot be told to run as verify does
