@@ -107,7 +107,6 @@ def inspect(path: str | Path, *, source_dialect: str = "auto", norm_output_seman
     instead). ``data["origin"]`` says which was used, with the commit and the bytes read."""
     from . import dialects
     from .describe import describe
-    from .engines import envs
     from .io.locate import open_source
 
     with open_source(path, revision=revision, mode="download" if download else "headers") as located:
