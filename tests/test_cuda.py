@@ -80,3 +80,21 @@ def test_verify_on_cuda(tmp_path):
     assert gpu["every_position"] == cpu["every_position"] and gpu["trajectory"] == cpu["trajectory"]
     half = run(device="cuda", dtype="bfloat16")
     assert half["dtype"] == "bfloat16" and half["every_position"]["acceptance_length"] > 1.5
+
+
+def test_a_half_precision_decode_on_cuda_runs_no_cudnn_attention(tmp_path):
+    """bf16 attention on an H100 goes to cuDNN by default, which plans every new key length on the host (the example
+    pair's bf16 generation took 3-4x fp32's); the target's decode keeps it off (runner._without_cudnn_attention)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from eaglekit.target import read_target_config
+    from eaglekit.target.runner import TargetModel
+
+    pair = tiny_pair.build(tmp_path, eagle="3.1", steps=10)
+    target = TargetModel.load(read_target_config(pair["target"]), device="cuda", dtype=torch.bfloat16)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        decoded = target.decode_batch([[1, 2, 3, 4, 5], [6, 7, 8]], 6, capture=(2,))
+    names = {event.key for event in prof.key_averages()}
+    assert any("attention" in name for name in names)  # attention ran, through some kernel
+    assert not any("cudnn_attention" in name for name in names)
+    assert len(decoded) == 2 and decoded[0].tokens.shape[0] > 5

@@ -1,7 +1,8 @@
 """Loading the target runs with Python's cyclic garbage collector off (``runner._no_cyclic_gc``: importing transformers'
 model code and parsing a GGUF file only grow the heap, and each full collection over it freed next to nothing) and
 gives the collector back as it found it, whether the load succeeds or fails); a GGUF file is parsed once while it loads
-(``runner._gguf_loader``)."""
+(``runner._gguf_loader``); on CUDA the target's forwards keep attention off cuDNN's kernels
+(``runner._without_cudnn_attention``)."""
 
 from __future__ import annotations
 
@@ -97,3 +98,32 @@ def test_a_gguf_file_is_parsed_once_while_the_target_loads_and_gguf_is_itself_ag
     with pytest.raises(OSError), _gguf_loader():
         raise OSError("the load failed")
     assert gguf.GGUFReader is reader_class and gguf.get_tensor_name_map is name_map
+
+
+@pytest.mark.parametrize("device, cudnn_inside", [("cuda", False), ("cuda:1", False), ("cpu", True)])
+def test_a_cuda_targets_forwards_run_without_cudnn_attention_and_leave_the_switches_as_they_were(device, cudnn_inside):
+    """cuDNN's attention builds a plan on the host for every new key length (2.8 ms a decode step's call, bf16 on an
+    H100): on CUDA the target's methods run with it off, flash and memory-efficient attention on; a CPU target's
+    leave the switches alone; either way they are as before afterwards, also when the method raises."""
+    import torch
+
+    from eaglekit.target.runner import _without_cudnn_attention
+
+    class Target:
+        def __init__(self, device):
+            self.device = device
+
+        @_without_cudnn_attention
+        def switches(self, fail=False):
+            seen = (torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled(),
+                    torch.backends.cuda.mem_efficient_sdp_enabled())
+            if fail:
+                raise RuntimeError("the forward failed")
+            return seen
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    assert before  # torch's default, which this test relies on
+    assert Target(device).switches() == (cudnn_inside, True, True)
+    with pytest.raises(RuntimeError):
+        Target(device).switches(fail=True)
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before

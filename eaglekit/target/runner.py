@@ -68,6 +68,27 @@ def _no_cyclic_gc():
             gc.enable()
 
 
+def _without_cudnn_attention(method):
+    """Run a ``TargetModel`` method with attention kept off cuDNN's kernels on CUDA.
+
+    Given half-precision inputs on an H100, torch's scaled-dot-product attention picks cuDNN's, which builds an
+    execution plan for every new shape on the host, and a KV-cached decode feeds a new key length at every step: the
+    example pair's 20-prompt verify in bf16 spent 14-16 s generating where fp32 (which cuDNN's kernel does not take)
+    spent 3.5-5.4 s, and a profile put 2.8 ms of host time in each cuDNN attention call (torch 2.11, 2026-11-26). Flash
+    and memory-efficient attention (and the math fallback) keep their usual order; fp32 runs the kernel it ran."""
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        if torch.device(self.device).type != "cuda":
+            return method(self, *args, **kwargs)
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+            return method(self, *args, **kwargs)
+
+    return run
+
+
 def pick_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -246,6 +267,7 @@ class TargetModel:
             return set()
         return {int(i) for i in (ids if isinstance(ids, (list, tuple)) else [ids])}
 
+    @_without_cudnn_attention
     @torch.no_grad()
     def generate(self, prompt_ids: list[int], max_new_tokens: int) -> torch.Tensor:
         """The target's greedy continuation: prompt + new tokens, as one id tensor on the CPU."""
@@ -267,6 +289,7 @@ class TargetModel:
         """``generate`` for several prompts at once, the same tokens (``decode_batch`` without capture)."""
         return [d.tokens for d in self.decode_batch(prompts, max_new_tokens, batch_size=batch_size, padding=padding)]
 
+    @_without_cudnn_attention
     @torch.inference_mode()  # not just no_grad: no version counters or view tracking, 3-7% of the demo's decode
     def decode_batch(self, prompts: list[list[int]], max_new_tokens: int, *, batch_size: int = 16, padding: float = PADDING,
                      capture: tuple[int, ...] = (), keep_bytes: int = 0) -> list[Decoded]:
@@ -420,6 +443,7 @@ class TargetModel:
                 kept = SequencePass(len(prompt) - 1, logits[row, : stop + 1], DynamicCache(ddp_cache_data=rows))  # a view: one block for the group
             yield Decoded(tokens, {k: v[row, first : first + tokens.shape[0]].clone() for k, v in joined.items()}, kept)
 
+    @_without_cudnn_attention
     @torch.no_grad()
     def aux_states(self, tokens: torch.Tensor, layer_ids: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         """(aux [S, n*T] concatenated in ascending layer order, target greedy next tokens [S])."""
@@ -437,6 +461,7 @@ class TargetModel:
         states = [captured["pre_norm"][0] if k == L else out.hidden_states[k][0] for k in ids]
         return torch.cat(states, dim=-1), out.logits[0].argmax(-1)
 
+    @_without_cudnn_attention
     @torch.no_grad()
     def sequence_pass(self, tokens: torch.Tensor, keep: torch.Tensor):
         """One pass over ``tokens`` that keeps its KV cache: (next-token logits at the positions ``keep`` [n, V], the
@@ -445,6 +470,7 @@ class TargetModel:
         out = self.model(tokens[None].to(self.model.device), use_cache=True, logits_to_keep=keep.to(self.model.device))
         return out.logits[0].float(), _returned_cache(out)
 
+    @_without_cudnn_attention
     @torch.no_grad()
     def chain_logits(self, cache, seq_len: int, starts: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
         """The target's next-token logits after each chain's drafted prefix: row m (1 <= m < K) of chain j follows
