@@ -273,12 +273,15 @@ def survey(paths: "list[str | Path]", *, max_workers: int = 8, **options: Any) -
         return list(pool.map(one, paths))
 
 
-def _check_target(target: str) -> None:
-    """A ``--target`` that is not there (no such file, a Hub id missing from the cache) is told before torch is imported:
-    reading its config needs neither torch nor transformers (``read_target_config``)."""
+def _check_target(target: str, command: str, hidden_states: str | None = None) -> None:
+    """A ``--target`` that is not there (no such file, a Hub id missing from the cache), or holds no weights where the
+    command runs it, is told before torch is imported: reading its config needs neither torch nor transformers
+    (``read_target_config``); the ``Verifier`` asks the same of library callers."""
     from .target import read_target_config
 
-    read_target_config(target, weights=True)
+    config = read_target_config(target, weights=True)
+    if not hidden_states:
+        config.require_weights(f"{command} runs the target model")
 
 
 def verify(path: str | Path, *, target: str, progress: Callable[[str, int], object] | None = None, **options: Any) -> Verification:
@@ -289,7 +292,7 @@ def verify(path: str | Path, *, target: str, progress: Callable[[str, int], obje
 
     with open_source(path, revision=options.pop("revision", None), mode="download") as located:
         envs.require_environment(options.get("against"), options.get("vllm_python"))
-        _check_target(target)
+        _check_target(target, "verify", options.get("hidden_states"))
         from .verify import VerifyOptions, verify as run  # torch: ~2 s, after the paths are known to be there
 
         report = document(path, False, run(located, VerifyOptions(target=target, **options), progress))
@@ -308,7 +311,7 @@ def drift(path: str | Path, *, target: str, report: str | Path | None = None, pr
     for drafter in (path, options.get("compare")):
         if drafter is not None:
             refuse_missing(drafter)  # before the target loads (~5 s), not after it
-    _check_target(target)
+    _check_target(target, "drift")
     from .verify.drift import DriftOptions, drift as run
     from .drift_report import require_matplotlib, write_report
 

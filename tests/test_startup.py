@@ -378,3 +378,20 @@ def test_a_wrong_path_is_told_before_torch_is_imported(command, drafter, tmp_pat
         compared = run(tmp_path, command, drafter, "--target", tmp_path / "target.gguf", "--compare", tmp_path / "no-other")
         assert compared["exit"] == 2 and "no-other: no such checkpoint directory" in compared["stderr"], compared["stderr"]
         assert [m for m in compared["modules"] if m in HEAVY] == []
+
+
+@pytest.mark.parametrize("command", ["verify", "drift"])
+def test_a_target_without_weights_and_a_chain_of_nothing_are_told_before_torch_is_imported(command, drafter, config_only_target, tmp_path):
+    """A config-only target, and K or the continuation's length below 1 (verify reported AL 1.000 over 0 drafts for
+    ``--max-new-tokens 0`` after loading its target), are refused in one line with nothing heavy imported."""
+    weightless = run(tmp_path, command, drafter, "--target", config_only_target)
+    assert weightless["exit"] == 2 and "holds no weights" in weightless["stderr"], weightless["stderr"]
+    assert f"{command} runs the target model" in weightless["stderr"]
+    assert [m for m in weightless["modules"] if m in HEAVY] == [], weightless["modules"]
+    for option in ("--num-speculative-tokens", "--max-new-tokens"):
+        nothing = run(tmp_path, command, drafter, "--target", config_only_target, option, "0")
+        assert nothing["exit"] == 2 and option in nothing["stderr"] and "x>=1" in nothing["stderr"], nothing["stderr"]
+        assert [m for m in nothing["modules"] if m in HEAVY] == [], nothing["modules"]
+    if command == "verify":  # --hidden-states runs no target: a config is all it needs, so it is not refused for that
+        stored = run(tmp_path, command, drafter, "--target", config_only_target, "--hidden-states", tmp_path / "no-states.pt")
+        assert "holds no weights" not in stored["stderr"], stored["stderr"]

@@ -70,8 +70,8 @@ def render(r: dict) -> str:
 @click.option("--target", required=True, metavar="MODEL", help="The target model, with its weights: a local directory, a Hub id in the local cache, or a .gguf file.")
 @click.option("--prompts", "prompts_file", metavar="FILE.jsonl", help="Prompts, one JSON object per line: prompt, messages or input_ids (default: built-in chat/code/math/long-context set).")
 @click.option("--num-prompts", type=click.IntRange(min=1), help="Use only the first N prompts.")
-@click.option("--max-new-tokens", type=int, default=64, show_default=True, help="Length of each greedy continuation.")
-@click.option("--num-speculative-tokens", "k", type=int, default=3, show_default=True, help="K, the drafted chain length.")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=64, show_default=True, help="Length of each greedy continuation.")
+@click.option("--num-speculative-tokens", "k", type=click.IntRange(min=1), default=3, show_default=True, help="K, the drafted chain length.")
 @engine_option
 @click.option("--reference", metavar="SRC", help="Another checkpoint of the same drafter (e.g. a conversion's source): parity per draft step.")
 @click.option("--against", type=AGAINST, metavar="vllm|vllm==X", help="Also run vLLM itself and compare acceptance and logits: the vLLM installed "

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError, UsageError
 from ..io import jsonfile
 from ..io.locate import locate, looks_like_repo_id
 from ..model.config_view import ConfigView
@@ -65,6 +65,11 @@ class TargetConfig:
     def name(self) -> str:
         """What a drafter should record as its verifier: the Hub id when known, else the path (a config file's directory)."""
         return self.hub_id or (str(self.directory) if self.config_file else self.source)
+
+    def require_weights(self, why: str) -> None:
+        """Refuse a config-only target (``weights_needed``'s line) for a command that runs it."""
+        if self.config_only:
+            raise UsageError(self.weights_needed(why))
 
     def weights_needed(self, why: str) -> str:
         """The one-line refusal for a command that runs the target (``why``: "verify runs the target model")."""

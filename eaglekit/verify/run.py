@@ -106,14 +106,16 @@ class Verifier:
     def __init__(self, options: VerifyOptions, progress: Callable[[str, int], object] | None = None):
         if options.k < 1:
             raise UsageError("--num-speculative-tokens must be at least 1")
+        if options.max_new_tokens < 1:
+            raise UsageError("--max-new-tokens must be at least 1")
         if options.dtype not in DTYPES:
             raise UsageError(f"--dtype {options.dtype!r}: one of {', '.join(DTYPES)}")
         self.options = options
         self.device = pick_device(options.device)
         self.dtype = DTYPES[options.dtype]
         self.target_config = read_target_config(options.target, weights=True)
-        if self.target_config.config_only and not options.hidden_states:  # before anything loads (a config is enough for --hidden-states)
-            raise UsageError(self.target_config.weights_needed(f"{options.command} runs the target model"))
+        if not options.hidden_states:  # before anything loads (a config is enough for --hidden-states)
+            self.target_config.require_weights(f"{options.command} runs the target model")
         self.progress = progress
         self.target: TargetModel | None = None
         self.sequences: list[tuple[Prompt, torch.Tensor]] = []  # prompt + continuation (continuation_length tokens)
