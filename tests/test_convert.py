@@ -26,7 +26,7 @@ from drafters import (
 )
 from eaglekit import dialects
 from eaglekit.convert import ConvertOptions, convert, plan_conversion
-from eaglekit.errors import OutputExistsError, UnsupportedError, UsageError, ValidationFailed
+from eaglekit.errors import ConfigError, OutputExistsError, UnsupportedError, UsageError, ValidationFailed
 
 SOURCES = {
     "eagle": lambda p: write_eagle(p, Dims()),
@@ -529,3 +529,54 @@ def test_dry_run_says_what_would_happen_to_out(tmp_path, cli):
         assert not d["needs_force"] and d["replaces"] == [] and "not replaced even with --force" in d["refusal"] and "notes.txt" in d["refusal"]
         assert "output: the conversion would stop: " in text
     assert (out / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("to", ["vllm", "sglang"])
+def test_a_kimi_k2_drafter_stating_no_context_keeps_its_yarn_original_context_through_convert(tmp_path, to):
+    """A kimi_k2 MLA drafter stating no max_position_embeddings and a YaRN scaling without its original context gets
+    DeepseekV3Config's 4096 for it from its config class; the converted config used to state 2048 (LlamaConfig's), so
+    that the engine ran another rope after conversion."""
+
+    def strip(cfg):
+        cfg.pop("max_position_embeddings", None)
+        cfg["rope_scaling"] = {"type": "yarn", "factor": 4.0, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
+
+    src = edit_config(write_vllm(tmp_path / "src", Dims(mla=mla_dims())), strip)
+    with dialects.load(src) as loaded:
+        before = loaded.drafter.rope_as_loaded
+    assert loaded.drafter.model_type == "kimi_k2" and before.scaling["original_max_position_embeddings"] == 4096
+    convert(src, tmp_path / "out", ConvertOptions(to=to))
+    with dialects.load(tmp_path / "out") as loaded:
+        after = loaded.drafter.rope_as_loaded
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["max_position_embeddings"] == 4096
+    assert before.differences(after, mla=True, other_mla=True) == []
+
+
+def test_speculators_proposal_methods_and_token_ids_survive_a_round_trip(tmp_path):
+    """speculative_tokens (the lookahead vLLM serves a speculators drafter with) was written as 3 whatever the source
+    said, and HF token ids were lost through the speculators format, which carries none: both now ride in eaglekit's
+    block where the format has no place for them."""
+
+    def k5(cfg):
+        cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = 5
+
+    src = edit_config(write_speculators(tmp_path / "src", Dims()), k5)
+    convert(src, tmp_path / "vllm", ConvertOptions(to="vllm"))
+    convert(tmp_path / "vllm", tmp_path / "back", ConvertOptions(to="speculators"))
+    back = json.loads((tmp_path / "back" / "config.json").read_text())
+    assert back["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == 5
+
+    ids = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
+    sf = edit_config(write_specforge(tmp_path / "sf", Dims()), lambda cfg: cfg.update(ids))
+    convert(sf, tmp_path / "spec", ConvertOptions(to="speculators"))
+    convert(tmp_path / "spec", tmp_path / "sf-back", ConvertOptions(to="sglang"))
+    again = json.loads((tmp_path / "sf-back" / "config.json").read_text())
+    assert {k: again.get(k) for k in ids} == ids
+
+
+def test_a_malformed_speculators_proposal_list_is_a_one_line_config_error(tmp_path):
+    src = edit_config(write_speculators(tmp_path / "src", Dims()),
+                      lambda cfg: cfg["speculators_config"]["proposal_methods"][0].update(speculative_tokens=0))
+    with pytest.raises(ConfigError, match=r"proposal_methods\[0\]\.speculative_tokens should be an integer >= 1"):
+        convert(src, tmp_path / "out", ConvertOptions(to="vllm"))
+    assert not (tmp_path / "out").exists()

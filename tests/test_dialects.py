@@ -254,3 +254,15 @@ def test_inspect_names_only_the_31_flags_that_are_set(fc_norm, norm_output, labe
     src = write_vllm(tmp_path / "s", Dims(fc_norm=fc_norm), norm_output=norm_output)
     line = next(l for l in cli("inspect", src).stdout.splitlines() if l.startswith("EAGLE"))
     assert line.split(None, 1)[1].strip() == label
+
+
+def test_a_torchspec_vllm_export_of_a_kimi_k2_drafter_has_no_conflict_between_its_two_id_locations(tmp_path):
+    """Both locations of a TorchSpec --vllm kimi_k2 export hold input-of-layer ids; they used to be compared with the
+    nested ones read output-of-layer first, so that a false aux.conflicting_locations warning preceded the note."""
+    from drafters import mla_dims
+
+    src = write_torchspec(tmp_path / "ts", Dims(mla=mla_dims(), Vd=64), vllm_export=True)
+    with dialects.load(src) as loaded:
+        checks = [n.check for n in loaded.notes]
+        assert loaded.dialect == "torchspec" and loaded.drafter.aux.convention == "input"
+    assert "aux.conflicting_locations" not in checks and "aux.convention" in checks

@@ -226,3 +226,29 @@ def test_aux_layers_decides_too(tmp_path, cli):
     src = write_issue14_mla(tmp_path / "mla")
     cli("convert", src, tmp_path / "out", "--to", "vllm", "--aux-layers", "1,3,4")
     assert json.loads((tmp_path / "out" / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4]
+
+
+def test_vllm_ids_only_in_eagle_config_without_evidence_are_reported_with_both_conventions(tmp_path, cli):
+    """An MLA drafter as SGLang's writer lays it out (vLLM's Eagle3DeepseekV2ForCausalLM, layers.N.* tensors) with
+    output-of-layer ids [1, 4, 5] in eagle_config only and no eaglekit block: it scores as vllm, which reads those ids
+    input-of-layer. That reading used to be taken in silence, one layer off; both are reported now, and --target or
+    --aux-layers decides."""
+    from drafters import mla_dims
+
+    src = write_vllm(tmp_path / "src", Dims(mla=mla_dims()), ids=[2, 5, 6])
+
+    def sglang_style(cfg):
+        cfg.pop("eaglekit", None)
+        cfg.pop("eagle_aux_hidden_state_layer_ids", None)
+        cfg.setdefault("eagle_config", {})["eagle_aux_hidden_state_layer_ids"] = [1, 4, 5]
+
+    src = edit_config(src, sglang_style)
+    info = json.loads(cli("inspect", src, "--json").stdout)
+    assert info["ambiguous"] and info["ambiguity"]["kind"] == "convention"
+    assert sorted(r["input_ids"] for r in info["ambiguity"]["readings"]) == [[1, 4, 5], [2, 5, 6]]
+    result = cli("convert", src, tmp_path / "out", "--to", "sglang", expect=2)
+    assert "--aux-layers" in result.stderr and not (tmp_path / "out").exists()
+    # vLLM's default capture layers (2, L//2, L-3) settle it: the ids are input-of-layer
+    default = edit_config(write_vllm(tmp_path / "default", Dims(mla=mla_dims()), ids=[2, 5, 6]), sglang_style)
+    edit_config(default, lambda cfg: cfg["eagle_config"].update(eagle_aux_hidden_state_layer_ids=[2, 5, 7]))
+    assert not json.loads(cli("inspect", default, "--json").stdout)["ambiguous"]

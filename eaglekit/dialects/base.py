@@ -56,6 +56,8 @@ class NameMap:
 
 
 # Aliases every reader accepts: SGLang's legacy per-aux norm names and a third-party converter's name.
+# HF keys harmless to any engine that ride along from source to output (``Drafter.extra_config``)
+CARRIED_HF_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
 LEGACY_FC_NORM_ALIASES = {
     "aux_norm_low.weight": "fc_norm.0.weight",
     "aux_norm_mid.weight": "fc_norm.1.weight",
@@ -378,7 +380,7 @@ class Dialect:
             dtype=_dominant_dtype(infos),
             tensors=frozenset(names),
             provenance=_provenance(self.name, self.framework(ckpt), _eaglekit_block(top)),
-            extra_config={k: ckpt.config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if k in ckpt.config},
+            extra_config={k: ckpt.config[k] for k in CARRIED_HF_KEYS if k in ckpt.config},
             **fields,
         )
         drafter = self.adjust(drafter, top, ckpt, notes)
@@ -390,6 +392,13 @@ class Dialect:
             drafter = drafter.with_(verifier=block["verifier"], verifier_architectures=tuple(archs) if isinstance(archs, list) else ())
         if isinstance(block.get("model_type"), str) and block["model_type"] in MLA_MODEL_TYPES and drafter.attention == "mla":
             drafter = drafter.with_(model_type=block["model_type"])  # a writer had to spell it differently for its engine
+        # what a format with no place for it left to eaglekit's block: speculators' proposal methods, HF token ids
+        if not drafter.proposals and isinstance(block.get("speculators_proposals"), dict):
+            drafter = drafter.with_(proposals=dict(block["speculators_proposals"]))
+        kept = block.get("extra_config") if isinstance(block.get("extra_config"), dict) else {}
+        missing = {k: v for k, v in kept.items() if k in CARRIED_HF_KEYS and k not in drafter.extra_config}
+        if missing:
+            drafter = drafter.with_(extra_config={**drafter.extra_config, **missing})
         return LoadedDrafter(drafter, ckpt, self.name, detection, names, unknown, notes, ambiguity)
 
     # hooks a dialect may override --------------------------------------------------------------------
@@ -409,7 +418,7 @@ class Dialect:
 
     def read_aux_ids(self, config: dict, top: ConfigView, names: dict, notes: list[Finding]) -> AuxLayers:
         found: list[tuple[str, tuple[int, ...], Convention]] = []
-        for location, convention in self.rules.aux_ids:
+        for location, convention in self.aux_id_rules(config, names, notes):
             value = lookup(config, location)
             if value is None:
                 continue
@@ -433,6 +442,12 @@ class Dialect:
                 )
         return AuxLayers(ids, convention)
 
+    def aux_id_rules(self, config: dict, names: dict, notes: list[Finding]) -> tuple[tuple[str, Convention], ...]:
+        """Where this checkpoint's aux ids are read from, each location with its convention (default: the dialect's
+        ``rules.aux_ids``). Hook: a producer that writes another convention under some condition says so here, before
+        the locations are compared."""
+        return self.rules.aux_ids
+
     def aux_location(self, config: dict) -> str | None:
         """The config key the aux ids were read from (the first recorded location, as ``read_aux_ids`` picks it)."""
         for location, _ in self.rules.aux_ids:
@@ -446,28 +461,36 @@ class Dialect:
         return None
 
     def convention_ambiguity(self, aux: AuxLayers, location: str | None, ckpt: Checkpoint) -> Ambiguity | None:
-        """Without a target: output-of-layer ids in ``eagle_config`` that no evidence confirms are reported with both
+        """Without a target: ids in ``eagle_config`` alone, whose convention no evidence confirms, are reported with both
         readings instead of one being chosen. NVIDIA's gpt-oss-120b v3 drafter writes input-of-layer ids there
-        ([24, 30, 36] on 36 layers, sglang#32334) and its long-context variant output-of-layer ones ([1, 17, 32]), so
-        the location and the producer alone do not decide. Evidence that does: the ids are the output-of-layer default
-        (1, L//2-1, L-4) for some L; SpecForge's/EAGLE's own ``midlayer.*`` tensor names; the same layers recorded at
-        the top level too; an eaglekit block naming them; the dialect's producer metadata (``pins_convention``)."""
-        if aux.ids is None or aux.convention != OUTPUT or location is None or not location.startswith("eagle_config."):
+        ([24, 30, 36] on 36 layers, sglang#32334) and its long-context variant output-of-layer ones ([1, 17, 32]); SGLang's
+        and SpecForge's MLA drafters carry vLLM's architecture string with output-of-layer ids there, so the location
+        and the producer alone do not decide. Evidence that does: the ids are the default of the convention read (1,
+        L//2-1, L-4 output-of-layer; 2, L//2, L-3 input-of-layer) for some L; for output-of-layer ids, SpecForge's/EAGLE's
+        own ``midlayer.*`` tensor names; the same layers recorded at the top level too; an eaglekit block naming them;
+        the dialect's producer metadata (``pins_convention``)."""
+        if aux.ids is None or location is None or not location.startswith("eagle_config."):
             return None
         config = ckpt.config or {}
-        if is_output_default(aux.ids) or has_prefix(ckpt.tensors, "midlayer.") or self.pins_convention(ckpt):
+        if self.pins_convention(ckpt):
+            return None
+        if aux.convention == OUTPUT and (is_output_default(aux.ids) or has_prefix(ckpt.tensors, "midlayer.")):
+            return None
+        if aux.convention == INPUT and is_input_default(aux.ids):
             return None
         if isinstance(config.get("eagle_aux_hidden_state_layer_ids"), list):
             return None  # both locations recorded: aux.conflicting_locations speaks if they disagree
         recorded = (config.get("eaglekit") or {}).get("aux_layer_ids_input_convention") if isinstance(config.get("eaglekit"), dict) else None
         if isinstance(recorded, list) and tuple(recorded) == aux.as_input():
             return None
+        as_read = Reading(self.name, aux.convention, aux.ids, f"{location} read as {self.name} does: {aux.convention}-of-layer")
+        if aux.convention == OUTPUT:
+            other = Reading(self.name, INPUT, aux.ids, "the same ids already input-of-layer (boundary ids)")
+        else:
+            other = Reading(self.name, OUTPUT, aux.ids, "the same ids output-of-layer, as SGLang and SpecForge write them there")
         return Ambiguity(
             "convention",
-            (
-                Reading(self.name, OUTPUT, aux.ids, f"{location} read as {self.name} does: output-of-layer"),
-                Reading(self.name, INPUT, aux.ids, "the same ids already input-of-layer (boundary ids)"),
-            ),
+            (as_read, other),
             "pass --target to validate or convert (a reading naming a layer outside the target's 0..L is discarded) or --aux-layers",
         )
 
@@ -518,6 +541,10 @@ class Dialect:
         if self.carries_extra_config:
             config.update(drafter.extra_config)
         config["eaglekit"] = provenance_block(drafter, self.name)
+        if not self.carries_extra_config and drafter.extra_config:
+            config["eaglekit"]["extra_config"] = dict(drafter.extra_config)  # for the way back
+        if drafter.proposals and "speculators_config" not in config:
+            config["eaglekit"]["speculators_proposals"] = drafter.proposals  # for the way back
         return config
 
     def config_keys(self, drafter: Drafter) -> dict:
@@ -546,6 +573,15 @@ class Dialect:
             return fc.shape[1] // T
         fc_norms = [c for c in infos if c.startswith("fc_norm.")]
         return len(fc_norms) or 3
+
+
+def is_input_default(ids: tuple[int, ...]) -> bool:
+    """The ids are vLLM's default capture layers (2, L//2, L-3) for some target depth L."""
+    if len(ids) != 3:
+        return False
+    from ..model.drafter import default_aux_ids
+
+    return tuple(sorted(ids)) == default_aux_ids(max(ids) + 3)
 
 
 def is_output_default(ids: tuple[int, ...]) -> bool:

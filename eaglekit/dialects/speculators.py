@@ -66,6 +66,7 @@ class SpeculatorsDialect(Dialect):
         if verifier is not None:
             changes["verifier"] = verifier.str("name_or_path", None)
             changes["verifier_architectures"] = verifier.str_list("architectures", ())
+        changes["proposals"] = read_proposals(top)
         return d.with_(**changes)
 
     def framework(self, ckpt: Checkpoint) -> str | None:
@@ -97,10 +98,7 @@ class SpeculatorsDialect(Dialect):
             "speculators_version": SPECULATORS_FORMAT_VERSION,
             "speculators_config": {
                 "algorithm": "eagle3",
-                "proposal_methods": [
-                    {"proposal_type": "greedy", "speculative_tokens": 3, "verifier_accept_k": 1, "accept_tolerance": 0.0}
-                ],
-                "default_proposal_method": "greedy",
+                **(d.proposals or DEFAULT_PROPOSALS),
                 "verifier": {"name_or_path": d.verifier, "architectures": list(d.verifier_architectures)},
             },
             "transformer_layer_config": layer,
@@ -116,6 +114,35 @@ class SpeculatorsDialect(Dialect):
         if d.dtype:
             config["torch_dtype"] = d.dtype
         return config
+
+
+# What the writer states when the source stated no proposal methods (speculators' greedy default, 3 tokens).
+DEFAULT_PROPOSALS = {
+    "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3, "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+    "default_proposal_method": "greedy",
+}
+
+
+def read_proposals(top: ConfigView) -> dict:
+    """``speculators_config.proposal_methods`` and ``default_proposal_method`` as stated, so that a conversion keeps
+    them (``speculative_tokens``: the lookahead vLLM serves the drafter with); {} where absent. A list that is not of
+    objects, each with an integer ``speculative_tokens`` >= 1, is a config error."""
+    config = top.data.get("speculators_config")
+    methods = config.get("proposal_methods") if isinstance(config, dict) else None
+    if methods is None:
+        return {}
+    where = f"{top.label}: speculators_config.proposal_methods"
+    if not isinstance(methods, list) or not methods or not all(isinstance(m, dict) for m in methods):
+        raise ConfigError(f"{where} should be a non-empty list of objects")
+    for i, method in enumerate(methods):
+        tokens = method.get("speculative_tokens")
+        if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1):
+            raise ConfigError(f"{where}[{i}].speculative_tokens should be an integer >= 1, got {tokens!r}")
+    out = {"proposal_methods": [dict(m) for m in methods]}
+    default = config.get("default_proposal_method")
+    if default is not None:
+        out["default_proposal_method"] = default
+    return out
 
 
 DIALECT = SpeculatorsDialect()

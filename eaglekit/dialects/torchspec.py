@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from ..findings import Finding
 from ..io.reader import Checkpoint
-from ..model.config_view import ConfigView
-from ..model.drafter import INPUT, AuxLayers, Drafter
-from .base import FLAT_FLAGS_FALSE, MIDLAYER, OUTPUT, Clue, ConfigRules, Dialect, NameMap, has_prefix
+from ..model.drafter import INPUT, Convention
+from .base import FLAT_FLAGS_FALSE, MIDLAYER, OUTPUT, Clue, ConfigRules, Dialect, NameMap, has_prefix, lookup
 
 
 def _torchspec_version(c: dict, k: Checkpoint) -> str | None:
@@ -50,9 +49,10 @@ class TorchspecDialect(Dialect):
         version = _torchspec_version(ckpt.config or {}, ckpt)
         return f"torchspec {version} metadata (TorchSpec writes output-of-layer ids)" if version else None
 
-    def adjust(self, d: Drafter, top: ConfigView, ckpt: Checkpoint, notes: list[Finding]) -> Drafter:
-        vllm_export = has_prefix(ckpt.tensors, "layers.")
-        if vllm_export and d.model_type == "kimi_k2" and d.aux.ids is not None and d.aux.convention == OUTPUT:
+    def aux_id_rules(self, config: dict, names: dict, notes: list[Finding]) -> tuple[tuple[str, Convention], ...]:
+        """A ``--vllm`` export (``layers.N.*`` tensors) of a ``kimi_k2`` drafter has had 1 added to its ids, top-level
+        and nested: both are input-of-layer then (read so before the two locations are compared)."""
+        if has_prefix(names.values(), "layers.") and config.get("model_type") == "kimi_k2" and lookup(config, "eagle_config.eagle_aux_hidden_state_layer_ids"):
             notes.append(
                 Finding(
                     "aux.convention",
@@ -61,8 +61,8 @@ class TorchspecDialect(Dialect):
                     "eagle_config.eagle_aux_hidden_state_layer_ids",
                 )
             )
-            d = d.with_(aux=AuxLayers(d.aux.ids, INPUT))
-        return d
+            return tuple((location, INPUT) for location, _ in self.rules.aux_ids)
+        return self.rules.aux_ids
 
 
 DIALECT = TorchspecDialect()

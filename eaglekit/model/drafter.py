@@ -343,6 +343,9 @@ class Drafter:
     tensors: frozenset[str] = field(default_factory=frozenset)  # canonical names shipped
     provenance: Provenance = field(default_factory=Provenance)
     extra_config: dict = field(default_factory=dict)  # harmless HF keys carried through (token ids, ...)
+    # speculators' proposal methods as a source stated them (``speculators_config.proposal_methods`` and
+    # ``default_proposal_method``: vLLM takes its lookahead from the default one's ``speculative_tokens``); empty: none
+    proposals: dict = field(default_factory=dict)
     # how a ``norm_output`` key whose meaning depends on the producer was read: "eagle31" (post-norm feedback) or
     # "specforge" (SpecForge 0.2.0: final norm before lm_head or not, pre-norm feedback); None where the dialect's
     # meaning is fixed or no such key was written. ``norm_output_certain``: the checkpoint (or the user) said which.
@@ -358,8 +361,13 @@ class Drafter:
         context takes the drafter's max_position_embeddings, or, stated neither, its config class's
         (``CONFIG_CLASS_MAX_POSITIONS``; a Llama drafter stating no model_type is read as Llama's, as eaglekit's writers
         state it; an MLA drafter stating none has no default here)."""
-        class_default = CONFIG_CLASS_MAX_POSITIONS.get(self.model_type or (None if self.mla else "llama"))
-        return self.rope.with_original_context(self.max_position_embeddings or class_default)
+        return self.rope.with_original_context(self.max_positions_as_loaded)
+
+    @property
+    def max_positions_as_loaded(self) -> int | None:
+        """The max_position_embeddings an engine's config class gives this drafter: the stated one, else its config
+        class's default (``CONFIG_CLASS_MAX_POSITIONS``; None for an MLA model type not known there)."""
+        return self.max_position_embeddings or CONFIG_CLASS_MAX_POSITIONS.get(self.model_type or (None if self.mla else "llama"))
 
     @property
     def eagle_version(self) -> str:

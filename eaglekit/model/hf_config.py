@@ -263,7 +263,9 @@ def base_config(d: Drafter, *, vocab_size: int | None = None) -> dict:
         "hidden_act": d.hidden_act,
         "rms_norm_eps": d.rms_norm_eps,
         "vocab_size": vocab_size if vocab_size is not None else d.vocab_size,
-        "max_position_embeddings": d.max_position_embeddings or 2048,
+        # stated none: the value the source's config class filled in (a kimi_k2 drafter's is 4096), written out so that
+        # the rope a scaling without its original context gets stays the one the source gave the engine
+        "max_position_embeddings": d.max_positions_as_loaded or 2048,
         **rope_config(d.rope),
         "attention_bias": d.attention_bias,
         "mlp_bias": d.mlp_bias,
