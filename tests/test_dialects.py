@@ -266,3 +266,12 @@ def test_a_torchspec_vllm_export_of_a_kimi_k2_drafter_has_no_conflict_between_it
         checks = [n.check for n in loaded.notes]
         assert loaded.dialect == "torchspec" and loaded.drafter.aux.convention == "input"
     assert "aux.conflicting_locations" not in checks and "aux.convention" in checks
+
+
+def test_an_eagle_config_that_is_not_an_object_is_a_config_error(tmp_path):
+    """It used to read as no aux ids at all (convert wrote a drafter without them, exit 0)."""
+    from drafters import edit_config
+
+    src = edit_config(write_specforge(tmp_path / "sf", Dims()), lambda cfg: cfg.update(eagle_config=[1, 2, 3]))
+    with pytest.raises(ConfigError, match=r"eagle_config must be an object"):
+        dialects.load(src)

@@ -320,6 +320,9 @@ class Dialect:
         if ckpt.config is None:
             raise ConfigError(f"{ckpt.label}: no config.json")
         label = f"{ckpt.label}/config.json"
+        nested = ckpt.config.get("eagle_config")
+        if nested is not None and not isinstance(nested, dict):
+            raise ConfigError(f"{label}: eagle_config must be an object (its aux layer ids and flags), got {nested!r}")
         top = ConfigView(ckpt.config, label)
         names, unknown = self.map_names(ckpt)
         notes: list[Finding] = []
