@@ -81,6 +81,8 @@ def broken(name: str):
         "aux.impossible_reading": (lambda p: write_specforge(p, Dims(), ids=[2, 4, 8]), {"target": True}),
         # layers.N.* names, no producer metadata, not the output-of-layer default: the convention is not settled
         "aux.ambiguous": (lambda p: config(write_modelopt(p, Dims()), lambda c: c["eagle_config"].update(eagle_aux_hidden_state_layer_ids=[2, 3, 5])), {}),
+        # the same with an 8-layer target: [2, 3, 5] and [3, 4, 6] both fit 0..8
+        "aux.unsettled_convention": (lambda p: config(write_modelopt(p, Dims()), lambda c: c["eagle_config"].update(eagle_aux_hidden_state_layer_ids=[2, 3, 5])), {"target": True}),
         # an MLA architecture string (vllm 40) with midlayer.* and nested-only ids (sglang 40)
         "dialect.ambiguous": (lambda p: write_vllm(p, Dims(mla=mla_dims()), midlayer=True, nested_only=True), {}),
         "config.architecture_mismatch": (lambda p: config(v(p), lambda c: c.update(model_type="qwen3")), {}),
@@ -147,7 +149,7 @@ def test_each_invariant_is_caught_by_its_id(tmp_path, check):
                 "config.num_layers": "warning", "flags.fc_without_aux": "warning", "scan.zero": "warning",
                 "scan.uninitialised": "warning", "scan.unit_fc_norm": "warning", "flags.untrained_upgrade": "warning",
                     # eaglekit cannot tell or guessed from the tensors: the user decides (convert refuses the ambiguous)
-                    "aux.ambiguous": "warning", "dialect.ambiguous": "warning", "aux.impossible_reading": "warning",
+                    "aux.ambiguous": "warning", "dialect.ambiguous": "warning", "aux.impossible_reading": "warning", "aux.unsettled_convention": "warning",
                     "config.architecture_mismatch": "warning", "vocab.lm_head_borrowed": "info",
                     "attention.sliding_window": "info"}.get(check, "error")
     assert finding.severity == severity

@@ -252,3 +252,21 @@ def test_vllm_ids_only_in_eagle_config_without_evidence_are_reported_with_both_c
     default = edit_config(write_vllm(tmp_path / "default", Dims(mla=mla_dims()), ids=[2, 5, 6]), sglang_style)
     edit_config(default, lambda cfg: cfg["eagle_config"].update(eagle_aux_hidden_state_layer_ids=[2, 5, 7]))
     assert not json.loads(cli("inspect", default, "--json").stdout)["ambiguous"]
+
+
+def test_with_a_target_both_conventions_fitting_is_a_warning_not_a_silent_choice(tmp_path, cli):
+    """--target discards a reading past 0..L; where both fit, the dialect's reading is kept and the other named."""
+    from drafters import mla_dims
+
+    def sglang_style(cfg):
+        cfg.pop("eaglekit", None)
+        cfg.pop("eagle_aux_hidden_state_layer_ids", None)
+        cfg.setdefault("eagle_config", {})["eagle_aux_hidden_state_layer_ids"] = [1, 4, 5]
+
+    src = edit_config(write_vllm(tmp_path / "src", Dims(mla=mla_dims()), ids=[2, 5, 6]), sglang_style)
+    with dialects.load(src, target_num_layers=8) as loaded:
+        assert loaded.ambiguity is None and loaded.drafter.aux.as_input() == (1, 4, 5)
+        (note,) = [n for n in loaded.notes if n.check == "aux.unsettled_convention"]
+    assert "[2, 5, 6]" in note.message and note.severity == "warning"
+    with dialects.load(src, target_num_layers=5) as loaded:  # [2, 5, 6] is past 0..5: the boundary rule decides
+        assert not any(n.check == "aux.unsettled_convention" for n in loaded.notes)

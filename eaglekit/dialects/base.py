@@ -341,8 +341,24 @@ class Dialect:
         location = self.aux_location(ckpt.config)
         aux = apply_boundaries(aux, location, target_num_layers, notes)
         ambiguity = None
-        if target_num_layers is None and not given:
+        if not given:
             ambiguity = self.convention_ambiguity(aux, location, ckpt)
+            if ambiguity is not None and target_num_layers is not None:
+                # the target's depth ruled neither reading out (apply_boundaries keeps the one that fits): say so
+                other = next(r for r in ambiguity.readings if r.convention != aux.convention)
+                if within_boundaries(AuxLayers(other.ids, other.convention).as_input(), target_num_layers):
+                    notes.append(
+                        Finding(
+                            "aux.unsettled_convention",
+                            "warning",
+                            f"{location} {list(aux.ids)}: read {aux.convention}-of-layer = target layers {list(aux.as_input())}, but "
+                            f"read {other.convention}-of-layer they would be {list(AuxLayers(other.ids, other.convention).as_input())}, "
+                            f"also within the target's 0..{target_num_layers}, and nothing in the checkpoint says which its producer "
+                            "meant; convert with --aux-layers if it is the other",
+                            location,
+                        )
+                    )
+                ambiguity = None
         infos = {c: ckpt.tensors[s] for c, s in names.items()}
         T = self._first_int(top, self.rules.target_hidden) or fields["hidden_size"]
         n = self._num_aux(top, aux, infos, T)
