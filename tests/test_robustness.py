@@ -106,6 +106,13 @@ HEADERS = {
     "shape/bytes mismatch": (lambda r: raw_safetensors(r, {"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, b"\0" * 8), "needs 12"),
     "negative shape": (lambda r: raw_safetensors(r, {"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 0]}}), "non-negative integers"),
     "header not an object": (lambda r: raw_safetensors(r, b"[1, 2]"), "header is not a JSON object"),
+    # the safetensors library (and so every engine) refuses these; they used to validate OK
+    "gap before a tensor": (lambda r: raw_safetensors(r, {"w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, b"\0" * 8), "leaving a gap"),
+    "bytes no tensor uses": (lambda r: raw_safetensors(r, {"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 68), "cover 4 of the data area's 68 bytes"),
+    "__metadata__ a list": (lambda r: raw_safetensors(r, {"__metadata__": [], "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 4), "__metadata__ must map"),
+    # took minutes and ended in an internal error (Python's int-to-str digit limit)
+    "thousands of dimensions": (lambda r: raw_safetensors(r, {"w": {"dtype": "F32", "shape": [2**62] * 5000, "data_offsets": [0, 4]}}, b"\0" * 4), "5000 dimensions"),
+    "an integer of 5000 digits": (lambda r: raw_safetensors(r, b'{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, ' + b"9" * 5000 + b']}}', b"\0" * 4), "not valid JSON here"),
     "zero-byte file": (lambda r: (r.mkdir(parents=True), (r / "model.safetensors").write_bytes(b""), (r / "config.json").write_text("{}"), r)[-1], "file is empty (0 bytes)"),
     "shorter than the length": (lambda r: (r.mkdir(parents=True), (r / "model.safetensors").write_bytes(b"\1\0"), (r / "config.json").write_text("{}"), r)[-1], "truncated"),
 }
@@ -396,3 +403,37 @@ def test_hub_id_hint_asks_only_for_what_the_command_needs(tmp_path, monkeypatch,
     out = tmp_path / "out"
     cli("convert", write_eagle(tmp_path / "eagle", Dims(), bin_file=False), out, "--to", "vllm", "--target", snapshot / "config.json")
     assert json.loads((out / "config.json").read_text())["eaglekit"]["verifier"] == "org/target"
+
+
+def test_a_weights_file_that_is_a_symlink_loop_is_a_one_line_error(tmp_path, cli):
+    src = write_vllm(tmp_path / "src", Dims())
+    (src / "model.safetensors").unlink()
+    os.symlink("model.safetensors", src / "model.safetensors")  # points at itself
+    assert_clean_failure(cli("inspect", src, expect=None), "symlink loop")
+
+
+@pytest.mark.parametrize("name", ["out[1]", "a?", "star*"])
+def test_a_killed_runs_leftovers_are_swept_whatever_the_output_is_named(tmp_path, cli, name):
+    """The sweep globbed the output's name unescaped: 'out[1]' never matched its own leftovers."""
+    src = write_vllm(tmp_path / "src", Dims())
+    stale = tmp_path / f".{name}.eaglekit-tmp-999999-abcd"
+    stale.mkdir()
+    other = tmp_path / ".a1.eaglekit-tmp-999999-abcd"  # 'a?' must not sweep another output's leftovers
+    other.mkdir()
+    cli("convert", src, tmp_path / name, "--to", "vllm")
+    assert not stale.exists() and other.exists() and (tmp_path / name / "config.json").exists()
+
+
+def test_a_mount_point_output_is_refused_and_leaves_nothing(tmp_path, cli, monkeypatch):
+    """A mounted volume cannot be renamed aside (EBUSY): --force used to fail half-way and leave a hidden folder."""
+    from eaglekit.io import atomic
+
+    src = write_vllm(tmp_path / "src", Dims())
+    out = tmp_path / "volume"
+    cli("convert", src, out, "--to", "vllm")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    real = atomic.os.path.ismount
+    monkeypatch.setattr(atomic.os.path, "ismount", lambda p: str(p) == str(out) or real(p))
+    result = cli("convert", src, out, "--to", "vllm", "--force", expect=None)
+    assert result.exit_code != 0 and "mount point" in result.stderr and "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and (out / "config.json").exists()

@@ -12,6 +12,8 @@ The output directory gets the permissions ``mkdir`` would give it (0777 less the
 from __future__ import annotations
 
 import contextlib
+import errno
+import glob
 import os
 import shutil
 import tempfile
@@ -73,7 +75,7 @@ def pid_alive(pid: int) -> bool:
 
 def _clean_stale(parent: Path, name: str) -> None:
     for marker in (_TMP_MARK, _OLD_MARK):
-        for leftover in parent.glob(f".{name}{marker}*"):
+        for leftover in parent.glob(f"{glob.escape('.' + name + marker)}*"):
             pid_text = leftover.name[len(f".{name}{marker}") :].split("-", 1)[0]
             if pid_text.isdigit() and not pid_alive(int(pid_text)):
                 shutil.rmtree(leftover, ignore_errors=True)
@@ -114,9 +116,20 @@ def atomic_directory(destination: Path, *, force: bool = False, protect: Iterabl
                 fsync_path(child)
         fsync_path(tmp)
         if dest.exists():
+            if os.path.ismount(dest):  # a mounted volume cannot be renamed aside (EBUSY)
+                raise OSError(errno.EBUSY, "a mount point cannot be replaced as a whole; write into a new directory inside it")
             old = Path(tempfile.mkdtemp(prefix=f".{dest.name}{_OLD_MARK}{os.getpid()}-", dir=parent))
-            os.replace(dest, old / dest.name)
-            os.replace(tmp, dest)
+            try:
+                os.replace(dest, old / dest.name)
+            except BaseException:
+                shutil.rmtree(old, ignore_errors=True)  # nothing was moved into it
+                raise
+            try:
+                os.replace(tmp, dest)
+            except BaseException:
+                os.replace(old / dest.name, dest)  # the old output back where it was
+                shutil.rmtree(old, ignore_errors=True)
+                raise
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(tmp, dest)

@@ -64,6 +64,8 @@ def loads(text: str | bytes, what: str) -> Any:
         raise CheckpointError(f"{what}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except RecursionError:
         raise CheckpointError(f"{what}: JSON nested too deeply") from None
+    except ValueError as exc:  # an integer past Python's digit limit for str -> int
+        raise CheckpointError(f"{what}: not valid JSON here ({exc})"[:300]) from None
     if _depth(value, MAX_DEPTH) > MAX_DEPTH:
         raise CheckpointError(f"{what}: JSON nested deeper than {MAX_DEPTH} levels")
     return value

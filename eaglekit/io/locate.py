@@ -124,7 +124,10 @@ def resolve_inside(located: Located, relative: str, what: str) -> Path:
     if any(part == ".." for part in re.split(r"[/\\]", relative)):
         raise CheckpointError(f"{what}: refers to {relative!r}, which leaves the checkpoint directory")
     candidate = located.directory / relative
-    real = candidate.resolve()
+    try:
+        real = candidate.resolve()
+    except (RuntimeError, OSError):  # Python 3.11 raises RuntimeError for a symlink loop
+        raise CheckpointError(f"{what}: {relative!r} is a symlink loop or cannot be resolved") from None
     if not any(real == root or root in real.parents for root in located.roots):
         raise CheckpointError(f"{what}: {relative!r} is a symlink that points outside the checkpoint ({real})")
     return real

@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
-from math import prod
 from pathlib import Path
 
 from ..errors import CheckpointError
 from . import dtypes, jsonfile
 
 MAX_HEADER_BYTES = 100 * 2**20  # the safetensors library's own limit
+MAX_DIMS = 64  # no tensor an engine loads has more; a header listing thousands is refused before any product is taken
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,8 @@ def read_header(path: Path, label: str | None = None) -> SafetensorsHeader:
         raise CheckpointError(f"{label}: header is not a JSON object")
     data_len = size - 8 - n
 
-    metadata = header.pop("__metadata__", None) or {}
+    metadata = header.pop("__metadata__", None)
+    metadata = {} if metadata is None else metadata
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise CheckpointError(f"{label}: __metadata__ must map strings to strings")
 
@@ -70,12 +71,20 @@ def read_header(path: Path, label: str | None = None) -> SafetensorsHeader:
     for name, spec in header.items():
         entries[name] = _entry(label, name, spec, data_len)
 
+    # The tensors must tile the data area, back to back from its start to its end, as the safetensors library requires
+    # of a file it opens (it refuses a gap as an invalid offset and unused bytes as an incomplete file): engines load
+    # with that library, so a file it refuses is refused here, by tensor name.
     ordered = sorted(entries.items(), key=lambda kv: (kv[1].begin, kv[1].end))
     previous_end, previous_name = 0, None
     for name, entry in ordered:
         if entry.begin < previous_end:
             raise CheckpointError(f"{label}: tensor {name!r} overlaps {previous_name!r} in the data area")
-        previous_end, previous_name = max(previous_end, entry.end), name
+        if entry.begin > previous_end:
+            where = f"after {previous_name!r}" if previous_name else "at the start of the data area"
+            raise CheckpointError(f"{label}: tensor {name!r} starts at byte {entry.begin}, leaving a gap {where} (which ends at {previous_end})")
+        previous_end, previous_name = entry.end, name
+    if previous_end != data_len:
+        raise CheckpointError(f"{label}: the tensors cover {previous_end} of the data area's {data_len} bytes (the rest is not any tensor's)")
     return SafetensorsHeader(dict(ordered), metadata, 8 + n)
 
 
@@ -89,7 +98,9 @@ def _entry(label: str, name: str, spec, data_len: int) -> HeaderEntry:
         raise CheckpointError(f"{where}: unknown dtype {code!r}")
     shape = spec.get("shape")
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-        raise CheckpointError(f"{where}: shape must be a list of non-negative integers, got {shape!r}")
+        raise CheckpointError(f"{where}: shape must be a list of non-negative integers, got {shape!r}"[:500])
+    if len(shape) > MAX_DIMS:
+        raise CheckpointError(f"{where}: shape has {len(shape)} dimensions (at most {MAX_DIMS})")
     offsets = spec.get("data_offsets")
     if (
         not isinstance(offsets, list)
@@ -101,7 +112,11 @@ def _entry(label: str, name: str, spec, data_len: int) -> HeaderEntry:
     begin, end = offsets
     if end > data_len:
         raise CheckpointError(f"{where}: data runs past the end of the file (ends at {end}, data area is {data_len} bytes)")
-    expected = prod(shape) * dtype.itemsize
+    expected = 0 if 0 in shape else dtype.itemsize
+    for d in shape if expected else ():
+        expected *= d
+        if expected > 2**64:  # more than any file holds: no need to know how much more
+            raise CheckpointError(f"{where}: shape {shape} of {code} needs more than 2**64 bytes"[:500])
     if end - begin != expected:
         raise CheckpointError(f"{where}: {end - begin} data bytes, but shape {shape} of {code} needs {expected}")
     return HeaderEntry(dtype, tuple(shape), begin, end)
