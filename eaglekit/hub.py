@@ -518,6 +518,15 @@ def _read_setup(repo_id: str, revision: str | None, endpoint: str | None, token:
     return endpoint, resolve_token(token), revision or DEFAULT_BRANCH
 
 
+def _request_timeout() -> float:
+    """Seconds eaglekit's own Hub requests wait for a connection or the next bytes: huggingface_hub's download timeout
+    (``HF_HUB_DOWNLOAD_TIMEOUT``, 10 s unless set). Its client sets none, so a server that accepts and never answers
+    held inspect and convert forever."""
+    from huggingface_hub import constants
+
+    return float(getattr(constants, "HF_HUB_DOWNLOAD_TIMEOUT", 10) or 10)
+
+
 def open_remote(repo_id: str, revision: str | None = None, *, endpoint: str | None = None, token: str | None = None) -> RemoteRepo:
     """The repo's file list with sizes and the commit ``revision`` (branch, tag or commit; default main) points at:
     one model-info request, retried with backoff on 429 and 5xx."""
@@ -534,6 +543,7 @@ def open_remote(repo_id: str, revision: str | None = None, *, endpoint: str | No
             headers=_read_headers(token),
             params={"blobs": "true"},
             retry_on_status_codes=_RETRY_STATUSES,
+            timeout=_request_timeout(),
         )
         hf_raise_for_status(response)
         info = response.json()
@@ -567,7 +577,8 @@ def read_bytes(remote: RemoteRepo, path: str, start: int = 0, length: int | None
     ctx = remote.context(f"reading {path}")
     where = f"{remote.repo_id}/{path}"
     with _hub_errors(ctx):
-        with http_stream_backoff("GET", url, headers=headers, retry_on_status_codes=_RETRY_STATUSES, follow_redirects=True) as response:
+        with http_stream_backoff("GET", url, headers=headers, retry_on_status_codes=_RETRY_STATUSES, follow_redirects=True,
+                                 timeout=_request_timeout()) as response:
             if response.status_code >= 400:
                 response.read()
             hf_raise_for_status(response)

@@ -323,3 +323,38 @@ def test_the_fake_hub_ignores_clients_that_hang_up_and_records_its_own_crashes(c
         hub.close()
     assert hub.state.crashes == ["request from ('127.0.0.1', 1): ValueError('bad request line')"]
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.slow
+def test_an_endpoint_that_never_answers_ends_in_a_one_line_error(tmp_path):
+    """A server that accepts connections and never answers held `inspect org/name` forever (huggingface_hub's client
+    sets no timeout); eaglekit's own requests wait HF_HUB_DOWNLOAD_TIMEOUT for bytes, then the client's retries end."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held = []
+
+    def accept():
+        while True:
+            try:
+                held.append(server.accept()[0])  # read nothing, answer nothing
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{server.getsockname()[1]}", HF_HOME=str(tmp_path / "hf"),
+               HF_HUB_DOWNLOAD_TIMEOUT="1", HF_TOKEN="hf_x")
+    env.pop("HF_HUB_OFFLINE", None)
+    try:
+        result = subprocess.run([sys.executable, "-m", "eaglekit", "inspect", "org/name"], env=env, capture_output=True,
+                                text=True, timeout=120)
+    finally:
+        server.close()
+    assert result.returncode == 2 and held, (result.returncode, result.stderr)
+    last = result.stderr.strip().splitlines()[-1]  # after huggingface_hub's own retry warnings
+    assert last.startswith("error: cannot reach the Hub") and "Timeout" in last and "Traceback" not in result.stderr
