@@ -150,13 +150,11 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
         "",
         "## Serve it",
         "",
-        "vLLM:",
-        "",
-        "```bash",
-        vllm_serve(target, repo_id),
-        "```",
-        "",
     ]
+    if "vllm" in dialect.hub_tags:  # a layout vLLM reads as it is (another, e.g. SGLang's ids, it misreads in silence)
+        lines += ["vLLM:", "", "```bash", vllm_serve(target, repo_id), "```", ""]
+    else:
+        lines += [f"For vLLM, convert it first: `eaglekit convert {repo_id} ./{name}-vllm --to vllm`.", ""]
     if "sglang" in dialect.hub_tags:  # a layout SGLang loads as it is
         lines += [
             "SGLang:",

@@ -331,3 +331,14 @@ def test_report_that_is_not_a_drift_report_is_refused_before_any_request(cli, hu
     result = push(cli, drafter, "tester/drafter", "--report", bad, expect=2)
     assert "per_depth.png" in result.stderr and "PNG" in result.stderr
     assert hub.state.log == []
+
+
+def test_the_card_of_an_sglang_layout_drafter_gives_no_vllm_line(cli, hub, tmp_path):
+    """vLLM reads SGLang's output-of-layer eagle_config ids as its own input-of-layer ones (validate --engine says so):
+    the card used to tell readers to serve such a drafter with vLLM as it is."""
+    from drafters import write_specforge
+
+    src = write_specforge(tmp_path / "sf", Dims())
+    card = push(cli, src, "tester/sf", "--dry-run", "--allow-untrained").stdout
+    assert "vllm serve" not in card and "For vLLM, convert it first: `eaglekit convert tester/sf ./sf-vllm --to vllm`" in card
+    assert "sglang" in card.lower()
