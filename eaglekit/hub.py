@@ -2,7 +2,7 @@
 
 One publish is one ``HfApi.create_commit`` (never ``upload_folder``, which may split a push into several commits
 when ``hf_xet`` is installed), made with ``parent_commit`` so that a concurrent push to the same branch is refused
-by the Hub rather than clobbered, and with stale weight shards deleted in that same commit.
+by the Hub rather than clobbered, and with stale weight shards and reports deleted in that same commit.
 
 The endpoint and token are explicit arguments that default to ``HF_ENDPOINT`` / ``huggingface_hub.get_token()``
 *at call time*: huggingface_hub itself freezes ``HF_ENDPOINT`` into ``constants.ENDPOINT`` at import. Every
@@ -38,6 +38,7 @@ __all__ = [
     "open_remote",
     "read_bytes",
     "UploadFile",
+    "is_stale_with_the_weights",
     "is_weight_file",
     "publish",
     "resolve_endpoint",
@@ -59,8 +60,19 @@ _COMMIT_OID = re.compile(r"[0-9a-f]{40}")
 
 
 def is_weight_file(path_in_repo: str) -> bool:
-    """True for the files ``publish(delete_stale=True)`` may delete: top-level weight shards and their indexes."""
+    """True for top-level weight shards and their indexes."""
     return _WEIGHT_FILE.fullmatch(path_in_repo) is not None
+
+
+# eaglekit's own figures about the drafter a repo holds: stale once other weights replace it (a card built later from
+# the repo would quote the old drafter's acceptance length)
+DRAFTER_REPORTS = ("eaglekit-verify.json", "drift/")
+
+
+def is_stale_with_the_weights(path_in_repo: str) -> bool:
+    """True for the files ``publish(delete_stale=True)`` may delete: weight shards and their indexes, the verify
+    report and the drift report's files (``DRAFTER_REPORTS``)."""
+    return is_weight_file(path_in_repo) or any(path_in_repo == r or (r.endswith("/") and path_in_repo.startswith(r)) for r in DRAFTER_REPORTS)
 
 
 @dataclass
@@ -346,7 +358,8 @@ def publish(
       default branch instead (``revision`` must then be None or ``main``).
     - ``private`` applies only when the repository is created here; an existing repo keeps its visibility.
     - ``delete_stale``: delete, in the same commit, the top-level weight shards and indexes (see
-      :func:`is_weight_file`) present at the target but absent from ``files``. Other files are never deleted.
+      :func:`is_stale_with_the_weights`: with the verify and drift reports) present at the target but absent from
+      ``files``. Other files are never deleted.
     - ``progress``: show huggingface_hub's upload bars (default: only when stderr is a terminal).
 
     The head of the target is read first and passed as ``parent_commit``: if another push lands in between, the
@@ -429,7 +442,7 @@ def publish(
                 if isinstance(entry, RepoFile):
                     remote[entry.path] = entry
         new_paths = set(paths)
-        deleted = sorted(p for p in remote if p not in new_paths and is_weight_file(p)) if delete_stale else []
+        deleted = sorted(p for p in remote if p not in new_paths and is_stale_with_the_weights(p)) if delete_stale else []
 
         if parent is not None and not deleted and all(
             f.path_in_repo in remote and _same_content(f, remote[f.path_in_repo]) for f in files

@@ -342,3 +342,18 @@ def test_the_card_of_an_sglang_layout_drafter_gives_no_vllm_line(cli, hub, tmp_p
     card = push(cli, src, "tester/sf", "--dry-run", "--allow-untrained").stdout
     assert "vllm serve" not in card and "For vLLM, convert it first: `eaglekit convert tester/sf ./sf-vllm --to vllm`" in card
     assert "sglang" in card.lower()
+
+
+def test_a_previous_drafters_verify_report_is_deleted_with_its_weights(cli, hub, tmp_path, drafter):
+    """A re-push without a report left the old drafter's eaglekit-verify.json (and its figures reached later cards),
+    and its drift/ files; files of the user's own stay."""
+    verified = tmp_path / "verified"
+    shutil.copytree(drafter, verified)
+    (verified / "eaglekit-verify.json").write_text("{}")
+    push(cli, verified, "tester/drafter", "--no-validate")
+    hub.state.advance_branch("tester/drafter", files={"drift/report.json": b"{}", "notes.txt": b"mine"})
+    assert {"eaglekit-verify.json", "drift/report.json"} <= set(hub.state.files("tester/drafter"))
+    result = push(cli, drafter, "tester/drafter", "--json")
+    after = set(hub.state.files("tester/drafter"))
+    assert "eaglekit-verify.json" not in after and "drift/report.json" not in after and "notes.txt" in after
+    assert {"drift/report.json", "eaglekit-verify.json"} <= set(json.loads(result.stdout)["commit"]["deleted"])
