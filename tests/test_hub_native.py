@@ -358,3 +358,19 @@ def test_an_endpoint_that_never_answers_ends_in_a_one_line_error(tmp_path):
     assert result.returncode == 2 and held, (result.returncode, result.stderr)
     last = result.stderr.strip().splitlines()[-1]  # after huggingface_hub's own retry warnings
     assert last.startswith("error: cannot reach the Hub") and "Timeout" in last and "Traceback" not in result.stderr
+
+
+def test_a_snapshot_eaglekit_downloaded_is_found_offline(fake_hub: FakeHub, small, tmp_path, cli, monkeypatch):
+    """eaglekit downloads a drafter's own files only (and `hf download REPO FILES` fetches what it is told): with
+    huggingface_hub 2.x such a snapshot, lacking the repo's .gitattributes, was refused as incomplete, so offline it
+    was 'not a Hub repo in the local cache'."""
+    from huggingface_hub import constants
+
+    fake_hub.state.advance_branch("org/small", files={".gitattributes": b"*.safetensors filter=lfs\n"})
+    cli("convert", "org/small", tmp_path / "online", "--to", "speculators")  # downloads, without .gitattributes
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    served = len(fake_hub.state.log)
+    assert json.loads(cli("inspect", "org/small", "--json").stdout)["ok"]
+    assert "read from the local Hub cache (offline)" in cli("inspect", "org/small").stderr
+    cli("convert", "org/small", tmp_path / "offline", "--to", "sglang")
+    assert (tmp_path / "offline" / "config.json").exists() and len(fake_hub.state.log) == served

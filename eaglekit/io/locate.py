@@ -113,7 +113,13 @@ def _from_hub_cache(repo_id: str, revision: str | None = None) -> Path | None:
 
     try:
         return Path(snapshot_download(repo_id, revision=revision, local_files_only=True))
-    except (LocalEntryNotFoundError, FileNotFoundError, OSError, ValueError):
+    except LocalEntryNotFoundError as exc:
+        # huggingface_hub 2.x: a snapshot fetched with a file filter (eaglekit's own download, `hf download REPO FILES`)
+        # lacks some of the repo's files (.gitattributes at least) and is refused as incomplete; its directory holds
+        # what was fetched, and the reader says what is missing that it needs
+        partial = getattr(exc, "snapshot_path", None)
+        return Path(partial) if partial and Path(partial).is_dir() else None
+    except (FileNotFoundError, OSError, ValueError):
         return None
 
 
