@@ -76,6 +76,12 @@ def read_drift_report(directory: Path) -> tuple[dict, list[Path]]:
             if f.read(8) != PNG_SIGNATURE:
                 raise UsageError(f"--report {directory}: {image} is not a PNG file (no PNG signature)")
         images.append(image)
+    from .schemas import check
+
+    violations = check(report, "drift.schema.json")  # the card reads more of it than those three keys
+    if violations:
+        raise UsageError(f"--report {directory}: {path} is not a drift report as eaglekit drift writes it: {violations[0]}"
+                         + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""))
     return report, images
 
 

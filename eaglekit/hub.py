@@ -111,7 +111,10 @@ def resolve_endpoint(endpoint: str | None = None) -> str:
 def resolve_token(token: str | None = None) -> str | None:
     """The explicit token, else whatever ``huggingface_hub.get_token()`` finds now (HF_TOKEN, ``hf auth login``...)."""
     if token:
-        return token.strip()
+        token = token.strip()
+        if not token.isascii():  # an HTTP header cannot carry it: the client failed with UnicodeEncodeError
+            raise UsageError("--token: a Hub token is ASCII (hf_...); this one is not (a pasted quote or space?)")
+        return token
     from huggingface_hub import get_token
 
     try:

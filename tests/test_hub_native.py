@@ -374,3 +374,8 @@ def test_a_snapshot_eaglekit_downloaded_is_found_offline(fake_hub: FakeHub, smal
     assert "read from the local Hub cache (offline)" in cli("inspect", "org/small").stderr
     cli("convert", "org/small", tmp_path / "offline", "--to", "sglang")
     assert (tmp_path / "offline" / "config.json").exists() and len(fake_hub.state.log) == served
+
+
+def test_push_of_a_hub_source_says_where_it_was_read_from(fake_hub: FakeHub, small, cli):
+    result = cli("push", "org/small", "tester/mirror", "--dry-run")
+    assert "note: org/small@main: downloaded through the Hub cache" in result.stderr

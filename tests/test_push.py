@@ -357,3 +357,18 @@ def test_a_previous_drafters_verify_report_is_deleted_with_its_weights(cli, hub,
     after = set(hub.state.files("tester/drafter"))
     assert "eaglekit-verify.json" not in after and "drift/report.json" not in after and "notes.txt" in after
     assert {"drift/report.json", "eaglekit-verify.json"} <= set(json.loads(result.stdout)["commit"]["deleted"])
+
+
+def test_a_drift_report_missing_what_the_card_reads_is_a_usage_error(cli, hub, drafter, tmp_path):
+    """A report.json with the three keys checked before but no `inputs` ended in 'internal error: KeyError'."""
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "report.json").write_text(json.dumps({"per_depth": [], "by_context_length": [], "acceptance": {}}))
+    result = push(cli, drafter, "tester/drafter", "--report", bad, "--dry-run", expect=2)
+    assert "not a drift report as eaglekit drift writes it" in result.stderr and "internal error" not in result.stderr
+
+
+def test_a_token_that_is_not_ascii_is_a_usage_error(cli, hub, drafter):
+    result = push(cli, drafter, "tester/drafter", "--token", "hf_\u201cabc\u201d", expect=2)
+    assert "--token: a Hub token is ASCII" in result.stderr and "internal error" not in result.stderr
+    assert hub.state.log == []

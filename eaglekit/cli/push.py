@@ -6,6 +6,7 @@ import click
 
 from .. import api
 from ..findings import Finding
+from ..io.locate import origin_note
 from ._output import Output, findings_text, human_bytes, table
 
 
@@ -72,4 +73,8 @@ def push_command(path, repo_id, private, revision, create_pr, commit_message, to
         endpoint=endpoint, dry_run=dry_run, validate=not skip_validate, overwrite_card=overwrite_card, base_model=base_model,
         allow_untrained=allow_untrained, allow_ambiguous=allow_ambiguous, report=report_dir,
     )
-    Output(json_mode).emit(published.data, render)
+    output = Output(json_mode)
+    note = origin_note(published.data.get("origin"))
+    if note:
+        output.note(note)
+    output.emit(published.data, render)

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from .. import api
+from ..io.locate import origin_note
 from ._options import AGAINST, DEVICE, engine_option, from_option, json_option, norm_output_option, revision_option
 from ._output import Output, table
 
@@ -116,6 +117,9 @@ def verify_command(path, target, prompts_file, num_prompts, max_new_tokens, k, e
     )
     if report_path:
         Path(report_path).write_text(json.dumps(result.data, indent=2) + "\n")
+    note = origin_note(result.data.get("origin"))
+    if note:
+        output.note(note)
     output.emit(result.data, render)
     if not result.passed:
         sys.exit(1)
