@@ -38,6 +38,7 @@ __all__ = [
     "open_remote",
     "read_bytes",
     "UploadFile",
+    "branch_for",
     "is_stale_with_the_weights",
     "is_weight_file",
     "publish",
@@ -379,12 +380,7 @@ def publish(
         raise UsageError(f"the same path is uploaded twice: {', '.join(duplicated)}")
     if not commit_message or not commit_message.strip():
         raise UsageError("a commit message is required")
-    if revision is not None and revision.startswith("refs/heads/"):
-        revision = revision[len("refs/heads/") :]
-    if create_pr and revision not in (None, DEFAULT_BRANCH):
-        raise UsageError(f"create_pr opens a pull request against {DEFAULT_BRANCH}: drop revision {revision!r}")
-    if revision is not None and _COMMIT_OID.fullmatch(revision):
-        raise UsageError(f"revision {revision!r} is a commit id: commits go to a branch")
+    revision = branch_for(revision, create_pr)
     target = revision or DEFAULT_BRANCH
 
     endpoint = resolve_endpoint(endpoint)
@@ -532,6 +528,19 @@ def _read_setup(repo_id: str, revision: str | None, endpoint: str | None, token:
     if _offline():
         raise HubReadError(f"{repo_id}: offline mode is on (HF_HUB_OFFLINE=1) and it is not in the local cache")
     return endpoint, resolve_token(token), revision or DEFAULT_BRANCH
+
+
+def branch_for(revision: str | None, create_pr: bool = False) -> str | None:
+    """The branch a publish commits to (None: the default one), ``refs/heads/`` dropped; a commit id, or a branch
+    with ``create_pr`` (a PR goes against the default branch), is a UsageError. ``push --dry-run`` asks it too, so that
+    a dry run refuses what the push would."""
+    if revision is not None and revision.startswith("refs/heads/"):
+        revision = revision[len("refs/heads/") :]
+    if create_pr and revision not in (None, DEFAULT_BRANCH):
+        raise UsageError(f"create_pr opens a pull request against {DEFAULT_BRANCH}: drop revision {revision!r}")
+    if revision is not None and _COMMIT_OID.fullmatch(revision):
+        raise UsageError(f"revision {revision!r} is a commit id: commits go to a branch")
+    return revision
 
 
 def _request_timeout() -> float:

@@ -81,10 +81,13 @@ def prepare(path: str, options: PushOptions):
     from .io.locate import check_repo_id
     from .upload import UploadFile
 
+    from .hub import branch_for
+
     check_repo_id(options.repo_id)
 
     if options.create_pr and options.revision not in (None, "main"):
         raise UsageError("--create-pr opens a pull request against the default branch: drop --revision")
+    branch_for(options.revision, options.create_pr)  # what the push itself would refuse, refused by a dry run too
     directory = Path(path)
     drift = read_drift_report(Path(options.report)) if options.report else None  # bad input refused before anything else
     if drift:  # what is published of it names no path on the publisher's machine

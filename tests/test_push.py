@@ -372,3 +372,8 @@ def test_a_token_that_is_not_ascii_is_a_usage_error(cli, hub, drafter):
     result = push(cli, drafter, "tester/drafter", "--token", "hf_\u201cabc\u201d", expect=2)
     assert "--token: a Hub token is ASCII" in result.stderr and "internal error" not in result.stderr
     assert hub.state.log == []
+
+
+def test_a_dry_run_refuses_a_commit_id_as_the_push_would(cli, hub, drafter):
+    result = push(cli, drafter, "tester/drafter", "--revision", "0123456789abcdef0123456789abcdef01234567", "--dry-run", expect=2)
+    assert "is a commit id: commits go to a branch" in result.stderr and hub.state.log == []
