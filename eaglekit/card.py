@@ -126,7 +126,11 @@ def card_metadata(**fields: object) -> str:
 
 
 def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_report: dict | None = None,
-                drift: tuple[dict, list[str]] | None = None) -> str:
+                drift: tuple[dict, list[str]] | None = None, revision: str | None = None) -> str:
+    """``revision``: the branch the card is committed to, when not the default one: its serve and convert lines name it
+    (without it they would serve the default branch's drafter)."""
+    revision = None if revision in (None, "main") else revision
+    at = f"{repo_id}@{revision}" if revision else repo_id  # eaglekit's own spelling of a Hub id at a revision
     d = loaded.drafter
     dialect = dialects.get(loaded.dialect)
     verifier = d.verifier
@@ -158,10 +162,13 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
         "",
     ]
     if "vllm" in dialect.hub_tags:  # a layout vLLM reads as it is (another, e.g. SGLang's ids, it misreads in silence)
-        lines += ["vLLM:", "", "```bash", vllm_serve(target, repo_id), "```", ""]
+        lines += ["vLLM:", "", "```bash", vllm_serve(target, repo_id, revision=revision), "```", ""]
     else:
-        lines += [f"For vLLM, convert it first: `eaglekit convert {repo_id} ./{name}-vllm --to vllm`.", ""]
-    if "sglang" in dialect.hub_tags:  # a layout SGLang loads as it is
+        lines += [f"For vLLM, convert it first: `eaglekit convert {at} ./{name}-vllm --to vllm`.", ""]
+    if "sglang" in dialect.hub_tags and revision:  # the line would load the default branch: a local copy of this one
+        lines += [f"SGLang: download this revision (`hf download {repo_id} --revision {revision} --local-dir ./{name}`) and pass "
+                  f"`./{name}` as `--speculative-draft-model-path`.", ""]
+    elif "sglang" in dialect.hub_tags:  # a layout SGLang loads as it is
         lines += [
             "SGLang:",
             "",
@@ -171,7 +178,7 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
             "",
         ]
     else:
-        lines += [f"For SGLang, convert it first: `eaglekit convert {repo_id} ./{name}-sglang --to sglang`.", ""]
+        lines += [f"For SGLang, convert it first: `eaglekit convert {at} ./{name}-sglang --to sglang`.", ""]
     lines += [
         "## The drafter",
         "",

@@ -123,7 +123,8 @@ def prepare(path: str, options: PushOptions):
         if options.base_model:
             loaded.drafter = loaded.drafter.with_(verifier=options.base_model)
         card = render_card(loaded, options.repo_id, validated=options.validate, verify_report=read_verify_report(loaded.checkpoint.directory),
-                           drift=(drift[0], [f"{DRIFT_DIR}/{p.name}" for p in drift[1]]) if drift else None)
+                           drift=(drift[0], [f"{DRIFT_DIR}/{p.name}" for p in drift[1]]) if drift else None,
+                           revision=None if options.create_pr else branch_for(options.revision))
         if hub_id(loaded.drafter.verifier) is None:
             findings = [*findings, Finding("card.base_model", "warning", "the drafter names its target by a local path or not at all, so "
                                            "the card names no base model and its serve line says <target model>: pass --base-model ORG/NAME")]

