@@ -332,8 +332,9 @@ def push(path: str | Path, repo_id: str, **options: Any) -> Publication:
     from .io.locate import open_source
     from .push import PushOptions, push as run
 
-    # --revision names the branch pushed to; the source's revision rides in its id (org/name@rev)
-    with open_source(path, mode="download") as located:
+    # --revision names the branch pushed to; the source's revision rides in its id (org/name@rev); a Hub source is
+    # read from the endpoint, with the token, the push names (where the source's own repo is, as the user sees it)
+    with open_source(path, mode="download", endpoint=options.get("endpoint"), token=options.get("token")) as located:
         result = document(path, True, run(located, PushOptions(repo_id=repo_id, **options)))
     result["origin"] = located.origin
     return Publication(repo_id, [f["path"] for f in result["files"]], result["dry_run"], result.get("commit"), result)

@@ -379,3 +379,16 @@ def test_a_snapshot_eaglekit_downloaded_is_found_offline(fake_hub: FakeHub, smal
 def test_push_of_a_hub_source_says_where_it_was_read_from(fake_hub: FakeHub, small, cli):
     result = cli("push", "org/small", "tester/mirror", "--dry-run")
     assert "note: org/small@main: downloaded through the Hub cache" in result.stderr
+
+
+def test_push_reads_a_hub_source_from_the_endpoint_it_names(fake_hub: FakeHub, small, cli):
+    """`push SRC DST --endpoint E --token T` read SRC from HF_ENDPOINT with HF_TOKEN: a same-named repo there, or
+    'repository not found' for one that lives on E alone."""
+    other = FakeHub(token="hf_OTHERtoken")
+    try:
+        seed(other, "org/only-there", small)
+        result = cli("push", "org/only-there", "tester/mirror", "--endpoint", other.url, "--token", other.token, "--dry-run")
+        assert "would publish" in result.stdout or "dry run" in result.stdout
+        assert other.state.log and not fake_hub.state.log
+    finally:
+        other.close()

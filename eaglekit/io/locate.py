@@ -182,6 +182,8 @@ def open_source(
     mode: str = "headers",
     what: str = "checkpoint",
     allow_patterns: Sequence[str] = DOWNLOAD_PATTERNS,
+    endpoint: str | None = None,
+    token: str | None = None,
 ) -> Iterator[Located]:
     """A drafter argument as a ``Located``, for the duration (a header-only stub is deleted afterwards).
 
@@ -214,13 +216,13 @@ def open_source(
     from .. import hub
 
     if mode == "download":
-        directory, commit = hub.download(repo_id, rev, allow_patterns=allow_patterns)
+        directory, commit = hub.download(repo_id, rev, allow_patterns=allow_patterns, endpoint=endpoint, token=token)
         origin = {"kind": "hub", "repo_id": repo_id, "revision": rev or "main", "commit": commit, "downloaded": True}
         yield Located(directory, _roots_for(directory.resolve()), hub_id=repo_id, label=text, origin=origin)
         return
     from .remote import fetch_headers
 
-    remote = hub.open_remote(repo_id, rev)
+    remote = hub.open_remote(repo_id, rev, endpoint=endpoint, token=token)
     stub = Path(tempfile.mkdtemp(prefix="eaglekit-remote-"))
     try:
         fetch_headers(remote, stub, text)
