@@ -26,7 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from . import __version__
 from .errors import HubError, HubReadError, UsageError
-from .io.locate import check_repo_id
+from .io.locate import branch_for, check_repo_id
 from .upload import UploadFile
 
 __all__ = [
@@ -38,7 +38,6 @@ __all__ = [
     "open_remote",
     "read_bytes",
     "UploadFile",
-    "branch_for",
     "is_stale_with_the_weights",
     "is_weight_file",
     "publish",
@@ -528,19 +527,6 @@ def _read_setup(repo_id: str, revision: str | None, endpoint: str | None, token:
     if _offline():
         raise HubReadError(f"{repo_id}: offline mode is on (HF_HUB_OFFLINE=1) and it is not in the local cache")
     return endpoint, resolve_token(token), revision or DEFAULT_BRANCH
-
-
-def branch_for(revision: str | None, create_pr: bool = False) -> str | None:
-    """The branch a publish commits to (None: the default one), ``refs/heads/`` dropped; a commit id, or a branch
-    with ``create_pr`` (a PR goes against the default branch), is a UsageError. ``push --dry-run`` asks it too, so that
-    a dry run refuses what the push would."""
-    if revision is not None and revision.startswith("refs/heads/"):
-        revision = revision[len("refs/heads/") :]
-    if create_pr and revision not in (None, DEFAULT_BRANCH):
-        raise UsageError(f"create_pr opens a pull request against {DEFAULT_BRANCH}: drop revision {revision!r}")
-    if revision is not None and _COMMIT_OID.fullmatch(revision):
-        raise UsageError(f"revision {revision!r} is a commit id: commits go to a branch")
-    return revision
 
 
 def _request_timeout() -> float:

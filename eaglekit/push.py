@@ -81,7 +81,7 @@ def prepare(path: str, options: PushOptions):
     from .io.locate import check_repo_id
     from .upload import UploadFile
 
-    from .hub import branch_for
+    from .io.locate import branch_for
 
     check_repo_id(options.repo_id)
 

@@ -61,6 +61,19 @@ def repo_id_problem(repo_id: str) -> str | None:
     return None
 
 
+def branch_for(revision: str | None, create_pr: bool = False) -> str | None:
+    """The branch a publish commits to (None: the default one), ``refs/heads/`` dropped; a commit id, or a branch
+    with ``create_pr`` (a PR goes against the default branch), is a UsageError. ``push --dry-run`` asks it too, so that
+    a dry run refuses what the push would."""
+    if revision is not None and revision.startswith("refs/heads/"):
+        revision = revision[len("refs/heads/") :]
+    if create_pr and revision not in (None, "main"):
+        raise UsageError(f"create_pr opens a pull request against main: drop revision {revision!r}")
+    if revision is not None and re.fullmatch(r"[0-9a-f]{40}", revision):
+        raise UsageError(f"revision {revision!r} is a commit id: commits go to a branch")
+    return revision
+
+
 def check_repo_id(repo_id: str) -> None:
     """A repo id to publish to or read from: the Hub's rules (``repo_id_problem``), with a namespace."""
     problem = repo_id_problem(repo_id)
