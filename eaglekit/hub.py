@@ -26,7 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from . import __version__
 from .errors import HubError, HubReadError, UsageError
-from .io.locate import branch_for, check_repo_id
+from .io.locate import COMMIT_OID, DEFAULT_BRANCH, branch_for, check_repo_id
 from .upload import UploadFile
 
 __all__ = [
@@ -46,7 +46,6 @@ __all__ = [
 ]
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
-DEFAULT_BRANCH = "main"  # huggingface_hub sends PRs and revision-less commits to "main" too
 
 # Weight files that a new upload *replaces* (deleted when absent from it). Top level only, and `.bin` only under
 # the names transformers and the EAGLE repos give weights: `training_args.bin`, `optimizer.bin` and friends are
@@ -56,7 +55,6 @@ _WEIGHT_FILE = re.compile(
     r"|(?:pytorch_model|model)(?:-\d+-of-\d+)?\.bin"
     r"|[^/]+\.(?:safetensors|bin)\.index\.json"
 )
-_COMMIT_OID = re.compile(r"[0-9a-f]{40}")
 
 
 def is_weight_file(path_in_repo: str) -> bool:
@@ -559,7 +557,7 @@ def open_remote(repo_id: str, revision: str | None = None, *, endpoint: str | No
         hf_raise_for_status(response)
         info = response.json()
     commit = info.get("sha") if isinstance(info, dict) else None
-    if not isinstance(commit, str) or not _COMMIT_OID.fullmatch(commit):
+    if not isinstance(commit, str) or not COMMIT_OID.fullmatch(commit):
         raise ctx.error(f"{repo_id}: the Hub's answer names no commit for revision {revision!r}")
     files: dict[str, int | None] = {}
     for sibling in info.get("siblings") or []:

@@ -78,16 +78,14 @@ _SCRUBBED = ("config.json", VERIFY_REPORT)
 
 def prepare(path: str, options: PushOptions):
     """(UploadFile list, card text, card kept?, validation findings), without touching the network."""
-    from .io.locate import check_repo_id
+    from .io.locate import branch_for, check_repo_id
     from .upload import UploadFile
-
-    from .io.locate import branch_for
 
     check_repo_id(options.repo_id)
 
     if options.create_pr and options.revision not in (None, "main"):
         raise UsageError("--create-pr opens a pull request against the default branch: drop --revision")
-    branch_for(options.revision, options.create_pr)  # what the push itself would refuse, refused by a dry run too
+    branch = branch_for(options.revision)  # what the push itself would refuse (a commit id), refused by a dry run too
     directory = Path(path)
     drift = read_drift_report(Path(options.report)) if options.report else None  # bad input refused before anything else
     if drift:  # what is published of it names no path on the publisher's machine
@@ -124,7 +122,7 @@ def prepare(path: str, options: PushOptions):
             loaded.drafter = loaded.drafter.with_(verifier=options.base_model)
         card = render_card(loaded, options.repo_id, validated=options.validate, verify_report=read_verify_report(loaded.checkpoint.directory),
                            drift=(drift[0], [f"{DRIFT_DIR}/{p.name}" for p in drift[1]]) if drift else None,
-                           revision=None if options.create_pr else branch_for(options.revision))
+                           revision=None if options.create_pr else branch)
         if hub_id(loaded.drafter.verifier) is None:
             findings = [*findings, Finding("card.base_model", "warning", "the drafter names its target by a local path or not at all, so "
                                            "the card names no base model and its serve line says <target model>: pass --base-model ORG/NAME")]

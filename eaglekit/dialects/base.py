@@ -55,9 +55,9 @@ class NameMap:
         return name
 
 
-# Aliases every reader accepts: SGLang's legacy per-aux norm names and a third-party converter's name.
 # HF keys harmless to any engine that ride along from source to output (``Drafter.extra_config``)
 CARRIED_HF_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
+# Aliases every reader accepts: SGLang's legacy per-aux norm names and a third-party converter's name.
 LEGACY_FC_NORM_ALIASES = {
     "aux_norm_low.weight": "fc_norm.0.weight",
     "aux_norm_mid.weight": "fc_norm.1.weight",
@@ -346,13 +346,14 @@ class Dialect:
             if ambiguity is not None and target_num_layers is not None:
                 # the target's depth ruled neither reading out (apply_boundaries keeps the one that fits): say so
                 other = next(r for r in ambiguity.readings if r.convention != aux.convention)
-                if within_boundaries(AuxLayers(other.ids, other.convention).as_input(), target_num_layers):
+                other_layers = AuxLayers(other.ids, other.convention).as_input()
+                if within_boundaries(other_layers, target_num_layers):
                     notes.append(
                         Finding(
                             "aux.unsettled_convention",
                             "warning",
                             f"{location} {list(aux.ids)}: read {aux.convention}-of-layer = target layers {list(aux.as_input())}, but "
-                            f"read {other.convention}-of-layer they would be {list(AuxLayers(other.ids, other.convention).as_input())}, "
+                            f"read {other.convention}-of-layer they would be {list(other_layers)}, "
                             f"also within the target's 0..{target_num_layers}, and nothing in the checkpoint says which its producer "
                             "meant; convert with --aux-layers if it is the other",
                             location,

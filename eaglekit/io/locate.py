@@ -61,15 +61,19 @@ def repo_id_problem(repo_id: str) -> str | None:
     return None
 
 
+DEFAULT_BRANCH = "main"  # huggingface_hub sends PRs and revision-less commits to "main" too
+COMMIT_OID = re.compile(r"[0-9a-f]{40}")
+
+
 def branch_for(revision: str | None, create_pr: bool = False) -> str | None:
     """The branch a publish commits to (None: the default one), ``refs/heads/`` dropped; a commit id, or a branch
     with ``create_pr`` (a PR goes against the default branch), is a UsageError. ``push --dry-run`` asks it too, so that
     a dry run refuses what the push would."""
     if revision is not None and revision.startswith("refs/heads/"):
         revision = revision[len("refs/heads/") :]
-    if create_pr and revision not in (None, "main"):
-        raise UsageError(f"create_pr opens a pull request against main: drop revision {revision!r}")
-    if revision is not None and re.fullmatch(r"[0-9a-f]{40}", revision):
+    if create_pr and revision not in (None, DEFAULT_BRANCH):
+        raise UsageError(f"create_pr opens a pull request against {DEFAULT_BRANCH}: drop revision {revision!r}")
+    if revision is not None and COMMIT_OID.fullmatch(revision):
         raise UsageError(f"revision {revision!r} is a commit id: commits go to a branch")
     return revision
 

@@ -72,7 +72,8 @@ def read_header(path: Path, label: str | None = None) -> SafetensorsHeader:
         entries[name] = _entry(label, name, spec, data_len)
 
     # The tensors must tile the data area, back to back from its start to its end, as the safetensors library requires
-    # of a file it opens (it refuses a gap as an invalid offset and unused bytes as an incomplete file): engines load
+    # of a file it opens (it refuses a gap as an invalid offset and unused bytes as an incomplete file: run, safetensors
+    # 0.8.0, 2026-11-26): engines load
     # with that library, so a file it refuses is refused here, by tensor name.
     ordered = sorted(entries.items(), key=lambda kv: (kv[1].begin, kv[1].end))
     previous_end, previous_name = 0, None
