@@ -1,7 +1,7 @@
 """The reference drafter on CUDA, on full-size synthetic drafters (benchmarks/synthetic.py): chain-simulation
 throughput in fp32, bf16 and fp16, and how far bf16/fp16 logits and drafts stray from fp32 on the same GPU.
 
-    python benchmarks/gpu_bench.py [--positions 1024] [--only llama8b] [--workdir DIR] [--json FILE]
+    python benchmarks/gpu_bench.py [--positions 1024] [--only llama8b] [--repeat 5] [--workdir DIR] [--json FILE]
 
 Random weights and random aux states: the figures are speed and numerical agreement, not acceptance. Needs a
 CUDA device; the results of the runs we made are in benchmarks/README.md.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -28,25 +29,29 @@ K = 3
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def run_one(model: ReferenceDrafter, tokens: torch.Tensor, aux: torch.Tensor, starts: torch.Tensor):
-    """Teacher-forced chains (every dtype follows the same tokens, so logits stay comparable), timed after a warm-up."""
+def run_one(model: ReferenceDrafter, tokens: torch.Tensor, aux: torch.Tensor, starts: torch.Tensor, repeat: int = 1):
+    """Teacher-forced chains (every dtype follows the same tokens, so logits stay comparable), timed after a warm-up;
+    `repeat` timed runs, of which the median is returned (one run of 30-100 ms swings by tens of percent)."""
     device = model.device.type
+    times = []
     with torch.no_grad():
         draft_chains(model, tokens[:64], aux[:64], starts[starts < 62], K, teacher=True)
         if device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-        begin = time.perf_counter()
-        chains = draft_chains(model, tokens, aux, starts, K, teacher=True)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - begin
+        for _ in range(repeat):
+            begin = time.perf_counter()
+            chains = draft_chains(model, tokens, aux, starts, K, teacher=True)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - begin)
+        seconds = statistics.median(times)
         logits = torch.stack([model.draft_logits(chains.y[:, s]).float() for s in range(K)], dim=1)  # [J, K, Vd]
     peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
     return chains, logits, seconds, peak
 
 
-def bench(kind: str, workdir: Path, positions: int, cpu_positions: int, device: str = "cuda") -> dict:
+def bench(kind: str, workdir: Path, positions: int, cpu_positions: int, device: str = "cuda", repeat: int = 1) -> dict:
     path = ensure(kind, workdir / kind)
     with dialects.load(path) as loaded:
         drafter = loaded.drafter
@@ -56,13 +61,13 @@ def bench(kind: str, workdir: Path, positions: int, cpu_positions: int, device: 
     tokens = torch.randint(0, drafter.vocab_size, (positions + 1,), generator=g)
     aux = torch.randn(positions + 1, drafter.num_aux * T, generator=g)
     starts = torch.arange(0, positions - 1)
-    result: dict = {"drafter": kind, "positions": positions, "K": K, "runs": {}}
+    result: dict = {"drafter": kind, "positions": positions, "K": K, "repeat": repeat, "runs": {}}
 
     fp32_logits = fp32_drafts = None
     for name, dtype in DTYPES.items():
         model = ReferenceDrafter(drafter, weights, device=device, dtype=dtype)
-        chains, logits, seconds, peak = run_one(model, tokens, aux, starts)
-        run = {"seconds": seconds, "drafted_tokens_per_s": starts.numel() * K / seconds, "peak_gpu_gib": peak}
+        chains, logits, seconds, peak = run_one(model, tokens, aux, starts, repeat)
+        run = {"seconds": seconds, "repeat": repeat, "drafted_tokens_per_s": starts.numel() * K / seconds, "peak_gpu_gib": peak}
         if fp32_logits is None:
             fp32_logits, fp32_drafts = logits.cpu(), chains.drafts.cpu()
         else:
@@ -94,14 +99,16 @@ def main() -> None:
     ap.add_argument("--cpu-positions", type=int, default=128)
     ap.add_argument("--only", choices=list(SHAPES), action="append")
     ap.add_argument("--workdir", default=str(Path(__file__).parent / "out"))
+    ap.add_argument("--repeat", type=int, default=5, help="timed runs per dtype on CUDA; the median is reported")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("gpu_bench.py needs a CUDA device")
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, K={K}, {args.positions} chain starts (CPU: {args.cpu_positions})")
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, K={K}, {args.positions} chain starts (CPU: {args.cpu_positions}), "
+          f"median of {args.repeat} timed runs per CUDA dtype")
     results = []
     for kind in args.only or ["llama8b", "kimi"]:
-        r = bench(kind, Path(args.workdir), args.positions, args.cpu_positions)
+        r = bench(kind, Path(args.workdir), args.positions, args.cpu_positions, repeat=args.repeat)
         results.append(r)
         print(f"\n{kind}")
         for name, run in r["runs"].items():
