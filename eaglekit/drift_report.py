@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from .errors import MissingDependencyError
+from .io.atomic import write_file_atomically
 
 PLOTS = ("per_depth.png", "by_context_length.png", "fc_input.png")  # always written
 VARIANTS_PLOT, SAMPLING_PLOT = "variants.png", "sampling.png"  # with --variants, --temperature
@@ -131,7 +132,7 @@ def _sides(r: dict) -> list[tuple[str, dict]]:
 def _save(plt, fig, path: Path) -> Path:
     """One figure written as a PNG and closed."""
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    write_file_atomically(path, lambda tmp: fig.savefig(tmp, dpi=90, format="png"))
     plt.close(fig)
     return path
 
@@ -227,7 +228,7 @@ def write_html(r: dict, images: list[Path], path: Path) -> None:
         parts.append(f"<figure><img alt=\"{html.escape(image.stem)}\" src=\"data:image/png;base64,{data}\"><figcaption>{html.escape(image.name)}"
                      "</figcaption></figure>\n")
     parts.append("</body>\n</html>\n")
-    path.write_text("".join(parts))
+    write_file_atomically(path, "".join(parts))
 
 
 def write_report(r: dict, directory: str | Path) -> list[str]:
@@ -235,6 +236,6 @@ def write_report(r: dict, directory: str | Path) -> list[str]:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     images = plot(r, directory)
-    (directory / "report.json").write_text(json.dumps(r, indent=2) + "\n")
+    write_file_atomically(directory / "report.json", json.dumps(r, indent=2) + "\n")
     write_html(r, images, directory / "report.html")
     return [str(directory / "report.json"), *map(str, images), str(directory / "report.html")]

@@ -296,6 +296,28 @@ def test_stale_temporaries_of_dead_runs_are_cleaned(tmp_path):
     assert (tmp_path / "out" / "x").exists()
 
 
+def test_a_single_file_is_replaced_whole_or_not_at_all(tmp_path):
+    """verify --report and the drift report's files: a failed write keeps the old file and leaves no temporary."""
+    from eaglekit.io.atomic import _umask, write_file_atomically
+
+    report = tmp_path / "report.json"
+    report.write_text("old")
+    os.chmod(report, 0o600)
+
+    def fails(path):
+        path.write_text("half of the new")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        write_file_atomically(report, fails)
+    assert report.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+    write_file_atomically(report, "new")
+    assert report.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+    assert report.stat().st_mode & 0o777 == 0o666 & ~_umask()  # what open() gives a new file
+    write_file_atomically(tmp_path / "plot.png", lambda path: path.write_bytes(b"\x89PNG"))
+    assert (tmp_path / "plot.png").read_bytes() == b"\x89PNG"
+
+
 # -- index hygiene ------------------------------------------------------------------------------------------
 
 

@@ -269,6 +269,24 @@ def test_drafter_class_choice_for_speculators_qwen3(tmp_path):
     assert "engine.architecture" not in engine_ids(src, "0.23")
 
 
+@pytest.mark.parametrize("edit,missing", [
+    (lambda c: c["speculators_config"]["proposal_methods"][0].pop("speculative_tokens"), "speculators_config.proposal_methods.0.speculative_tokens"),
+    (lambda c: c["speculators_config"].pop("verifier"), "speculators_config.verifier.name_or_path"),
+    (lambda c: c["speculators_config"]["proposal_methods"][0].update(speculative_tokens=None), "speculators_config.proposal_methods.0.speculative_tokens"),
+])
+def test_speculators_config_vllm_refuses_is_said(tmp_path, edit, missing):
+    """`vllm serve DRAFTER` checks a speculators config's structure first and refuses it ('Invalid speculators config
+    structure'); eaglekit reads such a config (the lookahead then defaults), so only --engine can say so. A drafter
+    named in --speculative-config is not checked so: a warning, the drafter still loads."""
+    whole = validate(write_speculators(tmp_path / "whole", Dims()), engine="vllm==0.32")
+    assert "engine.speculators_config" not in {f.check for f in whole.findings}
+    src = config(write_speculators(tmp_path / "s", Dims()), edit)
+    report = validate(src, engine="vllm==0.22")
+    finding = next(f for f in report.findings if f.check == "engine.speculators_config")
+    assert finding.severity == "warning" and missing in finding.message and "Invalid speculators config structure" in finding.effect
+    assert finding.evidence == "source" and report.engine_view["loads"] is True
+
+
 def test_speculators_norm_before_residual_default(tmp_path):
     # absent: vLLM serves it as true; eaglekit reads it the same, and says so
     src = write_speculators(tmp_path / "s", Dims(), norm_before_residual=None)

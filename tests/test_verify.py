@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from eaglekit import schemas
+from eaglekit.errors import CheckpointError
 from eaglekit.convert import ConvertOptions, convert
 from eaglekit.target.runner import PADDING, length_groups
 from eaglekit.verify import VerifyOptions, verify
@@ -215,6 +216,17 @@ def test_stored_states_of_other_layers_are_refused(pair, tmp_path, cli):
     assert "holds target layers [1, 2, 3], the drafter fuses [2, 4, 5]" in result.stderr
     assert "cannot use --hidden-states" in cli("verify", pair["drafter"], "--target", pair["target"], "--hidden-states", tmp_path / "hs",
                                                 "--against", "vllm", expect=2).stderr
+
+
+@pytest.mark.parametrize("key,value", [("prompt_len", "twelve"), ("prompt_len", "3,4"), ("aux_layer_ids", "2,four,5")])
+def test_stored_states_with_unreadable_metadata_are_refused_by_name(tmp_path, key, value):
+    from eaglekit.verify.stored import read_sequences
+
+    (tmp_path / "hs").mkdir()
+    metadata = {"format": "pt", "aux_layer_ids": "2,4,5", "prompt_len": "2", key: value}
+    save_file({"input_ids": torch.arange(6), "aux_hidden_states": torch.zeros(6, 192)}, tmp_path / "hs" / "a.safetensors", metadata)
+    with pytest.raises(CheckpointError, match=rf"a\.safetensors: metadata {key} '{value}' should be"):
+        read_sequences(tmp_path / "hs", num_aux=3, hidden=64)
 
 
 def test_a_drafter_that_does_not_fit_the_target_fails_before_loading_it(pair, cli, tmp_path):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import click
 
 from .. import api
+from ..io.atomic import write_file_atomically
 from ..io.locate import origin_note
 from ._options import AGAINST, DEVICE, engine_option, from_option, json_option, norm_output_option, revision_option
 from ._output import Output, table
@@ -116,7 +116,7 @@ def verify_command(path, target, prompts_file, num_prompts, max_new_tokens, k, e
         norm_output_semantics=norm_output_semantics, revision=revision,
     )
     if report_path:
-        Path(report_path).write_text(json.dumps(result.data, indent=2) + "\n")
+        write_file_atomically(report_path, json.dumps(result.data, indent=2) + "\n")
     note = origin_note(result.data.get("origin"))
     if note:
         output.note(note)

@@ -162,6 +162,11 @@ def _drafter_class(out: Recorder, r: _Reading) -> bool:
     """Sets ``r.family`` and ``r.attrs`` to the class vLLM builds and the config it reads; False where it builds none."""
     config = r.config
     if r.speculators:
+        missing = [path for path in load_table(TABLE)["speculators_required"] if not _holds(config, path)]
+        if missing:
+            out.add("engine.speculators_config", "warning", f"speculators config has no {', '.join(missing)}",
+                    "`vllm serve DRAFTER` (the verifier and the lookahead read from this config) refuses it: 'Invalid speculators "
+                    "config structure'; naming it in --speculative-config with num_speculative_tokens loads it")
         layer = config.get("transformer_layer_config") or {}
         r.attrs = dict(layer)
         model_type = layer.get("model_type", "llama")
@@ -186,6 +191,20 @@ def _drafter_class(out: Recorder, r: _Reading) -> bool:
         return False
     r.family = family
     return True
+
+
+def _holds(config: dict, dotted: str) -> bool:
+    """Whether ``config`` has a value at ``dotted`` ("a.b.0.c": keys, and a number indexing a list), as vLLM indexes
+    it; null counts as no value (vLLM's check passes it, then finds no lookahead or no verifier to load)."""
+    node = config
+    for part in dotted.split("."):
+        if part.isdigit() and isinstance(node, list) and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
+            return False
+    return node is not None
 
 
 def _architecture(out: Recorder, r: _Reading) -> None:

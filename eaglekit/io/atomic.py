@@ -89,6 +89,28 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def write_file_atomically(path: str | Path, data: bytes | str | Callable[[Path], None]) -> Path:
+    """One file written beside ``path`` under a hidden name and renamed over it once complete and synced: a reader
+    (or a crash) sees the old file or the new one, never half of one. ``data`` is the content, or a function that
+    writes the file at the path it is given (a plot's ``savefig``)."""
+    path = Path(path)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}{_TMP_MARK}{os.getpid()}-", dir=path.parent)
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if isinstance(data, (bytes, str)):
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        if callable(data):
+            data(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # what open() would have given the file, not mkstemp's 0600
+        fsync_path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
 def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)

@@ -94,8 +94,10 @@ def read_sequences(path: str | Path, *, num_aux: int, hidden: int, limit: int | 
             tensors = read_safetensors(file, ("input_ids", "aux_hidden_states"))
             tokens, aux = tensors["input_ids"], tensors["aux_hidden_states"]
             meta = header.metadata
-            ids = tuple(int(i) for i in meta["aux_layer_ids"].split(",")) if meta.get("aux_layer_ids") else None
-            prompt_len = int(meta.get("prompt_len", 1))
+            ids = _metadata_ints(file, meta, "aux_layer_ids") if meta.get("aux_layer_ids") else None
+            prompt_len = _metadata_ints(file, meta, "prompt_len")[0] if "prompt_len" in meta else 1
+            if "prompt_len" in meta and "," in meta["prompt_len"]:
+                raise CheckpointError(f"{file}: metadata prompt_len {meta['prompt_len']!r} should be one whole number")
         elif {"token_ids", "hidden_states"} <= names:
             scaled = "hidden_states_scales" in names
             tensors = read_safetensors(file, ("token_ids", "hidden_states") + (("hidden_states_scales",) if scaled else ()))
@@ -113,6 +115,14 @@ def read_sequences(path: str | Path, *, num_aux: int, hidden: int, limit: int | 
         _check(file, tokens, aux, prompt_len, num_aux, hidden)
         out.append(StoredSequence(file.stem, tokens.to(torch.int64), aux, prompt_len, ids))
     return out
+
+
+def _metadata_ints(file: Path, meta: dict[str, str], key: str) -> tuple[int, ...]:
+    """A header metadata value of comma-separated whole numbers (``"2,15,27"``, ``"12"``), or a one-line error."""
+    try:
+        return tuple(int(part) for part in meta[key].split(","))
+    except ValueError:
+        raise CheckpointError(f"{file}: metadata {key} {meta[key]!r} should be whole numbers separated by commas") from None
 
 
 def _check(file: Path, tokens: torch.Tensor, aux: torch.Tensor, prompt_len: int, num_aux: int, hidden: int) -> None:
