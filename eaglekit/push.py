@@ -57,7 +57,11 @@ def collect_files(directory: Path, roots: tuple[Path, ...] = ()) -> list[Path]:
 
 
 def _is_local_path(value: str) -> bool:
-    return value.startswith(("/", "~", "./", "../")) or (len(value) > 2 and value[1] == ":" and value[2] in "\\/")
+    """An absolute, home or dotted path, or a relative one that names something here (``models/target``, which a
+    Hub id looks like too: the card's ``hub_id`` draws the same line)."""
+    if value.startswith(("/", "~", "./", "../")) or (len(value) > 2 and value[1] == ":" and value[2] in "\\/"):
+        return True
+    return ("/" in value or "\\" in value) and Path(value).exists()
 
 
 def scrub_local_paths(value: Any, base_model: str | None) -> Any:

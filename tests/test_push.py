@@ -254,6 +254,23 @@ def test_no_local_path_is_published(cli, hub, tmp_path):
     assert json.loads((out / "config.json").read_text())["speculators_config"]["verifier"]["name_or_path"] == str(local_target)  # source untouched
 
 
+def test_a_relative_local_path_is_not_published_as_the_target(cli, hub, tmp_path, monkeypatch):
+    """``models/target`` looks like a Hub id; where it names a folder here it is a local path, in the card and the files."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models" / "target").mkdir(parents=True)
+    out = tmp_path / "drafter"
+    convert(write_vllm(tmp_path / "src", Dims()), out, ConvertOptions(to="speculators", aux_layers=(2, 4, 5)))
+    config = json.loads((out / "config.json").read_text())
+    config["speculators_config"]["verifier"]["name_or_path"] = "models/target"
+    (out / "config.json").write_text(json.dumps(config))
+    dry = push(cli, out, "tester/drafter", "--dry-run").stdout
+    assert "pass --base-model ORG/NAME" in dry and "huggingface.co/models/target" not in dry
+    push(cli, out, "tester/drafter")
+    published = hub.state.files("tester/drafter")
+    assert json.loads(published["config.json"])["speculators_config"]["verifier"]["name_or_path"] == "target"
+    assert b"models/target" not in published["README.md"]
+
+
 def test_dry_run_checks_the_repo_id(cli, hub, drafter):
     assert "is not a valid repository id" in push(cli, drafter, "not a repo", "--dry-run", expect=2).stderr
     assert hub.state.log == []
