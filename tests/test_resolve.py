@@ -88,3 +88,40 @@ def test_verify_measures_the_aux_readings_and_reuses_the_one_it_read(tmp_path, p
     assert measured[read_as]["every_position_acceptance_length"] == report["every_position"]["acceptance_length"]
     assert measured[read_as]["acceptance_length"] == report["acceptance_length"]
     assert len(simulated) == 2 * len(report["prompts"])
+
+
+def unsettled_copy(pair: dict, directory: Path, cli) -> Path:
+    """The pair's drafter in the vllm dialect with its ids only in eagle_config, written output-of-layer ([1, 3, 4]) as
+    SGLang and SpecForge write them there: vLLM's dialect reads them input-of-layer, and on the 8-layer target both
+    readings fit, so the files alone cannot say which the weights were trained with (aux.unsettled_convention)."""
+    cli("convert", pair["drafter"], directory, "--to", "vllm")
+    cfg = json.loads((directory / "config.json").read_text())
+    for key in ("eaglekit", "eagle_aux_hidden_state_layer_ids"):
+        cfg.pop(key, None)
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [1, 3, 4]
+    (directory / "config.json").write_text(json.dumps(cfg))
+    return directory
+
+
+def test_an_unsettled_convention_is_measured_not_only_named(tmp_path, pair, cli):
+    """With a target, the convention doubt is no longer a refusal (both readings fit 0..L): the dialect's reading is
+    taken with a warning. verify measures both; the other reading is the trained drafter itself, so its figures are
+    the original checkpoint's exactly. convert --resolve converts with it."""
+    src = unsettled_copy(pair, tmp_path / "unsettled", cli)
+    args = ("--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", 16, "--json")
+    report = json.loads(cli("verify", src, *args).stdout)
+    assert report["aux_layer_ids"] == [1, 3, 4]
+    assert any(f["check"] == "aux.unsettled_convention" for f in report["findings"])
+    measured = {m["reading"]: m for m in report["readings"]["measured"]}
+    assert set(measured) == {"vllm ids [1, 3, 4] (input-of-layer)", "vllm ids [2, 4, 5] (input-of-layer)"}
+    original = json.loads(cli("verify", pair["drafter"], *args).stdout)
+    trained = measured["vllm ids [2, 4, 5] (input-of-layer)"]
+    assert trained["every_position_acceptance_length"] == original["every_position"]["acceptance_length"]
+    assert trained["acceptance_length"] == original["acceptance_length"]
+    assert measured["vllm ids [1, 3, 4] (input-of-layer)"]["every_position_acceptance_length"] == report["every_position"]["acceptance_length"]
+    assert report["readings"]["trained_with"] == "vllm ids [2, 4, 5] (input-of-layer)"
+
+    out = tmp_path / "out"
+    data = json.loads(cli("convert", src, out, "--to", "vllm", "--target", pair["target"], "--prompts", pair["prompts"], "--resolve", "--json").stdout)
+    assert data["resolved"]["aux_layers"] == [2, 4, 5]
+    assert json.loads((out / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]

@@ -216,6 +216,14 @@ class LoadedDrafter:
     unknown: list[str]  # checkpoint names that map to no canonical name
     notes: list[Finding] = field(default_factory=list)  # what reading noticed (defaults assumed, ambiguities)
     ambiguity: Ambiguity | None = None  # two readings the evidence cannot choose between (see ``Ambiguity``)
+    # with a target: two id conventions that its depth rules neither out of; the dialect's is read (aux.unsettled_convention),
+    # verify measures both and convert --resolve converts with the one the weights were trained with
+    unsettled: Ambiguity | None = None
+
+    @property
+    def doubt(self) -> Ambiguity | None:
+        """The aux-id readings worth measuring on a target: an ambiguity, else an unsettled convention."""
+        return self.ambiguity or self.unsettled
 
     def present(self) -> dict[str, tuple[tuple[int, ...], dtypes.DType]]:
         out = {c: (self.checkpoint.tensors[s].shape, self.checkpoint.tensors[s].dtype) for c, s in self.names.items()}
@@ -340,7 +348,7 @@ class Dialect:
         aux = self.read_aux_ids(ckpt.config, top, names, notes)
         location = self.aux_location(ckpt.config)
         aux = apply_boundaries(aux, location, target_num_layers, notes)
-        ambiguity = None
+        ambiguity = unsettled = None
         if not given:
             ambiguity = self.convention_ambiguity(aux, location, ckpt)
             if ambiguity is not None and target_num_layers is not None:
@@ -355,10 +363,11 @@ class Dialect:
                             f"{location} {list(aux.ids)}: read {aux.convention}-of-layer = target layers {list(aux.as_input())}, but "
                             f"read {other.convention}-of-layer they would be {list(other_layers)}, "
                             f"also within the target's 0..{target_num_layers}, and nothing in the checkpoint says which its producer "
-                            "meant; convert with --aux-layers if it is the other",
+                            "meant: verify measures both; convert --resolve (or --aux-layers) if it is the other",
                             location,
                         )
                     )
+                    unsettled = ambiguity
                 ambiguity = None
         infos = {c: ckpt.tensors[s] for c, s in names.items()}
         T = self._first_int(top, self.rules.target_hidden) or fields["hidden_size"]
@@ -419,7 +428,7 @@ class Dialect:
         missing = {k: v for k, v in kept.items() if k in CARRIED_HF_KEYS and k not in drafter.extra_config}
         if missing:
             drafter = drafter.with_(extra_config={**drafter.extra_config, **missing})
-        return LoadedDrafter(drafter, ckpt, self.name, detection, names, unknown, notes, ambiguity)
+        return LoadedDrafter(drafter, ckpt, self.name, detection, names, unknown, notes, ambiguity, unsettled)
 
     # hooks a dialect may override --------------------------------------------------------------------
 

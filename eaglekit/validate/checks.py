@@ -47,7 +47,7 @@ CHECKS: dict[str, str] = {
     "vocab.lm_head_borrowed": "no lm_head: the drafter borrows the target's head; which engines do (vLLM yes; SGLang only with draft_vocab_size null)",
     "aux.impossible_reading": "an aux-id reading names a layer outside the target's 0..L: discarded for the other convention",
     "aux.ambiguous": "the aux ids' convention is settled by no evidence and no target: both readings reported",
-    "aux.unsettled_convention": "with a target: the aux ids' convention is settled by no evidence and both readings fit 0..L: the dialect's is read, the other named",
+    "aux.unsettled_convention": "with a target: the aux ids' convention is settled by no evidence and both readings fit 0..L: the dialect's is read, the other named; verify measures both, convert --resolve decides",
     "dialect.ambiguous": "two dialects fit within the margin and read different aux ids: both readings reported",
     "config.architecture_mismatch": "the architecture label (e.g. Qwen3ForCausalLM) does not fit the tensors (no q_norm/k_norm): read by the tensors",
     "embed.needed": "no embed_tokens although the drafter is narrower or wider than the target",

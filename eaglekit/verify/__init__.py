@@ -54,7 +54,8 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
     with loaded:
         d = loaded.drafter.with_(target_num_layers=L)
         loaded.drafter = d
-        findings = run_checks(CheckInput(d, loaded.present(), values=loaded.read_values, target=verifier.target_config))
+        # what reading the checkpoint noticed (a defaulted rope, an unsettled id convention) and what the checks find
+        findings = [*loaded.notes, *run_checks(CheckInput(d, loaded.present(), values=loaded.read_values, target=verifier.target_config))]
         misfit = [f for f in errors(findings) if f.check.startswith("target.")]
         if misfit:  # before the target is loaded: it could not run on this target at all
             raise ValidationFailed(f"{path} does not fit the target {verifier.target_config.name}: {misfit[0].message}", findings)

@@ -28,10 +28,11 @@ def alternatives(loaded: dialects.LoadedDrafter, d: Drafter, L: int) -> list[tup
 
 
 def aux_readings(loaded: dialects.LoadedDrafter, d: Drafter, L: int) -> list[tuple[str, Drafter]]:
-    """One labelled drafter per aux-id reading of an ambiguous checkpoint (input-of-layer ids that fit the target)."""
+    """One labelled drafter per aux-id reading of an ambiguous checkpoint, or of ids whose convention the target's depth
+    did not settle (input-of-layer ids that fit the target)."""
     out: list[tuple[str, Drafter]] = []
-    if loaded.ambiguity is not None:
-        for reading in loaded.ambiguity.readings:
+    if loaded.doubt is not None:
+        for reading in loaded.doubt.readings:
             ids = reading.input_ids
             if ids is not None and all(0 <= i <= L for i in ids):
                 out.append((f"{reading.dialect} ids {list(ids)} (input-of-layer)", d.with_(aux=AuxLayers(ids, INPUT))))
@@ -83,7 +84,7 @@ def resolve(path: str, options: VerifyOptions) -> dict | None:
     L = verifier.target_config.num_layers
     loaded = dialects.load(path, options.source_dialect, norm_output_semantics=options.norm_output_semantics, target_num_layers=L)
     with loaded:
-        if loaded.ambiguity is None:
+        if loaded.doubt is None:
             return None
         d = loaded.drafter.with_(target_num_layers=L)
         loaded.drafter = d
