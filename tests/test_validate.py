@@ -60,6 +60,7 @@ def broken(name: str):
         "flags.fc_without_aux": (lambda p: config(v(p), lambda c: c.update(eagle_config={"use_aux_hidden_state": False})), {}),
         "flags.untrained_upgrade": (lambda p: config(v(p, fc_norm=True), lambda c: c.update(
             norm_output=True, eaglekit={"dialect": "vllm", "notes": ["upgraded EAGLE 3 -> 3.1 by eaglekit 0.1: fc_norm set to ones"]})), {}),
+        "flags.modelopt_norm_layout": (lambda p: config(write_modelopt(p, Dims()), lambda c: c["eagle_config"].update(use_mtp_layernorm=True)), {}),
         "config.fc_bias": (lambda p: tensors(v(p), lambda t: t.update({"fc.bias": torch.zeros(16)})), {}),
         "config.hidden_act": (lambda p: config(v(p), lambda c: c.update(hidden_act="gelu")), {}),
         "config.num_layers": (lambda p: config(write_eagle(p, Dims()), lambda c: c.update(num_hidden_layers=40)), {}),
@@ -113,6 +114,15 @@ def mla_without_q_lora(p: Path) -> Path:
     return config(src, lambda c: c.update(q_lora_rank=None))
 
 
+def test_modelopt_norm_layout_is_said_only_where_it_differs_from_what_engines_run(tmp_path):
+    """ModelOpt's exporter writes its norm switches into eagle_config; its default layout (true, true, false) is what
+    every engine runs and says nothing, another one is named key by key."""
+    assert "flags.modelopt_norm_layout" not in ids_of(validate(write_modelopt(tmp_path / "default", Dims())))
+    src = config(write_modelopt(tmp_path / "s", Dims()), lambda c: c["eagle_config"].update(use_last_layernorm=False, use_input_layernorm_in_first_layer=False))
+    messages = sorted(f.message for f in validate(src).findings if f.check == "flags.modelopt_norm_layout")
+    assert len(messages) == 2 and "use_input_layernorm_in_first_layer is false" in messages[0] and "use_last_layernorm is false" in messages[1]
+
+
 def test_an_absent_q_lora_rank_is_read_from_q_a_proj_said_once_and_repaired_by_convert(tmp_path, cli):
     """A noticed misreport: an MLA config that lost its q_lora_rank key read as a q_proj drafter (a "missing q_proj" and
     three "unexpected" q_a_* tensors). Now one error names the key and the rank its q_a_proj shows; convert writes it."""
@@ -148,6 +158,7 @@ def test_each_invariant_is_caught_by_its_id(tmp_path, check):
     severity = {"aux.not_recorded": "info", "rope.defaulted": "warning", "rope.target": "warning", "rope.mla_reading": "warning", "aux.unsorted": "warning",
                 "config.num_layers": "warning", "flags.fc_without_aux": "warning", "scan.zero": "warning",
                 "scan.uninitialised": "warning", "scan.unit_fc_norm": "warning", "flags.untrained_upgrade": "warning",
+                "flags.modelopt_norm_layout": "warning",
                     # eaglekit cannot tell or guessed from the tensors: the user decides (convert refuses the ambiguous)
                     "aux.ambiguous": "warning", "dialect.ambiguous": "warning", "aux.impossible_reading": "warning", "aux.unsettled_convention": "warning",
                     "config.architecture_mismatch": "warning", "vocab.lm_head_borrowed": "info",

@@ -5,7 +5,15 @@ Read only.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from ..findings import Finding
 from .base import FLAT_FLAGS_FALSE, OUTPUT, Clue, ConfigRules, Dialect, NameMap, architecture_clue, has_prefix
+
+if TYPE_CHECKING:
+    from ..io.reader import Checkpoint
+    from ..model.config_view import ConfigView
+    from ..model.drafter import Drafter
 
 MODELOPT_EAGLE_KEYS = (
     "use_input_layernorm_in_first_layer",
@@ -15,6 +23,16 @@ MODELOPT_EAGLE_KEYS = (
     "parallel_draft_step",
     "parallel_draft_heads_num_layers",
 )
+
+# ModelOpt's norm layout switches (its EagleModule: ``norm`` only with use_last_layernorm, layer 0's input_layernorm
+# only with use_input_layernorm_in_first_layer, extra enorm/hnorm with use_mtp_layernorm), the value every engine's
+# EAGLE 3 drafter runs (vLLM 0.32.0's source reads none of these keys; SGLang's was not checked), and what differs
+# when a drafter was trained otherwise.
+NORM_LAYOUT = {
+    "use_last_layernorm": (True, "trained without the final norm before lm_head; engines apply norm.weight"),
+    "use_input_layernorm_in_first_layer": (True, "trained without layer 0's input_layernorm; engines apply it"),
+    "use_mtp_layernorm": (False, "trained with MTP-style norms on the embedding and hidden state (enorm/hnorm); engines have none"),
+}
 
 
 class ModeloptDialect(Dialect):
@@ -34,6 +52,17 @@ class ModeloptDialect(Dialect):
         Clue("tensors named layers.N.*, no embeddings", 10, lambda c, n, k: has_prefix(n, "layers.") and not has_prefix(n, "embed_tokens")),
         architecture_clue("modelopt", 5),
     )
+
+    def adjust(self, d: Drafter, top: ConfigView, ckpt: Checkpoint, notes: list[Finding]) -> Drafter:
+        """A norm layout other than the one engines run is said: nothing in the engines reads these keys, so such a
+        drafter loads and drafts with norms its training did not have."""
+        nested = top.data.get("eagle_config") or {}
+        for key, (runs, what) in NORM_LAYOUT.items():
+            value = nested.get(key)
+            if isinstance(value, bool) and value != runs:
+                notes.append(Finding("flags.modelopt_norm_layout", "warning", f"eagle_config.{key} is {str(value).lower()}: {what}",
+                                     f"eagle_config.{key}"))
+        return d
 
 
 DIALECT = ModeloptDialect()

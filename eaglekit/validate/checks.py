@@ -31,6 +31,7 @@ CHECKS: dict[str, str] = {
     "flags.fc_norm_without_flag": "fc_norm.* tensors present but fc_norm is not true",
     "flags.input_norm_without_flag": "input_norm.weight present but norm_before_fc is not true (vLLM drops it silently)",
     "flags.fc_without_aux": "fc.weight present but use_aux_hidden_state is false (engines drop fc)",
+    "flags.modelopt_norm_layout": "a ModelOpt eagle_config norm switch (use_last_layernorm, use_input_layernorm_in_first_layer, use_mtp_layernorm) other than what engines run",
     "flags.untrained_upgrade": "upgraded to EAGLE 3.1 by eaglekit (fc_norm weights of ones) and not trained since",
     "config.fc_bias": "fc.bias present: EAGLE 3 fc has no bias",
     "config.hidden_act": "hidden_act is not silu (vLLM's drafter MLP rejects anything else)",
