@@ -156,6 +156,7 @@ class _Context:
     revision: str = DEFAULT_BRANCH
     stage: str = "starting"
     reading: bool = False  # a read (inspect, validate, download): failures are "could not run" (exit 2)
+    created: list[str] = field(default_factory=list)  # what this push made before it failed (a repo, a branch): said, and left
 
     def scrub(self, text: object) -> str:
         text = " ".join(str(text).split())
@@ -304,6 +305,9 @@ def _hub_errors(ctx: _Context) -> Iterator[None]:
         translated = _translate(exc, ctx)
         if translated is None or translated is exc:
             raise
+        if ctx.created:  # nothing of the push's files is there, but what it created stays: say so, delete nothing
+            translated = type(translated)(f"{translated} (before failing, this push created {' and '.join(ctx.created)}, "
+                                          "which stays, holding none of its files)")
         raise translated from None
 
 
@@ -411,6 +415,7 @@ def publish(
             ctx.stage = "creating the repository"
             api.create_repo(repo_id, private=private, exist_ok=True)
             created_repo = True
+            ctx.created.append(f"the repository {repo_id}")
             ctx.stage = "reading the repository's branches"
             refs = api.list_repo_refs(repo_id, include_pull_requests=True)
 
@@ -426,6 +431,7 @@ def publish(
                 ctx.stage = f"creating branch {target}"
                 api.create_branch(repo_id, branch=target, exist_ok=True)  # from the default branch
                 created_branch = True
+                ctx.created.append(f"the branch {target} (at the default branch's head)")
                 ctx.stage = "reading the repository's branches"
                 heads = {b.name: b.target_commit for b in api.list_repo_refs(repo_id).branches}
         parent = heads.get(target)

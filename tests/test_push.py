@@ -121,6 +121,25 @@ def test_hub_failures_are_clear_and_leave_the_branch_unchanged(cli, hub, drafter
     assert hub.state.head("tester/drafter") == head
 
 
+def test_a_failed_push_says_what_it_created_and_leaves_it(cli, hub, drafter):
+    """The commit fails after the push made the repository or the branch: they stay (deleting on the Hub after a
+    failure could race another push), holding none of the files, and the one error line says so; a retry lands."""
+    hub.state.fail("POST", r"/commit/", 500, times=10)
+    first = push(cli, drafter, expect=1)
+    assert "created the repository tester/drafter, which stays, holding none of its files" in first.stderr
+    assert first.stderr.count("\n") == 1 and "tester/drafter" in hub.state.repos
+    hub.state.faults.clear()
+    push(cli, drafter)
+    (drafter / "config.json").write_text((drafter / "config.json").read_text().replace('"silu"', '"silu" '))
+    hub.state.fail("POST", r"/commit/", 500, times=10)
+    second = push(cli, drafter, "tester/drafter", "--revision", "v2", expect=1)
+    assert "created the branch v2 (at the default branch's head), which stays" in second.stderr and "repository" not in second.stderr
+    assert hub.state.head("tester/drafter", "v2") == hub.state.head("tester/drafter")
+    hub.state.faults.clear()
+    push(cli, drafter, "tester/drafter", "--revision", "v2")
+    assert hub.state.head("tester/drafter", "v2") != hub.state.head("tester/drafter")
+
+
 def test_bad_token(cli, hub, drafter, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_WRONGtoken999")
     result = cli("push", drafter, "tester/drafter", expect=1)
