@@ -134,6 +134,15 @@ def test_layer_types_shorter_than_the_layers_is_an_error_and_vllm_refuses(tmp_pa
     assert cli("validate", src, expect=1).exit_code == 1
 
 
+def test_layer_types_copied_from_the_target_is_refused_by_vllm(tmp_path):
+    """A one-layer drafter whose layer_types lists the target's 8 layers: transformers' config validation (which vLLM's
+    config loading runs) refuses any length other than num_hidden_layers, longer too; it was predicted to load."""
+    src = windowed_speculators(tmp_path / "src", sliding_window=2048, layer_types=["sliding_attention"] + ["full_attention"] * 7)
+    report = validate(src, engine="vllm==0.32")
+    finding = next(f for f in report.findings if f.check == "engine.layer_types")
+    assert "names 8 layer(s) for 1 decoder layers" in finding.message and report.engine_view["loads"] is False
+
+
 def test_writing_a_windowed_drafter_as_eagle_says_eagle_runs_full_attention(tmp_path):
     src = windowed_speculators(tmp_path / "src")
     plan = convert(src, tmp_path / "eagle", ConvertOptions(to="eagle"))

