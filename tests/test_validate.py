@@ -344,6 +344,22 @@ def test_vllm_reads_a_null_flag_as_off(tmp_path):
     assert served(config(write_speculators(tmp_path / "a", Dims()), lambda c: c.pop("norm_before_residual", None))) is True
 
 
+def test_vllm_engine_rules_read_from_its_source(tmp_path):
+    """Three behaviours of vLLM 0.32's code, each a tiny checkpoint: a pruned-vocab drafter without lm_head loads with
+    the target's head and crashes at the first draft; target_hidden_size null breaks the build; a Qwen3 speculators
+    layer config without rope_theta runs with the Qwen3 layer's default 1e6."""
+    ids = lambda src: ids_of(validate(src, engine="vllm==0.32"), "error")  # noqa: E731
+    assert "engine.lm_head_shape" in ids(write_vllm(tmp_path / "nohead", Dims(Vd=48, lm_head=False)))
+    assert "engine.lm_head_shape" not in ids(write_vllm(tmp_path / "head", Dims(Vd=48)))
+    null = validate(config(write_vllm(tmp_path / "null", Dims()), lambda c: c.update(target_hidden_size=None)), engine="vllm==0.32")
+    assert "engine.target_hidden_size" in ids_of(null, "error") and null.engine_view["loads"] is False
+    qwen = write_speculators(tmp_path / "qwen", Dims(qwen3=True))
+    assert "engine.rope_theta" not in ids(qwen)
+    bare = config(write_speculators(tmp_path / "bare", Dims(qwen3=True)), lambda c: c["transformer_layer_config"].pop("rope_theta"))
+    finding = next(f for f in validate(bare, engine="vllm==0.32").findings if f.check == "engine.rope_theta")
+    assert "rope_theta 1000000" in finding.effect and "read as 10000" in finding.message
+
+
 def test_speculators_norm_before_residual_default(tmp_path):
     # absent: vLLM serves it as true; eaglekit reads it the same, and says so
     src = write_speculators(tmp_path / "s", Dims(), norm_before_residual=None)

