@@ -293,6 +293,11 @@ def test_d2t_with_full_vocab_fails_from_031(tmp_path):
     assert "draft_id_to_target_id" in finding.effect
 
 
+def test_vllm_022_has_no_qwen3_drafter_class(tmp_path):
+    src = config(write_vllm(tmp_path / "q", Dims(qwen3=True)), lambda c: c.update(architectures=["Eagle3Qwen3ForCausalLM"]))
+    assert "engine.architecture" in engine_ids(src, "0.22") and "engine.architecture" not in engine_ids(src, "0.23")
+
+
 def test_drafter_class_choice_for_speculators_qwen3(tmp_path):
     src = write_speculators(tmp_path / "s", Dims(qwen3=True))
     assert "engine.architecture" in engine_ids(src, "0.22")

@@ -192,6 +192,10 @@ def _drafter_class(out: Recorder, r: _Reading) -> bool:
         return False
     resolved = arch if (arch.startswith("Eagle3") or arch.endswith("Eagle3")) else "Eagle3" + arch
     family = vllm_family(resolved)
+    if family == "qwen3" and not r.rules["qwen3_drafter_class"]:
+        out.refuse("engine.architecture", f"architecture {arch!r} becomes {resolved!r}: this release has no Qwen3 drafter class",
+                   "refuses to load: unknown architecture")
+        return False
     if family is None:
         out.refuse("engine.architecture", f"architecture {arch!r} becomes {resolved!r}, which vLLM does not register", "refuses to load: unknown architecture")
         return False
