@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from eaglekit import schemas
@@ -227,6 +228,60 @@ def test_stored_states_with_unreadable_metadata_are_refused_by_name(tmp_path, ke
     save_file({"input_ids": torch.arange(6), "aux_hidden_states": torch.zeros(6, 192)}, tmp_path / "hs" / "a.safetensors", metadata)
     with pytest.raises(CheckpointError, match=rf"a\.safetensors: metadata {key} '{value}' should be"):
         read_sequences(tmp_path / "hs", num_aux=3, hidden=64)
+
+
+def test_stored_states_in_another_layer_order_are_fused_in_ascending_order(pair, tmp_path):
+    """A file whose aux_layer_ids metadata lists (5, 2, 4), its columns in that order: verify reorders them, giving
+    the figures of the ascending file (it used the columns as they came, and lost a third of its acceptance)."""
+    from eaglekit.verify.stored import write_sequence
+
+    stored_states(pair, tmp_path / "asc", "eaglekit")
+    (tmp_path / "shuffled").mkdir()
+    for file in sorted((tmp_path / "asc").iterdir()):
+        t = load_file(str(file))
+        meta_prompt = int(safe_open(str(file), "pt").metadata()["prompt_len"])
+        a2, a4, a5 = t["aux_hidden_states"].split(64, dim=1)
+        write_sequence(tmp_path / "shuffled" / file.name, t["input_ids"], torch.cat([a5, a2, a4], dim=1), (5, 2, 4), meta_prompt)
+    run = lambda d: verify(str(pair["drafter"]), VerifyOptions(target=str(pair["target"]), hidden_states=str(d)))  # noqa: E731
+    assert run(tmp_path / "shuffled")["every_position"] == run(tmp_path / "asc")["every_position"]
+
+
+def test_decoding_stops_where_vllm_stops_and_pads_with_an_id_the_target_has(pair):
+    """eos: the tokenizer's and every generation_config id, as vLLM stops (it adds the latter to the former); padding:
+    a pad id the tokenizer added past the embedding (one index out of range) gives way to eos, then 0."""
+    from types import SimpleNamespace
+
+    from eaglekit.target import read_target_config
+    from eaglekit.target.runner import TargetModel
+
+    target = TargetModel.load(read_target_config(pair["target"]))
+    rows = target.model.get_input_embeddings().weight.shape[0]
+    target.model.generation_config.eos_token_id = [71]
+    target.tokenizer = SimpleNamespace(eos_token_id=89, pad_token_id=rows)
+    assert target.eos_token_ids() == {71, 89} and target.pad_token_id() == 89
+    target.tokenizer = SimpleNamespace(eos_token_id=None, pad_token_id=0)
+    assert target.pad_token_id() == 0 and target.eos_token_ids() == {71}
+    prompts = [json.loads(line)["input_ids"] for line in Path(pair["prompts"]).read_text().splitlines()[:3]]
+    target.tokenizer = SimpleNamespace(eos_token_id=None, pad_token_id=rows + 5)
+    batched = target.generate_batch(prompts, 12)  # left padding of unequal prompts: an IndexError before
+    assert all(torch.equal(b, target.generate(p, 12)) for b, p in zip(batched, prompts))
+
+
+def test_verify_refuses_what_it_cannot_use_in_one_line(pair, tmp_path, cli):
+    """Prompts it would ignore, records of the wrong shape, ids past the vocabulary, and prompts that run past the
+    target's positions: each a usage error naming what is wrong, before any decoding."""
+    base = ("verify", pair["drafter"], "--target", pair["target"])
+    (tmp_path / "hs").mkdir()
+    assert "--prompts would be ignored" in cli(*base, "--hidden-states", tmp_path / "hs", "--prompts", pair["prompts"], expect=2).stderr
+    cases = {'{"input_ids": [5, 500]}': "outside the target's vocabulary 0..95", '{"input_ids": [1.5, 2.0]}': "input_ids should be a list of token ids",
+             '{"prompt": 5}': "prompt should be a string", '{"messages": "hello"}': "messages should be a list",
+             '{"input_ids": ' + str(list(range(2, 90)) * 6) + '}': "max_position_embeddings 512"}
+    for i, (line, expected) in enumerate(cases.items()):
+        (tmp_path / f"p{i}.jsonl").write_text(line + "\n")
+        result = cli(*base, "--prompts", tmp_path / f"p{i}.jsonl", expect=2)
+        assert expected in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    (tmp_path / "latin1.jsonl").write_bytes(b'{"prompt": "caf\xe9"}\n')
+    assert "not UTF-8" in cli(*base, "--prompts", tmp_path / "latin1.jsonl", expect=2).stderr
 
 
 def test_a_drafter_that_does_not_fit_the_target_fails_before_loading_it(pair, cli, tmp_path):

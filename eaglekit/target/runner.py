@@ -261,12 +261,14 @@ class TargetModel:
         return norm
 
     def eos_token_ids(self) -> set[int]:
-        ids = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
-        if ids is None and self.tokenizer is not None:
-            ids = getattr(self.tokenizer, "eos_token_id", None)
-        if ids is None:
-            return set()
-        return {int(i) for i in (ids if isinstance(ids, (list, tuple)) else [ids])}
+        """Where the continuation stops, as vLLM stops it: the tokenizer's eos and every generation_config eos id
+        (SamplingParams.update_from_generation_config adds the latter to the former)."""
+        out: set[int] = set()
+        for ids in (getattr(getattr(self.model, "generation_config", None), "eos_token_id", None),
+                    getattr(self.tokenizer, "eos_token_id", None) if self.tokenizer is not None else None):
+            if ids is not None:
+                out |= {int(i) for i in (ids if isinstance(ids, (list, tuple)) else [ids])}
+        return out
 
     @_without_cudnn_attention
     @torch.no_grad()
@@ -280,11 +282,18 @@ class TargetModel:
             do_sample=False,
             num_beams=1,
             pad_token_id=self.pad_token_id(),
+            eos_token_id=sorted(self.eos_token_ids()) or None,
         )
         return out[0].cpu()
 
     def pad_token_id(self) -> int:
-        return getattr(self.tokenizer, "pad_token_id", None) or getattr(self.tokenizer, "eos_token_id", None) or 0
+        """The id left padding is written with (masked, so any id the embedding has will do): the tokenizer's pad, else
+        its eos, else 0; one past the embedding (a pad token added to the tokenizer only) would index out of range."""
+        rows = self.model.get_input_embeddings().weight.shape[0]
+        for candidate in (getattr(self.tokenizer, "pad_token_id", None), getattr(self.tokenizer, "eos_token_id", None)):
+            if isinstance(candidate, int) and 0 <= candidate < rows:
+                return candidate
+        return 0
 
     def generate_batch(self, prompts: list[list[int]], max_new_tokens: int, batch_size: int = 16, padding: float = PADDING) -> list[torch.Tensor]:
         """``generate`` for several prompts at once, the same tokens (``decode_batch`` without capture)."""
@@ -298,7 +307,8 @@ class TargetModel:
         position, taken from the very forwards that picked the tokens (no second pass over the sequences).
 
         Per prompt: (prompt + new tokens as one id tensor on the CPU, {slot: [S, T] states on the model's device}).
-        The tokens are ``generate``'s, token for token: prompts are left-padded to a common length (an attention mask
+        In float32 the tokens are ``generate``'s, token for token (in bf16 they are not always: a padded batch rounds
+        otherwise, and 6 of 24 random prompts of a tiny target took another greedy path): prompts are left-padded to a common length (an attention mask
         hides the padding, positions count from each prompt's first token), one KV cache decodes them together, and
         this loop makes the forward calls transformers' ``generate`` makes for greedy decoding (2D mask, dropped when
         nothing is padded; positions from the mask; logits of the last position only; a finished row is fed the pad

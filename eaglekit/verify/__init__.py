@@ -45,6 +45,8 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
     """Run the verification and return the report (a dict following schemas/verify.schema.json)."""
     if options.hidden_states and options.against:
         raise UsageError("--against vllm runs the target itself; it cannot use --hidden-states")
+    if options.hidden_states and options.prompts:
+        raise UsageError("--hidden-states brings its own sequences (prompt and continuation); --prompts would be ignored: pass one of them")
     envs.require_environment(options.against, options.vllm_python)
     verifier = Verifier(options, progress)
     if options.against:

@@ -24,9 +24,11 @@ def read_prompt_records(path: str | None) -> list[dict]:
         label = "built-in prompts"
     else:
         try:
-            text = Path(path).read_text()
+            text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"--prompts {path}: cannot read ({exc.strerror})") from None
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"--prompts {path}: not UTF-8 text (byte {exc.start})") from None
         label = path
     records = []
     for number, line in enumerate(text.splitlines(), 1):
@@ -35,6 +37,7 @@ def read_prompt_records(path: str | None) -> list[dict]:
         record = jsonfile.loads(line, f"{label} line {number}")
         if not isinstance(record, dict) or not any(k in record for k in ("prompt", "messages", "input_ids")):
             raise UsageError(f"{label} line {number}: expected an object with 'prompt', 'messages' or 'input_ids'")
+        _check_record(record, f"{label} line {number}")
         record.setdefault("id", f"prompt-{number}")
         records.append(record)
     if not records:
@@ -42,7 +45,22 @@ def read_prompt_records(path: str | None) -> list[dict]:
     return records
 
 
-def encode_prompts(records: list[dict], tokenizer, limit: int | None) -> list[Prompt]:
+def _check_record(record: dict, where: str) -> None:
+    """The shape each kind of record must have, so that a bad line is named instead of failing in the tokenizer."""
+    if "input_ids" in record:
+        ids = record["input_ids"]
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+            raise UsageError(f"{where}: input_ids should be a list of token ids (whole numbers >= 0)")
+    elif record.get("messages") or "prompt" not in record:
+        messages = record["messages"]
+        if not isinstance(messages, list) or not messages or not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), (str, list)) for m in messages):
+            raise UsageError(f"{where}: messages should be a list of {{\"role\": ..., \"content\": ...}} objects")
+    elif not isinstance(record["prompt"], str):
+        raise UsageError(f"{where}: prompt should be a string")
+
+
+def encode_prompts(records: list[dict], tokenizer, limit: int | None, vocab_size: int | None = None) -> list[Prompt]:
     out = []
     for record in records[:limit] if limit else records:
         if "input_ids" in record:
@@ -60,5 +78,7 @@ def encode_prompts(records: list[dict], tokenizer, limit: int | None) -> list[Pr
                 ids = tokenizer("\n".join(m["content"] for m in messages))["input_ids"]
         if len(ids) < 2:
             raise UsageError(f"prompt {record['id']}: fewer than 2 tokens")
+        if vocab_size is not None and max(ids) >= vocab_size:
+            raise UsageError(f"prompt {record['id']}: token id {max(ids)} is outside the target's vocabulary 0..{vocab_size - 1}")
         out.append(Prompt(str(record["id"]), str(record.get("category", "custom")), ids))
     return out

@@ -10,7 +10,7 @@ target's tokens, along the positions a vLLM run visits ("trajectory") and over e
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
 import torch
@@ -143,7 +143,12 @@ class Verifier:
         self.load_target()
         if records is None:
             records = read_prompt_records(self.options.prompts)
-        prompts = encode_prompts(records, self.target.tokenizer, self.options.num_prompts)
+        prompts = encode_prompts(records, self.target.tokenizer, self.options.num_prompts, self.target_config.vocab_size)
+        window = self.target_config.max_position_embeddings
+        longest = max(prompts, key=lambda p: len(p.ids))
+        if window and len(longest.ids) + self.options.max_new_tokens > window:
+            raise UsageError(f"prompt {longest.id}: {len(longest.ids)} tokens + --max-new-tokens {self.options.max_new_tokens} run past the "
+                             f"target's max_position_embeddings {window} (vLLM refuses such a request); shorten it or lower --max-new-tokens")
         bar = self.progress("generating", len(prompts)) if self.progress else None
         eos_ids = self.target.eos_token_ids()
         start = time.perf_counter()
@@ -166,9 +171,16 @@ class Verifier:
         """--hidden-states: sequences and aux states from files; the target contributes its config and, where the
         drafter ships none, its embedding and lm_head (read alone from its checkpoint)."""
         stored = read_sequences(self.options.hidden_states, num_aux=drafter.num_aux, hidden=drafter.target_hidden_size, limit=self.options.num_prompts)
+        vocab = self.target_config.vocab_size
         for seq in stored:
             if seq.aux_layer_ids is not None and tuple(sorted(seq.aux_layer_ids)) != ids:
                 raise UsageError(f"{seq.name}: the file holds target layers {list(seq.aux_layer_ids)}, the drafter fuses {list(ids)}")
+            if seq.aux_layer_ids is not None and tuple(seq.aux_layer_ids) != ids:  # columns in the file's order: fused in ascending
+                width = drafter.target_hidden_size
+                blocks = seq.aux.split(width, dim=1)
+                seq = replace(seq, aux=torch.cat([blocks[seq.aux_layer_ids.index(i)] for i in ids], dim=1), aux_layer_ids=ids)
+            if vocab and seq.tokens.numel() and not 0 <= int(seq.tokens.min()) <= int(seq.tokens.max()) < vocab:
+                raise UsageError(f"{seq.name}: token ids {int(seq.tokens.min())}..{int(seq.tokens.max())} are outside the target's vocabulary 0..{vocab - 1}")
             prompt = Prompt(seq.name, "stored", seq.tokens[: seq.prompt_len].tolist())
             self.sequences.append((prompt, seq.tokens))
             self.eos.append(None)

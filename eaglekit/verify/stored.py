@@ -67,8 +67,13 @@ def _specforge(file: Path) -> tuple[torch.Tensor, torch.Tensor, int]:
     data = load_torch(file)
     if not isinstance(data, dict) or not {"input_ids", "aux_hidden_state"} <= set(data):
         raise CheckpointError(f"{file}: expected SpecForge's input_ids, loss_mask and aux_hidden_state")
+    if not all(isinstance(data[k], torch.Tensor) for k in ("input_ids", "aux_hidden_state")):
+        raise CheckpointError(f"{file}: input_ids and aux_hidden_state should be tensors")
     tokens = data["input_ids"].reshape(-1)
-    aux = data["aux_hidden_state"].reshape(tokens.shape[0], -1)
+    states = data["aux_hidden_state"]
+    if states.dim() < 2 or states.shape[-2] != tokens.shape[0]:
+        raise CheckpointError(f"{file}: aux_hidden_state {list(states.shape)} should hold one row per token of input_ids ({tokens.shape[0]})")
+    aux = states.reshape(tokens.shape[0], -1)
     mask = data.get("loss_mask")
     mask = mask.reshape(-1) if isinstance(mask, torch.Tensor) else torch.ones_like(tokens)
     end = tokens.shape[0]
