@@ -362,3 +362,20 @@ def test_variants_each_framing_is_its_own_run_and_the_spread_is_theirs(pair31, c
 def test_variants_need_text_prompts(pair31, chat_target, cli):
     result = cli("drift", pair31["drafter"], "--target", chat_target, "--prompts", pair31["prompts"], "--variants", expect=2)
     assert "--variants" in result.stderr and "input_ids" in result.stderr and "p0" in result.stderr
+
+
+def test_built_in_inputs_fit_the_context_they_are_given_or_it_says_why(pair31, chat_target, cli):
+    """The chat template's framing is counted in tokens (transformers 5 returns a BatchEncoding from
+    apply_chat_template: its length, 2, was taken for the framing's, and inputs came out longer than their bucket):
+    where the context leaves no room for framing and continuation, one line says so before any decoding."""
+    from transformers import AutoTokenizer
+
+    from eaglekit.verify.drift import long_records
+    from eaglekit.verify.prompts import chat_ids
+
+    tokenizer = AutoTokenizer.from_pretrained(str(chat_target))
+    records = long_records(tokenizer, 400, 2, 44)
+    assert records and all(len(chat_ids(tokenizer, r["messages"])) <= 400 - 44 for r in records)
+    for args, overhead in ((("--max-context", 100, "--max-new-tokens", 40), "continuation 44"), (("--max-new-tokens", 600), "continuation 604")):
+        result = cli("drift", pair31["drafter"], "--target", chat_target, *args, expect=2)
+        assert "leaves no room for a built-in input" in result.stderr and overhead in result.stderr and result.stderr.count("\n") == 1

@@ -26,7 +26,7 @@ from ..reference.record import DriftRecorder
 from ..reference.simulate import Counters, accepted_lengths, chains_from, every_position, first_pass
 from ..validate.checks import CheckInput, run_checks
 from .options import VerifyOptions
-from .prompts import read_prompt_records
+from .prompts import chat_ids, read_prompt_records
 from .run import Verifier, chain_starts, count, last_full_start, layers_of, resolved_ids
 from .sampling import DRAFT_DISTRIBUTION, Expected, prefix_acceptance
 
@@ -85,21 +85,28 @@ def long_records(tokenizer, limit: int, per_bucket: int, reserve: int) -> list[d
         raise UsageError("the built-in long inputs need the target's tokenizer and chat template: give --prompts with input_ids")
     ids = tokenizer(long_text(), add_special_tokens=False)["input_ids"]
     framing = ("Here is part of the Python documentation.\n\n", "\n\nSummarize what it explains.")
-    overhead = len(tokenizer.apply_chat_template([{"role": "user", "content": "".join(framing)}], add_generation_prompt=True, tokenize=True))
+    overhead = len(chat_ids(tokenizer, [{"role": "user", "content": "".join(framing)}]))
     edges = bucket_edges(limit)
     records = []
     for lo, hi in zip(edges, edges[1:]):
         hi = min(hi, limit)
         top = hi - reserve - 8  # a little slack: a decoded passage may re-tokenize a few tokens longer
-        if top <= lo + 16:
+        if top <= lo + 16 or top - overhead < 8:  # no room in this bucket, or not even for the chat template's framing
             continue
         for i in range(per_bucket):
             prompt_len = int(lo + 16 + (top - lo - 16) * (i + 1) / (per_bucket + 1))
             n = max(prompt_len - overhead, 8)
+            if n + overhead > top:
+                continue  # the framing alone would carry this input past the bucket
             offset = (i * 7919 + lo) % max(len(ids) - n, 1)
             passage = tokenizer.decode(ids[offset : offset + n])
-            records.append({"id": f"doc-{bucket_label(lo, hi)}-{i + 1}", "category": "long context",
-                            "messages": [{"role": "user", "content": framing[0] + passage + framing[1]}]})
+            messages = [{"role": "user", "content": framing[0] + passage + framing[1]}]
+            if len(chat_ids(tokenizer, messages)) > top:
+                continue  # re-tokenized longer than the bucket has room for (a tokenizer that does not round-trip)
+            records.append({"id": f"doc-{bucket_label(lo, hi)}-{i + 1}", "category": "long context", "messages": messages})
+    if not records:
+        raise UsageError(f"--max-context {limit} leaves no room for a built-in input: the chat template takes {overhead} tokens and the "
+                         f"continuation {reserve}; raise --max-context or lower --max-new-tokens")
     return records
 
 

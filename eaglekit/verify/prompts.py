@@ -45,6 +45,15 @@ def read_prompt_records(path: str | None) -> list[dict]:
     return records
 
 
+def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
+    """The token ids of ``messages`` under the tokenizer's chat template, with the generation prompt (transformers 5
+    returns a BatchEncoding where 4 returned the list)."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+        ids = ids["input_ids"]
+    return list(ids)
+
+
 def _check_record(record: dict, where: str) -> None:
     """The shape each kind of record must have, so that a bad line is named instead of failing in the tokenizer."""
     if "input_ids" in record:
@@ -70,10 +79,7 @@ def encode_prompts(records: list[dict], tokenizer, limit: int | None, vocab_size
                 raise UsageError("the target has no tokenizer: give prompts as input_ids")
             messages = record.get("messages") or [{"role": "user", "content": record["prompt"]}]
             if getattr(tokenizer, "chat_template", None):
-                ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-                if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-                    ids = ids["input_ids"]
-                ids = list(ids)
+                ids = chat_ids(tokenizer, messages)
             else:
                 ids = tokenizer("\n".join(m["content"] for m in messages))["input_ids"]
         if len(ids) < 2:
