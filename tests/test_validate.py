@@ -365,6 +365,18 @@ def test_vllm_engine_rules_read_from_its_source(tmp_path):
     assert "rope_theta 1000000" in finding.effect and "read as 10000" in finding.message
 
 
+def test_a_config_declaring_absurd_sizes_is_refused_in_one_line_not_allocated(tmp_path, cli):
+    """10^7 declared layers (or 10^8 fused states) made validate, convert and push --dry-run build per-layer
+    expectations until memory ran out; a few missing layers are still reported tensor by tensor."""
+    layers = config(write_vllm(tmp_path / "layers", Dims()), lambda c: c.update(num_hidden_layers=10**7))
+    states = config(write_vllm(tmp_path / "states", Dims(fc_norm=True)), lambda c: c.update(num_aux_hidden_states=10**8))
+    for src, expected in ((layers, "num_hidden_layers 10000000, but the tensors hold 1 decoder layer"), (states, "100000000 fused target states")):
+        assert expected in cli("validate", src, expect=1).stdout
+        assert expected in cli("convert", src, tmp_path / "out", "--to", "speculators", expect=2).stderr
+    few = config(write_vllm(tmp_path / "few", Dims()), lambda c: c.update(num_hidden_layers=3))
+    assert "tensor.missing" in ids_of(validate(few), "error")
+
+
 def test_speculators_norm_before_residual_default(tmp_path):
     # absent: vLLM serves it as true; eaglekit reads it the same, and says so
     src = write_speculators(tmp_path / "s", Dims(), norm_before_residual=None)

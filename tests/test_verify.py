@@ -267,6 +267,24 @@ def test_decoding_stops_where_vllm_stops_and_pads_with_an_id_the_target_has(pair
     assert all(torch.equal(b, target.generate(p, 12)) for b, p in zip(batched, prompts))
 
 
+def test_the_report_never_overwrites_an_input_and_its_folder_is_checked_first(pair, tmp_path, cli):
+    """--report onto the drafter's weights exited 0 having replaced them with JSON; a missing folder failed after the
+    whole run, naming a temporary file. Both are refused before anything runs; the drafter's own
+    eaglekit-verify.json (what push publishes) may be written beside its weights."""
+    drafter = tmp_path / "drafter"
+    shutil.copytree(pair["drafter"], drafter)
+    weights = sorted(drafter.glob("*.safetensors"))[0]
+    before = weights.read_bytes()
+    base = ("verify", drafter, "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", 4)
+    for report, expected in ((weights, "would overwrite a file of the input"), (pair["prompts"], "would overwrite the input"),
+                             (tmp_path / "missing" / "r.json", "does not exist"), (tmp_path, "is a directory")):
+        result = cli(*base, "--report", report, expect=2)
+        assert expected in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert weights.read_bytes() == before
+    cli(*base, "--report", drafter / "eaglekit-verify.json")
+    assert json.loads((drafter / "eaglekit-verify.json").read_text())["aux_layer_ids"] == [2, 4, 5]
+
+
 def test_verify_refuses_what_it_cannot_use_in_one_line(pair, tmp_path, cli):
     """Prompts it would ignore, records of the wrong shape, ids past the vocabulary, and prompts that run past the
     target's positions: each a usage error naming what is wrong, before any decoding."""

@@ -8,7 +8,8 @@ import sys
 import click
 
 from .. import api
-from ..io.atomic import write_file_atomically
+from ..card import VERIFY_REPORT
+from ..io.atomic import check_output_file, write_file_atomically
 from ..io.locate import origin_note
 from ._options import AGAINST, DEVICE, engine_option, from_option, json_option, norm_output_option, revision_option
 from ._output import Output, table
@@ -103,6 +104,8 @@ def verify_command(path, target, prompts_file, num_prompts, max_new_tokens, k, e
       eaglekit verify ./for-vllm --target ./target-dir --against vllm
     """
     output = Output(json_mode)
+    if report_path:
+        check_output_file(report_path, inputs=(path, target, prompts_file, reference, hidden_states), allowed_inside=(VERIFY_REPORT,))
 
     def progress(description: str, total: int):
         from tqdm.auto import tqdm

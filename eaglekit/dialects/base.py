@@ -120,6 +120,13 @@ class Detection:
         return {"dialect": self.dialect, "score": self.score, "evidence": self.evidence}
 
 
+# How many declared decoder layers may be missing from the tensors and still be reported one tensor at a time
+# (tensor.missing); past it the config is refused in one line (a config declaring 10^7 layers ran out of memory).
+MAX_MISSING_LAYERS = 8
+# More fused target states than any target has layers (the deepest have a few hundred).
+MAX_AUX_STATES = 1024
+
+
 @dataclass(frozen=True)
 class Reading:
     """One way to read a checkpoint's aux layer ids: which dialect, which convention, and the input-of-layer ids."""
@@ -398,6 +405,10 @@ class Dialect:
                     )
                 )
             num_layers = found
+        else:
+            held = 1 + max((int(c.split(".")[1]) for c in infos if c.startswith("layers.")), default=0)
+            if num_layers > held + MAX_MISSING_LAYERS:  # per-layer expectations would be built for every declared layer
+                raise ConfigError(f"{label}: num_hidden_layers {num_layers}, but the tensors hold {held} decoder layer(s)")
 
         drafter = Drafter(
             attention=attention,
@@ -593,6 +604,8 @@ class Dialect:
 
     def _num_aux(self, top: ConfigView, aux: AuxLayers, infos: dict, T: int) -> int:
         declared = self._first_int(top, self.rules.num_aux)
+        if declared and declared > MAX_AUX_STATES:  # one fc_norm and one aux slot expected per state: refuse, not allocate
+            raise ConfigError(f"{top.label}: {declared} fused target states declared; a drafter fuses at most {MAX_AUX_STATES}")
         if declared:
             return declared
         if aux.ids is not None:

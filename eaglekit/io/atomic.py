@@ -89,6 +89,25 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def check_output_file(path: str | Path, *, inputs: Iterable[str | Path | None] = (), allowed_inside: tuple[str, ...] = ()) -> Path:
+    """Refuse, before any work, an output file that could not be written or would overwrite an input: its folder
+    must exist, it must not be a folder, and it must be none of ``inputs`` (files) nor inside one of them (folders),
+    except under a name in ``allowed_inside`` (a report eaglekit keeps beside a drafter's weights)."""
+    out = Path(path).expanduser()
+    if out.is_dir():
+        raise UsageError(f"{out}: is a directory; give a file name")
+    if not out.parent.is_dir():
+        raise UsageError(f"{out}: its folder {out.parent} does not exist")
+    resolved = out.resolve()
+    for given in inputs:
+        if given is None or not Path(given).expanduser().exists():
+            continue  # a Hub id, or nothing given
+        source = Path(given).expanduser().resolve()
+        if resolved == source or (source.is_dir() and source in resolved.parents and out.name not in allowed_inside):
+            raise UsageError(f"{out}: would overwrite {'' if resolved == source else 'a file of '}the input {given}; write it elsewhere")
+    return out
+
+
 def write_file_atomically(path: str | Path, data: bytes | str | Callable[[Path], None]) -> Path:
     """One file written beside ``path`` under a hidden name and renamed over it once complete and synced: a reader
     (or a crash) sees the old file or the new one, never half of one. ``data`` is the content, or a function that
