@@ -377,6 +377,21 @@ def test_a_config_declaring_absurd_sizes_is_refused_in_one_line_not_allocated(tm
     assert "tensor.missing" in ids_of(validate(few), "error")
 
 
+def test_architectures_of_the_wrong_type(tmp_path, cli):
+    """A target naming its class as a bare string was read letter by letter into the converted drafter's verifier
+    architectures; a number was an internal error; a drafter's number crashed the engine reading."""
+    from eaglekit.target import read_target_config
+
+    (tmp_path / "s").mkdir()
+    (tmp_path / "f").mkdir()
+    assert read_target_config(target(tmp_path / "s", architectures="LlamaForCausalLM")).architectures == ("LlamaForCausalLM",)
+    result = cli("validate", write_vllm(tmp_path / "d", Dims()), "--target", target(tmp_path / "f", architectures=1.5), expect=2)
+    assert "architectures should be a list of class names, got 1.5" in result.stderr
+    numbered = config(write_vllm(tmp_path / "n", Dims()), lambda c: c.update(architectures=5))
+    for engine in ("vllm==0.32", "sglang==0.5.4"):
+        assert "internal error" not in cli("validate", numbered, "--engine", engine, expect=1).stderr
+
+
 def test_speculators_norm_before_residual_default(tmp_path):
     # absent: vLLM serves it as true; eaglekit reads it the same, and says so
     src = write_speculators(tmp_path / "s", Dims(), norm_before_residual=None)

@@ -285,6 +285,13 @@ def test_the_report_never_overwrites_an_input_and_its_folder_is_checked_first(pa
     assert json.loads((drafter / "eaglekit-verify.json").read_text())["aux_layer_ids"] == [2, 4, 5]
 
 
+@pytest.mark.parametrize("args", [("verify", "--min-acceptance-length", "nan"), ("verify", "--atol", "inf"), ("drift", "--temperature", "nan"),
+                                  ("drift", "--top-p", "nan")])
+def test_numbers_that_are_not_finite_are_usage_errors(cli, tmp_path, args):
+    result = cli(args[0], tmp_path, "--target", tmp_path, *args[1:], expect=2)
+    assert "is not a finite number" in result.stderr or "not in the range" in result.stderr
+
+
 def test_verify_refuses_what_it_cannot_use_in_one_line(pair, tmp_path, cli):
     """Prompts it would ignore, records of the wrong shape, ids past the vocabulary, and prompts that run past the
     target's positions: each a usage error naming what is wrong, before any decoding."""

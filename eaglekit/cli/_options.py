@@ -89,6 +89,21 @@ class AgainstType(click.ParamType):
         return value
 
 
+class FiniteFloat(click.FloatRange):
+    """A float range that also refuses nan and inf, which every comparison passes or fails in silence (a threshold of
+    nan failed a finished run with "1.000 < nan"; a temperature of nan gave NaN figures and non-standard JSON)."""
+
+    name = "finite float"
+
+    def convert(self, value, param, ctx):
+        import math
+
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
 AGAINST = AgainstType()
 DIALECT = DialectType(auto=True)
 WRITABLE_DIALECT = DialectType(writable=True)

@@ -7,7 +7,7 @@ import sys
 import click
 
 from .. import api
-from ._options import DEVICE, from_option, json_option, norm_output_option
+from ._options import DEVICE, FiniteFloat, from_option, json_option, norm_output_option
 from ._output import Output, table
 
 
@@ -43,9 +43,9 @@ def render(r: dict) -> str:
 @click.option("--chunk", type=click.IntRange(min=1), default=256, show_default=True, help="Chain start positions drafted together (bounds memory).")
 @click.option("--variants", is_flag=True,
               help="Also run the same content under every prompt framing (chat template or none, system prompts, another template): acceptance per variant and the spread.")
-@click.option("--temperature", type=click.FloatRange(min=0, min_open=True), metavar="T",
+@click.option("--temperature", type=FiniteFloat(min=0, min_open=True), metavar="T",
               help="Also the expected acceptance under vLLM's rejection sampler at temperature T (exact, from both distributions).")
-@click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=1.0, show_default=True, metavar="P",
+@click.option("--top-p", type=FiniteFloat(min=0, max=1, min_open=True), default=1.0, show_default=True, metavar="P",
               help="With --temperature: the target's top-p cut, as vLLM applies it.")
 @click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or auto.")
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]))

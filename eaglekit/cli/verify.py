@@ -11,7 +11,7 @@ from .. import api
 from ..card import VERIFY_REPORT
 from ..io.atomic import check_output_file, write_file_atomically
 from ..io.locate import origin_note
-from ._options import AGAINST, DEVICE, engine_option, from_option, json_option, norm_output_option, revision_option
+from ._options import AGAINST, DEVICE, FiniteFloat, engine_option, from_option, json_option, norm_output_option, revision_option
 from ._output import Output, table
 
 
@@ -79,12 +79,12 @@ def render(r: dict) -> str:
 @click.option("--against", type=AGAINST, metavar="vllm|vllm==X", help="Also run vLLM itself and compare acceptance and logits: the vLLM installed "
               "beside eaglekit, or release X's engine environment (`eaglekit engines install vllm==X`).")
 @click.option("--vllm-python", metavar="PATH", help="With --against: run vLLM with this Python (any environment with vLLM, e.g. CUDA vLLM).")
-@click.option("--min-acceptance-length", type=float, help="Fail (exit 1) below this acceptance length.")
+@click.option("--min-acceptance-length", type=FiniteFloat(), help="Fail (exit 1) below this acceptance length.")
 @click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or auto.")
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]))
 @click.option("--device-map", help="transformers device_map for targets larger than one device (e.g. auto).")
 @click.option("--hidden-states", metavar="PATH", help="Precomputed target hidden states and token ids instead of running the target.")
-@click.option("--atol", type=float, help="Logit tolerance for --reference (default: bit-identical when stored dtypes match).")
+@click.option("--atol", type=FiniteFloat(min=0), help="Logit tolerance for --reference (default: bit-identical when stored dtypes match).")
 @click.option("--report", "report_path", metavar="FILE.json", help="Also write the JSON report here.")
 @from_option
 @norm_output_option

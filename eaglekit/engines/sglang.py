@@ -72,7 +72,7 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     version = release_key(rel.requested)
 
     # -- the class SGLang builds ------------------------------------------------------------------------
-    archs = config.get("architectures") or []
+    archs = config.get("architectures") if isinstance(config.get("architectures"), list) else []
     arch = archs[0] if archs and isinstance(archs[0], str) else None
     registered = sorted(name for name, row in sglang_registered().items() if release_key(row["since"]) <= version)
     cls = sglang_class(arch) if arch else None

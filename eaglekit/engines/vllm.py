@@ -185,7 +185,7 @@ def _drafter_class(out: Recorder, r: _Reading) -> bool:
             return False
         return True
     r.attrs = dict(config)
-    archs = config.get("architectures") or []
+    archs = config.get("architectures") if isinstance(config.get("architectures"), list) else []
     arch = archs[0] if archs and isinstance(archs[0], str) else None
     if arch is None:
         out.refuse("engine.architecture", "config.json has no architectures", "cannot pick a drafter class")

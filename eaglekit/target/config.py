@@ -133,6 +133,10 @@ def read_target_config(source: str | Path, *, weights: bool = False) -> TargetCo
             view = nested
             break
     arch = config.get("architectures") or []
+    if isinstance(arch, str):
+        arch = [arch]  # one class named without its list: read as transformers reads it, not letter by letter
+    elif not isinstance(arch, list):
+        raise ConfigError(f"{label}: architectures should be a list of class names, got {arch!r}")
     return TargetConfig(
         source=str(source),
         directory=directory,
