@@ -392,8 +392,8 @@ class Dialect:
                 fields["model_type"] = "llama"  # the tensors decide; the label was wrong
 
         num_layers = base_view.int("num_hidden_layers", 1, minimum=1)
+        found = 1 + max((int(c.split(".")[1]) for c in infos if c.startswith("layers.")), default=0)  # decoder layers the tensors hold
         if self.single_layer_model:
-            found = 1 + max((int(c.split(".")[1]) for c in infos if c.startswith("layers.")), default=0)
             if found != num_layers:
                 notes.append(
                     Finding(
@@ -405,10 +405,8 @@ class Dialect:
                     )
                 )
             num_layers = found
-        else:
-            held = 1 + max((int(c.split(".")[1]) for c in infos if c.startswith("layers.")), default=0)
-            if num_layers > held + MAX_MISSING_LAYERS:  # per-layer expectations would be built for every declared layer
-                raise ConfigError(f"{label}: num_hidden_layers {num_layers}, but the tensors hold {held} decoder layer(s)")
+        elif num_layers > found + MAX_MISSING_LAYERS:  # per-layer expectations would be built for every declared layer
+            raise ConfigError(f"{label}: num_hidden_layers {num_layers}, but the tensors hold {found} decoder layer(s)")
 
         drafter = Drafter(
             attention=attention,

