@@ -563,3 +563,12 @@ def test_a_reference_with_other_draft_logits_is_refused_naming_both_shapes(pair,
     result = cli("verify", pair["drafter"], "--target", pair["target"], "--prompts", pair["prompts"], "--reference", other, "--json", expect=2)
     assert "lm_head [32, 64]" in result.stderr and "lm_head [64, 64]" in result.stderr and result.stderr.count("\n") == 1, result.stderr
     assert json.loads(result.stdout)["error"]["type"] == "UsageError"
+
+
+def test_a_device_map_transformers_cannot_take_is_one_line(pair, cli):
+    base = ("verify", pair["drafter"], "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", 2)
+    result = cli(*base, "--device-map", "garbage", expect=2)
+    assert "--device-map 'garbage': expected auto" in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    if not torch.cuda.is_available():
+        assert "CUDA is not available" in cli(*base, "--device-map", "cuda:1", expect=2).stderr
+    assert cli(*base, "--device-map", "cpu", "--json").exit_code == 0

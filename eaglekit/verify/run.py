@@ -95,6 +95,22 @@ def layers_of(drafters: Iterable[Drafter], L: int) -> tuple[int, ...]:
     return tuple(sorted({i for d in drafters for i in resolved_ids(d, L)}))
 
 
+# the device_map strategies transformers plans itself (transformers 5.24's integrations/accelerate.py); any other string
+# it reads as one device
+DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def check_device_map(device_map: str | None) -> None:
+    """--device-map: a strategy or one device (cpu, cuda, cuda:N), checked before anything loads (transformers' own
+    refusal came after the target's config was read, as an internal error)."""
+    if device_map is None or device_map in DEVICE_MAP_STRATEGIES:
+        return
+    if device_map != "cpu" and not (device_map == "cuda" or (device_map.startswith("cuda:") and device_map[5:].isdigit())):
+        raise UsageError(f"--device-map {device_map!r}: expected {', '.join(DEVICE_MAP_STRATEGIES)}, or a device: cpu, cuda, cuda:N")
+    if device_map.startswith("cuda") and not torch.cuda.is_available():
+        raise UnsupportedError(f"--device-map {device_map}: CUDA is not available here")
+
+
 # What the passes kept while decoding (Verifier.prepare(keep_passes=True)) may hold, about: each holds its sequence's KV
 # cache and the logits after each new token (SmolLM2: 46 KB of cache per token, 192 KB of logits per new token).
 KEEP_PASSES_BYTES = 2 * 2**30
@@ -110,6 +126,7 @@ class Verifier:
             raise UsageError("--max-new-tokens must be at least 1")
         if options.dtype not in DTYPES:
             raise UsageError(f"--dtype {options.dtype!r}: one of {', '.join(DTYPES)}")
+        check_device_map(options.device_map)
         self.options = options
         self.device = pick_device(options.device)
         self.dtype = DTYPES[options.dtype]
