@@ -66,3 +66,19 @@ def test_an_end_of_sequence_token_stops_the_trajectory_as_before():
     full = counters(tokens, perfect, prompt_len, k, max_new, eos)
     assert counters(tokens[: prompt_len + continuation_length(max_new, k)], perfect, prompt_len, k, max_new, eos) == full
     assert full[0]["num_drafts"] < counters(tokens, perfect, prompt_len, k, max_new)[0]["num_drafts"]
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_one_token_prompt_has_its_first_chain_at_position_0(k):
+    """vLLM serves a one-token prompt: its first step drafts from position 0 (the prompt's last) and moves K + 1
+    tokens a step with a drafter that is always right."""
+    g = torch.Generator().manual_seed(k)
+    max_new = 3 * (k + 1) + 1
+    tokens = torch.randint(0, 50, (1 + continuation_length(max_new, k),), generator=g)
+
+    def perfect(starts):
+        return tokens[(starts[:, None] + 1 + torch.arange(1, k + 1)[None, :]).clamp(max=tokens.shape[0] - 1)]
+
+    assert int(chain_starts(1, tokens.shape[0])[0]) == 0
+    traj = counters(tokens, perfect, 1, k, max_new)[0]
+    assert traj["num_drafts"] == 3 and traj["num_accepted_tokens"] == 3 * k

@@ -572,3 +572,25 @@ def test_a_device_map_transformers_cannot_take_is_one_line(pair, cli):
     if not torch.cuda.is_available():
         assert "CUDA is not available" in cli(*base, "--device-map", "cuda:1", expect=2).stderr
     assert cli(*base, "--device-map", "cpu", "--json").exit_code == 0
+
+
+def test_one_token_prompts_run_with_their_first_chain_at_position_0(pair, tmp_path, monkeypatch, cli):
+    """vLLM serves a one-token prompt (it refuses only an empty one: its source, and tests/test_vllm_parity.py runs it);
+    its first verification step drafts from position 0, and the trajectory walks from there."""
+    from tiny_pair import captured_results
+
+    prompts = tmp_path / "one.jsonl"
+    firsts = [json.loads(line)["input_ids"][0] for line in Path(pair["prompts"]).read_text().splitlines()[:3]]
+    prompts.write_text("".join(json.dumps({"id": f"one{i}", "input_ids": [t]}) + "\n" for i, t in enumerate(firsts)))
+    results = captured_results(monkeypatch)
+    report = verify(str(pair["drafter"]), VerifyOptions(target=str(pair["target"]), prompts=str(prompts), max_new_tokens=12))
+    assert [p["prompt_tokens"] for p in report["prompts"]] == [1, 1, 1]
+    for r in results:
+        assert int(r.chains.starts[0]) == 0
+        by_start, j, produced, drafts, accepted = dict(zip(r.chains.starts.tolist(), r.accepted.tolist())), 0, 1, 0, 0
+        while produced < 12:  # no eos on this target
+            drafts, accepted, j, produced = drafts + 1, accepted + by_start[j], j + by_start[j] + 1, produced + by_start[j] + 1
+        assert (r.trajectory.num_drafts, r.trajectory.num_accepted_tokens) == (drafts, accepted)
+    (tmp_path / "empty.jsonl").write_text('{"id": "nothing", "input_ids": []}\n')
+    result = cli("verify", pair["drafter"], "--target", pair["target"], "--prompts", tmp_path / "empty.jsonl", expect=2)
+    assert "prompt nothing: no tokens" in result.stderr

@@ -271,3 +271,21 @@ def test_vllm_runs_a_gguf_targets_rope_as_verify_does(tmp_path, monkeypatch):
     checks = {check["name"]: check["passed"] for check in report["checks"]}
     assert not checks["vllm_target_states"] and report["against"]["target_states"]["max_rel_diff"] > 1e-2
     assert checks["vllm_acceptance"] and checks["vllm_logits"]  # what the other checks cannot tell
+
+
+def test_one_token_prompts_count_as_vllm_counts_them(tmp_path, pairs):
+    """vLLM serves one-token prompts (it refuses only an empty one): their first chain drafts from position 0, and the
+    counters and the drafter's logits there agree with vLLM's. The three one-token prompts the drafter accepts most on."""
+    pair = pairs["3"]
+    out = tmp_path / "vllm"
+    convert(pair["drafter"], out, ConvertOptions(to="vllm"))
+    every = tmp_path / "every.jsonl"
+    every.write_text("".join(json.dumps({"id": f"t{t}", "input_ids": [t]}) + "\n" for t in range(1, 96)))
+    scan = verify(str(out), VerifyOptions(target=str(pair["target"]), prompts=str(every), max_new_tokens=12))
+    best = sorted(scan["prompts"], key=lambda p: -p["trajectory"]["num_accepted_tokens"])[:3]
+    prompts = tmp_path / "one.jsonl"
+    prompts.write_text("".join(json.dumps({"id": p["id"], "input_ids": [int(p["id"][1:])]}) + "\n" for p in best))
+    report = verify(str(out), VerifyOptions(target=str(pair["target"]), prompts=str(prompts), max_new_tokens=12, against=AGAINST))
+    against = report["against"]
+    assert against["vllm"]["num_accepted_tokens"] > 0 and against["vllm"] == against["simulated"]
+    assert against["output_mismatches"] == 0 and all(v["max_rel_logit_diff"] <= 1e-5 for v in against["logits"].values())

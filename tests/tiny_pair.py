@@ -96,3 +96,18 @@ def add_char_tokenizer(target_dir: Path) -> None:
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("[\\s\\S]"), behavior="isolated")
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<s>", pad_token="<s>", chat_template=CHAT_TEMPLATE)
     fast.save_pretrained(str(target_dir))
+
+
+def captured_results(monkeypatch) -> list:
+    """Every SequenceResult verify simulates while ``monkeypatch`` (a pytest MonkeyPatch) holds, in order."""
+    from eaglekit.verify import run
+
+    results: list = []
+    simulate = run.simulate
+
+    def keep(*args, **kwargs):
+        results.append(simulate(*args, **kwargs))
+        return results[-1]
+
+    monkeypatch.setattr(run, "simulate", keep)
+    return results
