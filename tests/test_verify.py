@@ -594,3 +594,17 @@ def test_one_token_prompts_run_with_their_first_chain_at_position_0(pair, tmp_pa
     (tmp_path / "empty.jsonl").write_text('{"id": "nothing", "input_ids": []}\n')
     result = cli("verify", pair["drafter"], "--target", pair["target"], "--prompts", tmp_path / "empty.jsonl", expect=2)
     assert "prompt nothing: no tokens" in result.stderr
+
+
+def test_drafts_accepted_past_the_end_of_sequence_token_are_counted(pair, tmp_path, monkeypatch):
+    """A step whose first draft is the end-of-sequence token and whose later drafts match the target's greedy tokens
+    past it: vLLM counts them all before it cuts the output (its source, and run in tests/test_vllm_parity.py); the
+    sequence ends at the eos, so the trajectory judges those drafts by the target's tokens after it."""
+    from tiny_pair import captured_results, target_stopping_inside_a_step
+
+    target, prompt_id, a = target_stopping_inside_a_step(pair, tmp_path, max_new_tokens=20)
+    results = captured_results(monkeypatch)
+    verify(str(pair["drafter"]), VerifyOptions(target=str(target), prompts=str(pair["prompts"]), max_new_tokens=20))
+    r = next(r for r in results if r.prompt.id == prompt_id)
+    assert r.tokens.shape[0] == len(r.prompt.ids) + 2  # the sequence stops at the eos, the first step's first draft target
+    assert (r.trajectory.num_drafts, r.trajectory.num_accepted_tokens) == (1, a)  # 1 before: the drafts past the eos went unjudged
