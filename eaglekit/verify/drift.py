@@ -162,6 +162,9 @@ def run_drafter(verifier: Verifier, drafting: Drafting, options: DriftOptions, e
         P, S = len(prompt.ids), tokens.shape[0]
         starts = chain_starts(P, S)
         last_full = last_full_start(P, S, options.k, verifier.max_new[index], verifier.eos[index])
+        # the per-depth figures count the chains acceptance over every position counts: none whose K targets run past
+        # the end of sequence or max_new_tokens (the trajectory's last step still drafts them, so they are drafted)
+        recorder.counted_until = last_full
         compared = judged_tokens(tokens, verifier.past_eos[index])
         if sampling is not None:  # the target's distributions after each context (the every-position chains)
             judged = starts[starts <= last_full]
