@@ -464,3 +464,17 @@ def test_a_tokenizer_that_is_there_but_does_not_load_is_one_line(tmp_path, cli):
         shutil.copytree(target, broken)
         (broken / name).write_text(text)
         assert_clean_failure(cli(*base[:3], broken, *base[4:], expect=None), f"--target {broken}: its tokenizer does not load ({said}")
+
+
+def test_a_gguf_target_without_the_gguf_package_is_one_line(tmp_path, monkeypatch):
+    """The missing gguf package is a MissingDependencyError (a local import in TargetModel.load's tokenizer clause once
+    made that name local to the whole function: an UnboundLocalError here)."""
+    from eaglekit.errors import MissingDependencyError
+    from eaglekit.target import read_target_config
+    from eaglekit.target.runner import TargetModel
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no dequantised entry: the file itself is read
+    monkeypatch.setitem(sys.modules, "gguf", None)  # import gguf raises ImportError
+    fixture = ROOT / "tests" / "fixtures" / "gguf_rope" / "yarn-rope.gguf"
+    with pytest.raises(MissingDependencyError, match="needs the gguf package"):
+        TargetModel.load(read_target_config(str(fixture)))

@@ -229,7 +229,8 @@ class TargetModel:
                 # silently drop the tokenizer's eos id and chat template, or was an internal error: one line instead.
                 import json
 
-                from ..errors import CheckpointError, MissingDependencyError
+                # only CheckpointError: MissingDependencyError is the module's, and a local import would shadow it in all of load
+                from ..errors import CheckpointError
 
                 if isinstance(exc, (OSError, ValueError)) and not isinstance(exc, json.JSONDecodeError):
                     tokenizer = None
