@@ -379,3 +379,15 @@ def test_built_in_inputs_fit_the_context_they_are_given_or_it_says_why(pair31, c
     for args, overhead in ((("--max-context", 100, "--max-new-tokens", 40), "continuation 44"), (("--max-new-tokens", 600), "continuation 604")):
         result = cli("drift", pair31["drafter"], "--target", chat_target, *args, expect=2)
         assert "leaves no room for a built-in input" in result.stderr and overhead in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_per_depth_figures_count_the_chains_acceptance_counts(pair31):
+    """Every per-depth figure (attention, fed-back norm, fc input) is taken over the chains acceptance over every
+    position counts: none whose K targets run past max_new_tokens (all were recorded: 2K - 1 more per prompt)."""
+    from eaglekit.verify.drift import DriftOptions, drift
+
+    data = drift(str(pair31["drafter"]), DriftOptions(target=str(pair31["target"]), prompts=str(pair31["prompts"]), max_new_tokens=12, k=3))
+    judged = data["acceptance"]["every_position"]["num_drafts"]
+    assert judged > 0 and [row["chains"] for row in data["per_depth"]] == [judged] * 3
+    for bucket in data["by_context_length"]:
+        assert [row["chains"] for row in bucket["per_depth"]] == [bucket["every_position"]["num_drafts"]] * 3

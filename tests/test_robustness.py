@@ -437,3 +437,44 @@ def test_a_mount_point_output_is_refused_and_leaves_nothing(tmp_path, cli, monke
     result = cli("convert", src, out, "--to", "vllm", "--force", expect=None)
     assert result.exit_code != 0 and "mount point" in result.stderr and "Traceback" not in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before and (out / "config.json").exists()
+
+
+def test_a_tokenizer_that_is_there_but_does_not_load_is_one_line(tmp_path, cli):
+    """transformers' OSError / ValueError for files that hold no tokenizer it can build: no tokenizer (input_ids prompts
+    run). A tokenizer file that does not parse (a JSONDecodeError, a ValueError too, had silently dropped the
+    tokenizer's eos and chat template; a KeyError from a truncated tokenizer.json was an internal error): one line
+    naming the target."""
+    import shutil
+
+    from drafters import write_tiny_target
+    from tiny_pair import add_char_tokenizer
+
+    target = write_tiny_target(tmp_path / "target", layers=8, hidden=64, vocab=96, heads=2)
+    drafter = write_vllm(tmp_path / "drafter", Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96), ids=[2, 4, 5])
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"input_ids": [3, 4, 5]}\n')
+    base = ("verify", drafter, "--target", target, "--prompts", prompts, "--max-new-tokens", 2)
+    assert cli(*base).exit_code == 0  # no tokenizer files: no tokenizer
+    add_char_tokenizer(target)
+    (target / "tokenizer_config.json").rename(tmp_path / "tokenizer_config.json")
+    assert cli(*base).exit_code == 0  # a tokenizer.json alone loads
+    for name, text, said in (("tokenizer.json", '{"version": "1.0"}', "KeyError"), ("tokenizer.json", "{not json", "JSONDecodeError"),
+                             ("tokenizer_config.json", "[1, 2]", "AttributeError")):
+        broken = tmp_path / f"broken-{said}"
+        shutil.copytree(target, broken)
+        (broken / name).write_text(text)
+        assert_clean_failure(cli(*base[:3], broken, *base[4:], expect=None), f"--target {broken}: its tokenizer does not load ({said}")
+
+
+def test_a_gguf_target_without_the_gguf_package_is_one_line(tmp_path, monkeypatch):
+    """The missing gguf package is a MissingDependencyError (a local import in TargetModel.load's tokenizer clause once
+    made that name local to the whole function: an UnboundLocalError here)."""
+    from eaglekit.errors import MissingDependencyError
+    from eaglekit.target import read_target_config
+    from eaglekit.target.runner import TargetModel
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no dequantised entry: the file itself is read
+    monkeypatch.setitem(sys.modules, "gguf", None)  # import gguf raises ImportError
+    fixture = ROOT / "tests" / "fixtures" / "gguf_rope" / "yarn-rope.gguf"
+    with pytest.raises(MissingDependencyError, match="needs the gguf package"):
+        TargetModel.load(read_target_config(str(fixture)))

@@ -66,3 +66,44 @@ def test_an_end_of_sequence_token_stops_the_trajectory_as_before():
     full = counters(tokens, perfect, prompt_len, k, max_new, eos)
     assert counters(tokens[: prompt_len + continuation_length(max_new, k)], perfect, prompt_len, k, max_new, eos) == full
     assert full[0]["num_drafts"] < counters(tokens, perfect, prompt_len, k, max_new)[0]["num_drafts"]
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_one_token_prompt_has_its_first_chain_at_position_0(k):
+    """vLLM serves a one-token prompt: its first step drafts from position 0 (the prompt's last) and moves K + 1
+    tokens a step with a drafter that is always right."""
+    g = torch.Generator().manual_seed(k)
+    max_new = 3 * (k + 1) + 1
+    tokens = torch.randint(0, 50, (1 + continuation_length(max_new, k),), generator=g)
+
+    def perfect(starts):
+        return tokens[(starts[:, None] + 1 + torch.arange(1, k + 1)[None, :]).clamp(max=tokens.shape[0] - 1)]
+
+    assert int(chain_starts(1, tokens.shape[0])[0]) == 0
+    traj = counters(tokens, perfect, 1, k, max_new)[0]
+    assert traj["num_drafts"] == 3 and traj["num_accepted_tokens"] == 3 * k
+
+
+def test_drafts_accepted_past_the_end_of_sequence_are_judged_by_the_tokens_after_it():
+    """The target's sequence stops at its eos; the step that produces it counts every draft vLLM's rejection sampler
+    accepts, those past the eos included (vLLM counts before it cuts at the stop token): judged_tokens hands the
+    trajectory the target's greedy tokens after the eos, and the counters are those of the uncut sequence."""
+    from eaglekit.verify.run import judged_tokens
+
+    g = torch.Generator().manual_seed(0)
+    k, max_new, prompt_len = 3, 20, 5
+    tokens = torch.randint(0, 50, (prompt_len + continuation_length(max_new, k),), generator=g)
+
+    def perfect(starts):
+        return tokens[(starts[:, None] + 1 + torch.arange(1, k + 1)[None, :]).clamp(max=tokens.shape[0] - 1)]
+
+    eos = prompt_len + 1  # the first step's first draft target
+    cut = tokens[: eos + 1]
+    starts = chain_starts(prompt_len, cut.shape[0])
+    chains = Chains(starts, perfect(starts), None, None)
+    past = tokens[eos + 1 : eos + k]
+    traj, _ = count(accepted_lengths(chains, judged_tokens(cut, past)), starts, k, prompt_len, cut.shape[0], max_new, eos)
+    assert (traj.num_drafts, traj.num_accepted_tokens) == (1, k)
+    assert traj.to_dict() == counters(tokens, perfect, prompt_len, k, max_new, eos)[0]
+    unjudged, _ = count(accepted_lengths(chains, cut), starts, k, prompt_len, cut.shape[0], max_new, eos)
+    assert unjudged.num_accepted_tokens == 1  # what the sequence cut at the eos alone can judge

@@ -92,6 +92,7 @@ def broken(name: str):
         "rope.defaulted": (lambda p: write_eagle(p, Dims()), {}),
         "rope.target": (lambda p: v(p), {"target": {"rope_theta": 500000.0}}),
         "rope.mla_reading": (lambda p: config(v(p, mla=mla_dims(), Vd=64), lambda c: c.update(rope_scaling=LLAMA3_8)), {}),
+        "rope.parameters": (lambda p: config(v(p), lambda c: c.update(rope_scaling={"rope_type": "yarn", "original_max_position_embeddings": 256})), {}),
         "target.hidden": (lambda p: v(p), {"target": {"hidden_size": 32}}),
         "target.vocab": (lambda p: v(p), {"target": {"vocab_size": 128}}),
         "scan.nonfinite": (lambda p: tensors(v(p), lambda t: t["norm.weight"].__setitem__(0, float("nan"))), {"scan": True}),

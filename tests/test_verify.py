@@ -511,3 +511,100 @@ def test_vllm_target_states_compare_only_rows_on_verifys_sequence():
     states = against_vllm.target_states({"prompts": [{"calls": [wide], "generated": []}]}, verifier, (0, 1))
     check = against_vllm._states_check(states, 1e-4)
     assert not check.passed and "vLLM fused states 6 wide where verify's are 4" in check.detail
+
+
+def _edited_copy(src: Path, dst: Path, edit) -> Path:
+    shutil.copytree(src, dst)
+    config = json.loads((dst / "config.json").read_text())
+    edit(config)
+    (dst / "config.json").write_text(json.dumps(config))
+    return dst
+
+
+def _no_target_load(monkeypatch):
+    from eaglekit.target.runner import TargetModel
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("the target loaded before the refusal")
+
+    monkeypatch.setattr(TargetModel, "load", loaded)
+
+
+def test_a_drafter_that_cannot_run_is_an_error_finding_and_refused_in_one_line(pair, cli, tmp_path, monkeypatch):
+    """Repeated aux layer ids (vLLM 0.32 keeps sorted(set(ids)), its source: fc would get 2 states for 3) and a yarn rope
+    stating no factor (vLLM's get_rope reads it without a default, its source): validate reports each as an error; verify,
+    as drafter or as --reference, refuses each in one line before the target loads (an internal RuntimeError and KeyError
+    before)."""
+    cases = {
+        "aux.duplicate": (lambda c: c["eagle_config"].update(eagle_aux_hidden_state_layer_ids=[1, 1, 4]), "fc would get 2 target states where it fuses 3"),
+        "rope.parameters": (lambda c: c.update(rope_scaling={"rope_type": "yarn", "original_max_position_embeddings": 256}), "states no factor"),
+    }
+    for check, (edit, said) in cases.items():
+        drafter = _edited_copy(pair["drafter"], tmp_path / check, edit)
+        assert f"[{check}]" in cli("validate", drafter, "--target", pair["target"], expect=1).stdout
+        _no_target_load(monkeypatch)
+        for args, code in ((("verify", drafter), 1), (("verify", pair["drafter"], "--reference", drafter), 2)):
+            result = cli(*args, "--target", pair["target"], "--prompts", pair["prompts"], expect=code)
+            assert said in result.stderr and result.stderr.count("\n") == 1 and "internal error" not in result.stderr, result.stderr
+        monkeypatch.undo()
+
+
+def test_a_reference_with_other_draft_logits_is_refused_naming_both_shapes(pair, cli, tmp_path, monkeypatch):
+    """A --reference drafting over 32 tokens beside a drafter over 64: refused before the run (the report said
+    max_abs_logit_diff Infinity, which is no JSON)."""
+    other = _edited_copy(pair["drafter"], tmp_path / "other", lambda c: c.update(draft_vocab_size=32))
+    t = load_file(str(other / "model.safetensors"))
+    t["lm_head.weight"], t["d2t"] = t["lm_head.weight"][:32].contiguous(), t["d2t"][:32].contiguous()
+    t2d = torch.zeros_like(t["t2d"])
+    t2d[torch.arange(32) + t["d2t"]] = True
+    t["t2d"] = t2d
+    save_file(t, str(other / "model.safetensors"))
+    _no_target_load(monkeypatch)
+    result = cli("verify", pair["drafter"], "--target", pair["target"], "--prompts", pair["prompts"], "--reference", other, "--json", expect=2)
+    assert "lm_head [32, 64]" in result.stderr and "lm_head [64, 64]" in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert json.loads(result.stdout)["error"]["type"] == "UsageError"
+
+
+def test_a_device_map_transformers_cannot_take_is_one_line(pair, cli):
+    base = ("verify", pair["drafter"], "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", 2)
+    result = cli(*base, "--device-map", "garbage", expect=2)
+    assert "--device-map 'garbage': expected auto" in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    if not torch.cuda.is_available():
+        assert "CUDA is not available" in cli(*base, "--device-map", "cuda:1", expect=2).stderr
+    assert cli(*base, "--device-map", "cpu", "--json").exit_code == 0
+
+
+def test_one_token_prompts_run_with_their_first_chain_at_position_0(pair, tmp_path, monkeypatch, cli):
+    """vLLM serves a one-token prompt (it refuses only an empty one: its source, and tests/test_vllm_parity.py runs it);
+    its first verification step drafts from position 0, and the trajectory walks from there."""
+    from tiny_pair import captured_results
+
+    prompts = tmp_path / "one.jsonl"
+    firsts = [json.loads(line)["input_ids"][0] for line in Path(pair["prompts"]).read_text().splitlines()[:3]]
+    prompts.write_text("".join(json.dumps({"id": f"one{i}", "input_ids": [t]}) + "\n" for i, t in enumerate(firsts)))
+    results = captured_results(monkeypatch)
+    report = verify(str(pair["drafter"]), VerifyOptions(target=str(pair["target"]), prompts=str(prompts), max_new_tokens=12))
+    assert [p["prompt_tokens"] for p in report["prompts"]] == [1, 1, 1]
+    for r in results:
+        assert int(r.chains.starts[0]) == 0
+        by_start, j, produced, drafts, accepted = dict(zip(r.chains.starts.tolist(), r.accepted.tolist())), 0, 1, 0, 0
+        while produced < 12:  # no eos on this target
+            drafts, accepted, j, produced = drafts + 1, accepted + by_start[j], j + by_start[j] + 1, produced + by_start[j] + 1
+        assert (r.trajectory.num_drafts, r.trajectory.num_accepted_tokens) == (drafts, accepted)
+    (tmp_path / "empty.jsonl").write_text('{"id": "nothing", "input_ids": []}\n')
+    result = cli("verify", pair["drafter"], "--target", pair["target"], "--prompts", tmp_path / "empty.jsonl", expect=2)
+    assert "prompt nothing: no tokens" in result.stderr
+
+
+def test_drafts_accepted_past_the_end_of_sequence_token_are_counted(pair, tmp_path, monkeypatch):
+    """A step whose first draft is the end-of-sequence token and whose later drafts match the target's greedy tokens
+    past it: vLLM counts them all before it cuts the output (its source, and run in tests/test_vllm_parity.py); the
+    sequence ends at the eos, so the trajectory judges those drafts by the target's tokens after it."""
+    from tiny_pair import captured_results, target_stopping_inside_a_step
+
+    target, prompt_id, a = target_stopping_inside_a_step(pair, tmp_path, max_new_tokens=20)
+    results = captured_results(monkeypatch)
+    verify(str(pair["drafter"]), VerifyOptions(target=str(target), prompts=str(pair["prompts"]), max_new_tokens=20))
+    r = next(r for r in results if r.prompt.id == prompt_id)
+    assert r.tokens.shape[0] == len(r.prompt.ids) + 2  # the sequence stops at the eos, the first step's first draft target
+    assert (r.trajectory.num_drafts, r.trajectory.num_accepted_tokens) == (1, a)  # 1 before: the drafts past the eos went unjudged

@@ -271,3 +271,37 @@ def test_vllm_runs_a_gguf_targets_rope_as_verify_does(tmp_path, monkeypatch):
     checks = {check["name"]: check["passed"] for check in report["checks"]}
     assert not checks["vllm_target_states"] and report["against"]["target_states"]["max_rel_diff"] > 1e-2
     assert checks["vllm_acceptance"] and checks["vllm_logits"]  # what the other checks cannot tell
+
+
+def test_drafts_accepted_past_a_stop_token_count_as_vllm_counts_them(tmp_path, pairs):
+    """A target whose generation_config stops on the first step's first draft target: vLLM's counters count the drafts
+    its rejection sampler accepted past that token (its scheduler counts before it cuts the output at the stop), and
+    so does the trajectory, judging them by the target's greedy tokens after the stop (before: 1 accepted, not a)."""
+    pair = pairs["3"]
+    out = tmp_path / "vllm"
+    convert(pair["drafter"], out, ConvertOptions(to="vllm"))
+    target, prompt_id, a = tiny_pair.target_stopping_inside_a_step({**pair, "drafter": out}, tmp_path, max_new_tokens=30)
+    report = verify(str(out), VerifyOptions(target=str(target), prompts=str(pair["prompts"]), max_new_tokens=30, against=AGAINST))
+    against = report["against"]
+    row = next(p for p in against["prompts"] if p["id"] == prompt_id)
+    assert (row["vllm"]["num_drafts"], row["vllm"]["num_accepted_tokens"]) == (1, a), row
+    assert against["vllm"] == against["simulated"] and against["output_mismatches"] == 0
+    assert report["passed"]
+
+
+def test_one_token_prompts_count_as_vllm_counts_them(tmp_path, pairs):
+    """vLLM serves one-token prompts (it refuses only an empty one): their first chain drafts from position 0, and the
+    counters and the drafter's logits there agree with vLLM's. The three one-token prompts the drafter accepts most on."""
+    pair = pairs["3"]
+    out = tmp_path / "vllm"
+    convert(pair["drafter"], out, ConvertOptions(to="vllm"))
+    every = tmp_path / "every.jsonl"
+    every.write_text("".join(json.dumps({"id": f"t{t}", "input_ids": [t]}) + "\n" for t in range(1, 96)))
+    scan = verify(str(out), VerifyOptions(target=str(pair["target"]), prompts=str(every), max_new_tokens=12))
+    best = sorted(scan["prompts"], key=lambda p: -p["trajectory"]["num_accepted_tokens"])[:3]
+    prompts = tmp_path / "one.jsonl"
+    prompts.write_text("".join(json.dumps({"id": p["id"], "input_ids": [int(p["id"][1:])]}) + "\n" for p in best))
+    report = verify(str(out), VerifyOptions(target=str(pair["target"]), prompts=str(prompts), max_new_tokens=12, against=AGAINST))
+    against = report["against"]
+    assert against["vllm"]["num_accepted_tokens"] > 0 and against["vllm"] == against["simulated"]
+    assert against["output_mismatches"] == 0 and all(v["max_rel_logit_diff"] <= 1e-5 for v in against["logits"].values())

@@ -96,3 +96,43 @@ def add_char_tokenizer(target_dir: Path) -> None:
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("[\\s\\S]"), behavior="isolated")
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<s>", pad_token="<s>", chat_template=CHAT_TEMPLATE)
     fast.save_pretrained(str(target_dir))
+
+
+def captured_results(monkeypatch) -> list:
+    """Every SequenceResult verify simulates while ``monkeypatch`` (a pytest MonkeyPatch) holds, in order."""
+    from eaglekit.verify import run
+
+    results: list = []
+    simulate = run.simulate
+
+    def keep(*args, **kwargs):
+        results.append(simulate(*args, **kwargs))
+        return results[-1]
+
+    monkeypatch.setattr(run, "simulate", keep)
+    return results
+
+
+def target_stopping_inside_a_step(pair: dict, root: Path, max_new_tokens: int) -> tuple[Path, str, int]:
+    """A copy of ``pair``'s target whose generation_config makes an end-of-sequence token of the first draft target of a
+    prompt's first verification step, where that step accepts a >= 2 drafts on the plain target: (the copy, the prompt's
+    id, a). Decoded with that eos the sequence ends there; vLLM still counts the step's a accepted drafts."""
+    import shutil
+
+    import pytest
+
+    from eaglekit.verify import VerifyOptions, verify
+
+    with pytest.MonkeyPatch.context() as mp:
+        results = captured_results(mp)
+        verify(str(pair["drafter"]), VerifyOptions(target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=max_new_tokens))
+    for r in results:
+        P, tokens = len(r.prompt.ids), r.tokens.tolist()
+        if int(r.accepted[0]) >= 2 and tokens[P + 1] != tokens[P]:  # the chain at P - 1: the first step's
+            target = root / "target-eos"
+            shutil.copytree(pair["target"], target)
+            config = json.loads((target / "generation_config.json").read_text())
+            config["eos_token_id"] = tokens[P + 1]
+            (target / "generation_config.json").write_text(json.dumps(config))
+            return target, r.prompt.id, int(r.accepted[0])
+    raise AssertionError("no prompt's first step accepts 2 drafts: the tiny pair did not train")

@@ -16,7 +16,8 @@ Per chain started at position j, per draft step k = 1..K:
 - ``fc``: the L2 norm of each aux chunk at j as it enters ``fc`` (after input_norm / fc_norm where present).
 
 Values are kept per chain until ``chains_done`` folds them into totals per (bucket, step), where ``bucket`` is any
-grouping of start positions the caller chooses (e.g. by absolute position).
+grouping of start positions the caller chooses (e.g. by absolute position), of the chains started up to
+``counted_until`` (all by default).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ class DriftRecorder:
         self.sinks = sinks
         self.bucket_of = bucket_of or (lambda starts: torch.zeros_like(starts))
         self.step = 1  # the draft step the forward is in; chains_from moves it
+        # chains started after this position are drafted but left out of the totals (drift: the chains whose K targets
+        # run past the judged continuation, which acceptance over every position does not count); None: every chain
+        self.counted_until: int | None = None
         self._first_attn: dict[int, list[torch.Tensor]] = {}  # layer -> [rows] sink mass of the first pass, in row order
         self._first_fc: torch.Tensor | None = None  # [rows, n] chunk norms of the first pass
         self._starts: torch.Tensor | None = None
@@ -72,6 +76,7 @@ class DriftRecorder:
         if starts is None:
             return
         buckets = self.bucket_of(starts)
+        counted = starts <= self.counted_until if self.counted_until is not None else torch.ones(len(starts), dtype=torch.bool)
         per_step: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         if self._first_attn:
             layers = [torch.cat(rows)[starts] for _, rows in sorted(self._first_attn.items())]
@@ -82,8 +87,8 @@ class DriftRecorder:
             sink = torch.stack([torch.cat([b[0] for b in blocks]) for blocks in layers]).mean(0)
             own = torch.stack([torch.cat([b[1] for b in blocks]) for blocks in layers]).mean(0)
             per_step[step] = (sink, own)
-        for bucket in buckets.unique().tolist():
-            rows = buckets == bucket
+        for bucket in buckets[counted].unique().tolist():
+            rows = (buckets == bucket) & counted
             for step, (sink, own) in per_step.items():
                 t = self.totals.setdefault((bucket, step), {"chains": 0, "sink": 0.0, "own": 0.0, "feedback": 0.0})
                 t["chains"] += int(rows.sum())

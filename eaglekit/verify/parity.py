@@ -9,8 +9,11 @@ from __future__ import annotations
 import torch
 
 from .. import dialects, engines
+from ..errors import UnsupportedError, UsageError
+from ..model.drafter import Drafter
 from ..reference.model import ReferenceDrafter
-from .checks import Check
+from ..validate.checks import CheckInput, run_checks
+from .checks import Check, cannot_run
 from .run import SequenceResult, Verifier, resolved_ids, totals
 
 
@@ -23,12 +26,11 @@ def compare_chains(a: ReferenceDrafter, b: ReferenceDrafter, ra: list[SequenceRe
         for x, y in zip(ra, rb):
             la = a.draft_logits(x.chains.y[:, step]).float()
             lb = b.draft_logits(y.chains.y[:, step].to(a.device)).float().to(la.device)
-            if la.shape == lb.shape:
-                diff = (la - lb).abs()
-                max_abs = max(max_abs, float(diff.max()))
-                max_rel = max(max_rel, float((diff / la.abs().clamp_min(1e-6)).max()))
-            else:
-                max_abs = max_rel = float("inf")
+            if la.shape != lb.shape:  # check_reference refuses such a reference before the run; no Infinity in a JSON report
+                raise UnsupportedError(f"draft logits of shapes {list(la.shape)} and {list(lb.shape)} cannot be compared")
+            diff = (la - lb).abs()
+            max_abs = max(max_abs, float(diff.max()))
+            max_rel = max(max_rel, float((diff / la.abs().clamp_min(1e-6)).max()))
             agree += int((x.chains.drafts[:, step].cpu() == y.chains.drafts[:, step].cpu()).sum())
             total += x.chains.drafts.shape[0]
         steps.append({"step": step + 1, "max_abs_logit_diff": max_abs, "max_rel_logit_diff": max_rel, "token_agreement": agree / total if total else 1.0})
@@ -37,6 +39,22 @@ def compare_chains(a: ReferenceDrafter, b: ReferenceDrafter, ra: list[SequenceRe
 
 def _float_dtypes(loaded: dialects.LoadedDrafter) -> set:  # of dtypes.DType
     return {i.dtype for i in loaded.checkpoint.tensors.values() if i.dtype.is_floating_point}
+
+
+def check_reference(verifier: Verifier, path: str, drafter: Drafter) -> None:
+    """Refuse, before the run, a --reference that cannot run on the target (``cannot_run``) or whose draft logits have
+    another shape than the drafter's (other draft vocabulary or width): step by step they could not be compared."""
+    options = verifier.options
+    L = verifier.target_config.num_layers
+    with dialects.load(options.reference, target_num_layers=L) as ref:
+        r = ref.drafter.with_(target_num_layers=L)
+        bad = cannot_run(run_checks(CheckInput(r, ref.present(), values=ref.read_values, target=verifier.target_config)))
+    if bad:
+        raise UsageError(f"--reference {options.reference} cannot run on the target {verifier.target_config.name}: {bad[0].message}")
+    mine, theirs = (drafter.draft_vocab_size, drafter.hidden_size), (r.draft_vocab_size, r.hidden_size)
+    if mine[0] != theirs[0]:
+        raise UsageError(f"--reference {options.reference} drafts logits over {theirs[0]} tokens (lm_head {list(theirs)}), {path} over {mine[0]} "
+                         f"(lm_head {list(mine)}): their logits cannot be compared step by step; give a checkpoint of the same drafter")
 
 
 def reference_parity(verifier: Verifier, loaded: dialects.LoadedDrafter, model: ReferenceDrafter, results: list[SequenceResult]) -> tuple[dict, Check]:

