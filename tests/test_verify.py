@@ -418,11 +418,28 @@ def test_states_captured_while_decoding_are_the_full_pass_states(pair):
     for batch_size in (16, 2):
         decoded = target.decode_batch(prompts, 20, batch_size=batch_size, padding=float("inf"), capture=slots)
         assert [d.tokens.tolist() for d in decoded] == [t.tolist() for t in one]
-        for tokens, states, _ in decoded:
+        assert all(d.after_stop is None for d in decoded)  # none asked for
+        for tokens, states, *_ in decoded:
             full, _ = target.aux_states(tokens, slots)
             captured = torch.cat([states[k] for k in slots], dim=-1)
             assert captured.shape == full.shape == (tokens.shape[0], (L + 1) * target.config.hidden_size)
             assert torch.allclose(captured, full, rtol=1e-4, atol=1e-4), (captured - full).abs().max()
+    # past_stop: the stopped row decodes on past its end-of-sequence token, what it would have picked without it
+    # (``first``, decoded before the eos was set); the rows and their states as without
+    stop = len(prompts[0]) + 6
+
+    def stops(tokens, prompt):  # an end-of-sequence token among the new ones
+        return target.model.generation_config.eos_token_id in tokens[len(prompt):].tolist()
+
+    for batch_size in (16, 2):
+        going_on = target.decode_batch(prompts, 20, batch_size=batch_size, padding=float("inf"), capture=slots, past_stop=2)
+        assert [d.tokens.tolist() for d in going_on] == [t.tolist() for t in one]
+        assert going_on[0].after_stop.tolist() == first[stop : stop + 2].tolist()
+        assert [d.after_stop is None for d in going_on] == [not stops(t, p) for t, p in zip(one, prompts)]
+        plain = target.decode_batch(prompts, 20, batch_size=batch_size, padding=float("inf"), capture=slots)
+        assert all(torch.equal(a.states[k], b.states[k]) for a, b in zip(going_on, plain) for k in slots)
+    late = target.decode_batch(prompts[:1], 7, past_stop=2)  # the stop is the 6th of 7 new tokens: one decoded past it
+    assert late[0].after_stop.tolist() == first[stop : stop + 1].tolist()
     with pytest.raises(Exception, match="outside 0..8"):
         target.decode_batch(prompts, 4, capture=(L + 1,))
     # a generation config whose processors change greedy tokens: generate itself decodes, the states from full passes
@@ -431,7 +448,10 @@ def test_states_captured_while_decoding_are_the_full_pass_states(pair):
     assert [t.tolist() for t in penalised] != [t.tolist() for t in one]
     decoded = target.decode_batch(prompts, 20, capture=(2, L))
     assert [d.tokens.tolist() for d in decoded] == [t.tolist() for t in penalised]
-    assert all(torch.equal(torch.cat([s[2], s[L]], dim=-1), target.aux_states(t, (2, L))[0]) for t, s, _ in decoded)
+    assert all(torch.equal(torch.cat([s[2], s[L]], dim=-1), target.aux_states(t, (2, L))[0]) for t, s, *_ in decoded)
+    going_on = target.decode_batch(prompts, 20, capture=(2, L), past_stop=2)  # generate decodes every row to the end
+    assert [d.tokens.tolist() for d in going_on] == [t.tolist() for t in penalised]
+    assert [d.after_stop is None for d in going_on] == [not stops(t, p) for t, p in zip(penalised, prompts)]
 
 
 def test_verify_needs_no_second_target_pass_for_the_drafters_layers(pair):

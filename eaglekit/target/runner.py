@@ -9,6 +9,7 @@ from a hook on the final norm's input.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import gc
 import inspect
@@ -160,11 +161,13 @@ class SequencePass:
 
 class Decoded(NamedTuple):
     """One prompt decoded by ``TargetModel.decode_batch``: prompt + new tokens (CPU ids), {aux slot: [S, T] states},
-    and, when asked for (``keep_bytes``), its ``SequencePass`` (None where none was kept)."""
+    when asked for (``keep_bytes``) its ``SequencePass`` (None where none was kept), and, when asked for
+    (``past_stop``), the greedy tokens decoded after its end-of-sequence token (None where it did not stop at one)."""
 
     tokens: torch.Tensor
     states: dict[int, torch.Tensor]
     kept: SequencePass | None = None
+    after_stop: torch.Tensor | None = None
 
 
 def _plain_layers(cache) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
@@ -320,7 +323,7 @@ class TargetModel:
     @_without_cudnn_attention
     @torch.inference_mode()  # not just no_grad: no version counters or view tracking, 3-7% of the demo's decode
     def decode_batch(self, prompts: list[list[int]], max_new_tokens: int, *, batch_size: int = 16, padding: float = PADDING,
-                     capture: tuple[int, ...] = (), keep_bytes: int = 0) -> list[Decoded]:
+                     capture: tuple[int, ...] = (), keep_bytes: int = 0, past_stop: int = 0) -> list[Decoded]:
         """Greedy continuations of several prompts at once, with the hidden states of the aux slots ``capture`` at every
         position, taken from the very forwards that picked the tokens (no second pass over the sequences).
 
@@ -341,7 +344,12 @@ class TargetModel:
         decoded while the passes kept so far hold fewer bytes than that (so at most one group's more); the rest get
         None, as do prompts whose cache is not plain per-layer keys and values (a sliding window keeps only its last
         tokens) or that ``generate`` decodes. A pass holds (new tokens + 1) x vocabulary float32 logits and the
-        sequence's whole cache (2 x layers x kv heads x head dim x dtype bytes per token)."""
+        sequence's whole cache (2 x layers x kv heads x head dim x dtype bytes per token).
+
+        ``past_stop``: a row that reaches an end-of-sequence token goes on decoding greedily, ignoring it, for up to this
+        many tokens more (none past ``max_new_tokens``), returned apart as ``Decoded.after_stop``: what the target
+        would have picked after it, as a speculative step that crosses the stop token compares its drafts with. The
+        row stays in its batch for those steps (free while any other row still decodes)."""
         pad, eos = self.pad_token_id(), self.eos_token_ids()
         slots = self._check_slots(capture)
         out: list = [None] * len(prompts)
@@ -355,9 +363,10 @@ class TargetModel:
             for group in groups:
                 group_prompts = [prompts[i] for i in group]
                 if plain:
-                    results = self._decode_group(group_prompts, max_new_tokens, pad, eos, slots, keep_passes=kept_bytes < keep_bytes)
+                    results = self._decode_group(group_prompts, max_new_tokens, pad, eos, slots, keep_passes=kept_bytes < keep_bytes,
+                                                 past_stop=past_stop)
                 else:
-                    results = self._generate_group(group_prompts, max_new_tokens, pad, eos, slots)
+                    results = self._generate_group(group_prompts, max_new_tokens, pad, eos, slots, past_stop)
                 for i, result in zip(group, results):
                     out[i] = result
                     kept_bytes += result.kept.nbytes if result.kept is not None else 0
@@ -367,23 +376,28 @@ class TargetModel:
         config = getattr(self.model, "generation_config", None)
         return config is None or all(getattr(config, key, None) in neutral for key, neutral in GREEDY_NEUTRAL.items())
 
-    def _generate_group(self, prompts: list[list[int]], max_new_tokens: int, pad: int, eos: set[int], slots: tuple[int, ...]):
+    def _generate_group(self, prompts: list[list[int]], max_new_tokens: int, pad: int, eos: set[int], slots: tuple[int, ...], past_stop: int = 0):
         """``_decode_group`` through transformers' ``generate`` (for a generation config whose processors change greedy
-        tokens), the states from one full pass per sequence."""
+        tokens), the states from one full pass per sequence. With ``past_stop``, ``generate`` decodes every row to
+        ``max_new_tokens`` (it has no way to stop a row a given count after its end-of-sequence token)."""
         width = max(len(p) for p in prompts)
         ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=self.model.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.model.device)
+        unstopped = {}
+        if past_stop:
+            config = copy.deepcopy(self.model.generation_config)
+            config.eos_token_id = None
+            unstopped = {"generation_config": config}
         generated = self.model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
-                                        pad_token_id=pad).cpu()
+                                        pad_token_id=pad, **unstopped).cpu()
         for row, prompt in enumerate(prompts):
-            new = generated[row, width:]
-            stop = next((j + 1 for j, t in enumerate(new.tolist()) if t in eos), new.shape[0])
-            tokens = torch.cat([torch.tensor(prompt, dtype=generated.dtype), new[:stop]])
+            kept_new, after_stop = _kept(generated[row, width:], _stop(generated[row, width:], eos), past_stop)
+            tokens = torch.cat([torch.tensor(prompt, dtype=generated.dtype), kept_new])
             states = {}
             if slots:
                 aux, _ = self.aux_states(tokens, slots)
                 states = dict(zip(slots, aux.split(aux.shape[-1] // len(slots), dim=-1)))
-            yield Decoded(tokens, states)
+            yield Decoded(tokens, states, None, after_stop)
 
     def _check_slots(self, ids: tuple[int, ...]) -> tuple[int, ...]:
         ids = tuple(sorted(set(ids)))
@@ -411,7 +425,7 @@ class TargetModel:
         return out, captured
 
     def _decode_group(self, prompts: list[list[int]], max_new_tokens: int, pad: int, eos: set[int], slots: tuple[int, ...],
-                      keep_passes: bool = False):
+                      keep_passes: bool = False, past_stop: int = 0):
         from transformers import DynamicCache
 
         from .reserved_cache import reserve
@@ -427,7 +441,9 @@ class TargetModel:
         states: list[dict[int, torch.Tensor]] = []  # per forward: {slot: [B, n, T]}
         logits = None  # keep_passes: [B, forward, V] float32, every forward's logits
         new: list[torch.Tensor] = []
-        unfinished = torch.ones(len(prompts), dtype=torch.bool, device=device)
+        done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
+        stopped = torch.zeros_like(done)  # an end-of-sequence token decoded
+        left = torch.zeros(len(prompts), dtype=torch.long, device=device)  # of a stopped row: tokens still to decode past it
         eos_ids = torch.tensor(sorted(eos), device=device) if eos else None
         step_ids = ids
         while True:
@@ -440,16 +456,20 @@ class TargetModel:
                     logits = last.new_empty((len(prompts), max_new_tokens + 1, last.shape[-1]))
                 logits[:, len(new)] = last
             token = last.argmax(-1)
-            token = torch.where(unfinished, token, torch.full_like(token, pad))
+            token = torch.where(done, torch.full_like(token, pad), token)
             new.append(token)
             if eos_ids is not None:
-                unfinished &= ~torch.isin(token, eos_ids)
+                left = torch.where(stopped, left - 1, left)  # this token was decoded past the stop
+                newly = ~stopped & ~done & torch.isin(token, eos_ids)
+                stopped |= newly
+                left = torch.where(newly, past_stop, left)
+                done |= stopped & (left <= 0)
             # what the next forward is fed: these tokens, one position on
             step_ids = token[:, None]
             positions = positions[:, -1:] + 1
             if attention is not None:
                 attention = torch.cat([attention, attention.new_ones((attention.shape[0], 1))], dim=-1)
-            if len(new) == max_new_tokens or not bool(unfinished.any()):
+            if len(new) == max_new_tokens or bool(done.all()):
                 break
         if slots or keep_passes:  # the last new tokens' states, logits and keys: one more forward (nothing decodes past it)
             out, captured = self._forward(slots, input_ids=step_ids, attention_mask=attention, position_ids=positions,
@@ -462,15 +482,14 @@ class TargetModel:
         layers = _plain_layers(cache) if keep_passes else None
         del states
         for row, prompt in enumerate(prompts):
-            row_new = generated[row]
-            stop = next((j + 1 for j, t in enumerate(row_new.tolist()) if t in eos), row_new.shape[0])
-            tokens = torch.cat([torch.tensor(prompt, dtype=generated.dtype), row_new[:stop]])
+            row_new, after_stop = _kept(generated[row], _stop(generated[row], eos), past_stop)
+            tokens = torch.cat([torch.tensor(prompt, dtype=generated.dtype), row_new])
             first = width - len(prompt)
             kept = None
             if layers is not None:  # this row's keys and values, its padding cut off (copied into a cache of its sequence alone)
                 rows = [(k[row : row + 1, :, first : first + tokens.shape[0]], v[row : row + 1, :, first : first + tokens.shape[0]]) for k, v in layers]
-                kept = SequencePass(len(prompt) - 1, logits[row, : stop + 1], DynamicCache(ddp_cache_data=rows))  # a view: one block for the group
-            yield Decoded(tokens, {k: v[row, first : first + tokens.shape[0]].clone() for k, v in joined.items()}, kept)
+                kept = SequencePass(len(prompt) - 1, logits[row, : row_new.shape[0] + 1], DynamicCache(ddp_cache_data=rows))  # a view: one block for the group
+            yield Decoded(tokens, {k: v[row, first : first + tokens.shape[0]].clone() for k, v in joined.items()}, kept, after_stop)
 
     @_without_cudnn_attention
     @torch.no_grad()
@@ -525,6 +544,19 @@ class TargetModel:
         finally:  # back to the sequence: a negative crop removes that many positions (transformers 5.24 refuses a length)
             cache.crop(seq_len - cache.get_seq_length())
         return out.logits[0].float().view(J, K - 1, -1)
+
+
+def _stop(new: torch.Tensor, eos: set[int]) -> int | None:
+    """Where a row's continuation ends: after its first end-of-sequence token (None where it has none)."""
+    return next((j + 1 for j, t in enumerate(new.tolist()) if t in eos), None)
+
+
+def _kept(new: torch.Tensor, stop: int | None, past_stop: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(the new tokens the row keeps, the ones decoded after its end-of-sequence token, at most ``past_stop``: None
+    where it did not stop at one or none were asked for)."""
+    if stop is None:
+        return new, None
+    return new[:stop], new[stop : stop + past_stop].clone() if past_stop else None
 
 
 def _returned_cache(out):

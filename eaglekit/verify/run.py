@@ -182,34 +182,22 @@ class Verifier:
         bar = self.progress("generating", len(prompts)) if self.progress else None
         eos_ids = self.target.eos_token_ids()
         start = time.perf_counter()
-        # all prompts decoded together (the same greedy tokens as one at a time: TargetModel.decode_batch)
+        # all prompts decoded together (the same greedy tokens as one at a time: TargetModel.decode_batch); a row that
+        # stops at an end-of-sequence token decodes K - 1 tokens past it, which judge the drafts of the step crossing it
         decoded = self.target.decode_batch([p.ids for p in prompts], continuation_length(self.options.max_new_tokens, self.options.k), capture=capture,
-                                           keep_bytes=KEEP_PASSES_BYTES if keep_passes else 0)
+                                           keep_bytes=KEEP_PASSES_BYTES if keep_passes else 0, past_stop=self.options.k - 1)
         self.timings["generation"] = time.perf_counter() - start
-        for prompt, (tokens, states, kept) in zip(prompts, decoded):
+        for prompt, (tokens, states, kept, after_stop) in zip(prompts, decoded):
             self.sequences.append((prompt, tokens))
             self._captured.append(states)
             self._passes.append(kept)
             self.eos.append(first_eos(tokens, len(prompt.ids), eos_ids))
-            self.past_eos.append(self._past_eos(tokens, len(prompt.ids), self.eos[-1]))
+            self.past_eos.append(after_stop if self.eos[-1] is not None else None)
             self.max_new.append(self.options.max_new_tokens)
             if bar is not None:
                 bar.update(1)
         if bar is not None:
             bar.close()
-
-    def _past_eos(self, tokens: torch.Tensor, prompt_len: int, eos: int | None) -> torch.Tensor | None:
-        """The target's greedy tokens after the end-of-sequence token at ``eos`` (decoding ignoring it), as many as a
-        chain drafted before it can be judged by: K - 1, and none past ``continuation_length``. One full target pass per
-        token (``sequence_pass``; K - 1 passes for a sequence that stops early). None without an early stop."""
-        n = min(self.options.k - 1, prompt_len + continuation_length(self.options.max_new_tokens, self.options.k) - tokens.shape[0])
-        if eos is None or n <= 0:
-            return None
-        sequence = tokens
-        for _ in range(n):
-            logits, _ = self.target.sequence_pass(sequence, torch.tensor([sequence.shape[0] - 1]))
-            sequence = torch.cat([sequence, logits[-1].argmax(-1).reshape(1).cpu().to(sequence.dtype)])
-        return sequence[tokens.shape[0] :]
 
     def prepare_stored(self, drafter: Drafter, ids: tuple[int, ...]) -> None:
         """--hidden-states: sequences and aux states from files; the target contributes its config and, where the
