@@ -334,7 +334,10 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
     for s in loaded.unknown:
         out_present[s] = present[s]
     config = writer.write_config(d)
-    findings = run_checks(CheckInput(d, out_present, values=lambda c: _values_for_checks(loaded, c), target=target, config=config))
+    from . import schemas  # jsonschema: the output's config.json is held to its dialect's schema, as validate holds it
+
+    findings = schemas.check_config(config, writer.schema, mla=d.attention == "mla", label="the output's config.json")
+    findings += run_checks(CheckInput(d, out_present, values=lambda c: _values_for_checks(loaded, c), target=target, config=config))
     if options.upgrade:  # this run's own upgrade note already says it, once
         findings = [f for f in findings if f.check != "flags.untrained_upgrade"]
     shards = plan_shards([TensorPlan(t.name, t.dtype, t.shape, lambda: None) for t in tensors], options.max_shard_bytes)

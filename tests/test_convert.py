@@ -580,3 +580,42 @@ def test_a_malformed_speculators_proposal_list_is_a_one_line_config_error(tmp_pa
     with pytest.raises(ConfigError, match=r"proposal_methods\[0\]\.speculative_tokens should be an integer >= 1"):
         convert(src, tmp_path / "out", ConvertOptions(to="vllm"))
     assert not (tmp_path / "out").exists()
+
+
+# -- what the output's schema or a flag's type rejects is refused before anything is written -----------------------------
+
+
+def _one_line_refusal(result, code: int) -> str:
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1 and "internal error" not in result.stderr
+    return result.stderr
+
+
+@pytest.mark.parametrize("to", ["vllm", "speculators"])
+def test_a_config_the_output_schema_rejects_is_refused_before_writing(tmp_path, cli, to):
+    """rope_theta 0 converted, and `validate` on the output then reported schema.config."""
+    src = edit_config(write_vllm(tmp_path / "src", Dims()), lambda cfg: cfg.update(rope_theta=0))
+    err = _one_line_refusal(cli("convert", src, tmp_path / "out", "--to", to, expect=None), 1)
+    assert "refusing to write" in err and "rope_theta = 0" in err and "minimum of 0" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]  # no OUT, no temporary folder left
+    dry = json.loads(cli("convert", src, tmp_path / "out", "--to", to, "--dry-run", "--json", expect=None).stdout)
+    assert [f["check"] for f in dry["findings"] if f["severity"] == "error"] == ["schema.config"]
+
+
+@pytest.mark.parametrize("write, stated", [
+    # the flag at the location read first, as a boolean; "yes" where it may be stated too
+    (write_vllm, {"eagle_config": {"norm_before_fc": False}, "norm_before_fc": "yes"}),
+    (write_specforge, {"fc_norm": False, "use_aux_norm": "yes"}),
+    (write_vllm, {"eagle_config": {"use_aux_hidden_state": True}, "use_aux_hidden_state": "yes"}),
+])
+def test_a_flag_that_is_not_a_boolean_is_refused_wherever_it_is_stated(tmp_path, cli, write, stated):
+    """A non-boolean at a flag's second location was passed over and the output wrote the first location's value."""
+    def state(cfg):
+        for key, value in stated.items():
+            cfg[key] = {**cfg[key], **value} if isinstance(value, dict) and isinstance(cfg.get(key), dict) else value
+
+    src = edit_config(write(tmp_path / "src", Dims()), state)
+    key = next(k for k, v in stated.items() if v == "yes")
+    err = _one_line_refusal(cli("convert", src, tmp_path / "out", "--to", "vllm", expect=None), 2)
+    assert f"config.json: {key} must be true or false, got 'yes'" in err
+    assert not (tmp_path / "out").exists()

@@ -81,7 +81,7 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
             loaded.drafter = d
         report = ValidationReport(str(source), loaded.dialect, d.eagle_version, release.label if release else None, target_cfg.source if target_cfg else None, scan)
         config = loaded.checkpoint.config or {}
-        from .. import schemas  # jsonschema: only validate needs it (convert imports .checks)
+        from .. import schemas  # jsonschema: loaded when a config is checked, not on import
 
         report.findings += schemas.check_config(config, dialects.get(loaded.dialect).schema, mla=d.attention == "mla", label=f"{loaded.checkpoint.label}/config.json")
         report.findings += loaded.notes
