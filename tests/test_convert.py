@@ -619,3 +619,13 @@ def test_a_flag_that_is_not_a_boolean_is_refused_wherever_it_is_stated(tmp_path,
     err = _one_line_refusal(cli("convert", src, tmp_path / "out", "--to", "vllm", expect=None), 2)
     assert f"config.json: {key} must be true or false, got 'yes'" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_cast_that_would_overflow_to_inf_is_refused_naming_the_tensor(tmp_path, cli):
+    """--dtype float16 turned a weight of 1e6 into inf without a word (validate --scan found it afterwards)."""
+    src = edit_tensors(write_vllm(tmp_path / "src", Dims()), lambda t: t["fc.weight"].__setitem__((0, 0), 1e6))
+    err = _one_line_refusal(cli("convert", src, tmp_path / "out", "--to", "vllm", "--dtype", "float16", expect=None), 2)
+    assert "--dtype float16: tensor fc.weight holds 1 value up to 1e+06" in err and "65504" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]  # no OUT, no temporary folder left
+    cli("convert", src, tmp_path / "bf16", "--to", "vllm", "--dtype", "bfloat16")  # within bfloat16's range
+    assert load_file(str(tmp_path / "bf16" / "model.safetensors"))["fc.weight"].isfinite().all()
