@@ -36,15 +36,38 @@ def _target_label(report_target: object, verifier: str) -> str:
     return hub_id(report_target) or f"a local `{Path(report_target).name}`"
 
 
+# What the card reads of a verify report, typed as verify.schema.json types it (older or partial reports lack keys: fine).
+_VERIFY_REPORT_READ = {
+    "type": "object",
+    "properties": {
+        "target": {"type": "string"},
+        "acceptance_length": {"type": "number"},
+        "num_speculative_tokens": {"type": "integer"},
+        "device": {"type": "string"},
+        "dtype": {"type": "string"},
+        "trajectory": {"type": "object", "properties": {"per_position_rate": {"type": "array", "items": {"type": "number"}}}},
+        "prompts": {"type": "array"},
+        "checks": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}, "passed": {"type": "boolean"},
+                                                                             "detail": {"type": "string"}}}},
+    },
+}
+
+
 def read_verify_report(directory: Path) -> dict | None:
+    """The drafter's ``eaglekit-verify.json`` (None when it has none); one the card cannot read is a CheckpointError naming it."""
+    from .errors import CheckpointError
+    from .io import jsonfile
+    from .schemas import check
+
     path = directory / VERIFY_REPORT
     if not path.is_file():
         return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    data = jsonfile.load(path)
+    violations = check(data, _VERIFY_REPORT_READ)
+    if violations:
+        raise CheckpointError(f"{path}: not a verify report as `eaglekit verify --report` writes it: {violations[0]}"
+                              + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else "") + "; fix or remove it")
+    return data
 
 
 DRIFT_DIR = "drift"  # where push --report puts the drift report's figures in the repository
@@ -79,9 +102,13 @@ def read_drift_report(directory: Path) -> tuple[dict, list[Path]]:
     from .schemas import check
 
     violations = check(report, "drift.schema.json")  # the card reads more of it than those three keys
+    not_drifts = f"--report {directory}: {path} is not a drift report as eaglekit drift writes it"
     if violations:
-        raise UsageError(f"--report {directory}: {path} is not a drift report as eaglekit drift writes it: {violations[0]}"
-                         + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""))
+        raise UsageError(f"{not_drifts}: {violations[0]}" + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""))
+    try:  # what no schema says: the lists its tables line up step by step (per_depth, compare's, sampling's) of one length
+        drift_section(report, [])
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise UsageError(f"{not_drifts}: its tables cannot be built from it ({type(exc).__name__}: {exc})") from None
     return report, images
 
 
