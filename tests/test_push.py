@@ -479,3 +479,23 @@ def test_a_drift_report_the_card_cannot_be_built_from_is_a_usage_error(cli, hub,
     result = push(cli, drafter, "tester/drafter", "--report", bad, "--dry-run", expect=2)
     assert "is not a drift report as eaglekit drift writes it" in result.stderr and fragment in result.stderr, result.stderr
     assert result.stderr.count("\n") == 1 and "internal error" not in result.stderr
+
+
+@pytest.mark.parametrize("value, why", [
+    ("not a repo id!!", "use letters, digits"),
+    ("org/name/extra", "it must be 'name' or 'namespace/name'"),
+    ("gpt2", "give it as namespace/name"),
+    ("", "it is empty"),
+])
+def test_a_base_model_that_is_no_hub_id_is_refused(cli, hub, drafter, value, why):
+    """An invalid --base-model was dropped in silence: the card named no base model and told the user to pass --base-model."""
+    result = push(cli, drafter, "tester/drafter", "--base-model", value, "--dry-run", expect=2)
+    assert result.stderr.startswith(f"error: --base-model {value!r} is not a Hub repo id: {why}"), result.stderr
+    assert result.stderr.count("\n") == 1 and hub.state.log == []
+
+
+def test_a_base_model_naming_a_local_path_is_refused(cli, hub, drafter, tmp_path, monkeypatch):
+    (tmp_path / "models" / "target").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    result = push(cli, drafter, "tester/drafter", "--base-model", "models/target", "--dry-run", expect=2)
+    assert "--base-model 'models/target' is not a Hub repo id: it names a path on this machine" in result.stderr
