@@ -147,6 +147,8 @@ def _unreadable(source, source_dialect, exc, release, target_cfg, scan) -> Valid
     from ..io.reader import Checkpoint
 
     with Checkpoint.open(source) as ckpt:
+        if ckpt.config is None:  # no config to hold to a schema: the missing file is the one thing to say (exit 2)
+            raise exc
         dialect = source_dialect if source_dialect != "auto" else dialects.detect(ckpt)[0].dialect
         dialect = dialects.get(dialect).name
         report = ValidationReport(str(source), dialect, None, release.label if release else None, target_cfg.source if target_cfg else None, scan)
