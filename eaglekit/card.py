@@ -14,7 +14,7 @@ from . import __version__
 from . import dialects
 from .dialects.base import Dialect, LoadedDrafter
 from .io.locate import looks_like_repo_id
-from .serving import sglang_serve, vllm_serve
+from .serving import TARGET_PLACEHOLDER, sglang_serve, vllm_serve
 
 VERIFY_REPORT = "eaglekit-verify.json"
 
@@ -164,7 +164,7 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
     base_model = hub_id(verifier)
     metadata = card_metadata(base_model=base_model, library_name=dialect.library_name, pipeline_tag="text-generation",
                              tags=_tags(dialect, d.eagle_version))
-    target = base_model or "<target model>"  # never a path on the publisher's machine
+    target = base_model or TARGET_PLACEHOLDER  # never a path on the publisher's machine
     name = repo_id.split("/")[-1]
     ids = d.aux.as_input()
     aux = f"{list(ids)} (input-of-layer, vLLM's convention)" if ids is not None else "not recorded: the engine's default (2, L//2, L-3)"

@@ -629,3 +629,22 @@ def test_a_cast_that_would_overflow_to_inf_is_refused_naming_the_tensor(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]  # no OUT, no temporary folder left
     cli("convert", src, tmp_path / "bf16", "--to", "vllm", "--dtype", "bfloat16")  # within bfloat16's range
     assert load_file(str(tmp_path / "bf16" / "model.safetensors"))["fc.weight"].isfinite().all()
+
+
+@pytest.mark.parametrize("to", ["vllm", "sglang"])
+def test_the_serve_line_pastes_into_a_shell_whatever_the_paths_hold(tmp_path, cli, target_dir, to):
+    """An OUT with a ' in it broke the printed `vllm serve ... --speculative-config '{...}'` line."""
+    import shlex
+    import shutil
+
+    target = tmp_path / "the team's target"
+    shutil.copytree(target_dir, target)
+    out = tmp_path / "it's out; rm -rf ~"
+    text = cli("convert", write_specforge(tmp_path / "src", Dims()), out, "--to", to, "--target", target).stdout
+    words = shlex.split(next(line for line in text.splitlines() if line.startswith("serve it: ")).removeprefix("serve it: "))
+    if to == "vllm":
+        assert words[:3] == ["vllm", "serve", str(target)] and words[3] == "--speculative-config" and len(words) == 5
+        assert json.loads(words[4])["model"] == str(out.resolve())
+    else:
+        assert words[words.index("--model-path") + 1] == str(target)
+        assert words[words.index("--speculative-draft-model-path") + 1] == str(out.resolve())
