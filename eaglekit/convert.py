@@ -338,8 +338,10 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
 
     findings = schemas.check_config(config, writer.schema, mla=d.attention == "mla", label="the output's config.json")
     findings += run_checks(CheckInput(d, out_present, values=lambda c: _values_for_checks(loaded, c), target=target, config=config))
-    if options.upgrade:  # this run's own upgrade note already says it, once
-        findings = [f for f in findings if f.check != "flags.untrained_upgrade"]
+    # what this run's own notes already say of the output, said once, by the note (which says why)
+    said_by_notes = {"flags.untrained_upgrade"} if options.upgrade else set()
+    said_by_notes |= {n.check for n in notes if n.check == "aux.not_recorded"}
+    findings = [f for f in findings if f.check not in said_by_notes]
     shards = plan_shards([TensorPlan(t.name, t.dtype, t.shape, lambda: None) for t in tensors], options.max_shard_bytes)
     files = shard_names(len(shards)) + (["model.safetensors.index.json"] if len(shards) > 1 else []) + ["config.json"]
     return ConversionPlan(loaded, source, d, writer, tensors, dropped, config, files, notes, findings, options, target)

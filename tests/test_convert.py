@@ -648,3 +648,10 @@ def test_the_serve_line_pastes_into_a_shell_whatever_the_paths_hold(tmp_path, cl
     else:
         assert words[words.index("--model-path") + 1] == str(target)
         assert words[words.index("--speculative-draft-model-path") + 1] == str(out.resolve())
+
+
+def test_no_recorded_aux_ids_are_said_once(tmp_path, cli):
+    """convert said aux.not_recorded twice: its own note, and the same check run on the output."""
+    data = json.loads(cli("convert", write_eagle(tmp_path / "src", Dims()), tmp_path / "out", "--to", "vllm", "--json").stdout)
+    said = [n["message"] for n in data["notes"] + data["findings"] if n["check"] == "aux.not_recorded"]
+    assert len(said) == 1 and "the output records none" in said[0]
