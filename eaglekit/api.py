@@ -188,7 +188,7 @@ def convert(
             files = None if dry_run else execute(plan, out, progress=progress)
         finally:
             plan.loaded.close()
-    from .serving import serve_command
+    from .serving import TARGET_PLACEHOLDER, serve_command
 
     data = plan.to_dict()
     data["output"] = str(out)
@@ -201,7 +201,7 @@ def convert(
         data["resolved"] = resolved  # None: the checkpoint was not ambiguous, nothing to measure
     if files is not None:
         data["files"] = files
-    target_name = plan.target.name if plan.target else plan.drafter.verifier or "<target model>"  # a config file: its directory or Hub id
+    target_name = plan.target.name if plan.target else plan.drafter.verifier or TARGET_PLACEHOLDER  # a config file: its directory or Hub id
     data["serve"] = serve_command(plan.dialect.hub_tags, target_name, str(Path(out).resolve()))
     data = document(source, True, data)
     data["origin"] = located.origin

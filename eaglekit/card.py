@@ -14,7 +14,7 @@ from . import __version__
 from . import dialects
 from .dialects.base import Dialect, LoadedDrafter
 from .io.locate import looks_like_repo_id
-from .serving import sglang_serve, vllm_serve
+from .serving import TARGET_PLACEHOLDER, sglang_serve, vllm_serve
 
 VERIFY_REPORT = "eaglekit-verify.json"
 
@@ -36,15 +36,38 @@ def _target_label(report_target: object, verifier: str) -> str:
     return hub_id(report_target) or f"a local `{Path(report_target).name}`"
 
 
+# What the card reads of a verify report, typed as verify.schema.json types it (older or partial reports lack keys: fine).
+_VERIFY_REPORT_READ = {
+    "type": "object",
+    "properties": {
+        "target": {"type": "string"},
+        "acceptance_length": {"type": "number"},
+        "num_speculative_tokens": {"type": "integer"},
+        "device": {"type": "string"},
+        "dtype": {"type": "string"},
+        "trajectory": {"type": "object", "properties": {"per_position_rate": {"type": "array", "items": {"type": "number"}}}},
+        "prompts": {"type": "array"},
+        "checks": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}, "passed": {"type": "boolean"},
+                                                                             "detail": {"type": "string"}}}},
+    },
+}
+
+
 def read_verify_report(directory: Path) -> dict | None:
+    """The drafter's ``eaglekit-verify.json`` (None when it has none); one the card cannot read is a CheckpointError naming it."""
+    from .errors import CheckpointError
+    from .io import jsonfile
+    from .schemas import check
+
     path = directory / VERIFY_REPORT
     if not path.is_file():
         return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    data = jsonfile.load(path)
+    violations = check(data, _VERIFY_REPORT_READ)
+    if violations:
+        raise CheckpointError(f"{path}: not a verify report as `eaglekit verify --report` writes it: {violations[0]}"
+                              + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else "") + "; fix or remove it")
+    return data
 
 
 DRIFT_DIR = "drift"  # where push --report puts the drift report's figures in the repository
@@ -79,9 +102,13 @@ def read_drift_report(directory: Path) -> tuple[dict, list[Path]]:
     from .schemas import check
 
     violations = check(report, "drift.schema.json")  # the card reads more of it than those three keys
+    not_drifts = f"--report {directory}: {path} is not a drift report as eaglekit drift writes it"
     if violations:
-        raise UsageError(f"--report {directory}: {path} is not a drift report as eaglekit drift writes it: {violations[0]}"
-                         + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""))
+        raise UsageError(f"{not_drifts}: {violations[0]}" + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""))
+    try:  # what no schema says: the lists its tables line up step by step (per_depth, compare's, sampling's) of one length
+        drift_section(report, [])
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise UsageError(f"{not_drifts}: its tables cannot be built from it ({type(exc).__name__}: {exc})") from None
     return report, images
 
 
@@ -137,7 +164,7 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
     base_model = hub_id(verifier)
     metadata = card_metadata(base_model=base_model, library_name=dialect.library_name, pipeline_tag="text-generation",
                              tags=_tags(dialect, d.eagle_version))
-    target = base_model or "<target model>"  # never a path on the publisher's machine
+    target = base_model or TARGET_PLACEHOLDER  # never a path on the publisher's machine
     name = repo_id.split("/")[-1]
     ids = d.aux.as_input()
     aux = f"{list(ids)} (input-of-layer, vLLM's convention)" if ids is not None else "not recorded: the engine's default (2, L//2, L-3)"

@@ -334,9 +334,14 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
     for s in loaded.unknown:
         out_present[s] = present[s]
     config = writer.write_config(d)
-    findings = run_checks(CheckInput(d, out_present, values=lambda c: _values_for_checks(loaded, c), target=target, config=config))
-    if options.upgrade:  # this run's own upgrade note already says it, once
-        findings = [f for f in findings if f.check != "flags.untrained_upgrade"]
+    from . import schemas  # jsonschema: the output's config.json is held to its dialect's schema, as validate holds it
+
+    findings = schemas.check_config(config, writer.schema, mla=d.attention == "mla", label="the output's config.json")
+    findings += run_checks(CheckInput(d, out_present, values=lambda c: _values_for_checks(loaded, c), target=target, config=config))
+    # what this run's own notes already say of the output, said once, by the note (which says why)
+    said_by_notes = {"flags.untrained_upgrade"} if options.upgrade else set()
+    said_by_notes |= {n.check for n in notes if n.check == "aux.not_recorded"}
+    findings = [f for f in findings if f.check not in said_by_notes]
     shards = plan_shards([TensorPlan(t.name, t.dtype, t.shape, lambda: None) for t in tensors], options.max_shard_bytes)
     files = shard_names(len(shards)) + (["model.safetensors.index.json"] if len(shards) > 1 else []) + ["config.json"]
     return ConversionPlan(loaded, source, d, writer, tensors, dropped, config, files, notes, findings, options, target)
@@ -380,7 +385,7 @@ def _producer(t: OutputTensor, loaded: dialects.LoadedDrafter) -> Callable[[], P
             return ckpt.byte_range(t.source) or ckpt.read(t.source)
     elif t.op == "cast":
         def produce() -> Payload:
-            return ckpt.read(t.source).to(t.dtype.torch)
+            return _cast(ckpt.read(t.source), t)
     elif t.op == "synth:ones":
         def produce() -> Payload:
             import torch
@@ -395,10 +400,30 @@ def _producer(t: OutputTensor, loaded: dialects.LoadedDrafter) -> Callable[[], P
     elif t.op == "synth:lm_head":
         def produce() -> Payload:
             up, down = loaded.read("lm_head.up.weight"), loaded.read("lm_head.down.weight")
-            return (up.float() @ down.float()).to(t.dtype.torch)
+            return _cast(up.float() @ down.float(), t)
     else:  # pragma: no cover - plan and producer are written together
         raise AssertionError(t.op)
     return produce
+
+
+def _cast(values, t: OutputTensor):
+    """``values`` in ``t``'s dtype; refused (UsageError) where finite values would become inf there (float16 holds at most
+    65504). Raised while the output is still a temporary directory, so nothing is left at OUT."""
+    import torch
+
+    cast = values.to(t.dtype.torch)
+    if cast.is_floating_point() and not bool(torch.isfinite(cast).all()):
+        overflowed = torch.isinf(cast) & torch.isfinite(values)
+        count = int(overflowed.sum())
+        if count:
+            largest = float(values[overflowed].abs().max())
+            name = dtypes.name(t.dtype)
+            raise UsageError(
+                f"--dtype {name}: tensor {t.source or t.name} holds {count} value{'s' * (count != 1)} up to {largest:g} in magnitude, "
+                f"beyond {name}'s range (at most {torch.finfo(cast.dtype).max:g}), which would become inf; nothing written "
+                "(keep the source's dtype, or use bfloat16)"
+            )
+    return cast
 
 
 def execute(plan: ConversionPlan, out: str | Path, *, progress: Callable[[int], None] | None = None) -> list[str]:

@@ -142,6 +142,7 @@ def _offline() -> bool:
 # ---------------------------------------------------------------------------------------------------------------
 
 _TOKENISH = re.compile(r"\bhf_[A-Za-z0-9]{8,}")  # any Hub token, whoever's: never in a message
+_READ_RETRIES = 5  # huggingface_hub's http_backoff default
 _CHECKING_TOKEN = "checking the token"
 _COMMITTING = "uploading and committing"
 
@@ -156,6 +157,7 @@ class _Context:
     revision: str = DEFAULT_BRANCH
     stage: str = "starting"
     reading: bool = False  # a read (inspect, validate, download): failures are "could not run" (exit 2)
+    retries: int = _READ_RETRIES  # how often a read was retried with backoff before its failure was said
     created: list[str] = field(default_factory=list)  # what this push made before it failed (a repo, a branch): said, and left
 
     def scrub(self, text: object) -> str:
@@ -244,10 +246,11 @@ def _describe_read(exc: BaseException, ctx: _Context, status: int | None, code: 
         return f"{repo}: repository not found, or private and not visible to this token ({status} RepoNotFound) {where}; if it is private, {hint}"
     if status == 403:
         return f"{repo}: forbidden (403) {where}: this token may not read it; {hint}"
+    retried = f", still after {ctx.retries} retries with backoff" if ctx.retries else ""
     if status == 429:
-        return f"{repo}: rate limited by the Hub (429) {where}, still after {_READ_RETRIES} retries with backoff: retry later{rid}"
+        return f"{repo}: rate limited by the Hub (429) {where}{retried}: retry later{rid}"
     if status is not None and status >= 500:
-        return f"{_display(ctx.endpoint)}: Hub server error ({status}) {where}, still after {_READ_RETRIES} retries: retry later{rid}"
+        return f"{_display(ctx.endpoint)}: Hub server error ({status}) {where}{retried}: retry later{rid}"
     return None
 
 
@@ -495,7 +498,6 @@ def publish(
 # verify and push download (through the huggingface_hub cache)
 # ---------------------------------------------------------------------------------------------------------------
 
-_READ_RETRIES = 5  # huggingface_hub's http_backoff default
 _RETRY_STATUSES = (429, 500, 502, 503, 504)
 _READ_LIMIT = 64 * 2**20  # a whole-file read (config, index) larger than this is refused (= io.jsonfile.MAX_JSON_BYTES)
 
@@ -542,21 +544,24 @@ def _request_timeout() -> float:
     return float(getattr(constants, "HF_HUB_DOWNLOAD_TIMEOUT", 10) or 10)
 
 
-def open_remote(repo_id: str, revision: str | None = None, *, endpoint: str | None = None, token: str | None = None) -> RemoteRepo:
+def open_remote(repo_id: str, revision: str | None = None, *, endpoint: str | None = None, token: str | None = None,
+                retry: bool = True) -> RemoteRepo:
     """The repo's file list with sizes and the commit ``revision`` (branch, tag or commit; default main) points at:
-    one model-info request, retried with backoff on 429 and 5xx."""
+    one model-info request, retried with backoff on 429, 5xx and network errors (``retry``: asked once only)."""
     from urllib.parse import quote
 
     from huggingface_hub.utils import hf_raise_for_status, http_backoff
 
     endpoint, token, revision = _read_setup(repo_id, revision, endpoint, token)
-    ctx = _Context(repo_id, endpoint, token, revision, "reading the repository's file list", reading=True)
+    retries = _READ_RETRIES if retry else 0
+    ctx = _Context(repo_id, endpoint, token, revision, "reading the repository's file list", reading=True, retries=retries)
     with _hub_errors(ctx):
         response = http_backoff(
             "GET",
             f"{endpoint}/api/models/{repo_id}/revision/{quote(revision, safe='')}",
             headers=_read_headers(token),
             params={"blobs": "true"},
+            max_retries=retries,
             retry_on_status_codes=_RETRY_STATUSES,
             timeout=_request_timeout(),
         )

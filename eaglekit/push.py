@@ -86,6 +86,7 @@ def prepare(path: str, options: PushOptions):
     from .upload import UploadFile
 
     check_repo_id(options.repo_id)
+    _check_base_model(options.base_model)
 
     if options.create_pr and options.revision not in (None, "main"):
         raise UsageError("--create-pr opens a pull request against the default branch: drop --revision")
@@ -139,6 +140,21 @@ def prepare(path: str, options: PushOptions):
         files = [f for f in files if f.path_in_repo != "README.md"]
         files.append(UploadFile("README.md", data=card.encode("utf-8")))
     return files, card, kept, findings
+
+
+def _check_base_model(base_model: str | None) -> None:
+    """``--base-model`` must be what the card can name: a Hub id (``card.hub_id``); anything else was dropped in silence."""
+    from .io.locate import repo_id_problem
+
+    if base_model is None or hub_id(base_model) is not None:
+        return
+    if not base_model:
+        why = "it is empty"
+    elif Path(base_model).exists():
+        why = "it names a path on this machine, which the card never publishes"
+    else:
+        why = repo_id_problem(base_model) or "give it as namespace/name"
+    raise UsageError(f"--base-model {base_model!r} is not a Hub repo id: {why} (e.g. meta-llama/Llama-3.1-8B-Instruct)")
 
 
 def _upload(path: Path, name: str, base_model: str | None):

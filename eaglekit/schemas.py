@@ -54,8 +54,9 @@ def registry() -> Registry:
     return Registry(retrieve=_retrieve)
 
 
-def validator(name: str) -> Draft202012Validator:
-    return Draft202012Validator(load(name), registry=registry())
+def validator(schema: str | dict) -> Draft202012Validator:
+    """A validator for the schema file ``schema`` names (``config/vllm.schema.json``), or for ``schema`` itself."""
+    return Draft202012Validator(load(schema) if isinstance(schema, str) else schema, registry=registry())
 
 
 def json_path(path) -> str:
@@ -72,9 +73,9 @@ def _describe(error) -> str:
     return f"{json_path(error.absolute_path)} = {value}: {error.message if len(error.message) < 160 else error.message[:157] + '...'}"
 
 
-def check(data: Any, name: str) -> list[str]:
-    """Every violation of schema ``name`` as 'JSON path = value: what was expected'."""
-    errors = sorted(validator(name).iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
+def check(data: Any, schema: str | dict) -> list[str]:
+    """Every violation of ``schema`` (a file name, as ``validator`` takes it) as 'JSON path = value: what was expected'."""
+    errors = sorted(validator(schema).iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
     return [_describe(e) for e in errors]
 
 

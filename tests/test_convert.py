@@ -580,3 +580,78 @@ def test_a_malformed_speculators_proposal_list_is_a_one_line_config_error(tmp_pa
     with pytest.raises(ConfigError, match=r"proposal_methods\[0\]\.speculative_tokens should be an integer >= 1"):
         convert(src, tmp_path / "out", ConvertOptions(to="vllm"))
     assert not (tmp_path / "out").exists()
+
+
+# -- what the output's schema or a flag's type rejects is refused before anything is written -----------------------------
+
+
+def _one_line_refusal(result, code: int) -> str:
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1 and "internal error" not in result.stderr
+    return result.stderr
+
+
+@pytest.mark.parametrize("to", ["vllm", "speculators"])
+def test_a_config_the_output_schema_rejects_is_refused_before_writing(tmp_path, cli, to):
+    """rope_theta 0 converted, and `validate` on the output then reported schema.config."""
+    src = edit_config(write_vllm(tmp_path / "src", Dims()), lambda cfg: cfg.update(rope_theta=0))
+    err = _one_line_refusal(cli("convert", src, tmp_path / "out", "--to", to, expect=None), 1)
+    assert "refusing to write" in err and "rope_theta = 0" in err and "minimum of 0" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]  # no OUT, no temporary folder left
+    dry = json.loads(cli("convert", src, tmp_path / "out", "--to", to, "--dry-run", "--json", expect=None).stdout)
+    assert [f["check"] for f in dry["findings"] if f["severity"] == "error"] == ["schema.config"]
+
+
+@pytest.mark.parametrize("write, stated", [
+    # the flag at the location read first, as a boolean; "yes" where it may be stated too
+    (write_vllm, {"eagle_config": {"norm_before_fc": False}, "norm_before_fc": "yes"}),
+    (write_specforge, {"fc_norm": False, "use_aux_norm": "yes"}),
+    (write_vllm, {"eagle_config": {"use_aux_hidden_state": True}, "use_aux_hidden_state": "yes"}),
+])
+def test_a_flag_that_is_not_a_boolean_is_refused_wherever_it_is_stated(tmp_path, cli, write, stated):
+    """A non-boolean at a flag's second location was passed over and the output wrote the first location's value."""
+    def state(cfg):
+        for key, value in stated.items():
+            cfg[key] = {**cfg[key], **value} if isinstance(value, dict) and isinstance(cfg.get(key), dict) else value
+
+    src = edit_config(write(tmp_path / "src", Dims()), state)
+    key = next(k for k, v in stated.items() if v == "yes")
+    err = _one_line_refusal(cli("convert", src, tmp_path / "out", "--to", "vllm", expect=None), 2)
+    assert f"config.json: {key} must be true or false, got 'yes'" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_cast_that_would_overflow_to_inf_is_refused_naming_the_tensor(tmp_path, cli):
+    """--dtype float16 turned a weight of 1e6 into inf without a word (validate --scan found it afterwards)."""
+    src = edit_tensors(write_vllm(tmp_path / "src", Dims()), lambda t: t["fc.weight"].__setitem__((0, 0), 1e6))
+    err = _one_line_refusal(cli("convert", src, tmp_path / "out", "--to", "vllm", "--dtype", "float16", expect=None), 2)
+    assert "--dtype float16: tensor fc.weight holds 1 value up to 1e+06" in err and "65504" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]  # no OUT, no temporary folder left
+    cli("convert", src, tmp_path / "bf16", "--to", "vllm", "--dtype", "bfloat16")  # within bfloat16's range
+    assert load_file(str(tmp_path / "bf16" / "model.safetensors"))["fc.weight"].isfinite().all()
+
+
+@pytest.mark.parametrize("to", ["vllm", "sglang"])
+def test_the_serve_line_pastes_into_a_shell_whatever_the_paths_hold(tmp_path, cli, target_dir, to):
+    """An OUT with a ' in it broke the printed `vllm serve ... --speculative-config '{...}'` line."""
+    import shlex
+    import shutil
+
+    target = tmp_path / "the team's target"
+    shutil.copytree(target_dir, target)
+    out = tmp_path / "it's out; rm -rf ~"
+    text = cli("convert", write_specforge(tmp_path / "src", Dims()), out, "--to", to, "--target", target).stdout
+    words = shlex.split(next(line for line in text.splitlines() if line.startswith("serve it: ")).removeprefix("serve it: "))
+    if to == "vllm":
+        assert words[:3] == ["vllm", "serve", str(target)] and words[3] == "--speculative-config" and len(words) == 5
+        assert json.loads(words[4])["model"] == str(out.resolve())
+    else:
+        assert words[words.index("--model-path") + 1] == str(target)
+        assert words[words.index("--speculative-draft-model-path") + 1] == str(out.resolve())
+
+
+def test_no_recorded_aux_ids_are_said_once(tmp_path, cli):
+    """convert said aux.not_recorded twice: its own note, and the same check run on the output."""
+    data = json.loads(cli("convert", write_eagle(tmp_path / "src", Dims()), tmp_path / "out", "--to", "vllm", "--json").stdout)
+    said = [n["message"] for n in data["notes"] + data["findings"] if n["check"] == "aux.not_recorded"]
+    assert len(said) == 1 and "the output records none" in said[0]

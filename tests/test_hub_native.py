@@ -273,6 +273,23 @@ def test_connection_refused(fake_hub: FakeHub, small, cli, monkeypatch):
     refused(cli, f"cannot reach the Hub at http://127.0.0.1:{port}", "inspect", "org/small")
 
 
+def test_a_mistyped_local_path_says_it_is_no_local_directory_and_what_the_hub_said(fake_hub: FakeHub, small, cli, tmp_path, monkeypatch):
+    """`inspect models/drafter` with no such folder went to the Hub (24 s of retries offline) and said only what the Hub
+    said. A Hub id that is no local path says both; one whose first part is a folder here is asked of the Hub once."""
+    (tmp_path / "cwd" / "models").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "cwd")
+    err = refused(cli, "models/drafter: no such local directory (models/ is a folder here, without drafter), and as a Hub repo id: "
+                  "models/drafter: repository not found", "inspect", "models/drafter")
+    assert "internal error" not in err
+    refused(cli, "models/drafter: no such local directory (models/ is a folder here", "convert", "models/drafter", tmp_path / "out", "--to", "vllm")
+    fake_hub.state.fail("GET", r"^/api/models/", 503, times=99)
+    refused(cli, "models/drafter: no such local directory (models/ is a folder here, without drafter), and as a Hub repo id: "
+            f"{fake_hub.url}: Hub server error (503) while reading the repository's file list: retry later", "validate", "models/drafter")
+    assert fake_hub.sleeps == []  # asked once: no backoff
+    refused(cli, "org/small: no such local directory, and as a Hub repo id: ", "inspect", "org/small")  # still 503; no org/ here
+    assert fake_hub.sleeps == [1, 2, 4, 8, 8]  # a Hub id: retried as before
+
+
 def test_offline_with_nothing_cached(fake_hub: FakeHub, small, cli, monkeypatch):
     from huggingface_hub import constants
 
@@ -357,7 +374,7 @@ def test_an_endpoint_that_never_answers_ends_in_a_one_line_error(tmp_path):
         server.close()
     assert result.returncode == 2 and held, (result.returncode, result.stderr)
     last = result.stderr.strip().splitlines()[-1]  # after huggingface_hub's own retry warnings
-    assert last.startswith("error: cannot reach the Hub") and "Timeout" in last and "Traceback" not in result.stderr
+    assert last.startswith("error: org/name: no such local directory, and as a Hub repo id: cannot reach the Hub") and "Timeout" in last and "Traceback" not in result.stderr
 
 
 def test_a_snapshot_eaglekit_downloaded_is_found_offline(fake_hub: FakeHub, small, tmp_path, cli, monkeypatch):

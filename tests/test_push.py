@@ -424,3 +424,78 @@ def test_a_card_pushed_to_a_branch_serves_that_branch(cli, hub, drafter, tmp_pat
     sf = push(cli, write_specforge(tmp_path / "sf", Dims()), "tester/sf", "--revision", "v2", "--dry-run", "--allow-untrained").stdout
     assert "eaglekit convert tester/sf@v2 ./sf-vllm --to vllm" in sf and "hf download tester/sf --revision v2" in sf
     assert '"revision"' not in push(cli, drafter, "tester/drafter", "--dry-run").stdout
+
+
+@pytest.mark.parametrize("content, fragment", [
+    ("{not json", "not valid JSON"),
+    ("[]", "$ = []: [] is not of type 'object'"),
+    ('{"trajectory": []}', "$.trajectory = []: [] is not of type 'object'"),
+    ('{"trajectory": {"per_position_rate": ["a"]}}', "$.trajectory.per_position_rate[0]"),
+    ('{"acceptance_length": "x"}', "$.acceptance_length"),
+    ('{"prompts": 3}', "$.prompts = 3"),
+    ('{"checks": [1]}', "$.checks[0] = 1"),
+])
+def test_a_malformed_verify_report_in_the_drafter_is_a_one_line_error(cli, hub, drafter, content, fragment):
+    """eaglekit-verify.json with a list where the card reads an object (and the like) ended in 'internal error'; one that
+    was not a JSON object was left out of the card and published anyway."""
+    (drafter / "eaglekit-verify.json").write_text(content)
+    result = push(cli, drafter, "tester/drafter", "--dry-run", expect=2)
+    assert result.stderr.startswith(f"error: {drafter / 'eaglekit-verify.json'}: ") and fragment in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1 and "internal error" not in result.stderr
+    assert hub.state.log == []
+
+
+@pytest.fixture(scope="module")
+def drift_document(tmp_path_factory) -> str:
+    """What `eaglekit drift --compare` reports (report.json's content, as JSON text), from a tiny random pair; no matplotlib needed."""
+    from drafters import write_tiny_target
+    from eaglekit import api
+
+    tmp_path = tmp_path_factory.mktemp("drift")
+    target = write_tiny_target(tmp_path / "target", layers=8, hidden=64, vocab=96, heads=2, attention_scale=0.3)
+    drafter = write_vllm(tmp_path / "drift-drafter", Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96, embed=False, lm_head=True),
+                         ids=[2, 4, 5])
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "input_ids": [5, 9, 13, 2, 40, 7]}) + "\n")
+    return json.dumps(api.drift(drafter, target=str(target), prompts=str(prompts), max_new_tokens=8, compare=str(drafter)).data)
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    (lambda r: r["inputs"].update(tokens=[]), "$.inputs.tokens = []: [] should be non-empty"),
+    (lambda r: r["by_context_length"][0].update(per_depth=[]), "per_depth = []: [] should be non-empty"),
+    (lambda r: r["compare"]["ratios"]["per_depth"][0].pop("sink_attention"), "'sink_attention' is a required property"),
+    (lambda r: r["compare"].update(per_depth=r["compare"]["per_depth"][:1]), "its tables cannot be built from it (IndexError"),
+])
+def test_a_drift_report_the_card_cannot_be_built_from_is_a_usage_error(cli, hub, drafter, tmp_path, drift_document, edit, fragment):
+    """inputs.tokens [] (and per-step lists of another length) passed the schema and ended in 'internal error' (min() of
+    an empty list, an index out of range) when the card was built."""
+    drift_data = json.loads(drift_document)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "report.json").write_text(json.dumps(drift_data))
+    assert "## Drift report" in push(cli, drafter, "tester/drafter", "--report", bad, "--dry-run").stdout  # as drift wrote it
+    edit(drift_data)
+    (bad / "report.json").write_text(json.dumps(drift_data))
+    result = push(cli, drafter, "tester/drafter", "--report", bad, "--dry-run", expect=2)
+    assert "is not a drift report as eaglekit drift writes it" in result.stderr and fragment in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1 and "internal error" not in result.stderr
+
+
+@pytest.mark.parametrize("value, why", [
+    ("not a repo id!!", "use letters, digits"),
+    ("org/name/extra", "it must be 'name' or 'namespace/name'"),
+    ("gpt2", "give it as namespace/name"),
+    ("", "it is empty"),
+])
+def test_a_base_model_that_is_no_hub_id_is_refused(cli, hub, drafter, value, why):
+    """An invalid --base-model was dropped in silence: the card named no base model and told the user to pass --base-model."""
+    result = push(cli, drafter, "tester/drafter", "--base-model", value, "--dry-run", expect=2)
+    assert result.stderr.startswith(f"error: --base-model {value!r} is not a Hub repo id: {why}"), result.stderr
+    assert result.stderr.count("\n") == 1 and hub.state.log == []
+
+
+def test_a_base_model_naming_a_local_path_is_refused(cli, hub, drafter, tmp_path, monkeypatch):
+    (tmp_path / "models" / "target").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    result = push(cli, drafter, "tester/drafter", "--base-model", "models/target", "--dry-run", expect=2)
+    assert "--base-model 'models/target' is not a Hub repo id: it names a path on this machine" in result.stderr

@@ -80,6 +80,19 @@ def test_malicious_pickles_run_nothing(tmp_path, cli, sharded, nested):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_a_sparse_tensor_in_a_pickled_checkpoint_is_a_one_line_error(tmp_path, cli, layout):
+    """torch.save of a sparse tensor loads weights-only, and reading it ended in 'internal error: RuntimeError' (validate
+    --scan, convert)."""
+    src = bin_checkpoint(tmp_path / "src", {})
+    tensors = torch.load(src / "pytorch_model.bin", weights_only=True)
+    tensors["fc.weight"] = tensors["fc.weight"].to_sparse() if layout == "coo" else tensors["fc.weight"].to_sparse_csr()
+    torch.save(tensors, src / "pytorch_model.bin")
+    for args in (("inspect", src), ("validate", src, "--scan"), ("convert", src, tmp_path / "out", "--to", "vllm")):
+        assert_clean_failure(cli(*args, expect=None), "pytorch_model.bin: tensor 'fc.weight' is stored in the sparse_", "expected dense tensors")
+    nothing_written(tmp_path, "src")
+
+
 # -- lying safetensors headers ------------------------------------------------------------------------------------
 
 
@@ -312,6 +325,12 @@ def test_pointing_at_a_file_suggests_what_to_give(tmp_path, cli):
     assert_clean_failure(cli("inspect", src / "model.safetensors", expect=None), f"got a file (give its directory: {src})")
     (tmp_path / "t.gguf").write_bytes(b"GGUF")
     assert_clean_failure(cli("inspect", tmp_path / "t.gguf", expect=None), "a GGUF file is a target model", "--target?")
+
+
+def test_a_drafter_list_that_is_not_utf8_is_a_usage_error(tmp_path, cli):
+    listing = tmp_path / "drafters.txt"
+    listing.write_bytes(b"./a\n\xff\xfe latin-1 \xe9\n")
+    assert_clean_failure(cli("validate", "--from-file", listing, expect=None), f"--from-file {listing}: not UTF-8 text (byte 0xff at offset 4)")
 
 
 def test_a_misspelt_dialect_gets_a_suggestion(tmp_path, cli):

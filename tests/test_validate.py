@@ -207,6 +207,25 @@ def test_unreadable_config_reports_schema_and_reading_errors(tmp_path, cli):
     assert data["ok"] is False and data["counts"]["error"] >= 2
 
 
+def test_a_directory_without_config_json_is_one_usage_error(tmp_path, cli):
+    """It exited 1 with five schema.config errors about the keys of a config that is not there, and config.unreadable."""
+    src = write_vllm(tmp_path / "src", Dims())
+    (src / "config.json").unlink()
+    result = cli("validate", src, expect=2)
+    assert result.stdout == "" and result.stderr == f"error: {src}: no config.json, so the drafter's dimensions are unknown\n"
+    assert json.loads(cli("validate", src, "--json", expect=2).stdout)["error"]["type"] == "ConfigError"
+
+
+@pytest.mark.parametrize("write", [write_vllm, write_specforge, write_eagle, write_modelopt, write_torchspec])
+def test_a_bad_architectures_entry_is_reported_once(tmp_path, write):
+    """The dialect schemas restated hf-base's architectures rule, so one bad entry was two identical findings."""
+    kwargs = {"bin_file": False} if write is write_eagle else {}
+    src = config(write(tmp_path / "src", Dims(), **kwargs), lambda c: c.update(architectures=[5]))
+    messages = [f.message for f in validate(src, source_dialect=write.__name__.removeprefix("write_").replace("specforge", "sglang")).findings
+                if f.check == "schema.config"]
+    assert len(messages) == 1 and "$.architectures[0] = 5: 5 is not of type 'string'" in messages[0], messages
+
+
 def test_validate_output_follows_its_schema(tmp_path, cli):
     src = write_specforge(tmp_path / "src", Dims(fc_norm=True), norm_output=True)
     data = json.loads(cli("validate", src, "--engine", "vllm==0.32", "--json", expect=1).stdout)

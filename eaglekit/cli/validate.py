@@ -59,6 +59,9 @@ def _read_list(from_file: str | None) -> list[str]:
             text = f.read()
     except OSError as exc:
         raise UsageError(f"--from-file {from_file}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--from-file {from_file}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+                         "expected one drafter path or Hub id a line") from None
     items = [line.split("#", 1)[0].strip() for line in text.splitlines()]
     return [item for item in items if item]
 

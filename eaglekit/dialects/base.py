@@ -444,14 +444,12 @@ class Dialect:
     def read_flags(self, config: dict, top: ConfigView) -> Flags:
         values = {}
         for flag, key in self.rules.flags.items():
-            value = None
-            for location in key.locations:
-                value = lookup(config, location)
-                if value is not None:
-                    if not isinstance(value, bool):
-                        raise ConfigError(f"{top.label}: {location} must be true or false, got {value!r}")
-                    break
-            values[flag] = key.default if value is None else value
+            stated = [(location, lookup(config, location)) for location in key.locations]
+            stated = [(location, value) for location, value in stated if value is not None]
+            for location, value in stated:  # every place the flag may be, also those a value elsewhere takes precedence over
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{top.label}: {location} must be true or false, got {value!r}")
+            values[flag] = stated[0][1] if stated else key.default
         return Flags(**values)
 
     def read_aux_ids(self, config: dict, top: ConfigView, names: dict, notes: list[Finding]) -> AuxLayers:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import CheckpointError, UsageError
+from ..errors import CheckpointError, HubError, UsageError
 
 # The Hub's repo-id rules, as huggingface_hub 2.x states and checks them (utils/_validators.py, validate_repo_id): "name" or
 # "namespace/name"; each part 1-96 of [A-Za-z0-9_.-], starting and ending with a letter, digit or "_"; no "--" or "..";
@@ -232,14 +232,23 @@ def open_source(
         return
     from .. import hub
 
+    # `models/drafter` where models/ is a folder here: most likely a mistyped path, so the Hub is asked once, not retried
+    namespace = Path(repo_id.split("/")[0])
+    looks_local = namespace.is_dir()
+    try:
+        if mode == "download":
+            directory, commit = hub.download(repo_id, rev, allow_patterns=allow_patterns, endpoint=endpoint, token=token)
+        else:
+            remote = hub.open_remote(repo_id, rev, endpoint=endpoint, token=token, retry=not looks_local)
+    except HubError as exc:  # it was no local path either: say both
+        here = f" ({namespace}/ is a folder here, without {repo_id.split('/')[1]})" if looks_local else ""
+        raise type(exc)(f"{text}: no such local directory{here}, and as a Hub repo id: {exc}") from None
     if mode == "download":
-        directory, commit = hub.download(repo_id, rev, allow_patterns=allow_patterns, endpoint=endpoint, token=token)
         origin = {"kind": "hub", "repo_id": repo_id, "revision": rev or "main", "commit": commit, "downloaded": True}
         yield Located(directory, _roots_for(directory.resolve()), hub_id=repo_id, label=text, origin=origin)
         return
     from .remote import fetch_headers
 
-    remote = hub.open_remote(repo_id, rev, endpoint=endpoint, token=token)
     stub = Path(tempfile.mkdtemp(prefix="eaglekit-remote-"))
     try:
         fetch_headers(remote, stub, text)

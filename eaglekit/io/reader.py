@@ -210,6 +210,9 @@ class Checkpoint:
                 raise CheckpointError(
                     f"{where}: entry {name!r} is a {type(value).__name__}; expected a flat mapping of names to tensors"
                 )
+            if value.layout != torch.strided:  # a sparse tensor: no dense bytes to copy, check or cast
+                raise CheckpointError(f"{where}: tensor {name!r} is stored in the {str(value.layout).removeprefix('torch.')} layout; "
+                                      "expected dense tensors (save it after .to_dense())")
         return state
 
     # -- reading -------------------------------------------------------------------------------------

@@ -81,7 +81,7 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
             loaded.drafter = d
         report = ValidationReport(str(source), loaded.dialect, d.eagle_version, release.label if release else None, target_cfg.source if target_cfg else None, scan)
         config = loaded.checkpoint.config or {}
-        from .. import schemas  # jsonschema: only validate needs it (convert imports .checks)
+        from .. import schemas  # jsonschema: loaded when a config is checked, not on import
 
         report.findings += schemas.check_config(config, dialects.get(loaded.dialect).schema, mla=d.attention == "mla", label=f"{loaded.checkpoint.label}/config.json")
         report.findings += loaded.notes
@@ -147,6 +147,8 @@ def _unreadable(source, source_dialect, exc, release, target_cfg, scan) -> Valid
     from ..io.reader import Checkpoint
 
     with Checkpoint.open(source) as ckpt:
+        if ckpt.config is None:  # no config to hold to a schema: the missing file is the one thing to say (exit 2)
+            raise exc
         dialect = source_dialect if source_dialect != "auto" else dialects.detect(ckpt)[0].dialect
         dialect = dialects.get(dialect).name
         report = ValidationReport(str(source), dialect, None, release.label if release else None, target_cfg.source if target_cfg else None, scan)
