@@ -242,6 +242,22 @@ def test_mla_fc_norm_applied_from_023(tmp_path):
     assert "engine.mla_fc_norm" not in engine_ids(src, "0.23")
 
 
+@pytest.mark.parametrize("version,drops", [("0.22", True), ("0.23", True), ("0.24.1", True), ("0.25", False), ("0.32", False)])
+def test_mla_drafter_drops_unknown_tensors_before_025(tmp_path, version, drops):
+    """vLLM 0.22-0.24's DeepseekV2Eagle3Model.load_weights skips a name it has no parameter for ('if name not in
+    params_dict: continue'); from 0.25 an AutoWeightsLoader refuses it. A name with lm_head is refused in every release."""
+    src = tensors(write_vllm(tmp_path / "s", Dims(mla=mla_dims(), Vd=64)), lambda t: t.update({"layers.0.self_attn.q_proj.weight": torch.zeros(4, 4)}))
+    report = validate(src, engine=f"vllm=={version}")
+    finding = next(f for f in report.findings if f.check == "engine.unknown_tensor")
+    assert "layers.0.self_attn.q_proj.weight" in finding.message and finding.severity == "error"
+    assert report.engine_view["loads"] is drops
+    assert ("without a word" in finding.effect) is drops and ("refuses to load" in finding.effect) is not drops
+    head = tensors(write_vllm(tmp_path / "h", Dims(mla=mla_dims(), Vd=64)), lambda t: t.update({"lm_head.down.weight": torch.zeros(4, 4)}))
+    refused = validate(head, engine=f"vllm=={version}")
+    assert refused.engine_view["loads"] is False
+    assert any(f.check == "engine.unknown_tensor" and "no module or parameter named 'lm_head.down.weight'" in f.effect for f in refused.findings)
+
+
 def test_speculators_31_flags_passed_from_025(tmp_path):
     src = write_speculators(tmp_path / "s", Dims(fc_norm=True), norm_output=True)
     on_024 = validate(src, engine="vllm==0.24")

@@ -473,6 +473,25 @@ def _window(out: Recorder, r: _Reading) -> Window:
     return Window()
 
 
+# the shard names DeepseekV2Eagle3Model.load_weights maps onto fused parameters (vLLM 0.22.0-0.24.0)
+_MLA_STACKED = (".gate_proj", ".up_proj", ".q_a_proj", ".kv_a_proj_with_mqa")
+
+
+def _mla_dropped(out: Recorder, unknown: list[str]) -> list[str]:
+    """vLLM 0.22.0-0.24.0's MLA drafter (deepseek_eagle3.py DeepseekV2Eagle3Model.load_weights) skips a name it has no
+    parameter for without a word. Still refused there, and returned: a name with lm_head (the top-level
+    AutoWeightsLoader raises) or with a shard name it maps onto a fused parameter (params_dict[name]: KeyError)."""
+    refused = [n for n in unknown if "lm_head" in n or any(s in n for s in _MLA_STACKED)]
+    dropped = [n for n in unknown if n not in refused]
+    if dropped:
+        many = len(dropped) > 1
+        out.add("engine.unknown_tensor", "error",
+                f"{'tensors' if many else 'tensor'} {listed(dropped)} {'are' if many else 'is'} not a parameter of the drafter it builds",
+                f"skips {'them' if many else 'it'} without a word (its MLA drafter's loader drops names it has no parameter for): "
+                "the drafter runs without them", dropped[0])
+    return refused
+
+
 def _tensors(out: Recorder, r: _Reading, engine_drafter: Drafter, flags: Flags, counted: int, fc_states: int) -> None:
     """The tensors vLLM's drafter has parameters for against those shipped: refused, dropped, left uninitialised."""
     intended, family, loaded = r.intended, r.family, r.loaded
@@ -495,11 +514,16 @@ def _tensors(out: Recorder, r: _Reading, engine_drafter: Drafter, flags: Flags, 
         if name.startswith("model."):
             continue  # already reported
         unknown.append(name)
+    why = f"refuses to load: no module or parameter named {unknown[0]!r}" if unknown else ""
+    if unknown and family == "mla" and r.rules.get("mla_unknown_tensors") == "dropped":
+        unknown = _mla_dropped(out, unknown)
+        why = next((f"refuses to load: no module or parameter named {n!r}" for n in unknown if "lm_head" in n),
+                   f"refuses to load: its loader maps {unknown[0]!r} onto a fused parameter it does not have (KeyError)" if unknown else "")
     if unknown:
         out.refuse(
             "engine.unknown_tensor",
             f"{'tensors' if len(unknown) > 1 else 'tensor'} {listed(unknown)} {'are' if len(unknown) > 1 else 'is'} not a parameter of the drafter it builds",
-            f"refuses to load: no module or parameter named {unknown[0]!r}",
+            why,
             unknown[0],
         )
     # llama_eagle3.py (0.22.0-0.32.0) allocates draft_id_to_target_id with torch.zeros
