@@ -456,6 +456,17 @@ def test_vllm_18906_narrow_drafter_without_embeddings(tmp_path):
     assert "embed.needed" in ids_of(validate(write_vllm(tmp_path / "s", Dims(T=24, embed=False)), engine="vllm==0.33"))
 
 
+@pytest.mark.parametrize("version,shared", [("0.22", True), ("0.23", True), ("0.24", True), ("0.25", False), ("0.32", False)])
+def test_narrow_drafter_without_embeddings_gets_the_targets_before_025(tmp_path, version, shared):
+    """Before 0.25 the V1 runner's _maybe_share_embeddings gives a drafter without embed_tokens the target's embedding
+    whatever its width, and the drafter's forward asserts equal widths; from 0.25 it keeps its own (never loaded)."""
+    src = write_vllm(tmp_path / "s", Dims(T=24, embed=False))
+    finding = next(f for f in validate(src, engine=f"vllm=={version}").findings if f.check == "engine.embed")
+    assert finding.severity == "error"
+    assert ("the target's embeddings, 24 wide, on either runner" in finding.effect) is shared
+    assert ("keeps uninitialised embeddings (v1)" in finding.effect) is not shared
+
+
 LLAMA3_8 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 YARN_4 = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
 DEEPSEEK_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "kv_lora_rank": 8}  # run with DeepSeek's attention

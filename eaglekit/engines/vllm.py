@@ -529,7 +529,12 @@ def _tensors(out: Recorder, r: _Reading, engine_drafter: Drafter, flags: Flags, 
     # llama_eagle3.py (0.22.0-0.32.0) allocates draft_id_to_target_id with torch.zeros
     missing_tensors(out, expected, vllm_names, zeroed={"d2t": "draft token i is taken for target token i (the offsets are all 0)"})
     if not intended.ships_embed and intended.hidden_size != intended.target_hidden_size:
-        out.add("engine.embed", "error", "no embed_tokens and hidden_size != target hidden", "keeps uninitialised embeddings (v1) or fails with a width mismatch (MRv2)")
+        if r.rules["v1_embed_width_check"]:
+            effect = "keeps uninitialised embeddings (v1) or fails with a width mismatch (MRv2)"
+        else:  # _maybe_share_embeddings shares the target's whatever its width (vLLM 0.22.0-0.24.0)
+            effect = (f"gives it the target's embeddings, {intended.target_hidden_size} wide, on either runner: its forward fails the first time it runs "
+                      f"(it asserts the embeddings are as wide as its {intended.hidden_size}-wide hidden states)")
+        out.add("engine.embed", "error", "no embed_tokens and hidden_size != target hidden", effect)
     if intended.pruned_vocab and "lm_head.weight" not in loaded.names:
         # _maybe_share_lm_head gives the drafter the target's V-row head; compute_logits then scatters V logits onto
         # the draft_vocab_size mapped ids (llama_eagle3.py, 0.32.0 source)
