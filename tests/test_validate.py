@@ -267,6 +267,20 @@ def test_speculators_31_flags_passed_from_025(tmp_path):
     assert not engine_ids(src, "0.25")
 
 
+@pytest.mark.parametrize("version", ["0.22", "0.23", "0.24"])
+def test_speculators_31_flags_come_from_the_layer_config_before_025(tmp_path, version):
+    """Before 0.25 speculators' update_eagle3 sets neither fc_norm nor norm_output and the drafter's config is
+    transformer_layer_config itself: flags written there (too) are applied; at the top level alone they are dropped."""
+    top = write_speculators(tmp_path / "top", Dims(fc_norm=True), norm_output=True)
+    finding = next(f for f in validate(top, engine=f"vllm=={version}").findings if f.check == "engine.flag.fc_norm")
+    assert finding.effect.startswith("reads it from transformer_layer_config, not the top level")
+    both = config(write_speculators(tmp_path / "both", Dims(fc_norm=True), norm_output=True),
+                  lambda c: c["transformer_layer_config"].update(fc_norm=True, norm_output=True))
+    report = validate(both, engine=f"vllm=={version}")
+    assert not {i for i in ids_of(report, "error") if i.startswith("engine.")} and report.engine_view["loads"] is True
+    assert not {i for i in engine_ids(both, "0.25") if i.startswith("engine.")}  # from 0.25 the top level is read
+
+
 def test_speculators_norm_output_only_runs_silently_as_30_before_025(tmp_path):
     src = write_speculators(tmp_path / "s", Dims(), norm_output=True)
     report = validate(src, engine="vllm==0.24")

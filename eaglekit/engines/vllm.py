@@ -269,10 +269,12 @@ def _flags(out: Recorder, r: _Reading) -> tuple[Flags, Flags]:
     def flag(key: str, default: bool) -> bool:
         return config_flag(config, key, default)
 
+    layer_31 = speculators and rules["speculators_eagle31"] == "transformer_layer_config"  # vLLM 0.22.0-0.24.0
     if speculators:
+        where = r.attrs if layer_31 else config
         flags = Flags(
-            fc_norm=flag("fc_norm", False) if rules["speculators_eagle31"] else False,
-            norm_output=flag("norm_output", False) if rules["speculators_eagle31"] else False,
+            fc_norm=config_flag(where, "fc_norm", False),
+            norm_output=config_flag(where, "norm_output", False),
             norm_before_fc=flag("norm_before_fc", False) if rules["speculators_norm_before_fc"] else False,
             norm_before_residual=flag("norm_before_residual", True),
             use_aux_hidden_state=True,
@@ -299,9 +301,10 @@ def _flags(out: Recorder, r: _Reading) -> tuple[Flags, Flags]:
             "loads the fc_norm weights but never applies them (fixed in 0.23.0): acceptance drops",
             "fc_norm",
         )
+    layer = "reads it from transformer_layer_config, not the top level: " if layer_31 else ""
     effects = {
-        "fc_norm": "ignores fc_norm",
-        "norm_output": "ignores norm_output: feeds the pre-norm state to the next step, as EAGLE 3",
+        "fc_norm": layer + "ignores fc_norm" if not flags.fc_norm else layer + "fc_norm={}",
+        "norm_output": layer + "ignores norm_output: feeds the pre-norm state to the next step, as EAGLE 3",
         "norm_before_fc": "ignores norm_before_fc",
         "norm_before_residual": "computes layer 0's residual with norm_before_residual={}"
         + (" (absent from a speculators config means true)" if speculators and "norm_before_residual" not in config else ""),
