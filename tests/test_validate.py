@@ -675,6 +675,17 @@ def test_mla_drafter_with_deepseek_v3_model_type_becomes_an_mtp_drafter_in_vllm(
     assert "engine.mla_model_type" not in ids_of(validate(out, engine="vllm==0.32"))
 
 
+@pytest.mark.parametrize("version", ["0.22", "0.27.1", "0.32"])
+def test_mla_drafter_with_deepseek_v4_model_type_becomes_an_mtp_drafter_in_vllm(tmp_path, version):
+    """SpeculativeConfig.hf_config_override rewrites deepseek_v4 into DeepSeekV4MTPModel in every wheel read (0.22.0-0.32.0),
+    whose Eagle3 form no registry has: source."""
+    src = config(write_vllm(tmp_path / "s", Dims(mla=mla_dims(), Vd=64)), lambda c: c.update(model_type="deepseek_v4"))
+    report = validate(src, engine=f"vllm=={version}")
+    finding = next(f for f in report.findings if f.check == "engine.mla_model_type")
+    assert "DeepSeek MTP" in finding.effect and "Eagle3DeepSeekV4MTPModel" in finding.effect and finding.evidence == "source"
+    assert report.engine_view["loads"] is False
+
+
 # -- what `pip show vllm` prints is accepted as an engine version ---------------------------------------------
 
 

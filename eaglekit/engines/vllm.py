@@ -232,6 +232,10 @@ def _holds(config: dict, dotted: str) -> bool:
     return node is not None
 
 
+# the Eagle3 class name SpeculativeConfig.hf_config_override leaves a model_type with, where it is not Eagle3DeepSeekMTPModel
+_MTP_CLASS = {"deepseek_v4": "Eagle3DeepSeekV4MTPModel"}
+
+
 def _architecture(out: Recorder, r: _Reading) -> None:
     """The class against the tensors, and what the MLA class does with the config."""
     config, family, intended = r.config, r.family, r.intended
@@ -239,7 +243,8 @@ def _architecture(out: Recorder, r: _Reading) -> None:
         out.refuse(
             "engine.mla_model_type",
             f"model_type {config.get('model_type')!r} on a drafter",
-            "turns it into a DeepSeek MTP drafter and refuses to load (Eagle3DeepSeekMTPModel is not supported); write kimi_k2",
+            f"turns it into a DeepSeek MTP drafter and refuses to load ({_MTP_CLASS.get(config.get('model_type'), 'Eagle3DeepSeekMTPModel')} is not "
+            "supported); write kimi_k2",
             "model_type",
         )
     if family == "mla" and not r.speculators:
