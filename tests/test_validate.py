@@ -347,15 +347,18 @@ def test_d2t_with_full_vocab_fails_from_031(tmp_path):
     assert "draft_id_to_target_id" in finding.effect
 
 
-def test_vllm_022_has_no_qwen3_drafter_class(tmp_path):
+def test_vllm_before_024_has_no_qwen3_drafter_class(tmp_path):
+    """0.22.0's and 0.23.0's registries have no Eagle3Qwen3ForCausalLM (qwen3_eagle3.py arrives in 0.24.0: source)."""
     src = config(write_vllm(tmp_path / "q", Dims(qwen3=True)), lambda c: c.update(architectures=["Eagle3Qwen3ForCausalLM"]))
-    assert "engine.architecture" in engine_ids(src, "0.22") and "engine.architecture" not in engine_ids(src, "0.23")
+    assert "engine.architecture" in engine_ids(src, "0.22") and "engine.architecture" in engine_ids(src, "0.23")
+    assert "engine.architecture" not in engine_ids(src, "0.24")
 
 
 def test_drafter_class_choice_for_speculators_qwen3(tmp_path):
+    """Before 0.24.0 update_eagle3 always names the Llama drafter (speculators/algos.py: source)."""
     src = write_speculators(tmp_path / "s", Dims(qwen3=True))
-    assert "engine.architecture" in engine_ids(src, "0.22")
-    assert "engine.architecture" not in engine_ids(src, "0.23")
+    assert "engine.architecture" in engine_ids(src, "0.22") and "engine.architecture" in engine_ids(src, "0.23")
+    assert "engine.architecture" not in engine_ids(src, "0.24")
 
 
 @pytest.mark.parametrize("edit,missing", [
