@@ -13,12 +13,13 @@ import copy
 import functools
 import gc
 import inspect
+import json
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 
-from ..errors import MissingDependencyError, UnsupportedError
+from ..errors import CheckpointError, MissingDependencyError, UnsupportedError
 from . import gguf_cache
 from .config import TargetConfig
 from .packed_gemm import packed_linears
@@ -230,11 +231,6 @@ class TargetModel:
                 # file that is there but does not parse (json's JSONDecodeError, a ValueError too; KeyError, TypeError,
                 # AttributeError from a truncated or mistyped one) or a missing tokenizer package (ImportError) would
                 # silently drop the tokenizer's eos id and chat template, or was an internal error: one line instead.
-                import json
-
-                # only CheckpointError: MissingDependencyError is the module's, and a local import would shadow it in all of load
-                from ..errors import CheckpointError
-
                 if isinstance(exc, (OSError, ValueError)) and not isinstance(exc, json.JSONDecodeError):
                     tokenizer = None
                 else:
