@@ -275,3 +275,22 @@ def test_an_eagle_config_that_is_not_an_object_is_a_config_error(tmp_path):
     src = edit_config(write_specforge(tmp_path / "sf", Dims()), lambda cfg: cfg.update(eagle_config=[1, 2, 3]))
     with pytest.raises(ConfigError, match=r"eagle_config must be an object"):
         dialects.load(src)
+
+
+def test_a_flag_stated_otherwise_in_its_second_place_is_named(tmp_path):
+    """A SpecForge-style config with eagle_config.norm_before_fc false and a top-level norm_before_fc true read the
+    first in silence; an engine reading the top level first runs the other value."""
+    from drafters import edit_config
+
+    def both(cfg):
+        cfg["eagle_config"] = {**cfg["eagle_config"], "norm_before_fc": False}
+        cfg["norm_before_fc"] = True
+
+    src = edit_config(write_specforge(tmp_path / "sf", Dims()), both)
+    with dialects.load(src) as loaded:
+        (note,) = [n for n in loaded.notes if n.check == "flags.conflicting_locations"]
+        assert loaded.drafter.flags.norm_before_fc is False and note.severity == "warning"
+        assert "eagle_config.norm_before_fc false and norm_before_fc true disagree; eagle_config.norm_before_fc is used" in note.message
+    agreeing = edit_config(write_specforge(tmp_path / "agree", Dims()), lambda cfg: cfg.update(norm_before_fc=False))
+    with dialects.load(agreeing) as loaded:
+        assert "flags.conflicting_locations" not in {n.check for n in loaded.notes}

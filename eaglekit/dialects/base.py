@@ -351,7 +351,7 @@ class Dialect:
         if not theta_given:
             notes.append(Finding("rope.defaulted", "warning", "config has no rope_theta: 10000 assumed (EAGLE's default)", "rope_theta"))
 
-        flags = self.read_flags(ckpt.config, top)
+        flags = self.read_flags(ckpt.config, top, notes)
         aux = self.read_aux_ids(ckpt.config, top, names, notes)
         location = self.aux_location(ckpt.config)
         aux = apply_boundaries(aux, location, target_num_layers, notes)
@@ -441,7 +441,9 @@ class Dialect:
 
     # hooks a dialect may override --------------------------------------------------------------------
 
-    def read_flags(self, config: dict, top: ConfigView) -> Flags:
+    def read_flags(self, config: dict, top: ConfigView, notes: list[Finding] | None = None) -> Flags:
+        """The flags, each from the first of its locations that states it; places that state it otherwise are named
+        (``flags.conflicting_locations``), as an engine may read another place first."""
         values = {}
         for flag, key in self.rules.flags.items():
             stated = [(location, lookup(config, location)) for location in key.locations]
@@ -450,6 +452,12 @@ class Dialect:
                 if not isinstance(value, bool):
                     raise ConfigError(f"{top.label}: {location} must be true or false, got {value!r}")
             values[flag] = stated[0][1] if stated else key.default
+            differing = [(location, value) for location, value in stated[1:] if value != stated[0][1]]
+            if differing and notes is not None:
+                (used, value), others = stated[0], ", ".join(f"{location} {str(v).lower()}" for location, v in differing)
+                notes.append(Finding("flags.conflicting_locations", "warning",
+                                     f"{used} {str(value).lower()} and {others} disagree; {used} is used (an engine reading the other place "
+                                     "first runs the other value: convert writes one)", used))
         return Flags(**values)
 
     def read_aux_ids(self, config: dict, top: ConfigView, names: dict, notes: list[Finding]) -> AuxLayers:
