@@ -230,6 +230,19 @@ def test_stored_states_with_unreadable_metadata_are_refused_by_name(tmp_path, ke
         read_sequences(tmp_path / "hs", num_aux=3, hidden=64)
 
 
+@pytest.mark.parametrize("key", ["input_ids", "aux_hidden_state", "loss_mask"])
+def test_a_sparse_tensor_in_a_specforge_states_file_is_refused_by_name(tmp_path, key):
+    """A sparse tensor in SpecForge's .ckpt reached reshape and was an internal error."""
+    from eaglekit.verify.stored import read_sequences
+
+    (tmp_path / "hs").mkdir()
+    data = {"input_ids": torch.arange(1, 7)[None], "loss_mask": torch.tensor([[0, 0, 1, 1, 1, 1]]), "aux_hidden_state": torch.ones(1, 6, 192)}
+    data[key] = data[key].to_sparse()
+    torch.save(data, tmp_path / "hs" / "data_0.ckpt")
+    with pytest.raises(CheckpointError, match=rf"data_0\.ckpt: {key} is stored in the sparse_coo layout; expected a dense tensor"):
+        read_sequences(tmp_path / "hs", num_aux=3, hidden=64)
+
+
 def test_stored_states_in_another_layer_order_are_fused_in_ascending_order(pair, tmp_path):
     """A file whose aux_layer_ids metadata lists (5, 2, 4), its columns in that order: verify reorders them, giving
     the figures of the ascending file (it used the columns as they came, and lost a third of its acceptance)."""

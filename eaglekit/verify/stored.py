@@ -69,6 +69,10 @@ def _specforge(file: Path) -> tuple[torch.Tensor, torch.Tensor, int]:
         raise CheckpointError(f"{file}: expected SpecForge's input_ids, loss_mask and aux_hidden_state")
     if not all(isinstance(data[k], torch.Tensor) for k in ("input_ids", "aux_hidden_state")):
         raise CheckpointError(f"{file}: input_ids and aux_hidden_state should be tensors")
+    for key in ("input_ids", "aux_hidden_state", "loss_mask"):
+        if isinstance(data.get(key), torch.Tensor) and data[key].layout != torch.strided:  # no rows to read by index
+            raise CheckpointError(f"{file}: {key} is stored in the {str(data[key].layout).removeprefix('torch.')} layout; expected a dense "
+                                  "tensor (save it after .to_dense())")
     tokens = data["input_ids"].reshape(-1)
     states = data["aux_hidden_state"]
     if states.dim() < 2 or states.shape[-2] != tokens.shape[0]:
