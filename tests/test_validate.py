@@ -359,6 +359,9 @@ def test_drafter_class_choice_for_speculators_qwen3(tmp_path):
     src = write_speculators(tmp_path / "s", Dims(qwen3=True))
     assert "engine.architecture" in engine_ids(src, "0.22") and "engine.architecture" in engine_ids(src, "0.23")
     assert "engine.architecture" not in engine_ids(src, "0.24")
+    other = config(write_speculators(tmp_path / "m", Dims()), lambda c: c["transformer_layer_config"].update(model_type="mistral"))
+    assert "engine.architecture" not in engine_ids(other, "0.23")  # the Llama drafter, whatever the layer type
+    assert "engine.architecture" in engine_ids(other, "0.24")  # only llama and qwen3 are mapped
 
 
 @pytest.mark.parametrize("edit,missing", [

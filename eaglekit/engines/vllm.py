@@ -176,10 +176,10 @@ def _drafter_class(out: Recorder, r: _Reading) -> bool:
         layer = config.get("transformer_layer_config") or {}
         r.attrs = dict(layer)
         model_type = layer.get("model_type", "llama")
-        if model_type == "qwen3":
-            r.family = "qwen3" if r.rules["speculators_qwen3_class"] else "llama"
-        elif model_type == "llama":
+        if not r.rules["speculators_qwen3_class"]:  # update_eagle3 names the Llama drafter whatever the layer's model_type
             r.family = "llama"
+        elif model_type in ("llama", "qwen3"):
+            r.family = model_type
         else:
             out.refuse("engine.architecture", f"speculators transformer_layer_config.model_type {model_type!r}", "refuses to load: only llama and qwen3 are mapped")
             return False
