@@ -89,7 +89,7 @@ def test_a_sparse_tensor_in_a_pickled_checkpoint_is_a_one_line_error(tmp_path, c
     tensors["fc.weight"] = tensors["fc.weight"].to_sparse() if layout == "coo" else tensors["fc.weight"].to_sparse_csr()
     torch.save(tensors, src / "pytorch_model.bin")
     for args in (("inspect", src), ("validate", src, "--scan"), ("convert", src, tmp_path / "out", "--to", "vllm")):
-        assert_clean_failure(cli(*args, expect=None), "pytorch_model.bin: tensor 'fc.weight' is stored in the sparse_", "expected dense tensors")
+        assert_clean_failure(cli(*args, expect=None), "pytorch_model.bin: tensor 'fc.weight' is stored in the sparse_", "expected a dense tensor")
     nothing_written(tmp_path, "src")
 
 

@@ -182,7 +182,7 @@ class Checkpoint:
 
         import torch
 
-        from .tensorfile import pickle_request
+        from .tensorfile import pickle_request, require_dense
 
         where = self._where(file)
         path = self._resolve(file, where)
@@ -210,9 +210,7 @@ class Checkpoint:
                 raise CheckpointError(
                     f"{where}: entry {name!r} is a {type(value).__name__}; expected a flat mapping of names to tensors"
                 )
-            if value.layout != torch.strided:  # a sparse tensor: no dense bytes to copy, check or cast
-                raise CheckpointError(f"{where}: tensor {name!r} is stored in the {str(value.layout).removeprefix('torch.')} layout; "
-                                      "expected dense tensors (save it after .to_dense())")
+            require_dense(value, f"{where}: tensor {name!r}")
         return state
 
     # -- reading -------------------------------------------------------------------------------------

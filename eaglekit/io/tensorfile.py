@@ -24,6 +24,13 @@ def pickle_request(exc: Exception) -> str:
     return f"it asks for {found.group(1)}" if found else "it asks for an object torch's weights-only loader does not allow"
 
 
+def require_dense(tensor: torch.Tensor, where: str) -> None:
+    """Refuse a sparse tensor (a pickled file may hold one): it has no dense rows to copy, check, cast or index."""
+    if tensor.layout != torch.strided:
+        raise CheckpointError(f"{where} is stored in the {str(tensor.layout).removeprefix('torch.')} layout; expected a dense tensor "
+                              "(save it after .to_dense())")
+
+
 def read_safetensors(path: Path, names: Iterable[str]) -> dict[str, torch.Tensor]:
     """The named tensors of one safetensors file, as stored; its header is validated before the library maps it."""
     read_header(path)

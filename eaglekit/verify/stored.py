@@ -32,7 +32,7 @@ import torch
 
 from ..errors import CheckpointError
 from ..io.safetensors_header import read_header
-from ..io.tensorfile import load_torch, read_safetensors, write_safetensors
+from ..io.tensorfile import load_torch, read_safetensors, require_dense, write_safetensors
 
 
 @dataclass
@@ -70,9 +70,8 @@ def _specforge(file: Path) -> tuple[torch.Tensor, torch.Tensor, int]:
     if not all(isinstance(data[k], torch.Tensor) for k in ("input_ids", "aux_hidden_state")):
         raise CheckpointError(f"{file}: input_ids and aux_hidden_state should be tensors")
     for key in ("input_ids", "aux_hidden_state", "loss_mask"):
-        if isinstance(data.get(key), torch.Tensor) and data[key].layout != torch.strided:  # no rows to read by index
-            raise CheckpointError(f"{file}: {key} is stored in the {str(data[key].layout).removeprefix('torch.')} layout; expected a dense "
-                                  "tensor (save it after .to_dense())")
+        if isinstance(data.get(key), torch.Tensor):
+            require_dense(data[key], f"{file}: {key}")
     tokens = data["input_ids"].reshape(-1)
     states = data["aux_hidden_state"]
     if states.dim() < 2 or states.shape[-2] != tokens.shape[0]:
