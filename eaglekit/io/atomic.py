@@ -103,7 +103,7 @@ def check_output_file(path: str | Path, *, inputs: Iterable[str | Path | None] =
         if given is None or not Path(given).expanduser().exists():
             continue  # a Hub id, or nothing given
         source = Path(given).expanduser().resolve()
-        if resolved == source or (source.is_dir() and source in resolved.parents and out.name not in allowed_inside):
+        if resolved == source or (_inside(resolved, source) and out.name not in allowed_inside):
             raise UsageError(f"{out}: would overwrite {'' if resolved == source else 'a file of '}the input {given}; write it elsewhere")
     return out
 

@@ -387,7 +387,7 @@ class TargetModel:
         generated = self.model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
                                         pad_token_id=pad, **unstopped).cpu()
         for row, prompt in enumerate(prompts):
-            kept_new, after_stop = _kept(generated[row, width:], _stop(generated[row, width:], eos), past_stop)
+            kept_new, after_stop = _cut_at_stop(generated[row, width:], eos, past_stop)
             tokens = torch.cat([torch.tensor(prompt, dtype=generated.dtype), kept_new])
             states = {}
             if slots:
@@ -478,7 +478,7 @@ class TargetModel:
         layers = _plain_layers(cache) if keep_passes else None
         del states
         for row, prompt in enumerate(prompts):
-            row_new, after_stop = _kept(generated[row], _stop(generated[row], eos), past_stop)
+            row_new, after_stop = _cut_at_stop(generated[row], eos, past_stop)
             tokens = torch.cat([torch.tensor(prompt, dtype=generated.dtype), row_new])
             first = width - len(prompt)
             kept = None
@@ -542,14 +542,10 @@ class TargetModel:
         return out.logits[0].float().view(J, K - 1, -1)
 
 
-def _stop(new: torch.Tensor, eos: set[int]) -> int | None:
-    """Where a row's continuation ends: after its first end-of-sequence token (None where it has none)."""
-    return next((j + 1 for j, t in enumerate(new.tolist()) if t in eos), None)
-
-
-def _kept(new: torch.Tensor, stop: int | None, past_stop: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(the new tokens the row keeps, the ones decoded after its end-of-sequence token, at most ``past_stop``: None
-    where it did not stop at one or none were asked for)."""
+def _cut_at_stop(new: torch.Tensor, eos: set[int], past_stop: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(a row's new tokens up to its first end-of-sequence token, that one included; the tokens decoded after it, at most
+    ``past_stop``: None where the row has no end-of-sequence token or none were asked for)."""
+    stop = next((j + 1 for j, t in enumerate(new.tolist()) if t in eos), None)
     if stop is None:
         return new, None
     return new[:stop], new[stop : stop + past_stop].clone() if past_stop else None

@@ -192,7 +192,7 @@ class Verifier:
             self._captured.append(states)
             self._passes.append(kept)
             self.eos.append(first_eos(tokens, len(prompt.ids), eos_ids))
-            self.past_eos.append(after_stop if self.eos[-1] is not None else None)
+            self.past_eos.append(after_stop)  # None where the sequence did not stop at an end-of-sequence token
             self.max_new.append(self.options.max_new_tokens)
             if bar is not None:
                 bar.update(1)
