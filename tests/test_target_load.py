@@ -1,6 +1,7 @@
-"""Loading the target runs with Python's cyclic garbage collector off (``runner._no_cyclic_gc``: importing transformers'
-model code and parsing a GGUF file only grow the heap, and each full collection over it freed next to nothing) and
-gives the collector back as it found it, whether the load succeeds or fails); a GGUF file is parsed once while it loads
+"""Loading the target runs with Python's cyclic garbage collector off (``target/long_lived.py``: importing transformers'
+model code and parsing a GGUF file only grow the heap, and each full collection over it freed next to nothing), freezes
+what exists once it has loaded, out of later collections' walks, and gives the collector back as it found it, whether
+the load succeeds or fails; a GGUF file is parsed once while it loads
 (``runner._gguf_loader``); on CUDA the target's forwards keep attention off cuDNN's kernels
 (``runner._without_cudnn_attention``)."""
 
@@ -50,9 +51,27 @@ def test_a_failed_load_gives_the_collector_back(target_config, monkeypatch):
 
     seen: list[bool] = []
     spy_on_from_pretrained(monkeypatch, seen, fail=True)
+    frozen = gc.get_freeze_count()
     with pytest.raises(OSError, match="no weights here"):
         TargetModel.load(target_config)
     assert seen == [False] and gc.isenabled()
+    assert gc.get_freeze_count() == frozen  # its traceback's frames are not kept out of the collector's reach
+
+
+def test_a_loaded_target_is_frozen_out_of_collections_yet_freed_when_dropped(target_config):
+    import weakref
+
+    from eaglekit.target.runner import TargetModel
+
+    target = TargetModel.load(target_config)
+    model, weight = weakref.ref(target.model), weakref.ref(target.model.lm_head.weight)
+    assert gc.is_tracked(target.model) and not any(obj is target.model for obj in gc.get_objects())  # frozen: no generation walks it
+    gc.disable()  # freed by reference counting alone, no collection
+    try:
+        del target
+        assert model() is None and weight() is None
+    finally:
+        gc.enable()
 
 
 def test_a_caller_that_turned_the_collector_off_keeps_it_off(target_config):

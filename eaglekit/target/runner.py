@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import gc
 import inspect
 import json
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from ..errors import CheckpointError, MissingDependencyError, UnsupportedError
 from . import gguf_cache
 from .config import TargetConfig
 from .packed_gemm import packed_linears
+from .long_lived import long_lived
 from .transformers_import import import_transformers_models
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -52,22 +52,6 @@ def _gguf_loader():
         yield
     finally:
         gguf.GGUFReader, gguf.get_tensor_name_map, gguf_utils.tqdm = reader_class, name_map, bar
-
-
-@contextlib.contextmanager
-def _no_cyclic_gc():
-    """The cyclic garbage collector off while a target loads. Importing transformers' model code and parsing a GGUF
-    file allocate hundreds of thousands of long-lived objects, so Python runs full collections over a heap that only
-    grows: the demo's verify ran six while importing (~0.1 s each on 2 cores), freeing next to nothing, and a cold
-    GGUF parse ran seven more (~0.5 s each inside the test suite). Reference counting still frees what it can; what is
-    left in cycles waits for the next collection after this."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _without_cudnn_attention(method):
@@ -194,7 +178,7 @@ class TargetModel:
     dtype: torch.dtype
 
     @classmethod
-    @_no_cyclic_gc()
+    @long_lived()
     def load(cls, config: TargetConfig, *, device: str = "cpu", dtype: torch.dtype = torch.float32, device_map: str | None = None) -> "TargetModel":
         import_transformers_models()  # its folder of models read once, not twice (transformers_import.py)
         from transformers import AutoModelForCausalLM, AutoTokenizer
