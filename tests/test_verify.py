@@ -434,8 +434,9 @@ def test_states_captured_while_decoding_are_the_full_pass_states(pair):
         assert all(d.after_stop is None for d in decoded)  # none asked for
         for tokens, states, *_ in decoded:
             full, _ = target.aux_states(tokens, slots)
+            full = full[:-1]  # the last token's states are not taken: no drafter step reads them
             captured = torch.cat([states[k] for k in slots], dim=-1)
-            assert captured.shape == full.shape == (tokens.shape[0], (L + 1) * target.config.hidden_size)
+            assert captured.shape == full.shape == (tokens.shape[0] - 1, (L + 1) * target.config.hidden_size)
             assert torch.allclose(captured, full, rtol=1e-4, atol=1e-4), (captured - full).abs().max()
     # past_stop: the stopped row decodes on past its end-of-sequence token, what it would have picked without it
     # (``first``, decoded before the eos was set); the rows and their states as without
@@ -461,10 +462,75 @@ def test_states_captured_while_decoding_are_the_full_pass_states(pair):
     assert [t.tolist() for t in penalised] != [t.tolist() for t in one]
     decoded = target.decode_batch(prompts, 20, capture=(2, L))
     assert [d.tokens.tolist() for d in decoded] == [t.tolist() for t in penalised]
-    assert all(torch.equal(torch.cat([s[2], s[L]], dim=-1), target.aux_states(t, (2, L))[0]) for t, s, *_ in decoded)
+    assert all(torch.equal(torch.cat([s[2], s[L]], dim=-1), target.aux_states(t, (2, L))[0][:-1]) for t, s, *_ in decoded)
     going_on = target.decode_batch(prompts, 20, capture=(2, L), past_stop=2)  # generate decodes every row to the end
     assert [d.tokens.tolist() for d in going_on] == [t.tolist() for t in penalised]
     assert [d.after_stop is None for d in going_on] == [not stops(t, p) for t, p in zip(penalised, prompts)]
+
+
+def test_a_prefix_every_prompt_starts_with_is_run_once(pair, monkeypatch):
+    """A leading run of tokens all of a group's prompts start with (a chat template's system prompt) is run once, as a
+    batch of one row, and its keys, values and states are every row's: the tokens stay generate's one prompt at a time,
+    the states the full pass's, each row's kept pass (logits after each position, cache) its own sequence's, also for a
+    prompt that is the prefix and one token of its own; and all of them as without the sharing, to fp32 noise."""
+    from eaglekit.target import read_target_config, runner
+    from eaglekit.target.runner import TargetModel, shared_prefix
+    from eaglekit.verify.prompts import read_prompt_records
+
+    target = TargetModel.load(read_target_config(pair["target"]))
+    base = [r["input_ids"] for r in read_prompt_records(str(pair["prompts"]))][:4]
+    common = base[0][:10]
+    prompts = [common + p[1:] for p in base] + [common + base[1][1:2]]
+    shared = shared_prefix(prompts)
+    assert shared >= len(common)
+    assert shared < min(len(p) for p in prompts)
+    first_inputs = []
+    forward = TargetModel._forward
+
+    def spy(self, slots, **inputs):
+        first_inputs.append(tuple(inputs["input_ids"].shape))
+        return forward(self, slots, **inputs)
+
+    slots = (0, 2, target.num_layers)
+    with monkeypatch.context() as m:
+        m.setattr(TargetModel, "_forward", spy)
+        decoded = target.decode_batch(prompts, 12, capture=slots, keep_bytes=2**30, padding=float("inf"))
+    assert first_inputs[:2] == [(1, shared), (len(prompts), max(len(p) for p in prompts) - shared)]
+    assert [d.tokens.tolist() for d in decoded] == [target.generate(p, 12).tolist() for p in prompts]
+    for prompt, d in zip(prompts, decoded):
+        S, P = d.tokens.shape[0], len(prompt)
+        full, _ = target.aux_states(d.tokens, slots)
+        assert torch.allclose(torch.cat([d.states[k] for k in slots], dim=-1), full[:-1], atol=1e-4)
+        positions = torch.arange(P - 1, S)
+        full_logits, full_cache = target.sequence_pass(d.tokens, positions)
+        assert d.kept.cache.get_seq_length() == S
+        assert torch.allclose(d.kept.logits_at(positions), full_logits, atol=1e-4)
+        starts = torch.arange(P - 1, S - 3)
+        drafts = torch.randint(1, 96, (starts.shape[0], 3), generator=torch.Generator().manual_seed(P))
+        assert torch.allclose(target.chain_logits(d.kept.cache, S, starts, drafts), target.chain_logits(full_cache, S, starts, drafts), atol=1e-4)
+    monkeypatch.setattr(runner, "MIN_SHARED_ROWS", 10**9)  # nothing shared: the whole prompts padded together
+    assert shared_prefix(prompts) == 0
+    plain = target.decode_batch(prompts, 12, capture=slots, keep_bytes=2**30, padding=float("inf"))
+
+    def near(a, b):  # to fp32 noise: 1e-5 of the tensor's largest magnitude
+        return a.shape == b.shape and float((a - b).abs().max()) <= 1e-5 * float(b.abs().max())
+
+    for a, b in zip(decoded, plain):
+        assert torch.equal(a.tokens, b.tokens)
+        assert all(near(a.states[k], b.states[k]) for k in slots) and near(a.kept.logits, b.kept.logits)
+
+
+def test_the_shared_prefix_leaves_each_prompt_a_token_and_must_pay(monkeypatch):
+    from eaglekit.target import runner
+    from eaglekit.target.runner import shared_prefix
+
+    assert shared_prefix([[1, 2, 3, 4]]) == 0  # one prompt: nothing to share
+    assert shared_prefix([[1, 2, 3, 4], [1, 2, 3, 5]]) == 0  # 3 rows saved, under MIN_SHARED_ROWS
+    monkeypatch.setattr(runner, "MIN_SHARED_ROWS", 1)
+    assert shared_prefix([[1, 2, 3, 4], [1, 2, 3, 5]]) == 3
+    assert shared_prefix([[1, 2, 3], [1, 2, 3, 4]]) == 2  # the shorter one keeps its last token
+    assert shared_prefix([[7], [7, 8]]) == 0
+    assert shared_prefix([[1, 2], [3, 2]]) == 0
 
 
 def test_verify_needs_no_second_target_pass_for_the_drafters_layers(pair):

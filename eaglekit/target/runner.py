@@ -96,6 +96,24 @@ GREEDY_NEUTRAL = {"repetition_penalty": (None, 1.0), "no_repeat_ngram_size": (No
 # The most of a group's prefill that may go to padding (see length_groups).
 PADDING = 0.25
 
+# A group's prompts share a leading run of tokens (a chat template's system prompt: 24 of the demo's 37-48) where at
+# least this many prefill rows are saved by running it once ((prompts - 1) x its length); fewer do not pay for the one
+# more forward (see shared_prefix).
+MIN_SHARED_ROWS = 16
+
+
+def shared_prefix(prompts: list[list[int]]) -> int:
+    """How many leading tokens ``_decode_group`` runs once for all of ``prompts``: the tokens they all start with, each
+    prompt keeping at least one of its own (its last position's logits pick its first new token), or 0 where that
+    saves fewer than ``MIN_SHARED_ROWS`` prefill rows."""
+    if len(prompts) < 2:
+        return 0
+    n = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    for p in prompts[1:]:
+        n = next((i for i in range(n) if p[i] != first[i]), n)
+    return n if (len(prompts) - 1) * n >= MIN_SHARED_ROWS else 0
+
 
 def length_groups(lengths: list[int], batch_size: int, padding: float = PADDING) -> list[list[int]]:
     """Which prompts to decode together (indices, longest first): a group is left-padded to its longest prompt, so its
@@ -114,6 +132,19 @@ def length_groups(lengths: list[int], batch_size: int, padding: float = PADDING)
                 continue
         groups.append([i])
     return groups
+
+
+def _row_columns(shared: int, first: int):
+    """The columns a row of a decoded group holds its sequence in: the ``shared`` prefix, then its own from ``first``
+    on (past its padding). Returns ``take(tensor, n, dim)``: the first ``n`` of them along ``dim`` (a view where the row
+    shares no prefix)."""
+
+    def take(tensor: torch.Tensor, n: int, dim: int) -> torch.Tensor:
+        if not shared:
+            return tensor.narrow(dim, first, n)
+        return torch.cat([tensor.narrow(dim, 0, min(shared, n)), tensor.narrow(dim, first, max(n - shared, 0))], dim=dim)
+
+    return take
 
 
 def _keep(captured: dict, slot: int, module, args: tuple, kwargs: dict) -> None:
@@ -145,7 +176,8 @@ class SequencePass:
 
 
 class Decoded(NamedTuple):
-    """One prompt decoded by ``TargetModel.decode_batch``: prompt + new tokens (CPU ids), {aux slot: [S, T] states},
+    """One prompt decoded by ``TargetModel.decode_batch``: prompt + new tokens (CPU ids), {aux slot: [S - 1, T] states:
+    every position but the last, whose next token the sequence does not hold, so that no drafter step reads its states},
     when asked for (``keep_bytes``) its ``SequencePass`` (None where none was kept), and, when asked for
     (``past_stop``), the greedy tokens decoded after its end-of-sequence token (None where it did not stop at one)."""
 
@@ -307,16 +339,20 @@ class TargetModel:
         """Greedy continuations of several prompts at once, with the hidden states of the aux slots ``capture`` at every
         position, taken from the very forwards that picked the tokens (no second pass over the sequences).
 
-        Per prompt: (prompt + new tokens as one id tensor on the CPU, {slot: [S, T] states on the model's device}).
+        Per prompt: (prompt + new tokens as one id tensor on the CPU, {slot: [S - 1, T] states on the model's device}).
         In float32 the tokens are ``generate``'s, token for token (in bf16 they are not always: a padded batch rounds
         otherwise, and 6 of 24 random prompts of a tiny target took another greedy path): prompts are left-padded to a common length (an attention mask
         hides the padding, positions count from each prompt's first token), one KV cache decodes them together, and
         this loop makes the forward calls transformers' ``generate`` makes for greedy decoding (2D mask, dropped when
         nothing is padded; positions from the mask; logits of the last position only; a finished row is fed the pad
         token), without its per-step machinery. Each row is cut after its first end-of-sequence token or at
-        ``max_new_tokens``. With ``capture``, one more forward feeds every row's last token, so that its states
-        exist too (nothing decodes past it). Prompts are grouped by ``length_groups`` (at most ``batch_size`` per
-        group, at most ``padding`` of a group's prefill spent on padding). On a CPU in float32 the steps' linears take
+        ``max_new_tokens``. The states of a row's last token are not computed: a drafter fuses the states of position t
+        with token t + 1, and the last token has none after it (its logits are, with ``keep_bytes``: one more forward
+        feeds every row's last token). Prompts are grouped by ``length_groups`` (at most ``batch_size`` per
+        group, at most ``padding`` of a group's prefill spent on padding). The tokens all of a group's prompts start
+        with (``shared_prefix``: a chat template's system prompt) are run once, as a batch of one row, and their keys,
+        values and states given to every row; the rest of each prompt follows, left-padded (the padding masked, between
+        the prefix and the prompt's own tokens): the demo's prefill runs 24 + 8 x 24 positions instead of 8 x 48. On a CPU in float32 the steps' linears take
         oneDNN's prepacked weights while the groups decode, where that pays (``packed_gemm.packed_linears``).
 
         ``keep_bytes``: each prompt's ``SequencePass`` is kept from the same forwards (every step's logits, the
@@ -376,7 +412,7 @@ class TargetModel:
             states = {}
             if slots:
                 aux, _ = self.aux_states(tokens, slots)
-                states = dict(zip(slots, aux.split(aux.shape[-1] // len(slots), dim=-1)))
+                states = dict(zip(slots, aux[:-1].split(aux.shape[-1] // len(slots), dim=-1)))  # as _decode_group: not the last token's
             yield Decoded(tokens, states, None, after_stop)
 
     def _check_slots(self, ids: tuple[int, ...]) -> tuple[int, ...]:
@@ -408,17 +444,32 @@ class TargetModel:
                       keep_passes: bool = False, past_stop: int = 0):
         from transformers import DynamicCache
 
-        from .reserved_cache import reserve
+        from .reserved_cache import ReservedLayer, reserve
 
         device = self.model.device
-        width = max(len(p) for p in prompts)
-        ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=device)
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
-        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+        # room for every position this group's forwards feed: the shared prefix, the padded rest of the prompts, then
+        # one per new token
+        shared = shared_prefix(prompts)
+        width = max(len(p) for p in prompts) - shared
+        cache = reserve(DynamicCache(config=self.model.config), shared + width + max_new_tokens)
+        if shared and not all(isinstance(layer, ReservedLayer) for layer in cache.layers):
+            shared, width = 0, width + shared  # a sliding window, a linear-attention layer: no keys to hand on as they are
+        # columns: the shared prefix, each prompt's own tokens left-padded to a common width (masked), the new tokens
+        own_lengths = [len(p) - shared for p in prompts]
+        ids = torch.tensor([[pad] * (width - n) + list(p[shared:]) for p, n in zip(prompts, own_lengths)], device=device)
+        mask = torch.tensor([[1] * shared + [0] * (width - n) + [1] * n for n in own_lengths], device=device)
+        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)[:, shared:]
         attention = None if bool((mask == 1).all()) else mask
-        # room for every position this group's forwards feed: the padded prompts, then one per new token
-        cache = reserve(DynamicCache(config=self.model.config), width + max_new_tokens)
         states: list[dict[int, torch.Tensor]] = []  # per forward: {slot: [B, n, T]}
+        if shared:  # one forward of one row; its keys, values and states are every row's
+            prefix = DynamicCache(config=self.model.config)
+            _, captured = self._forward(slots, input_ids=torch.tensor([prompts[0][:shared]], device=device), use_cache=True, logits_to_keep=1,
+                                        **{self._cache_kwarg: prefix})
+            rows = len(prompts)
+            for index, (keys, values) in enumerate(_plain_layers(prefix)):
+                cache.update(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), index)
+            states.append({k: v.expand(rows, -1, -1) for k, v in captured.items()})
+            del prefix
         logits = None  # keep_passes: [B, forward, V] float32, every forward's logits
         new: list[torch.Tensor] = []
         done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
@@ -451,25 +502,23 @@ class TargetModel:
                 attention = torch.cat([attention, attention.new_ones((attention.shape[0], 1))], dim=-1)
             if len(new) == max_new_tokens or bool(done.all()):
                 break
-        if slots or keep_passes:  # the last new tokens' states, logits and keys: one more forward (nothing decodes past it)
-            out, captured = self._forward(slots, input_ids=step_ids, attention_mask=attention, position_ids=positions,
-                                          use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache})
-            states.append(captured)
-            if keep_passes:
-                logits[:, len(new)] = out.logits[:, -1]
+        if keep_passes:  # the last new tokens' logits and keys: one more forward (nothing decodes past it)
+            out, _ = self._forward((), input_ids=step_ids, attention_mask=attention, position_ids=positions,
+                                   use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache})
+            logits[:, len(new)] = out.logits[:, -1]
         generated = torch.stack(new, dim=1).cpu()
-        joined = {k: torch.cat([s[k] for s in states], dim=1) for k in slots}  # [B, width + steps, T]
+        joined = {k: torch.cat([s[k] for s in states], dim=1) for k in slots}  # [B, shared + width + steps - 1, T]
         layers = _plain_layers(cache) if keep_passes else None
         del states
         for row, prompt in enumerate(prompts):
             row_new, after_stop = _cut_at_stop(generated[row], eos, past_stop)
             tokens = torch.cat([torch.tensor(prompt, dtype=generated.dtype), row_new])
-            first = width - len(prompt)
+            own = _row_columns(shared, shared + width - (len(prompt) - shared))  # this row's columns, its padding left out
             kept = None
-            if layers is not None:  # this row's keys and values, its padding cut off (copied into a cache of its sequence alone)
-                rows = [(k[row : row + 1, :, first : first + tokens.shape[0]], v[row : row + 1, :, first : first + tokens.shape[0]]) for k, v in layers]
+            if layers is not None:  # this row's keys and values (in a cache of its sequence alone)
+                rows = [(own(k[row : row + 1], tokens.shape[0], dim=2), own(v[row : row + 1], tokens.shape[0], dim=2)) for k, v in layers]
                 kept = SequencePass(len(prompt) - 1, logits[row, : row_new.shape[0] + 1], DynamicCache(ddp_cache_data=rows))  # a view: one block for the group
-            yield Decoded(tokens, {k: v[row, first : first + tokens.shape[0]].clone() for k, v in joined.items()}, kept, after_stop)
+            yield Decoded(tokens, {k: own(v[row], tokens.shape[0] - 1, dim=0).clone() for k, v in joined.items()}, kept, after_stop)
 
     @_without_cudnn_attention
     @torch.no_grad()

@@ -153,7 +153,7 @@ class Verifier:
         self.max_new: list[int] = []  # per sequence: how many tokens the trajectory may produce
         self.stored_ids: tuple[int, ...] | None = None  # --hidden-states: the only aux layers available
         self._aux_cache: dict[tuple[int, tuple[int, ...]], tuple[torch.Tensor, int]] = {}  # -> (aux, target mismatches)
-        self._captured: list[dict[int, torch.Tensor]] = []  # per sequence: {target layer: [S, T]} taken while decoding
+        self._captured: list[dict[int, torch.Tensor]] = []  # per sequence: {target layer: [S - 1, T]} taken while decoding
         self._passes: list[SequencePass | None] = []  # per sequence, with prepare(keep_passes=True): its pass, kept while decoding
         # seconds per stage (target_load, generation, aux_pass, simulation), summed over every drafter run
         self.timings: dict[str, float] = {}
@@ -231,6 +231,10 @@ class Verifier:
         return read_target_weight(self.target_config, kind)
 
     def aux(self, index: int, ids: tuple[int, ...]) -> tuple[torch.Tensor, int]:
+        """Sequence ``index``'s states of the target layers ``ids`` (ascending, concatenated), at least for positions
+        0..S-2, which are all a drafter reads (the states of position t are fused with token t + 1; those taken while
+        decoding stop there), and how many of the target's greedy tokens from a separate pass disagree with the
+        sequence (0 where the states come from the decoding itself)."""
         prompt, tokens = self.sequences[index]
         key = (index, ids)
         if key not in self._aux_cache and self.stored_ids is not None:
