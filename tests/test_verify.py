@@ -473,7 +473,7 @@ def test_a_prefix_every_prompt_starts_with_is_run_once(pair, monkeypatch):
     batch of one row, and its keys, values and states are every row's: the tokens stay generate's one prompt at a time,
     the states the full pass's, each row's kept pass (logits after each position, cache) its own sequence's, also for a
     prompt that is the prefix and one token of its own; and all of them as without the sharing, to fp32 noise."""
-    from eaglekit.target import read_target_config, runner
+    from eaglekit.target import read_target_config, reserved_cache, runner
     from eaglekit.target.runner import TargetModel, shared_prefix
     from eaglekit.verify.prompts import read_prompt_records
 
@@ -508,6 +508,15 @@ def test_a_prefix_every_prompt_starts_with_is_run_once(pair, monkeypatch):
         starts = torch.arange(P - 1, S - 3)
         drafts = torch.randint(1, 96, (starts.shape[0], 3), generator=torch.Generator().manual_seed(P))
         assert torch.allclose(target.chain_logits(d.kept.cache, S, starts, drafts), target.chain_logits(full_cache, S, starts, drafts), atol=1e-4)
+    # a cache whose layers cannot take the prefix's keys as they are (transformers' own, here standing in for a sliding
+    # window): nothing shared, the same tokens
+    with monkeypatch.context() as m:
+        m.setattr(reserved_cache, "reserve", lambda cache, capacity: cache)
+        m.setattr(TargetModel, "_forward", spy)
+        first_inputs.clear()
+        fallen_back = target.decode_batch(prompts, 12, capture=slots, padding=float("inf"))
+    assert first_inputs[0] == (len(prompts), max(len(p) for p in prompts))
+    assert [d.tokens.tolist() for d in fallen_back] == [d.tokens.tolist() for d in decoded]
     monkeypatch.setattr(runner, "MIN_SHARED_ROWS", 10**9)  # nothing shared: the whole prompts padded together
     assert shared_prefix(prompts) == 0
     plain = target.decode_batch(prompts, 12, capture=slots, keep_bytes=2**30, padding=float("inf"))
