@@ -289,15 +289,15 @@ def verify(path: str | Path, *, target: str, progress: Callable[[str, int], obje
     (``num_prompts``, ``max_new_tokens``, ``k``, ``engine``, ``reference``, ``against``, ...)."""
     from .engines import envs
     from .io.locate import open_source
-    from .target.long_lived import long_lived
+    from .target.long_lived import frozen_scope, long_lived
 
     with open_source(path, revision=options.pop("revision", None), mode="download") as located:
         envs.require_environment(options.get("against"), options.get("vllm_python"))
         _check_target(target, "verify", options.get("hidden_states"))
-        with long_lived():  # torch's objects, out of the collector's walks (target/long_lived.py)
-            from .verify import VerifyOptions, verify as run  # torch: ~2 s, after the paths are known to be there
-
-        report = document(path, False, run(located, VerifyOptions(target=target, **options), progress))
+        with frozen_scope():  # torch's and the target's objects out of the collector's walks while this runs (target/long_lived.py)
+            with long_lived():
+                from .verify import VerifyOptions, verify as run  # torch: ~2 s, after the paths are known to be there
+            report = document(path, False, run(located, VerifyOptions(target=target, **options), progress))
     report["origin"] = located.origin
     report["ok"] = report["passed"]  # `passed` stays for readers of schema version 0
     return Verification(str(path), report["acceptance_length"], report["passed"], report["checks"], report)
@@ -309,19 +309,21 @@ def drift(path: str | Path, *, target: str, report: str | Path | None = None, pr
     ``DriftOptions`` fields (``compare``, ``sink_tokens``, ``max_context``, ``prompts``, ``k``, ...). ``report``: a
     directory for report.json, PNG plots and report.html (needs matplotlib: ``eaglekit[report]``)."""
     from .io.locate import refuse_missing
-    from .target.long_lived import long_lived
+    from .target.long_lived import frozen_scope, long_lived
 
     for drafter in (path, options.get("compare")):
         if drafter is not None:
             refuse_missing(drafter)  # before the target loads (~5 s), not after it
     _check_target(target, "drift")
-    with long_lived():  # torch's objects, out of the collector's walks (target/long_lived.py)
-        from .verify.drift import DriftOptions, drift as run
     from .drift_report import require_matplotlib, write_report
 
     if report is not None:
         require_matplotlib()  # before the long run, not after it
-    result = run(str(path), DriftOptions(target=target, **options), progress)
+    with frozen_scope():  # torch's and the target's objects out of the collector's walks while this runs (target/long_lived.py)
+        with long_lived():
+            from .verify.drift import DriftOptions, drift as run
+        result = run(str(path), DriftOptions(target=target, **options), progress)
+
     data = document(path, not result["findings"], result)
     files: list[str] = []
     if report is not None:

@@ -54,3 +54,27 @@ def test_push_dry_run_through_the_api(tmp_path):
     published = api.push(out, "tester/drafter", dry_run=True)
     assert published.dry_run and published.commit is None
     assert set(published.files) == {"config.json", "model.safetensors", "README.md"}
+
+
+def test_a_verify_run_leaves_nothing_frozen_and_its_target_collectable(pair, monkeypatch):
+    """verify's target ends up in a garbage cycle when the run is over: were it still frozen, a process that verifies
+    again and again would keep every target it loaded."""
+    import gc
+    import weakref
+
+    from eaglekit.target.runner import TargetModel
+
+    models, frozen = [], []
+    load = TargetModel.load.__func__
+
+    def spy(cls, *args, **kwargs):
+        target = load(cls, *args, **kwargs)
+        models.append(weakref.ref(target.model))
+        frozen.append(not any(o is target.model for o in gc.get_objects()))  # out of the collector's walks while the run lasts
+        return target
+
+    monkeypatch.setattr(TargetModel, "load", classmethod(spy))
+    api.verify(str(pair["drafter"]), target=str(pair["target"]), prompts=str(pair["prompts"]), num_prompts=2, max_new_tokens=4)
+    assert len(models) == 1 and frozen == [True] and gc.get_freeze_count() == 0
+    gc.collect()
+    assert models[0]() is None

@@ -47,31 +47,42 @@ def test_the_collector_is_off_while_the_target_loads_and_on_again_after(target_c
 
 
 def test_a_failed_load_gives_the_collector_back(target_config, monkeypatch):
+    from eaglekit.target.long_lived import frozen_scope
     from eaglekit.target.runner import TargetModel
 
     seen: list[bool] = []
     spy_on_from_pretrained(monkeypatch, seen, fail=True)
-    frozen = gc.get_freeze_count()
-    with pytest.raises(OSError, match="no weights here"):
-        TargetModel.load(target_config)
+    with frozen_scope():
+        frozen = gc.get_freeze_count()
+        with pytest.raises(OSError, match="no weights here"):
+            TargetModel.load(target_config)
+        assert gc.get_freeze_count() == frozen  # its traceback's frames are not kept out of the collector's reach
     assert seen == [False] and gc.isenabled()
-    assert gc.get_freeze_count() == frozen  # its traceback's frames are not kept out of the collector's reach
 
 
-def test_a_loaded_target_is_frozen_out_of_collections_yet_freed_when_dropped(target_config):
+def test_inside_a_frozen_scope_a_loaded_target_is_out_of_the_collections_until_the_scope_ends(target_config):
     import weakref
 
+    from eaglekit.target.long_lived import frozen_scope
     from eaglekit.target.runner import TargetModel
 
-    target = TargetModel.load(target_config)
-    model, weight = weakref.ref(target.model), weakref.ref(target.model.lm_head.weight)
-    assert gc.is_tracked(target.model) and not any(obj is target.model for obj in gc.get_objects())  # frozen: no generation walks it
-    gc.disable()  # freed by reference counting alone, no collection
-    try:
-        del target
-        assert model() is None and weight() is None
-    finally:
-        gc.enable()
+    def walked(obj) -> bool:  # in a generation the collector walks (frozen objects are in none)
+        return any(o is obj for o in gc.get_objects())
+
+    outside = TargetModel.load(target_config)
+    assert walked(outside.model)  # no scope: nothing frozen, as before
+    with frozen_scope():
+        target = TargetModel.load(target_config)
+        assert gc.is_tracked(target.model) and not walked(target.model)
+        model, weight = weakref.ref(target.model), weakref.ref(target.model.lm_head.weight)
+        gc.disable()  # frozen, yet freed by reference counting alone
+        try:
+            del target
+            assert model() is None and weight() is None
+        finally:
+            gc.enable()
+        again = TargetModel.load(target_config)
+    assert gc.get_freeze_count() == 0 and walked(again.model)  # handed back when the scope ends
 
 
 def test_a_caller_that_turned_the_collector_off_keeps_it_off(target_config):
