@@ -1,7 +1,8 @@
 """Loading the target runs with Python's cyclic garbage collector off (``target/long_lived.py``: importing transformers'
-model code and parsing a GGUF file only grow the heap, and each full collection over it freed next to nothing), freezes
-what exists once it has loaded, out of later collections' walks, and gives the collector back as it found it, whether
-the load succeeds or fails; a GGUF file is parsed once while it loads
+model code and parsing a GGUF file only grow the heap, and each full collection over it freed next to nothing), inside
+a frozen scope (a verify or drift run) freezes what exists once it has loaded, out of later collections' walks until
+the scope ends, and gives the collector back as it found it, whether the load succeeds or fails; a GGUF file is parsed
+once while it loads
 (``runner._gguf_loader``); on CUDA the target's forwards keep attention off cuDNN's kernels
 (``runner._without_cudnn_attention``)."""
 

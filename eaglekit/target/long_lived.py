@@ -12,7 +12,7 @@ freeing next to nothing (a cold GGUF parse ran seven more full collections, ~0.5
   block that fails freezes nothing (its traceback holds frames that may hold a half-loaded model).
 - ``frozen_scope()`` is the run: leaving it (the outermost one) hands every frozen object back to the collector
   (``gc.unfreeze``), so that what became garbage meanwhile is collected as before. A frozen object is still freed by
-  reference counting, but one that ends up in a garbage cycle (a verify run's target does: ``tests/test_target_load.py``)
+  reference counting, but one that ends up in a garbage cycle (a verify run's target does: ``tests/test_api.py``)
   would otherwise stay for the life of the process, a process that runs verify again and again included.
 
 The demo's verify spent 0.30 s in collections before, 0.007 s after. vLLM freezes its process's heap the same way

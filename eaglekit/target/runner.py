@@ -353,8 +353,9 @@ class TargetModel:
         group, at most ``padding`` of a group's prefill spent on padding). The tokens all of a group's prompts start
         with (``shared_prefix``: a chat template's system prompt) are run once, as a batch of one row, and their keys,
         values and states given to every row; the rest of each prompt follows, left-padded (the padding masked, between
-        the prefix and the prompt's own tokens): the demo's prefill runs 24 + 8 x 24 positions instead of 8 x 48. On a CPU in float32 the steps' linears take
-        oneDNN's prepacked weights while the groups decode, where that pays (``packed_gemm.packed_linears``).
+        the prefix and the prompt's own tokens): the demo's prefill runs 24 + 8 x 24 positions instead of 8 x 48. On a
+        CPU in float32 the steps' linears take oneDNN's prepacked weights while the groups decode, where that pays
+        (``packed_gemm.packed_linears``).
 
         ``keep_bytes``: each prompt's ``SequencePass`` is kept from the same forwards (every step's logits, the
         row's part of the KV cache), so that ``chain_logits`` needs no second pass over the sequence, for the groups
