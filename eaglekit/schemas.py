@@ -54,6 +54,16 @@ def registry() -> Registry:
     return Registry(retrieve=_retrieve)
 
 
+def without_required(schema: Any) -> Any:
+    """``schema`` with every ``required`` list left out (a copy): the same types, no key demanded. For reading a file an
+    older or partial writer may have left keys out of."""
+    if isinstance(schema, dict):
+        return {key: without_required(value) for key, value in schema.items() if not (key == "required" and isinstance(value, list))}
+    if isinstance(schema, list):
+        return [without_required(item) for item in schema]
+    return schema
+
+
 def validator(schema: str | dict) -> Draft202012Validator:
     """A validator for the schema file ``schema`` names (``config/vllm.schema.json``), or for ``schema`` itself."""
     return Draft202012Validator(load(schema) if isinstance(schema, str) else schema, registry=registry())

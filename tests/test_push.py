@@ -434,6 +434,10 @@ def test_a_card_pushed_to_a_branch_serves_that_branch(cli, hub, drafter, tmp_pat
     ('{"acceptance_length": "x"}', "$.acceptance_length"),
     ('{"prompts": 3}', "$.prompts = 3"),
     ('{"checks": [1]}', "$.checks[0] = 1"),
+    # typed by verify.schema.json itself (the card once restated a looser copy of it)
+    ('{"checks": [{"name": "x", "passed": "yes", "detail": ""}]}', "$.checks[0].passed"),
+    ('{"dtype": "float64"}', "$.dtype"),
+    ('{"acceptance_length": 0.5}', "$.acceptance_length = 0.5"),
 ])
 def test_a_malformed_verify_report_in_the_drafter_is_a_one_line_error(cli, hub, drafter, content, fragment):
     """eaglekit-verify.json with a list where the card reads an object (and the like) ended in 'internal error'; one that

@@ -276,6 +276,11 @@ def test_mla_drafter_drops_unknown_tensors_before_025(tmp_path, version, drops):
     refused = validate(head, engine=f"vllm=={version}")
     assert refused.engine_view["loads"] is False
     assert any(f.check == "engine.unknown_tensor" and "no module or parameter named 'lm_head.down.weight'" in f.effect for f in refused.findings)
+    shard = tensors(write_vllm(tmp_path / "g", Dims(mla=mla_dims(), Vd=64)), lambda t: t.update({"layers.0.extra.gate_proj.weight": torch.zeros(4, 4)}))
+    effect = next(f.effect for f in validate(shard, engine=f"vllm=={version}").findings if f.check == "engine.unknown_tensor")
+    # 0.22-0.24's loader maps a gate_proj shard onto a fused parameter (params_dict[name]); from 0.25 it is one more unknown name
+    assert ("onto a fused parameter it does not have (KeyError)" in effect) is drops
+    assert ("no module or parameter named 'layers.0.extra.gate_proj.weight'" in effect) is not drops
 
 
 def test_speculators_31_flags_passed_from_025(tmp_path):

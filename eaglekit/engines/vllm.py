@@ -500,6 +500,16 @@ def _mla_dropped(out: Recorder, unknown: list[str]) -> list[str]:
     return refused
 
 
+def _unknown_refusal(unknown: list[str], drops_unknown: bool) -> str:
+    """How vLLM's load fails on the tensors ``unknown`` (non-empty) it has no parameter for. Where its MLA loader drops
+    such names (``drops_unknown``), only those ``_mla_dropped`` returns are left: a name with lm_head, refused by the
+    top-level loader, else a shard name mapped onto a fused parameter the drafter lacks."""
+    named = next((n for n in unknown if "lm_head" in n), None) if drops_unknown else unknown[0]
+    if named is not None:
+        return f"refuses to load: no module or parameter named {named!r}"
+    return f"refuses to load: its loader maps {unknown[0]!r} onto a fused parameter it does not have (KeyError)"
+
+
 def _tensors(out: Recorder, r: _Reading, engine_drafter: Drafter, flags: Flags, counted: int, fc_states: int) -> None:
     """The tensors vLLM's drafter has parameters for against those shipped: refused, dropped, left uninitialised."""
     intended, family, loaded = r.intended, r.family, r.loaded
@@ -522,16 +532,14 @@ def _tensors(out: Recorder, r: _Reading, engine_drafter: Drafter, flags: Flags, 
         if name.startswith("model."):
             continue  # already reported
         unknown.append(name)
-    why = f"refuses to load: no module or parameter named {unknown[0]!r}" if unknown else ""
-    if unknown and family == "mla" and r.rules.get("mla_unknown_tensors") == "dropped":
+    drops_unknown = family == "mla" and r.rules.get("mla_unknown_tensors") == "dropped"
+    if unknown and drops_unknown:
         unknown = _mla_dropped(out, unknown)
-        why = next((f"refuses to load: no module or parameter named {n!r}" for n in unknown if "lm_head" in n),
-                   f"refuses to load: its loader maps {unknown[0]!r} onto a fused parameter it does not have (KeyError)" if unknown else "")
     if unknown:
         out.refuse(
             "engine.unknown_tensor",
             f"{'tensors' if len(unknown) > 1 else 'tensor'} {listed(unknown)} {'are' if len(unknown) > 1 else 'is'} not a parameter of the drafter it builds",
-            why,
+            _unknown_refusal(unknown, drops_unknown),
             unknown[0],
         )
     # llama_eagle3.py (0.22.0-0.32.0) allocates draft_id_to_target_id with torch.zeros
