@@ -242,6 +242,22 @@ def engine_ids(src, version, **kw):
     return ids_of(validate(src, engine=f"vllm=={version}", **kw), "error")
 
 
+@pytest.mark.parametrize("engine, write", [("vllm==0.32", write_vllm), ("sglang==0.5.9", write_specforge)])
+def test_with_an_engine_named_its_default_aux_ids_are_said_once(tmp_path, engine, write):
+    """No aux ids recorded: validate --engine said it twice, once of every engine ('each engine's default applies') and
+    once as the ids that engine captures. With an engine named, the engine's is said alone."""
+    def unrecorded(c):
+        c.pop("eagle_aux_hidden_state_layer_ids", None)
+        c.get("eagle_config", {}).pop("eagle_aux_hidden_state_layer_ids", None)
+
+    src = config(write(tmp_path / "d", Dims()), unrecorded)
+    assert "aux.not_recorded" in ids_of(validate(src))
+    for options in ({}, {"target": target(tmp_path)}):
+        said = {f.check: f for f in validate(src, engine=engine, **options).findings}
+        assert "aux.not_recorded" not in said and "engine.aux_default" in said, sorted(said)
+    assert "= [2, 4, 5]" in said["engine.aux_default"].effect  # with the target's 8 layers: 2, L//2, L-3
+
+
 def test_versions_before_31_are_out_of_scope(tmp_path):
     with pytest.raises(UsageError, match="start at vLLM 0.22.0"):
         validate(write_vllm(tmp_path / "s", Dims()), engine="vllm==0.21")

@@ -58,6 +58,11 @@ class ValidationReport:
         }
 
 
+# An engine finding that says for the named release what a general finding says of every engine: with that engine
+# named, it is said instead of the general one (the ids vLLM captures where none are recorded, not "each engine's default").
+RESTATED_FOR_THE_ENGINE = {"engine.aux_default": "aux.not_recorded"}
+
+
 def validate(source: str | Path, *, target: str | None = None, engine: str | None = None, scan: bool = False, source_dialect: str = "auto",
              norm_output_semantics: str = "auto") -> ValidationReport:
     if engine:
@@ -102,7 +107,8 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
                 report.findings += check_lm_head_order(loaded.read("lm_head.weight"), loaded.read("d2t"), target_head)
         if release is not None:
             view = engines.interpret(loaded, release, target_num_layers=target_cfg.num_layers if target_cfg else None)
-            report.findings += view.findings
+            restated = {RESTATED_FOR_THE_ENGINE[f.check] for f in view.findings if f.check in RESTATED_FOR_THE_ENGINE}
+            report.findings = [f for f in report.findings if f.check not in restated] + view.findings
             # its findings are said once, in report.findings (each with its engine); the view keeps the verdict
             report.engine_view = {k: v for k, v in view.to_dict().items() if k != "findings"}
         if scan and not remote:
