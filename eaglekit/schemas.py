@@ -83,19 +83,33 @@ def _describe(error) -> str:
     return f"{json_path(error.absolute_path)} = {value}: {error.message if len(error.message) < 160 else error.message[:157] + '...'}"
 
 
+def _errors(data: Any, schema: str | dict) -> list:
+    return sorted(validator(schema).iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
+
+
 def check(data: Any, schema: str | dict) -> list[str]:
     """Every violation of ``schema`` (a file name, as ``validator`` takes it) as 'JSON path = value: what was expected'."""
-    errors = sorted(validator(schema).iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
-    return [_describe(e) for e in errors]
+    return [_describe(e) for e in _errors(data, schema)]
 
 
 def check_config(config: dict, schema: str | None, *, mla: bool, label: str = "config.json") -> list[Finding]:
-    """``config`` against a dialect's schema (``Dialect.schema``) and, for an MLA drafter, the MLA schema."""
+    """``config`` against a dialect's schema (``Dialect.schema``) and, for an MLA drafter, the MLA schema. A key one
+    schema has already found wrong is not reported again by the next (``architectures: [5]`` is not a string to the
+    dialect's schema, and to the MLA schema not one of its architectures: one finding)."""
     findings = []
     names = [schema] if schema else []
     if mla:
         names.append(MLA_SCHEMA)
+    reported: set[str] = set()
     for name in names:
-        for problem in check(config, name):
-            findings.append(Finding("schema.config", "error", f"{label}: {problem}", name.split("/")[-1]))
+        errors = [e for e in _errors(config, name) if _wrong_key(e) not in reported]
+        reported |= {_wrong_key(e) for e in errors}
+        findings += [Finding("schema.config", "error", f"{label}: {_describe(e)}", name.split("/")[-1]) for e in errors]
     return findings
+
+
+def _wrong_key(error) -> str:
+    """The key a violation is about: its value's JSON path, or for a missing key its object's path and the key's name
+    (jsonschema reports those at the object)."""
+    path = json_path(error.absolute_path)
+    return f"{path}: {error.message}" if error.validator == "required" else path

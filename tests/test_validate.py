@@ -226,6 +226,18 @@ def test_a_bad_architectures_entry_is_reported_once(tmp_path, write):
     assert len(messages) == 1 and "$.architectures[0] = 5: 5 is not of type 'string'" in messages[0], messages
 
 
+def test_an_mla_config_is_told_once_per_wrong_key_across_its_two_schemas(tmp_path):
+    """An MLA drafter's config is held to its dialect's schema and to the MLA schema: `architectures: [5]` was two
+    findings (not a string; not one of the MLA architectures). A key both find wrong is told once; keys missing from
+    the object are told each by name."""
+    mla = lambda name: write_vllm(tmp_path / name, Dims(mla=mla_dims(), Vd=64))  # noqa: E731
+    messages = lambda src: [f.message for f in validate(src, source_dialect="vllm").findings if f.check == "schema.config"]  # noqa: E731
+    said = messages(config(mla("arch"), lambda c: c.update(architectures=[5])))
+    assert len(said) == 1 and "$.architectures[0] = 5: 5 is not of type 'string'" in said[0], said
+    said = messages(config(mla("missing"), lambda c: (c.pop("kv_lora_rank"), c.pop("hidden_size"))))
+    assert sorted(m.split(": ")[-1] for m in said) == ["'hidden_size' is a required property", "'kv_lora_rank' is a required property"], said
+
+
 def test_validate_output_follows_its_schema(tmp_path, cli):
     src = write_specforge(tmp_path / "src", Dims(fc_norm=True), norm_output=True)
     data = json.loads(cli("validate", src, "--engine", "vllm==0.32", "--json", expect=1).stdout)
