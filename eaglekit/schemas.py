@@ -109,7 +109,7 @@ def check_config(config: dict, schema: str | None, *, mla: bool, label: str = "c
 
 
 def _wrong_key(error) -> str:
-    """The key a violation is about: its value's JSON path, or for a missing key its object's path and the key's name
-    (jsonschema reports those at the object)."""
+    """What a violation is about: a value, by its JSON path; or, where the value is an object (a key missing from it, a
+    rule over its keys together), that path and what is wrong, so that two different faults of one object are each told."""
     path = json_path(error.absolute_path)
-    return f"{path}: {error.message}" if error.validator == "required" else path
+    return f"{path}: {error.message}" if isinstance(error.instance, dict) else path
