@@ -626,6 +626,35 @@ def read_bytes(remote: RemoteRepo, path: str, start: int = 0, length: int | None
     return data
 
 
+@contextmanager
+def _bounded_waits() -> Iterator[None]:
+    """While inside, a request huggingface_hub's client sends without a timeout waits ``_request_timeout()`` for a
+    connection and for each next bytes, then fails (and is retried as its caller retries a timeout).
+
+    ``snapshot_download`` asks for the repo's info and file tree with ``timeout=None`` (huggingface_hub 2.4's
+    ``HfApi.repo_info`` and ``list_repo_tree``, read in its source), so a server that accepts and never answers held
+    ``convert ORG/NAME`` forever. A request event hook on its shared client (httpx's public hooks: the timeout rides in
+    the request's ``timeout`` extension) fills in the missing limits, and is removed on leaving. A download in progress
+    is not cut short: the read limit is between bytes, not for the whole file."""
+    from huggingface_hub import get_session
+
+    seconds = _request_timeout()
+
+    def bound(request) -> None:
+        limits = dict(request.extensions.get("timeout") or {})
+        if limits.get("connect") is None or limits.get("read") is None:
+            limits["connect"] = limits.get("connect") or seconds
+            limits["read"] = limits.get("read") or seconds
+            request.extensions = {**request.extensions, "timeout": limits}
+
+    hooks = get_session().event_hooks["request"]  # the client's own list
+    hooks.append(bound)
+    try:
+        yield
+    finally:
+        hooks.remove(bound)
+
+
 def download(
     repo_id: str,
     revision: str | None = None,
@@ -646,7 +675,7 @@ def download(
     revision = revision or DEFAULT_BRANCH
     ctx = _Context(repo_id, endpoint, token, revision, "downloading", reading=True)
     show_bars = sys.stderr.isatty() if progress is None else progress
-    with _progress_bars(show_bars), _hub_errors(ctx):
+    with _progress_bars(show_bars), _hub_errors(ctx), _bounded_waits():
         directory = Path(
             snapshot_download(
                 repo_id,

@@ -343,9 +343,12 @@ def test_the_fake_hub_ignores_clients_that_hang_up_and_records_its_own_crashes(c
 
 
 @pytest.mark.slow
-def test_an_endpoint_that_never_answers_ends_in_a_one_line_error(tmp_path):
+@pytest.mark.parametrize("command", [["inspect", "org/name"], ["convert", "org/name", "OUT", "--to", "vllm"]])
+def test_an_endpoint_that_never_answers_ends_in_a_one_line_error(tmp_path, command):
     """A server that accepts connections and never answers held `inspect org/name` forever (huggingface_hub's client
-    sets no timeout); eaglekit's own requests wait HF_HUB_DOWNLOAD_TIMEOUT for bytes, then the client's retries end."""
+    sets no timeout); eaglekit's own requests wait HF_HUB_DOWNLOAD_TIMEOUT for bytes, then the client's retries end.
+    `convert org/name` downloads through huggingface_hub's snapshot_download, whose own requests for the repo's info
+    and file tree pass no timeout: it hung there until eaglekit bounded them too (`hub._bounded_waits`)."""
     import os
     import subprocess
     import sys
@@ -368,13 +371,14 @@ def test_an_endpoint_that_never_answers_ends_in_a_one_line_error(tmp_path):
                HF_HUB_DOWNLOAD_TIMEOUT="1", HF_TOKEN="hf_x")
     env.pop("HF_HUB_OFFLINE", None)
     try:
-        result = subprocess.run([sys.executable, "-m", "eaglekit", "inspect", "org/name"], env=env, capture_output=True,
-                                text=True, timeout=120)
+        argv = [str(tmp_path / "out") if part == "OUT" else part for part in command]
+        result = subprocess.run([sys.executable, "-m", "eaglekit", *argv], env=env, capture_output=True, text=True, timeout=120)
     finally:
         server.close()
     assert result.returncode == 2 and held, (result.returncode, result.stderr)
     last = result.stderr.strip().splitlines()[-1]  # after huggingface_hub's own retry warnings
     assert last.startswith("error: org/name: no such local directory, and as a Hub repo id: cannot reach the Hub") and "Timeout" in last and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_snapshot_eaglekit_downloaded_is_found_offline(fake_hub: FakeHub, small, tmp_path, cli, monkeypatch):
