@@ -302,9 +302,9 @@ class Probe:
 probe = Probe()
 if sys.argv[1] == "atexit":
     atexit.register(print, "atexit ran")
-if sys.argv[1] == "thread":
-    import threading, time
-    threading.Thread(target=time.sleep, args=(0.2,)).start()
+if sys.argv[1] == "thread":  # a non-daemon thread that lives until the main thread ends, however long the run takes
+    import threading
+    threading.Thread(target=threading.main_thread().join).start()
 
 sys.argv = ["eaglekit", *sys.argv[2:]]
 run()
