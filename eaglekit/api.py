@@ -165,6 +165,8 @@ def convert(
     )
     from .io.locate import open_source
 
+    # where OUT is, taken now: `convert SRC . --force` run inside OUT replaces the working directory itself
+    out_path = Path(out).resolve()
     if resolve and target is None:
         raise UsageError("--resolve needs --target: it measures each reading of the aux layers on the target")
     if resolve and aux_layers is not None:
@@ -202,7 +204,7 @@ def convert(
     if files is not None:
         data["files"] = files
     target_name = plan.target.name if plan.target else plan.drafter.verifier or TARGET_PLACEHOLDER  # a config file: its directory or Hub id
-    data["serve"] = serve_command(plan.dialect.hub_tags, target_name, str(Path(out).resolve()))
+    data["serve"] = serve_command(plan.dialect.hub_tags, target_name, str(out_path))
     data = document(source, True, data)
     data["origin"] = located.origin
     return Conversion(str(source), str(out), data["source_dialect"], data["to"], list(data["files"]), files is not None, plan, data)

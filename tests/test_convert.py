@@ -392,6 +392,18 @@ def test_force_leaves_a_users_project_alone(tmp_path, cli, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["project", "src"]  # no temporary left beside it
 
 
+def test_force_run_from_inside_its_own_earlier_output_succeeds(tmp_path, cli, monkeypatch):
+    """`cd out && eaglekit convert SRC . --force` replaced the working directory itself, then resolved `.` to print the
+    serve line: the conversion was written, and reported as failed ("No such file or directory", exit 1)."""
+    src = write_vllm(tmp_path / "src", Dims())
+    out = tmp_path / "out"
+    cli("convert", src, out, "--to", "vllm")
+    monkeypatch.chdir(out)
+    data = json.loads(cli("convert", src, ".", "--to", "speculators", "--force", "--json").stdout)
+    assert data["ok"] and data["written"] and str(out) in data["serve"]
+    assert json.loads((out / "config.json").read_text())["eaglekit"]["dialect"] == "speculators"
+
+
 def test_force_refuses_an_earlier_output_with_a_file_added(tmp_path, cli):
     src = write_vllm(tmp_path / "src", Dims())
     out = tmp_path / "out"
