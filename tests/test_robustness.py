@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from drafters import Dims, write_eagle, write_vllm
+from drafters import Dims, edit_tensors as tensors_of, write_eagle, write_vllm
 from eaglekit import dialects
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -456,6 +456,37 @@ def test_a_mount_point_output_is_refused_and_leaves_nothing(tmp_path, cli, monke
     result = cli("convert", src, out, "--to", "vllm", "--force", expect=None)
     assert result.exit_code != 0 and "mount point" in result.stderr and "Traceback" not in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before and (out / "config.json").exists()
+
+
+def test_an_output_under_a_file_is_refused_by_the_dry_run_too(tmp_path, cli):
+    """OUT below a file: the dry run said the conversion would create it, then the run failed with 'File exists' (exit 1)."""
+    src = write_vllm(tmp_path / "src", Dims())
+    (tmp_path / "afile").write_text("x")
+    out = tmp_path / "afile" / "out"
+    planned = json.loads(cli("convert", src, out, "--to", "vllm", "--dry-run", "--json").stdout)
+    assert planned["destination"]["refusal"] == f"{out}: cannot be created: {tmp_path / 'afile'} is not a directory"
+    run = cli("convert", src, out, "--to", "vllm", expect=2)
+    assert run.stderr == f"error: {planned['destination']['refusal']}\n"
+
+
+def test_a_refused_conversion_leaves_no_folder_it_made(tmp_path, cli, monkeypatch):
+    """The folders above OUT are made before the tensors are written: a conversion refused while writing (a value
+    float16 cannot hold) left them behind after saying "nothing written"; an output folder that cannot be made is
+    one line naming OUT, not the hidden temporary."""
+    from eaglekit.io import atomic
+
+    src = tensors_of(write_vllm(tmp_path / "src", Dims()), lambda t: t["fc.weight"].__setitem__((0, 0), 1e10))
+    result = cli("convert", src, tmp_path / "a" / "b" / "out", "--to", "vllm", "--dtype", "float16", expect=2)
+    assert "beyond float16's range" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(atomic.tempfile, "mkdtemp", refuse)
+    result = cli("convert", src, tmp_path / "a" / "out", "--to", "vllm", expect=2)
+    assert result.stderr == f"error: {tmp_path / 'a' / 'out'}: cannot be written there: Operation not permitted\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
 
 
 def test_a_tokenizer_that_is_there_but_does_not_load_is_one_line(tmp_path, cli):

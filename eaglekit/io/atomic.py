@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from ..errors import OutputExistsError, UsageError
+from ..errors import EaglekitError, OutputExistsError, UsageError
 
 _TMP_MARK = ".eaglekit-tmp-"
 _OLD_MARK = ".eaglekit-old-"
@@ -51,6 +51,12 @@ def check_destination(destination: Path, *, force: bool, protect: Iterable[Path]
             raise UsageError(f"{destination}: the output would contain the source {source}; choose another directory")
     if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
         raise UsageError(f"{destination}: exists and is not a directory")
+    if not dest.exists():
+        nearest = next(p for p in dest.parents if p.exists() or p.is_symlink())  # the root exists: always found
+        if not nearest.is_dir():
+            raise UsageError(f"{destination}: cannot be created: {nearest} is not a directory")
+        if not os.access(nearest, os.W_OK | os.X_OK):
+            raise UsageError(f"{destination}: cannot be created: {nearest} is not writable")
     if dest.exists() and not force:
         raise OutputExistsError(f"{destination}: already exists (pass --force to replace it)")
     if dest.exists():
@@ -142,9 +148,15 @@ def atomic_directory(destination: Path, *, force: bool = False, protect: Iterabl
     """Yield an empty temporary directory; on success it becomes ``destination``."""
     dest = check_destination(destination, force=force, protect=protect, replaceable=replaceable)
     parent = dest.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    _clean_stale(parent, dest.name)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}{_TMP_MARK}{os.getpid()}-", dir=parent))
+    created = [p for p in (parent, *parent.parents) if not (p.exists() or p.is_symlink())]  # removed again on failure
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        _clean_stale(parent, dest.name)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}{_TMP_MARK}{os.getpid()}-", dir=parent))
+    except OSError as exc:  # what check_destination cannot see ahead (a read-only or immutable folder, a full disk)
+        _remove_created(created)
+        refused_here = exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST)
+        raise (UsageError if refused_here else EaglekitError)(f"{destination}: cannot be written there: {exc.strerror or exc}") from None
     os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
@@ -177,4 +189,14 @@ def atomic_directory(destination: Path, *, force: bool = False, protect: Iterabl
         fsync_path(parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        _remove_created(created)
         raise
+
+
+def _remove_created(created: list[Path]) -> None:
+    """The folders a failed write made above its output (innermost first), each only while it stays empty."""
+    for folder in created:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
