@@ -179,6 +179,8 @@ CONFIGS = {
     "duplicate key": (b'{"hidden_size": 16, "hidden_size": 32}', "duplicate key 'hidden_size'"),
     "wrong type": (None, "must be an integer"),
     "not an object": (b"[]", "expected a JSON object"),
+    # an integer written out past a float's range: math.isfinite raised OverflowError ("internal error")
+    "a number past float's range": ("rope_theta", "rope_theta must be a finite number, got 1000000000"),
 }
 
 
@@ -186,13 +188,30 @@ CONFIGS = {
 def test_bad_configs(tmp_path, cli, case):
     raw, fragment = CONFIGS[case]
     src = write_vllm(tmp_path / "src", Dims())
-    if raw is None:
+    if not isinstance(raw, bytes):
         cfg = json.loads((src / "config.json").read_text())
-        cfg["num_attention_heads"] = "two"
+        if raw is None:
+            cfg["num_attention_heads"] = "two"
+        else:
+            cfg[raw] = 10**400
         raw = json.dumps(cfg).encode()
     (src / "config.json").write_bytes(raw)
     assert_clean_failure(cli("inspect", src, expect=None), "config.json", fragment)
     assert_clean_failure(cli("convert", src, tmp_path / "out", "--to", "vllm", expect=None), fragment)
+    nothing_written(tmp_path, "src")
+
+
+def test_a_rope_factor_past_floats_range_is_a_finding(tmp_path, cli):
+    """The rope check called math.isfinite on a 400-digit integer and convert ended in "internal error"."""
+    src = write_vllm(tmp_path / "src", Dims())
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["rope_scaling"] = {"rope_type": "linear", "factor": 10**400}
+    (src / "config.json").write_text(json.dumps(cfg))
+    said = json.loads(cli("validate", src, "--json", expect=1).stdout)["findings"]
+    assert any(f["check"] == "rope.parameters" and "factor is 1000000000" in f["message"] and f["message"].endswith("expected a number above 0")
+               for f in said), said
+    refused = cli("convert", src, tmp_path / "out", "--to", "vllm", expect=1)
+    assert refused.stderr.startswith("error: refusing to write") and "internal error" not in refused.stderr
     nothing_written(tmp_path, "src")
 
 

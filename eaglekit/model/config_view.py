@@ -10,6 +10,23 @@ from ..errors import ConfigError
 _REQUIRED = object()
 
 
+def shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` for a one-line message, cut to ``limit`` characters (a 400-digit number, a long list)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def finite_number(value: Any) -> bool:
+    """A JSON number a float can hold: not a bool, not NaN or an infinity, and no integer beyond a float's range
+    (``1e400`` written out as digits parses as a Python int, on which ``math.isfinite`` raises)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 class ConfigView:
     def __init__(self, data: dict, label: str, path: str = ""):
         self.data = data
@@ -43,7 +60,7 @@ class ConfigView:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if not isinstance(value, int) or isinstance(value, bool):
-            raise ConfigError(f"{self._where(key)} must be an integer, got {value!r}")
+            raise ConfigError(f"{self._where(key)} must be an integer, got {shown(value)}")
         if minimum is not None and value < minimum:
             raise ConfigError(f"{self._where(key)} must be >= {minimum}, got {value}")
         return value
@@ -54,8 +71,8 @@ class ConfigView:
             if default is _REQUIRED:
                 raise ConfigError(f"{self._where(key)} is missing (expected a number)")
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ConfigError(f"{self._where(key)} must be a finite number, got {value!r}")
+        if not finite_number(value):
+            raise ConfigError(f"{self._where(key)} must be a finite number, got {shown(value)}")
         return float(value)
 
     def bool(self, key: str, default: Any = _REQUIRED) -> Any:
@@ -65,7 +82,7 @@ class ConfigView:
                 raise ConfigError(f"{self._where(key)} is missing (expected true or false)")
             return default
         if not isinstance(value, bool):
-            raise ConfigError(f"{self._where(key)} must be true or false, got {value!r}")
+            raise ConfigError(f"{self._where(key)} must be true or false, got {shown(value)}")
         return value
 
     def str(self, key: str, default: Any = _REQUIRED) -> Any:
@@ -75,7 +92,7 @@ class ConfigView:
                 raise ConfigError(f"{self._where(key)} is missing (expected a string)")
             return default
         if not isinstance(value, str):
-            raise ConfigError(f"{self._where(key)} must be a string, got {value!r}")
+            raise ConfigError(f"{self._where(key)} must be a string, got {shown(value)}")
         return value
 
     def int_list(self, key: str, default: Any = _REQUIRED) -> Any:
@@ -85,7 +102,7 @@ class ConfigView:
                 raise ConfigError(f"{self._where(key)} is missing (expected a list of integers)")
             return default
         if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise ConfigError(f"{self._where(key)} must be a list of integers, got {value!r}")
+            raise ConfigError(f"{self._where(key)} must be a list of integers, got {shown(value)}")
         return tuple(value)
 
     def str_list(self, key: str, default: Any = _REQUIRED) -> Any:
@@ -95,5 +112,5 @@ class ConfigView:
                 raise ConfigError(f"{self._where(key)} is missing (expected a list of strings)")
             return default
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{self._where(key)} must be a list of strings, got {value!r}")
+            raise ConfigError(f"{self._where(key)} must be a list of strings, got {shown(value)}")
         return tuple(value)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from ..errors import ConfigError
-from .config_view import ConfigView
+from .config_view import ConfigView, finite_number
 from .drafter import MLA, ORIGINAL_CONTEXT_OF_ITS_OWN, SLIDING, Drafter, Rope, Window
 
 DEFAULT_ROPE_THETA = 10000.0  # transformers' LlamaConfig default, and what EAGLE's code assumes
@@ -77,7 +77,7 @@ def frequency_divisors(rope: Rope, dim: int) -> tuple[float, ...] | None:
     keeps a rope scaling in (a GGUF file's ``rope_freqs``; its converter computes llama3's the same way). None for a
     scaling that is more than a division per frequency (yarn's attention factor, dynamic NTK's length rule, ...)."""
     count = dim // 2
-    if not (isinstance(rope.theta, (int, float)) and math.isfinite(rope.theta) and rope.theta > 1):  # no rotary frequencies
+    if not (finite_number(rope.theta) and rope.theta > 1):  # no rotary frequencies
         return None
 
     def number(key: str) -> float | None:
@@ -134,7 +134,7 @@ def rope_from_divisors(divisors: tuple[float, ...] | list[float], theta: float) 
     scale of the original context and both band factors (only their ratios enter), so Llama 3's own values are tried
     first, then the band read off the smooth steps (two at least) with an original context of 8192."""
     count = len(divisors)
-    finite = all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (theta, *divisors))
+    finite = all(finite_number(v) and v > 0 for v in (theta, *divisors))
     if count == 0 or not finite or theta <= 1:
         return None
     candidates = []

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from ..findings import Finding
 from ..io import dtypes
 from ..model.drafter import ROPE_PARAMETERS, Drafter, Rope
+from ..model.config_view import finite_number, shown
 from ..model.hf_config import deepseek_attention, frequency_divisors
 from ..model.layout import check_tensors
 
@@ -233,10 +234,9 @@ def _rope_parameters(d: Drafter) -> list[Finding]:
     if missing:
         return [_f("rope.parameters", "error", f"rope_scaling ({rope.rope_type}) states no {' and no '.join(missing)}, which vLLM's {kind} rope "
                    "reads without a default", "rope_scaling")]
-    bad = [key for key in ROPE_REQUIRED.get(kind, ()) if isinstance(scaling[key], bool) or not isinstance(scaling[key], (int, float))
-           or not math.isfinite(scaling[key]) or scaling[key] <= 0]
+    bad = [key for key in ROPE_REQUIRED.get(kind, ()) if not finite_number(scaling[key]) or scaling[key] <= 0]
     if bad:
-        return [_f("rope.parameters", "error", f"rope_scaling ({rope.rope_type}) {bad[0]} is {scaling[bad[0]]!r}: expected a number above 0",
+        return [_f("rope.parameters", "error", f"rope_scaling ({rope.rope_type}) {bad[0]} is {shown(scaling[bad[0]])}: expected a number above 0",
                    "rope_scaling")]
     return []
 
