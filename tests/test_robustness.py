@@ -107,6 +107,9 @@ def raw_safetensors(root: Path, header: bytes | dict, data: bytes = b"", length:
 
 
 HEADERS = {
+    # "\ud800" is half a character: the safetensors library refuses it, and printing the name failed ("internal error")
+    "a name that is half a character": (lambda r: raw_safetensors(r, {"x\ud800": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}}),
+                                         "a string holds a lone surrogate escape (\\ud800), which is not text"),
     "offsets past EOF": (lambda r: raw_safetensors(r, {"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, b"\0" * 8), "data runs past the end of the file"),
     "overlapping ranges": (
         lambda r: raw_safetensors(r, {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, b"\0" * 12),
@@ -149,6 +152,20 @@ def test_truncated_real_checkpoint(tmp_path, cli):
 
 
 # -- escapes -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors"])
+def test_a_fifo_in_the_checkpoint_is_refused_not_waited_on(tmp_path, name):
+    """Opening a FIFO for reading waits for a writer: inspect and convert hung on one named config.json or
+    model.safetensors."""
+    src = write_vllm(tmp_path / "src", Dims())
+    (src / name).unlink()
+    os.mkfifo(src / name)
+    for args in (["inspect", src], ["convert", src, tmp_path / "out", "--to", "vllm"]):
+        done = subprocess.run([sys.executable, "-m", "eaglekit", *map(str, args)], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+        assert done.returncode == 2 and done.stderr == f"error: {src / name}: not a regular file{', expected a JSON file' if name.endswith('.json') else ''}\n", done.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_symlink_pointing_outside_the_checkpoint(tmp_path, cli):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,10 @@ def loads(text: str | bytes, what: str) -> Any:
         raise CheckpointError(f"{what}: not valid JSON here ({exc})"[:300]) from None
     if _depth(value, MAX_DEPTH) > MAX_DEPTH:
         raise CheckpointError(f"{what}: JSON nested deeper than {MAX_DEPTH} levels")
+    try:  # "\ud800" parses to half a character, which no text can hold (printing it failed; safetensors refuses it)
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CheckpointError(f"{what}: a string holds a lone surrogate escape (\\u{ord(exc.object[exc.start]):04x}), which is not text") from None
     return value
 
 
@@ -75,7 +80,12 @@ def load(path: Path, what: str | None = None) -> Any:
     """Read and parse a JSON file, refusing files larger than ``MAX_JSON_BYTES``."""
     what = what or str(path)
     try:
-        size = os.stat(path).st_size
+        info = os.stat(path)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(info.st_mode):  # a FIFO or a device: opening it waits for a writer that never comes
+            raise CheckpointError(f"{what}: not a regular file, expected a JSON file")
+        size = info.st_size
         if size > MAX_JSON_BYTES:
             raise CheckpointError(f"{what}: {size} bytes is too large for a JSON file (limit {MAX_JSON_BYTES})")
         with open(path, "rb") as f:

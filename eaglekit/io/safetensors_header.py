@@ -8,6 +8,7 @@ the file and tensor in each error. Format: 8-byte little-endian header length N,
 from __future__ import annotations
 
 import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +43,10 @@ def read_header(path: Path, label: str | None = None) -> SafetensorsHeader:
     """Parse and validate the header of ``path``; ``label`` is the name used in errors."""
     label = label or str(path)
     try:
-        size = os.stat(path).st_size
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):  # a FIFO or a device: opening it waits for a writer that never comes
+            raise CheckpointError(f"{label}: not a regular file")
+        size = info.st_size
         with open(path, "rb") as f:
             if size == 0:
                 raise CheckpointError(f"{label}: file is empty (0 bytes)")
