@@ -429,6 +429,22 @@ def test_running_the_target_needs_its_weights(tmp_path, cli, target_dir, command
     assert_clean_failure(result, f"--target {target_dir}: holds no weights", f"{command} runs the target model")
 
 
+@pytest.mark.parametrize("command", ["verify", "drift"])
+def test_a_target_that_cannot_run_is_told_before_it_loads(tmp_path, cli, target_dir, command):
+    """A target whose safetensors file is not one, and a drafter given as the target, ended in transformers' errors
+    ("internal error: SafetensorError", "RuntimeError: You set `ignore_mismatched_sizes`") after 5-8 s of imports."""
+    src = write_vllm(tmp_path / "src", Dims())
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_bytes((target_dir / "config.json").read_bytes())
+    (broken / "model.safetensors").write_text("junk\n")
+    started = time.perf_counter()
+    assert_clean_failure(cli(command, src, "--target", broken, expect=None),
+                         f"--target {broken}: model.safetensors: truncated (5 bytes, shorter than the 8-byte header length)")
+    assert_clean_failure(cli(command, src, "--target", src, expect=None), f"--target {src}: this is an EAGLE drafter")
+    assert time.perf_counter() - started < 5  # refused before anything loads
+
+
 def _cache_config_only(tmp_path, monkeypatch, target_dir) -> Path:
     """What `hf download org/target config.json` leaves: a Hub cache snapshot holding config.json alone."""
     from huggingface_hub import constants

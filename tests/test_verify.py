@@ -322,14 +322,19 @@ def test_verify_refuses_what_it_cannot_use_in_one_line(pair, tmp_path, cli):
     assert "not UTF-8" in cli(*base, "--prompts", tmp_path / "latin1.jsonl", expect=2).stderr
 
 
-def test_a_drafter_that_does_not_fit_the_target_fails_before_loading_it(pair, cli, tmp_path):
+def test_a_drafter_that_does_not_fit_the_target_fails_before_loading_it(pair, cli, tmp_path, monkeypatch):
+    from eaglekit.target.runner import TargetModel
+
     wide = tmp_path / "wide-target"
     shutil.copytree(pair["target"], wide)
     config = json.loads((wide / "config.json").read_text())
     config["hidden_size"] = config["hidden_size"] * 9
     (wide / "config.json").write_text(json.dumps(config))
-    for name in wide.glob("*.safetensors"):
-        name.write_bytes(b"")  # proof: the target's weights are never opened
+
+    def never(*args, **kwargs):  # proof: the target is never loaded
+        raise AssertionError("the target was loaded")
+
+    monkeypatch.setattr(TargetModel, "load", never)
     result = cli("verify", pair["drafter"], "--target", wide, expect=1)
     assert "does not fit the target" in result.stderr and "has hidden size" in result.stderr
 

@@ -67,9 +67,22 @@ class TargetConfig:
         return self.hub_id or (str(self.directory) if self.config_file else self.source)
 
     def require_weights(self, why: str) -> None:
-        """Refuse a config-only target (``weights_needed``'s line) for a command that runs it."""
+        """Refuse a target a command cannot run, before torch is imported: a config-only one (``weights_needed``'s line),
+        a safetensors file whose header does not hold (named by the header checks every checkpoint gets, where
+        transformers' loader failed with an internal error), and an EAGLE drafter given as the target (its fusion
+        layer ``fc.weight`` and no ``model.*`` tensors of a causal LM, where transformers failed on the sizes)."""
         if self.config_only:
             raise UsageError(self.weights_needed(why))
+        if self.gguf_file:
+            return
+        from ..io.safetensors_header import read_header
+
+        names: set[str] = set()
+        for path in sorted(self.directory.glob("*.safetensors")):
+            names |= set(read_header(path, f"--target {self.source}: {path.name}").entries)
+        if "fc.weight" in names and not any(name.startswith("model.") for name in names):
+            raise UsageError(f"--target {self.source}: this is an EAGLE drafter (fc.weight, no model.* tensors), not a target model; "
+                             "give the model the drafter was trained for")
 
     def weights_needed(self, why: str) -> str:
         """The one-line refusal for a command that runs the target (``why``: "verify runs the target model")."""
