@@ -64,16 +64,35 @@ def _is_local_path(value: str) -> bool:
     return ("/" in value or "\\" in value) and Path(value).exists()
 
 
-def scrub_local_paths(value: Any, base_model: str | None) -> Any:
-    """``value`` (parsed JSON) with every path on the publisher's machine replaced: by the base model's Hub id where
-    one is given, else by the path's file name. What a published file says must mean something to its readers."""
+# Keys whose value names the target model (the verifier of a speculators config or of eaglekit's block, a verify
+# report's target): a path there is replaced by the base model's Hub id where one is given.
+TARGET_KEYS = ("verifier", "name_or_path", "target")
+
+
+def _replacement(path: str, key: str | None, base_model: str | None) -> str:
+    return base_model if base_model and key in TARGET_KEYS else Path(path).name
+
+
+def scrub_local_paths(value: Any, base_model: str | None, key: str | None = None) -> Any:
+    """``value`` (parsed JSON) with every path on the publisher's machine replaced: the target's (``TARGET_KEYS``) by
+    the base model's Hub id where one is given, any other by the path's file name. What a published file says must mean
+    something to its readers and name nothing of the publisher's machine."""
     if isinstance(value, dict):
-        return {k: scrub_local_paths(v, base_model) for k, v in value.items()}
+        return {k: scrub_local_paths(v, base_model, k) for k, v in value.items()}
     if isinstance(value, list):
-        return [scrub_local_paths(v, base_model) for v in value]
+        return [scrub_local_paths(v, base_model, key) for v in value]
     if isinstance(value, str) and _is_local_path(value):
-        return base_model or Path(value).name
+        return _replacement(value, key, base_model)
     return value
+
+
+def _local_paths(value: Any, base_model: str | None, key: str | None = None) -> dict[str, str]:
+    """Every string in ``value`` (parsed JSON) that ``scrub_local_paths`` replaces, with what it puts there."""
+    if isinstance(value, dict):
+        return {path: new for k, v in value.items() for path, new in _local_paths(v, base_model, k).items()}
+    if isinstance(value, list):
+        return {path: new for v in value for path, new in _local_paths(v, base_model, key).items()}
+    return {value: _replacement(value, key, base_model)} if isinstance(value, str) and _is_local_path(value) else {}
 
 
 # The JSON files of a drafter that may record where things were on the publisher's machine.
@@ -125,9 +144,14 @@ def prepare(path: str, options: PushOptions):
             )
         if options.base_model:
             loaded.drafter = loaded.drafter.with_(verifier=options.base_model)
-        card = render_card(loaded, options.repo_id, validated=options.validate, verify_report=read_verify_report(loaded.checkpoint.directory),
+        verify_report = read_verify_report(loaded.checkpoint.directory)
+        card = render_card(loaded, options.repo_id, validated=options.validate, verify_report=verify_report,
                            drift=(drift[0], [f"{DRIFT_DIR}/{p.name}" for p in drift[1]]) if drift else None,
                            revision=None if options.create_pr else branch)
+        # what the card quotes of config.json and the verify report, scrubbed as those files are when uploaded
+        quoted = {**_local_paths(verify_report, options.base_model), **_local_paths(loaded.checkpoint.config, options.base_model)}
+        for local in sorted(quoted, key=len, reverse=True):
+            card = card.replace(local, quoted[local])
         if hub_id(loaded.drafter.verifier) is None:
             findings = [*findings, Finding("card.base_model", "warning", "the drafter names its target by a local path or not at all, so "
                                            "the card names no base model and its serve line says <target model>: pass --base-model ORG/NAME")]

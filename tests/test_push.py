@@ -273,6 +273,22 @@ def test_no_local_path_is_published(cli, hub, tmp_path):
     assert json.loads((out / "config.json").read_text())["speculators_config"]["verifier"]["name_or_path"] == str(local_target)  # source untouched
 
 
+def test_paths_the_card_quotes_are_scrubbed_as_the_files_are(cli, hub, tmp_path):
+    """config.json was scrubbed for the upload, but the card was rendered from the unscrubbed one: its provenance
+    showed `source: Hub repo /home/...` and the notes' paths. Only the target's key takes the base model's id; any
+    other path becomes its file name (a source repo or a note is not the base model)."""
+    out = tmp_path / "drafter"
+    convert(write_vllm(tmp_path / "src", Dims()), out, ConvertOptions(to="vllm", aux_layers=(2, 4, 5)))
+    home = tmp_path / "home" / "alice"
+    config = json.loads((out / "config.json").read_text())
+    config["eaglekit"].update(notes=[str(home / "data" / "train.jsonl")], source_repo=str(home / "ckpt"), verifier=str(home / "llama"))
+    (out / "config.json").write_text(json.dumps(config))
+    card = push(cli, out, "tester/drafter", "--base-model", "org/llama").stdout and hub.state.files("tester/drafter")["README.md"].decode()
+    assert str(home) not in card and "- source: Hub repo `ckpt`" in card and "- train.jsonl" in card and "| verifier (target) | org/llama |" in card
+    sent = json.loads(hub.state.files("tester/drafter")["config.json"])["eaglekit"]
+    assert (sent["notes"], sent["source_repo"], sent["verifier"]) == (["train.jsonl"], "ckpt", "org/llama")
+
+
 def test_a_relative_local_path_is_not_published_as_the_target(cli, hub, tmp_path, monkeypatch):
     """``models/target`` looks like a Hub id; where it names a folder here it is a local path, in the card and the files."""
     monkeypatch.chdir(tmp_path)
