@@ -158,7 +158,13 @@ def prepare(path: str, options: PushOptions):
     files = [_upload(p, p.relative_to(directory).as_posix(), options.base_model) for p in collect_files(directory, getattr(path, "roots", ()))]
     if drift:  # the plots and the figures, in the same commit as everything else
         report_json = jsonfile.dumps(drift[0]).encode("utf-8")
-        files += [UploadFile(f"{DRIFT_DIR}/report.json", data=report_json)] + [UploadFile(f"{DRIFT_DIR}/{p.name}", local_path=p) for p in drift[1]]
+        figures = [UploadFile(f"{DRIFT_DIR}/report.json", data=report_json)] + [UploadFile(f"{DRIFT_DIR}/{p.name}", local_path=p) for p in drift[1]]
+        # a report kept inside the drafter goes up once, as the figures: not also as the files it was collected as
+        # (its raw report.json names paths of this machine), and nothing else of the drafter's under the same names
+        report_dir = Path(options.report).resolve()
+        taken = {f.path_in_repo for f in figures}
+        files = [f for f in files if f.path_in_repo not in taken
+                 and not (f.local_path is not None and report_dir in Path(f.local_path).resolve().parents)] + figures
     kept = any(f.path_in_repo == "README.md" for f in files) and not options.overwrite_card
     if not kept:
         files = [f for f in files if f.path_in_repo != "README.md"]

@@ -480,6 +480,20 @@ def drift_document(tmp_path_factory) -> str:
     return json.dumps(api.drift(drafter, target=str(target), prompts=str(prompts), max_new_tokens=8, compare=str(drafter)).data)
 
 
+def test_a_report_kept_inside_the_drafter_goes_up_once_and_scrubbed(cli, hub, drafter, drift_document):
+    """`push d --report d/drift` listed drift/report.json twice: the raw one collected with the drafter's files (it
+    names this machine's paths) and the scrubbed one."""
+    inside = drafter / "drift"
+    inside.mkdir()
+    (inside / "report.json").write_text(drift_document)
+    local = json.loads(drift_document)["path"]  # the raw report names this machine's paths
+    assert local.startswith("/")
+    listed = [f["path"] for f in json.loads(push(cli, drafter, "tester/drafter", "--report", inside, "--dry-run", "--json").stdout)["files"]]
+    assert len(listed) == len(set(listed)) and listed.count("drift/report.json") == 1, listed
+    push(cli, drafter, "tester/drafter", "--report", inside)
+    assert local.encode() not in hub.state.files("tester/drafter")["drift/report.json"]
+
+
 @pytest.mark.parametrize("edit, fragment", [
     (lambda r: r["inputs"].update(tokens=[]), "$.inputs.tokens = []: [] should be non-empty"),
     (lambda r: r["by_context_length"][0].update(per_depth=[]), "per_depth = []: [] should be non-empty"),
