@@ -381,6 +381,23 @@ def test_option_values_are_checked_before_anything_loads(tmp_path, cli):
     assert_clean_failure(cli("verify", src, expect=None), "Missing option '--target'")
 
 
+@pytest.mark.parametrize("args, named", [
+    (["validate", "SRC", "--target", ""], "--target: empty; give a path or a Hub id"),
+    (["validate", ""], "PATHS: empty"),
+    (["inspect", " "], "PATH: empty"),
+    (["convert", "SRC", "", "--to", "vllm"], "OUT: empty"),
+    (["push", "", "me/x", "--dry-run"], "PATH: empty"),
+    (["verify", "SRC", "--target", "T", "--prompts", ""], "--prompts: empty; give a path"),
+    (["drift", "SRC", "--target", "T", "--compare", ""], "--compare: empty"),
+])
+def test_an_empty_path_is_refused_not_read_as_none_or_here(tmp_path, cli, args, named):
+    """`--target ''` was read as no target (validate said OK without the target's checks), `--prompts ''` as the
+    built-in prompts, and an empty PATH or OUT as the current directory."""
+    src = write_vllm(tmp_path / "src", Dims())
+    argv = [str(src) if a == "SRC" else str(tmp_path) if a == "T" else a for a in args]
+    assert_clean_failure(cli(*argv, expect=None), named)
+
+
 def test_forcing_a_dialect_that_the_files_contradict_is_said(tmp_path, cli):
     from drafters import write_specforge
 

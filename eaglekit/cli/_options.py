@@ -104,7 +104,25 @@ class FiniteFloat(click.FloatRange):
         return number
 
 
+class NamedPlaceType(click.ParamType):
+    """A path (``hub``: or a Hub id) that may not be empty: ``--target ''`` (or ``--prompts ''``, ``--compare ''``) was
+    read as not given at all, and an empty PATH or OUT as the current directory."""
+
+    name = "path"
+
+    def __init__(self, *, hub: bool):
+        self.hub = hub
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            where = param.opts[0] if isinstance(param, click.Option) else (param.metavar or param.name.upper()) if param else "a path"
+            raise UsageError(f"{where}: empty; give a path{' or a Hub id' if self.hub else ''}")
+        return value
+
+
 AGAINST = AgainstType()
+NAMED_PLACE = NamedPlaceType(hub=True)  # a drafter or a target
+NAMED_FILE = NamedPlaceType(hub=False)  # a file or folder of this machine
 DIALECT = DialectType(auto=True)
 WRITABLE_DIALECT = DialectType(writable=True)
 ENGINE_SPEC = EngineSpecType()
@@ -127,6 +145,7 @@ force_option = click.option("--force", is_flag=True, help="Replace OUT if it is 
 target_option = click.option(
     "--target",
     metavar="MODEL",
+    type=NAMED_PLACE,
     help="The target (verifier) model: a local directory, a Hub id in the local cache, a .gguf file, or its config.json alone "
     "(only the config is read).",
 )

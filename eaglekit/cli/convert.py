@@ -14,7 +14,7 @@ from ..errors import UsageError
 from ..findings import Finding
 from ..io import dtypes
 from ..io.locate import origin_note
-from ._options import AUX_IDS, WRITABLE_DIALECT, dtype_option, force_option, from_option, json_option, norm_output_option, revision_option, target_option
+from ._options import NAMED_FILE, NAMED_PLACE, AUX_IDS, WRITABLE_DIALECT, dtype_option, force_option, from_option, json_option, norm_output_option, revision_option, target_option
 from ._output import Output, findings_text, human_bytes, table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -104,8 +104,8 @@ def _render(r: dict) -> str:
 
 
 @click.command("convert")
-@click.argument("src", required=False)
-@click.argument("out", required=False)
+@click.argument("src", required=False, type=NAMED_PLACE)
+@click.argument("out", required=False, type=NAMED_PLACE)
 @click.option("--to", "to", type=WRITABLE_DIALECT, metavar="DIALECT",
               help=f"Output dialect: {', '.join(dialects.names(writable=True))} (aliases: {', '.join(a for d in dialects.DIALECTS.values() if d.can_write for a in d.aliases)}).")
 @from_option
@@ -113,7 +113,7 @@ def _render(r: dict) -> str:
 @target_option
 @click.option("--aux-layers", type=AUX_IDS, metavar="IDS", help="Aux (target) layer ids in vLLM's input-of-layer convention, e.g. 2,16,29.")
 @click.option("--resolve", is_flag=True, help="An ambiguous checkpoint: measure each aux-id reading on --target (as verify does) and convert with the one it was trained with; refuses if no reading wins by verify's margin.")
-@click.option("--prompts", "prompts_file", metavar="FILE.jsonl", help="With --resolve: the prompts to measure on (default: verify's built-in set).")
+@click.option("--prompts", "prompts_file", metavar="FILE.jsonl", type=NAMED_FILE, help="With --resolve: the prompts to measure on (default: verify's built-in set).")
 @click.option("--upgrade", metavar="3.1", help="Upgrade an EAGLE 3 drafter to 3.1 for fine-tuning: fc_norm weights of ones, norm_output on.")
 @dtype_option
 @click.option("--max-shard-size", default="5GB", show_default=True, help="Largest output shard, e.g. 5GB, 500MB.")

@@ -7,7 +7,7 @@ import sys
 import click
 
 from .. import api
-from ._options import DEVICE, FiniteFloat, from_option, json_option, norm_output_option
+from ._options import NAMED_FILE, NAMED_PLACE, DEVICE, FiniteFloat, from_option, json_option, norm_output_option
 from ._output import Output, table
 
 
@@ -29,13 +29,13 @@ def render(r: dict) -> str:
 
 
 @click.command("drift")
-@click.argument("path")
-@click.option("--target", required=True, metavar="MODEL", help="The target model, with its weights: a local directory, a Hub id in the local cache, or a .gguf file.")
-@click.option("--compare", metavar="OTHER", help="A second drafter run on the same sequences: every figure for both, with ratios.")
-@click.option("--report", "report_dir", metavar="DIR", help="Write report.json, PNG plots and a self-contained report.html here (needs eaglekit[report]).")
+@click.argument("path", type=NAMED_PLACE)
+@click.option("--target", required=True, metavar="MODEL", type=NAMED_PLACE, help="The target model, with its weights: a local directory, a Hub id in the local cache, or a .gguf file.")
+@click.option("--compare", metavar="OTHER", type=NAMED_PLACE, help="A second drafter run on the same sequences: every figure for both, with ratios.")
+@click.option("--report", "report_dir", metavar="DIR", type=NAMED_FILE, help="Write report.json, PNG plots and a self-contained report.html here (needs eaglekit[report]).")
 @click.option("--sink-tokens", type=click.IntRange(min=1), default=4, show_default=True, help="S: attention on the first S positions counts as on sinks.")
 @click.option("--max-context", type=click.IntRange(min=64), help="Longest input, in tokens (default: the target's window).")
-@click.option("--prompts", "prompts_file", metavar="FILE.jsonl",
+@click.option("--prompts", "prompts_file", metavar="FILE.jsonl", type=NAMED_FILE,
               help="Long inputs, one JSON object per line: prompt, messages or input_ids (default: passages of CPython's documentation).")
 @click.option("--inputs-per-bucket", type=click.IntRange(min=1), default=2, show_default=True, help="Built-in inputs per context-length bucket.")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=32, show_default=True, help="Length of the greedy continuation judged after each input.")

@@ -7,7 +7,7 @@ import click
 from .. import api
 from ..findings import Finding
 from ..io.locate import origin_note
-from ._options import download_option, from_option, json_option, norm_output_option, revision_option
+from ._options import NAMED_PLACE, download_option, from_option, json_option, norm_output_option, revision_option
 from ._output import Output, findings_text, human_bytes, table
 
 
@@ -97,7 +97,7 @@ def render(r: dict) -> str:
 
 
 @click.command("inspect")
-@click.argument("path")
+@click.argument("path", type=NAMED_PLACE)
 @from_option
 @norm_output_option
 @revision_option

@@ -7,6 +7,7 @@ import click
 from .. import api
 from ..findings import Finding
 from ..io.locate import origin_note
+from ._options import NAMED_FILE, NAMED_PLACE
 from ._output import Output, findings_text, human_bytes, table
 
 
@@ -39,7 +40,7 @@ def render(r: dict) -> str:
 
 
 @click.command("push")
-@click.argument("path")
+@click.argument("path", type=NAMED_PLACE)
 @click.argument("repo_id")
 @click.option("--private", is_flag=True, help="Create the repository as private (if it does not exist).")
 @click.option("--revision", metavar="BRANCH", help="Branch to commit to (created from main if new).")
@@ -53,7 +54,7 @@ def render(r: dict) -> str:
 @click.option("--allow-untrained", is_flag=True, help="Publish a drafter that `convert --upgrade 3.1` produced and nobody trained since.")
 @click.option("--allow-ambiguous", is_flag=True, help="Publish a checkpoint whose files fit two readings of its aux layers (validate's *.ambiguous).")
 @click.option("--base-model", metavar="ID", help="The verifier's Hub id for the card, when the drafter records a local path or none.")
-@click.option("--report", "report_dir", metavar="DIR",
+@click.option("--report", "report_dir", metavar="DIR", type=NAMED_FILE,
               help="An `eaglekit drift --report DIR` directory: its tables go into the card, its plots and report.json into the same commit (under drift/).")
 @click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON (schema in schemas/).")
 def push_command(path, repo_id, private, revision, create_pr, commit_message, token, endpoint, dry_run, skip_validate, overwrite_card, allow_untrained,

@@ -11,7 +11,7 @@ from ..findings import Finding
 from .. import api
 from ..errors import UsageError
 from ..io.locate import origin_note
-from ._options import download_option, engine_option, from_option, json_option, norm_output_option, revision_option, target_option
+from ._options import NAMED_FILE, NAMED_PLACE, download_option, engine_option, from_option, json_option, norm_output_option, revision_option, target_option
 from ._output import Output, findings_text, table
 
 
@@ -67,8 +67,8 @@ def _read_list(from_file: str | None) -> list[str]:
 
 
 @click.command("validate")
-@click.argument("paths", nargs=-1)
-@click.option("--from-file", "from_file", metavar="FILE", help="Also validate the drafters listed in FILE (one path or Hub id a line; # comments; - for stdin).")
+@click.argument("paths", nargs=-1, type=NAMED_PLACE)
+@click.option("--from-file", "from_file", metavar="FILE", type=NAMED_FILE, help="Also validate the drafters listed in FILE (one path or Hub id a line; # comments; - for stdin).")
 @click.option("--jobs", default=8, show_default=True, type=click.IntRange(1, 64), help="How many drafters a survey reads at once.")
 @target_option
 @engine_option

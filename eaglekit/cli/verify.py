@@ -11,7 +11,7 @@ from .. import api
 from ..card import VERIFY_REPORT
 from ..io.atomic import check_output_file, write_file_atomically
 from ..io.locate import origin_note
-from ._options import AGAINST, DEVICE, FiniteFloat, engine_option, from_option, json_option, norm_output_option, revision_option
+from ._options import NAMED_FILE, NAMED_PLACE, AGAINST, DEVICE, FiniteFloat, engine_option, from_option, json_option, norm_output_option, revision_option
 from ._output import Output, table
 
 
@@ -68,24 +68,24 @@ def render(r: dict) -> str:
 
 
 @click.command("verify")
-@click.argument("path")
-@click.option("--target", required=True, metavar="MODEL", help="The target model, with its weights: a local directory, a Hub id in the local cache, or a .gguf file.")
-@click.option("--prompts", "prompts_file", metavar="FILE.jsonl", help="Prompts, one JSON object per line: prompt, messages or input_ids (default: built-in chat/code/math/long-context set).")
+@click.argument("path", type=NAMED_PLACE)
+@click.option("--target", required=True, metavar="MODEL", type=NAMED_PLACE, help="The target model, with its weights: a local directory, a Hub id in the local cache, or a .gguf file.")
+@click.option("--prompts", "prompts_file", metavar="FILE.jsonl", type=NAMED_FILE, help="Prompts, one JSON object per line: prompt, messages or input_ids (default: built-in chat/code/math/long-context set).")
 @click.option("--num-prompts", type=click.IntRange(min=1), help="Use only the first N prompts.")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=64, show_default=True, help="Length of each greedy continuation.")
 @click.option("--num-speculative-tokens", "k", type=click.IntRange(min=1), default=3, show_default=True, help="K, the drafted chain length.")
 @engine_option
-@click.option("--reference", metavar="SRC", help="Another checkpoint of the same drafter (e.g. a conversion's source): parity per draft step.")
+@click.option("--reference", metavar="SRC", type=NAMED_PLACE, help="Another checkpoint of the same drafter (e.g. a conversion's source): parity per draft step.")
 @click.option("--against", type=AGAINST, metavar="vllm|vllm==X", help="Also run vLLM itself and compare acceptance and logits: the vLLM installed "
               "beside eaglekit, or release X's engine environment (`eaglekit engines install vllm==X`).")
-@click.option("--vllm-python", metavar="PATH", help="With --against: run vLLM with this Python (any environment with vLLM, e.g. CUDA vLLM).")
+@click.option("--vllm-python", metavar="PATH", type=NAMED_FILE, help="With --against: run vLLM with this Python (any environment with vLLM, e.g. CUDA vLLM).")
 @click.option("--min-acceptance-length", type=FiniteFloat(), help="Fail (exit 1) below this acceptance length.")
 @click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or auto.")
 @click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]))
 @click.option("--device-map", help="transformers device_map for targets larger than one device (e.g. auto).")
-@click.option("--hidden-states", metavar="PATH", help="Precomputed target hidden states and token ids instead of running the target.")
+@click.option("--hidden-states", metavar="PATH", type=NAMED_FILE, help="Precomputed target hidden states and token ids instead of running the target.")
 @click.option("--atol", type=FiniteFloat(min=0), help="Logit tolerance for --reference (default: bit-identical when stored dtypes match).")
-@click.option("--report", "report_path", metavar="FILE.json", help="Also write the JSON report here.")
+@click.option("--report", "report_path", metavar="FILE.json", type=NAMED_FILE, help="Also write the JSON report here.")
 @from_option
 @norm_output_option
 @revision_option
