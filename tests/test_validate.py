@@ -270,6 +270,18 @@ def test_with_an_engine_named_its_default_aux_ids_are_said_once(tmp_path, engine
     assert "= [2, 4, 5]" in said["engine.aux_default"].effect  # with the target's 8 layers: 2, L//2, L-3
 
 
+@pytest.mark.parametrize("rope_type, refused", [("lama3", True), ("su", False), ("longrope", False), ("linear", False)])
+def test_a_rope_type_vllm_has_no_rotary_embedding_for_is_refused(tmp_path, rope_type, refused):
+    """`rope_type: lama3` validated OK for vLLM, whose get_rope raises "Unknown RoPE scaling type" (0.32.0's source);
+    the legacy 'su' is renamed to longrope first."""
+    src = config(write_vllm(tmp_path / "v", Dims()), lambda c: c.update(rope_scaling={"rope_type": rope_type, "factor": 8.0}))
+    report = validate(src, engine="vllm==0.32")
+    said = [f for f in report.findings if f.check == "engine.rope_type"]
+    assert bool(said) is refused and report.engine_view["loads"] is not refused
+    if refused:
+        assert said[0].severity == "error" and f"Unknown RoPE scaling type {rope_type}" in said[0].effect
+
+
 def test_versions_before_31_are_out_of_scope(tmp_path):
     with pytest.raises(UsageError, match="start at vLLM 0.22.0"):
         validate(write_vllm(tmp_path / "s", Dims()), engine="vllm==0.21")

