@@ -512,6 +512,24 @@ def test_releases_between_rows_use_the_previous_row():
     assert engines.parse("vllm==0.40").beyond_table
 
 
+@pytest.mark.parametrize("version", ["0.32.0rc1", "0.32.0+cpu", "0.32.0.dev3", "0.32.0rc1.post1.dev2", "0.32.0.post1"])
+def test_version_strings_pip_writes_are_read(version):
+    assert engines.parse(f"vllm=={version}").row == engines.parse("vllm==0.32.0").row
+
+
+@pytest.mark.parametrize("version", ["\u0660.\u0663\u0662", "\uff10.\uff13\uff12", "0.32.0a1b2rc3dev4post5", "0.32.0.post1.post2", "0.32x"])
+def test_version_strings_no_release_has_are_refused(version):
+    """Arabic-Indic and full-width digits (regex \\d takes them) and repeated suffixes were read as 0.32."""
+    with pytest.raises(UsageError, match="is not like 0.24"):
+        engines.parse(f"vllm=={version}")
+
+
+def test_a_release_past_the_table_names_the_newest_read_not_the_newest_row():
+    said = next(f for f in validate(write_specforge(Path(__import__("tempfile").mkdtemp()) / "s", Dims()), engine="sglang==0.5.24").findings
+                if f.check == "engine.untested_release")
+    assert "(up to 0.5.23)" in said.message  # the newest row is 0.5.17: nothing changed after it up to 0.5.23
+
+
 # -- field failures users reported ---------------------------------------------------------------------------
 
 

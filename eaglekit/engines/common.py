@@ -18,9 +18,10 @@ from ..errors import UsageError
 from ..findings import Finding
 from ..model.drafter import Drafter
 
-# 0.24, 0.24.1, 0.4.4.post2, and what `pip show` prints for CPU builds and release candidates: 0.32.0+cpu, 0.32.0rc1
-_VERSION = re.compile(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?((?:(?:a|b|rc|\.?dev|\.?post)\d*)*)(?:\+[0-9A-Za-z.]+)?")
-_POST = re.compile(r"\.?post(\d*)")
+# 0.24, 0.24.1, 0.4.4.post2, and what `pip show` prints for CPU builds and release candidates: 0.32.0+cpu, 0.32.0rc1;
+# each suffix at most once, in PEP 440's order, and ASCII digits only (\d also takes ٠.٣٢ and full-width ０.３２)
+_VERSION = re.compile(r"([0-9]+)(?:\.([0-9]+))?(?:\.([0-9]+))?((?:(?:a|b|rc)[0-9]+)?(?:\.?post[0-9]*)?(?:\.?dev[0-9]*)?)(?:\+[0-9A-Za-z.]+)?")
+_POST = re.compile(r"\.?post([0-9]*)")
 
 
 def release_key(text: str) -> tuple[int, int, int, int]:
@@ -43,8 +44,9 @@ class Release:
     requested: str  # as the user wrote it, e.g. "0.24"
     row: str  # the table row that applies, e.g. "0.23.0"
     rules: dict
-    beyond_table: bool  # newer than the newest row: its rules are assumed to still hold
+    beyond_table: bool  # newer than the newest release read: its rules are assumed to still hold
     evidence: str = "source"  # what the row rests on: "source" (read in the released code) or "run"
+    newest_read: str = ""  # the newest release the rules were read from (a row is where they last changed)
 
     @property
     def label(self) -> str:
@@ -59,7 +61,7 @@ def pick_row(table: dict, engine: str, version: str, first: str, why_first: str)
     rows = sorted(table["releases"].items(), key=lambda kv: release_key(kv[0]))
     name, rules = [r for r in rows if release_key(r[0]) <= wanted][-1]
     newest = table.get("newest_read", rows[-1][0])  # a table may have read releases past its newest change
-    return Release(engine, version, name, rules, wanted > release_key(newest), rules.get("evidence", "source"))
+    return Release(engine, version, name, rules, wanted > release_key(newest), rules.get("evidence", "source"), newest)
 
 
 @dataclass
@@ -100,7 +102,7 @@ class Recorder:
 
     def untested(self, rel: Release) -> None:
         if rel.beyond_table:
-            self.add("engine.untested_release", "info", f"{rel.label} is newer than the releases eaglekit's rules were read from (rules up to {rel.row}); those are assumed", "uses the newest known rules")
+            self.add("engine.untested_release", "info", f"{rel.label} is newer than the releases eaglekit's rules were read from (up to {rel.newest_read or rel.row}); those are assumed", "uses the newest known rules")
 
 
 def stamp_runs(view: EngineView, covered) -> None:
