@@ -457,6 +457,9 @@ def test_convert_usage_errors(tmp_path, cli):
     src = write_vllm(tmp_path / "src", Dims())
     assert "can be read but not written" in cli("convert", src, tmp_path / "o", "--to", "modelopt", expect=2).stderr
     assert "--aux-layers" in cli("convert", src, tmp_path / "o", "--to", "vllm", "--aux-layers", "a,b", expect=2).stderr
+    # an empty item is a typo, not one id fewer (it was dropped: the run then failed validation, exit 1)
+    for typo in ("1,,2", "2,4,", "٢,4,5"):
+        assert f"--aux-layers {typo!r}: expected comma-separated integers" in cli("convert", src, tmp_path / "o", "--to", "vllm", "--aux-layers", typo, expect=2).stderr
 
 
 def test_plan_reports_renames_and_config_diff(tmp_path):

@@ -191,10 +191,10 @@ def from_option(func):
 def parse_ids(text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
-    try:
-        ids = tuple(int(p) for p in text.replace(" ", "").split(",") if p != "")
-    except ValueError:
-        raise UsageError(f"--aux-layers {text!r}: expected comma-separated integers like 2,16,29") from None
-    if not ids:
+    items = text.replace(" ", "").split(",")
+    if items == [""]:
         raise UsageError("--aux-layers: no layer ids given")
-    return ids
+    # an empty item (1,,2) is a typo, not one id fewer: vLLM would capture layers nobody chose
+    if not all(p.isascii() and p.removeprefix("-").isdigit() for p in items):
+        raise UsageError(f"--aux-layers {text!r}: expected comma-separated integers like 2,16,29")
+    return tuple(int(p) for p in items)
