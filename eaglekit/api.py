@@ -271,6 +271,10 @@ def survey(paths: "list[str | Path]", *, max_workers: int = 8, **options: Any) -
 
     if not paths:
         return []
+    if options.get("target"):  # a --target that cannot be read is the run's one error, not every drafter's
+        from .target import read_target_config
+
+        read_target_config(options["target"])
     with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(paths))), thread_name_prefix="eaglekit-survey") as pool:
         return list(pool.map(one, paths))
 

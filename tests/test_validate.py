@@ -238,6 +238,14 @@ def test_an_mla_config_is_told_once_per_wrong_key_across_its_two_schemas(tmp_pat
     assert sorted(m.split(": ")[-1] for m in said) == ["'hidden_size' is a required property", "'kv_lora_rank' is a required property"], said
 
 
+def test_a_survey_with_a_target_that_cannot_be_read_is_one_error(tmp_path, cli):
+    """`validate A B --target nope` marked every drafter 'could not be read' and exited 1; one bad option is the run's
+    one error (exit 2), as with a single drafter."""
+    a, b = write_vllm(tmp_path / "a", Dims()), write_specforge(tmp_path / "b", Dims())
+    alone = cli("validate", a, "--target", tmp_path / "nope", expect=2).stderr
+    assert cli("validate", a, b, "--target", tmp_path / "nope", expect=2).stderr == alone and alone.count("\n") == 1
+
+
 def test_validate_output_follows_its_schema(tmp_path, cli):
     src = write_specforge(tmp_path / "src", Dims(fc_norm=True), norm_output=True)
     data = json.loads(cli("validate", src, "--engine", "vllm==0.32", "--json", expect=1).stdout)
