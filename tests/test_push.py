@@ -431,6 +431,15 @@ def test_a_dry_run_refuses_a_commit_id_as_the_push_would(cli, hub, drafter):
     assert "is a commit id: commits go to a branch" in result.stderr and hub.state.log == []
 
 
+@pytest.mark.parametrize("branch, problem", [("a b", "it holds ' '"), ("../x", "it holds .."), ("v1.lock", "ends with '.lock'"), ("x/", "ends with '/'")])
+def test_a_branch_name_git_refuses_is_refused_by_the_dry_run_too(cli, hub, drafter, branch, problem):
+    """`--revision 'a b'` was a dry run's "branch a b", exit 0; the Hub's git refuses such a name."""
+    for dry in (["--dry-run"], []):
+        result = push(cli, drafter, "tester/drafter", "--revision", branch, *dry, expect=2)
+        assert f"revision {branch!r} is not a branch name git allows: " in result.stderr and problem in result.stderr
+    assert hub.state.log == []
+
+
 def test_a_card_pushed_to_a_branch_serves_that_branch(cli, hub, drafter, tmp_path):
     """The serve and convert lines named the repo alone, so readers of a --revision v2 card served main's drafter."""
     from drafters import write_specforge

@@ -75,7 +75,27 @@ def branch_for(revision: str | None, create_pr: bool = False) -> str | None:
         raise UsageError(f"create_pr opens a pull request against {DEFAULT_BRANCH}: drop revision {revision!r}")
     if revision is not None and COMMIT_OID.fullmatch(revision):
         raise UsageError(f"revision {revision!r} is a commit id: commits go to a branch")
+    problem = branch_name_problem(revision) if revision is not None else None
+    if problem:
+        raise UsageError(f"revision {revision!r} is not a branch name git allows: {problem}")
     return revision
+
+
+def branch_name_problem(name: str) -> str | None:
+    """What makes ``name`` a branch name git refuses (``git check-ref-format``'s rules, which the Hub's git applies),
+    or None."""
+    if not name or name == "@":
+        return "it is empty" if not name else "'@' alone is not a name"
+    bad = sorted({c for c in name if ord(c) < 32 or ord(c) == 127 or c in " ~^:?*[\\"})
+    if bad:
+        return f"it holds {', '.join(repr(c) for c in bad)}"
+    if ".." in name or "@{" in name or "//" in name:
+        return f"it holds {'..' if '..' in name else '@{' if '@{' in name else '//'}"
+    if name.startswith("/") or name.endswith(("/", ".")):
+        return "it starts with '/' or ends with '/' or '.'"
+    if any(part.startswith(".") or part.endswith(".lock") for part in name.split("/")):
+        return "a part of it starts with '.' or ends with '.lock'"
+    return None
 
 
 def check_repo_id(repo_id: str) -> None:
