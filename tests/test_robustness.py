@@ -80,6 +80,21 @@ def test_malicious_pickles_run_nothing(tmp_path, cli, sharded, nested):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_pickle_of_another_protocol_is_refused_in_one_line(tmp_path):
+    """A .bin written by pickle.dump (protocol 4, not torch.save's 2): torch printed a two-line warning about the
+    protocol above eaglekit's one-line refusal."""
+    import pickle
+
+    src = write_vllm(tmp_path / "src", Dims())
+    (src / "model.safetensors").unlink()
+    with open(src / "pytorch_model.bin", "wb") as f:
+        pickle.dump({"fc.weight": Evil(str(tmp_path / "pwned"))}, f, protocol=4)
+    done = subprocess.run([sys.executable, "-m", "eaglekit", "inspect", str(src)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "refused to unpickle" in done.stderr, done.stderr
+    assert not (tmp_path / "pwned").exists()
+
+
 @pytest.mark.parametrize("layout", ["coo", "csr"])
 def test_a_sparse_tensor_in_a_pickled_checkpoint_is_a_one_line_error(tmp_path, cli, layout):
     """torch.save of a sparse tensor loads weights-only, and reading it ended in 'internal error: RuntimeError' (validate

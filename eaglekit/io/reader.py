@@ -182,7 +182,7 @@ class Checkpoint:
 
         import torch
 
-        from .tensorfile import pickle_request, require_dense
+        from .tensorfile import pickle_request, require_dense, torch_load
 
         where = self._where(file)
         path = self._resolve(file, where)
@@ -190,12 +190,12 @@ class Checkpoint:
             raise CheckpointError(f"{where}: file is empty (0 bytes)")
         try:
             try:
-                state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+                state = torch_load(path, mmap=True)
             except RuntimeError as exc:
                 if "mmap" not in str(exc):
                     raise
                 # legacy (pre-zip) torch.save format cannot be memory-mapped; still weights-only
-                state = torch.load(path, map_location="cpu", weights_only=True)
+                state = torch_load(path)
         except pickle.UnpicklingError as exc:
             raise CheckpointError(
                 f"{where}: refused to unpickle: {pickle_request(exc)}, more than plain tensors; loading it could run "

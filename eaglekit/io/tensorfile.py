@@ -7,6 +7,7 @@ import gzip
 import io
 import pickle
 import re
+import warnings
 from pathlib import Path
 from typing import Iterable
 
@@ -38,14 +39,22 @@ def read_safetensors(path: Path, names: Iterable[str]) -> dict[str, torch.Tensor
         return {name: f.get_tensor(name) for name in names}
 
 
+def torch_load(source, *, mmap: bool = False) -> object:
+    """``torch.load`` on the CPU, weights only, without torch's warning that a pickle's protocol is not 2 (printed
+    over eaglekit's own one-line refusal of such a file, and over a file it reads: nothing a user can act on)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+        return torch.load(source, map_location="cpu", weights_only=True, **({"mmap": True} if mmap else {}))
+
+
 def load_torch(path: Path) -> object:
     """A ``torch.save`` file (gzipped where the name ends in ``.gz``) loaded with ``weights_only=True``: a pickle
     that asks for more than plain tensors is refused and runs nothing."""
     try:
         if path.name.endswith(".gz"):
             with gzip.open(path, "rb") as f:
-                return torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+                return torch_load(io.BytesIO(f.read()))
+        return torch_load(path, mmap=True)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(f"{path}: refused to unpickle: {pickle_request(exc)}, more than plain tensors; loading it could run "
                               "code, so eaglekit never does") from None
