@@ -5,6 +5,7 @@ Everything here is local; the requests themselves live in ``hub.py``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,10 +57,14 @@ def collect_files(directory: Path, roots: tuple[Path, ...] = ()) -> list[Path]:
     return files
 
 
+# How a path on someone's machine starts: absolute, home, dotted, a file URL, a Windows share, a home variable
+_LOCAL_PREFIXES = ("/", "~", "./", "../", "file:", "\\\\", "$HOME", "${HOME}", "%USERPROFILE%", "%HOMEPATH%")
+
+
 def _is_local_path(value: str) -> bool:
-    """An absolute, home or dotted path, or a relative one that names something here (``models/target``, which a
-    Hub id looks like too: the card's ``hub_id`` draws the same line)."""
-    if value.startswith(("/", "~", "./", "../")) or (len(value) > 2 and value[1] == ":" and value[2] in "\\/"):
+    """An absolute, home or dotted path (or a file URL, a Windows share, a home variable), or a relative one that
+    names something here (``models/target``, which a Hub id looks like too: the card's ``hub_id`` draws the same line)."""
+    if value.startswith(_LOCAL_PREFIXES) or (len(value) > 2 and value[1] == ":" and value[2] in "\\/"):
         return True
     return ("/" in value or "\\" in value) and Path(value).exists()
 
@@ -70,7 +75,9 @@ TARGET_KEYS = ("verifier", "name_or_path", "target")
 
 
 def _replacement(path: str, key: str | None, base_model: str | None) -> str:
-    return base_model if base_model and key in TARGET_KEYS else Path(path).name
+    """What ``scrub_local_paths`` puts in place of ``path``: the base model's id for the target, else its last part
+    (split at either slash: a Windows path is one name to this machine's ``Path``)."""
+    return base_model if base_model and key in TARGET_KEYS else re.split(r"[\\/]", path.rstrip("\\/"))[-1]
 
 
 def scrub_local_paths(value: Any, base_model: str | None, key: str | None = None) -> Any:

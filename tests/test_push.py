@@ -273,6 +273,18 @@ def test_no_local_path_is_published(cli, hub, tmp_path):
     assert json.loads((out / "config.json").read_text())["speculators_config"]["verifier"]["name_or_path"] == str(local_target)  # source untouched
 
 
+@pytest.mark.parametrize("local, name", [("file:///home/alice/llama", "llama"), ("\\\\server\\share\\llama", "llama"),
+                                         ("$HOME/models/llama", "llama"), ("C:\\Users\\alice\\llama", "llama"), ("~/llama/", "llama")])
+def test_paths_of_every_form_are_scrubbed(local, name):
+    """A file URL, a Windows share and a home variable were published as they were; a Windows path kept its folders
+    (this machine's Path reads it as one name)."""
+    from eaglekit.push import scrub_local_paths
+
+    doc = {"eaglekit": {"source_repo": local}, "speculators_config": {"verifier": {"name_or_path": local}}}
+    assert scrub_local_paths(doc, "org/llama") == {"eaglekit": {"source_repo": name}, "speculators_config": {"verifier": {"name_or_path": "org/llama"}}}
+    assert scrub_local_paths(["org/llama", "https://example.com/x"], None) == ["org/llama", "https://example.com/x"]  # not paths
+
+
 def test_paths_the_card_quotes_are_scrubbed_as_the_files_are(cli, hub, tmp_path):
     """config.json was scrubbed for the upload, but the card was rendered from the unscrubbed one: its provenance
     showed `source: Hub repo /home/...` and the notes' paths. Only the target's key takes the base model's id; any
