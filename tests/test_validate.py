@@ -900,3 +900,8 @@ def test_a_drafter_stating_no_max_position_embeddings_takes_its_config_classs(tm
     assert finding.message.endswith("differs from the target's (theta 10000, llama3, original_max_position_embeddings 2048 (from its config "
                                     "class's default max_position_embeddings: the config states neither)); engines use the "
                                     "drafter's — right only if it was trained so"), finding.message
+    # a target stating one that is no positive integer is read as stating none; the message said "states neither"
+    for unusable in ("x", -1, True):
+        finding = next(f for f in validate(eight_k, target=target(tmp_path, rope_scaling=unstated, max_position_embeddings=unusable)).findings
+                       if f.check == "rope.target")
+        assert f"max_position_embeddings: the config's, {unusable!r}, is no positive integer))" in finding.message, finding.message

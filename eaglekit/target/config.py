@@ -52,6 +52,8 @@ class TargetConfig:
     # keeps an original context of its own (Phi-3), that one, which wins over the scaling's
     max_position_embeddings: int | None = None
     own_original_context: int | None = None
+    # a max_position_embeddings the config states that is no positive integer (read as none: the class default applies)
+    max_positions_unusable: object = None
 
     @property
     def rope_as_loaded(self) -> Rope:
@@ -166,6 +168,7 @@ def read_target_config(source: str | Path, *, weights: bool = False) -> TargetCo
         config_only=bool(config_file) or (not gguf_file and not any(p.suffix in WEIGHT_SUFFIXES for p in directory.iterdir())),
         rope_freqs=_rope_freqs(config, label) if gguf_file else None,
         max_position_embeddings=positive_int(view.raw("max_position_embeddings")),
+        max_positions_unusable=view.raw("max_position_embeddings") if positive_int(view.raw("max_position_embeddings")) is None else None,
         own_original_context=own_original_context(view, view.str("model_type", None)),
     )
 

@@ -352,7 +352,11 @@ OWN_CONTEXT = "the config's own, outside its rope scaling, which transformers pu
 
 def _context_source(model: "Drafter | TargetConfig") -> str:
     """Where transformers takes a model's unstated original context from (``rope_as_loaded``), for a model with no
-    original context of its own."""
+    original context of its own. A target's config may state a max_position_embeddings that is no positive integer
+    (read leniently, as none): said so, not "states neither"."""
+    unusable = getattr(model, "max_positions_unusable", None)
+    if unusable is not None:
+        return f"from its config class's default max_position_embeddings: the config's, {shown(unusable)}, is no positive integer"
     return FILLED_CONTEXT if model.max_position_embeddings else DEFAULT_CONTEXT
 
 
