@@ -80,26 +80,35 @@ def _replacement(path: str, key: str | None, base_model: str | None) -> str:
     return base_model if base_model and key in TARGET_KEYS else re.split(r"[\\/]", path.rstrip("\\/"))[-1]
 
 
-def scrub_local_paths(value: Any, base_model: str | None, key: str | None = None) -> Any:
+def _map_strings(value: Any, change, key: str | None = None) -> Any:
+    """``value`` (parsed JSON) with each string ``s`` under ``key`` replaced by ``change(s, key)``."""
+    if isinstance(value, dict):
+        return {k: _map_strings(v, change, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_map_strings(v, change, key) for v in value]
+    return change(value, key) if isinstance(value, str) else value
+
+
+def scrub_local_paths(value: Any, base_model: str | None) -> Any:
     """``value`` (parsed JSON) with every path on the publisher's machine replaced: the target's (``TARGET_KEYS``) by
     the base model's Hub id where one is given, any other by the path's file name. What a published file says must mean
     something to its readers and name nothing of the publisher's machine."""
-    if isinstance(value, dict):
-        return {k: scrub_local_paths(v, base_model, k) for k, v in value.items()}
-    if isinstance(value, list):
-        return [scrub_local_paths(v, base_model, key) for v in value]
-    if isinstance(value, str) and _is_local_path(value):
-        return _replacement(value, key, base_model)
-    return value
+    return _map_strings(value, lambda s, key: _replacement(s, key, base_model) if _is_local_path(s) else s)
 
 
-def _local_paths(value: Any, base_model: str | None, key: str | None = None) -> dict[str, str]:
-    """Every string in ``value`` (parsed JSON) that ``scrub_local_paths`` replaces, with what it puts there."""
-    if isinstance(value, dict):
-        return {path: new for k, v in value.items() for path, new in _local_paths(v, base_model, k).items()}
-    if isinstance(value, list):
-        return {path: new for v in value for path, new in _local_paths(v, base_model, key).items()}
-    return {value: _replacement(value, key, base_model)} if isinstance(value, str) and _is_local_path(value) else {}
+def _local_paths(value: Any, base_model: str | None) -> dict[str, str]:
+    """Every string in ``value`` (parsed JSON) that ``scrub_local_paths`` replaces by a name, with that name; a path
+    that names nothing (``./``) says nothing of the machine and is left out, as replacing it in a card's text would
+    change other text (``./out`` in a command line)."""
+    found: dict[str, str] = {}
+
+    def note(s: str, key: str | None) -> str:
+        if _is_local_path(s) and _replacement(s, key, base_model) not in ("", ".", ".."):
+            found.setdefault(s, _replacement(s, key, base_model))
+        return s
+
+    _map_strings(value, note)
+    return found
 
 
 # The JSON files of a drafter that may record where things were on the publisher's machine.

@@ -299,6 +299,11 @@ def test_paths_the_card_quotes_are_scrubbed_as_the_files_are(cli, hub, tmp_path)
     assert str(home) not in card and "- source: Hub repo `ckpt`" in card and "- train.jsonl" in card and "| verifier (target) | org/llama |" in card
     sent = json.loads(hub.state.files("tester/drafter")["config.json"])["eaglekit"]
     assert (sent["notes"], sent["source_repo"], sent["verifier"]) == (["train.jsonl"], "ckpt", "org/llama")
+    # a path that names nothing (transformers writes `_name_or_path: ./` for a model saved from here) leaks nothing, and
+    # replacing it in the card's text would rewrite the card's own `./name-sglang`
+    config["_name_or_path"] = "./"
+    (out / "config.json").write_text(json.dumps(config))
+    assert "convert tester/drafter ./drafter-sglang --to sglang" in push(cli, out, "tester/drafter", "--dry-run").stdout
 
 
 def test_a_relative_local_path_is_not_published_as_the_target(cli, hub, tmp_path, monkeypatch):
