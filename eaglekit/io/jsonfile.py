@@ -81,10 +81,8 @@ def load(path: Path, what: str | None = None) -> Any:
     what = what or str(path)
     try:
         info = os.stat(path)
-        if stat.S_ISDIR(info.st_mode):
-            raise IsADirectoryError
-        if not stat.S_ISREG(info.st_mode):  # a FIFO or a device: opening it waits for a writer that never comes
-            raise CheckpointError(f"{what}: not a regular file, expected a JSON file")
+        if not stat.S_ISREG(info.st_mode):  # a FIFO or a device: opening it would wait for a writer that never comes
+            raise CheckpointError(f"{what}: {'is a directory' if stat.S_ISDIR(info.st_mode) else 'not a regular file'}, expected a JSON file")
         size = info.st_size
         if size > MAX_JSON_BYTES:
             raise CheckpointError(f"{what}: {size} bytes is too large for a JSON file (limit {MAX_JSON_BYTES})")
@@ -92,8 +90,6 @@ def load(path: Path, what: str | None = None) -> Any:
             data = f.read(MAX_JSON_BYTES + 1)
     except FileNotFoundError:
         raise CheckpointError(f"{what}: file not found") from None
-    except IsADirectoryError:
-        raise CheckpointError(f"{what}: is a directory, expected a JSON file") from None
     except OSError as exc:
         raise CheckpointError(f"{what}: cannot read ({exc.strerror})") from None
     return loads(data, what)
