@@ -94,12 +94,28 @@ def _dialect_ambiguity(ckpt: Checkpoint, detections: list[Detection], chosen: Lo
 _BASE_MODEL_LAYER = re.compile(r"^(?:model\.)?layers\.([3-9]|[1-9]\d+)\.")
 
 
+def _fuses(names) -> bool:
+    """A tensor only a drafter has: the fc fusion layer, or SpecForge's ``midlayer``."""
+    return any(n.endswith("fc.weight") or n.startswith("midlayer.") for n in names)
+
+
+def _deep_layers(names) -> set[str]:
+    """The indices of decoder layers past a drafter's one or two (``_BASE_MODEL_LAYER``)."""
+    return {m.group(1) for n in names if (m := _BASE_MODEL_LAYER.match(n))}
+
+
+def looks_like_drafter(names) -> bool:
+    """Tensor names a drafter has and a base model has not: a fusion layer and no deep decoder stack (a drafter
+    given as ``--target`` is refused by this, a base model given as a drafter by ``_refuse_base_model``)."""
+    return _fuses(names) and not _deep_layers(names)
+
+
 def _refuse_base_model(ckpt: Checkpoint) -> None:
     """A plain model (a target, not a drafter) is said to be one instead of being read as a broken drafter."""
     names = ckpt.tensors
-    if any(n.endswith("fc.weight") or n.startswith("midlayer.") for n in names):
+    if _fuses(names):
         return
-    layers = {m.group(1) for n in names if (m := _BASE_MODEL_LAYER.match(n))}
+    layers = _deep_layers(names)
     if layers:
         archs = (ckpt.config or {}).get("architectures")
         arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "a causal LM"

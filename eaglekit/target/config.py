@@ -71,20 +71,20 @@ class TargetConfig:
     def require_weights(self, why: str) -> None:
         """Refuse a target a command cannot run, before torch is imported: a config-only one (``weights_needed``'s line),
         a safetensors file whose header does not hold (named by the header checks every checkpoint gets, where
-        transformers' loader failed with an internal error), and an EAGLE drafter given as the target (its fusion
-        layer ``fc.weight`` and no ``model.*`` tensors of a causal LM, where transformers failed on the sizes)."""
+        transformers' loader failed with an internal error), and an EAGLE drafter given as the target (``dialects.looks_like_drafter``, where transformers failed on the sizes)."""
         if self.config_only:
             raise UsageError(self.weights_needed(why))
         if self.gguf_file:
             return
+        from ..dialects import looks_like_drafter
         from ..io.safetensors_header import read_header
 
         names: set[str] = set()
         for path in sorted(self.directory.glob("*.safetensors")):
             names |= set(read_header(path, f"--target {self.source}: {path.name}").entries)
-        if "fc.weight" in names and not any(name.startswith("model.") for name in names):
-            raise UsageError(f"--target {self.source}: this is an EAGLE drafter (fc.weight, no model.* tensors), not a target model; "
-                             "give the model the drafter was trained for")
+        if looks_like_drafter(names):
+            raise UsageError(f"--target {self.source}: this is an EAGLE drafter (a fusion layer and no decoder stack), not a target "
+                             "model; give the model the drafter was trained for")
 
     def weights_needed(self, why: str) -> str:
         """The one-line refusal for a command that runs the target (``why``: "verify runs the target model")."""
