@@ -287,7 +287,7 @@ def _check_target(target: str, command: str, hidden_states: str | None = None) -
 
     config = read_target_config(target, weights=True)
     if not hidden_states:
-        config.require_weights(f"{command} runs the target model")
+        config.require_runnable(f"{command} runs the target model")
 
 
 def verify(path: str | Path, *, target: str, progress: Callable[[str, int], object] | None = None, **options: Any) -> Verification:

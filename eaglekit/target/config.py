@@ -68,7 +68,7 @@ class TargetConfig:
         """What a drafter should record as its verifier: the Hub id when known, else the path (a config file's directory)."""
         return self.hub_id or (str(self.directory) if self.config_file else self.source)
 
-    def require_weights(self, why: str) -> None:
+    def require_runnable(self, why: str) -> None:
         """Refuse a target a command cannot run, before torch is imported: a config-only one (``weights_needed``'s line),
         a safetensors file whose header does not hold (named by the header checks every checkpoint gets, where
         transformers' loader failed with an internal error), and an EAGLE drafter given as the target (``dialects.looks_like_drafter``, where transformers failed on the sizes)."""

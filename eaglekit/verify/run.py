@@ -144,7 +144,7 @@ class Verifier:
         self.dtype = DTYPES[options.dtype]
         self.target_config = read_target_config(options.target, weights=True)
         if not options.hidden_states:  # before anything loads (a config is enough for --hidden-states)
-            self.target_config.require_weights(f"{options.command} runs the target model")
+            self.target_config.require_runnable(f"{options.command} runs the target model")
         self.progress = progress
         self.target: TargetModel | None = None
         self.sequences: list[tuple[Prompt, torch.Tensor]] = []  # prompt + continuation (continuation_length tokens)
