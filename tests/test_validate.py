@@ -532,8 +532,8 @@ def test_version_strings_no_release_has_are_refused(version):
         engines.parse(f"vllm=={version}")
 
 
-def test_a_release_past_the_table_names_the_newest_read_not_the_newest_row():
-    said = next(f for f in validate(write_specforge(Path(__import__("tempfile").mkdtemp()) / "s", Dims()), engine="sglang==0.5.24").findings
+def test_a_release_past_the_table_names_the_newest_read_not_the_newest_row(tmp_path):
+    said = next(f for f in validate(write_specforge(tmp_path / "s", Dims()), engine="sglang==0.5.24").findings
                 if f.check == "engine.untested_release")
     assert "(up to 0.5.23)" in said.message  # the newest row is 0.5.17: nothing changed after it up to 0.5.23
 
