@@ -281,7 +281,8 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
 
     source = loaded.drafter
     notes = list(loaded.notes)
-    problems = errors(run_checks(CheckInput(source, loaded.present(), values=loaded.read_values, target=target, config=loaded.checkpoint.config)))
+    problems = errors(run_checks(CheckInput(source, loaded.present(), values=loaded.read_values, target=target, config=loaded.checkpoint.config,
+                                           stored_name=loaded.stored_name)))
     if problems:
         raise ValidationFailed(_refusal("the source drafter does not validate", problems), problems)
     d = source
@@ -337,7 +338,8 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
     from . import schemas  # jsonschema: the output's config.json is held to its dialect's schema, as validate holds it
 
     findings = schemas.check_config(config, writer.schema, mla=d.attention == "mla", label="the output's config.json")
-    findings += run_checks(CheckInput(d, out_present, values=lambda c: _values_for_checks(loaded, c), target=target, config=config))
+    findings += run_checks(CheckInput(d, out_present, values=lambda c: _values_for_checks(loaded, c), target=target, config=config,
+                                     stored_name=lambda c: out_names.get(c, c)))  # the output's names
     # what this run's own notes already say of the output, said once, by the note (which says why)
     said_by_notes = {"flags.untrained_upgrade"} if options.upgrade else set()
     said_by_notes |= {n.check for n in notes if n.check == "aux.not_recorded"}

@@ -140,6 +140,34 @@ def test_an_absent_q_lora_rank_is_read_from_q_a_proj_said_once_and_repaired_by_c
     assert "mla.q_lora_rank" in {f.check for f in validate(null).findings}  # an explicit null is not guessed at
 
 
+def test_tensor_findings_name_tensors_as_the_file_does(tmp_path, cli):
+    """A SpecForge file stores its decoder layer as midlayer.*: a wrong shape, a missing tensor and a stray one are named
+    as the file names them (and as the dialect would, for the missing one), eaglekit's canonical name after it, so that
+    the user can find the tensor; the subject is the file's name."""
+    src = tensors(write_specforge(tmp_path / "src", Dims()), lambda t: (
+        t.update({"midlayer.self_attn.k_proj.weight": t["midlayer.self_attn.k_proj.weight"][:3]}),
+        t.pop("midlayer.mlp.up_proj.weight"),
+        t.update({"layers.0.mystery.weight": torch.zeros(2)})))
+    report = validate(src)
+    by_check = {f.check: f for f in report.findings}
+    shape, missing, unknown = by_check["tensor.shape"], by_check["tensor.missing"], by_check["tensor.unknown"]
+    assert shape.message.startswith("midlayer.self_attn.k_proj.weight (eaglekit's layers.0.self_attn.k_proj.weight) has shape [3, ")
+    assert shape.subject == "midlayer.self_attn.k_proj.weight"
+    assert missing.message.startswith("missing tensor midlayer.mlp.up_proj.weight (eaglekit's layers.0.mlp.up_proj.weight)")
+    assert missing.subject == "midlayer.mlp.up_proj.weight"
+    assert unknown.message == "unknown tensor layers.0.mystery.weight"  # a name that maps to nothing stays as stored
+    # a vllm-dialect file names them canonically: nothing added
+    plain = validate(tensors(write_vllm(tmp_path / "plain", Dims()), lambda t: t.pop("layers.0.mlp.up_proj.weight")))
+    assert next(f for f in plain.findings if f.check == "tensor.missing").message == "missing tensor layers.0.mlp.up_proj.weight"
+    # convert's refusal and --scan's findings say the same
+    refusal = cli("convert", src, tmp_path / "out", "--to", "vllm", expect=1).stderr
+    assert "midlayer.self_attn.k_proj.weight (eaglekit's layers.0.self_attn.k_proj.weight) has shape" in refusal
+    assert not (tmp_path / "out").exists()
+    nan = tensors(write_specforge(tmp_path / "nan", Dims()), lambda t: t["midlayer.mlp.up_proj.weight"].fill_(float("nan")))
+    scanned = next(f for f in validate(nan, scan=True).findings if f.check == "scan.nonfinite")
+    assert scanned.message.startswith("midlayer.mlp.up_proj.weight has ") and scanned.message.endswith("(eaglekit's layers.0.mlp.up_proj.weight)")
+
+
 @pytest.mark.parametrize("check", sorted(CHECKS))
 def test_each_invariant_is_caught_by_its_id(tmp_path, check):
     make, kw = broken(check)

@@ -226,6 +226,7 @@ class LoadedDrafter:
     # with a target: two id conventions that its depth rules neither out of; the dialect's is read (aux.unsettled_convention),
     # verify measures both and convert --resolve converts with the one the weights were trained with
     unsettled: Ambiguity | None = None
+    name_map: NameMap | None = None  # the dialect's name rules, for tensors the checkpoint lacks (``stored_name``)
 
     @property
     def doubt(self) -> Ambiguity | None:
@@ -237,6 +238,21 @@ class LoadedDrafter:
         for s in self.unknown:
             out[s] = (self.checkpoint.tensors[s].shape, self.checkpoint.tensors[s].dtype)
         return out
+
+    def stored_name(self, canonical: str) -> str:
+        """A tensor as the checkpoint names it (``midlayer.*`` for SGLang's ``layers.0.*``): its own name where it holds
+        the tensor; for one it lacks, the name a rule of its dialect gives it where the checkpoint names other tensors
+        by that rule (every dialect reads ``midlayer.*``, few files hold it), else the canonical name; a tensor that
+        maps to no canonical name keeps its own."""
+        if canonical in self.names:
+            return self.names[canonical]
+        if canonical in self.unknown or self.name_map is None:
+            return canonical
+        stored = self.names.values()
+        for theirs, ours in self.name_map.rules:
+            if canonical.startswith(ours) and any(s.startswith(theirs) for s in stored):
+                return theirs + canonical[len(ours):]
+        return canonical
 
     def read(self, canonical: str) -> torch.Tensor:
         return self.checkpoint.read(self.names[canonical])
@@ -437,7 +453,7 @@ class Dialect:
         missing = {k: v for k, v in kept.items() if k in CARRIED_HF_KEYS and k not in drafter.extra_config}
         if missing:
             drafter = drafter.with_(extra_config={**drafter.extra_config, **missing})
-        return LoadedDrafter(drafter, ckpt, self.name, detection, names, unknown, notes, ambiguity, unsettled)
+        return LoadedDrafter(drafter, ckpt, self.name, detection, names, unknown, notes, ambiguity, unsettled, self.names)
 
     # hooks a dialect may override --------------------------------------------------------------------
 

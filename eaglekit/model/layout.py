@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 from ..findings import Finding
 from ..io import dtypes
@@ -141,26 +141,33 @@ _KIND_OK = {
 _KIND_TEXT = {"float": "a floating dtype", "int64": "int64", "bool": "bool"}
 
 
-def check_tensors(d: Drafter, present: Mapping[str, tuple[tuple[int, ...], Any]]) -> list[Finding]:
-    """Compare the tensors a checkpoint has (canonical name -> (shape, dtype)) with what its config implies."""
+def check_tensors(d: Drafter, present: Mapping[str, tuple[tuple[int, ...], Any]],
+                  stored_name: Callable[[str], str] | None = None) -> list[Finding]:
+    """Compare the tensors a checkpoint has (canonical name -> (shape, dtype)) with what its config implies.
+
+    ``stored_name``: how the checked checkpoint names a canonical tensor (SGLang's ``midlayer.*`` for ``layers.0.*``);
+    each finding names the tensor so, the canonical name after it where the two differ, and takes the stored name
+    as its subject: the name a user finds in the file."""
+
+    def named(name: str) -> tuple[str, str]:  # (how the message names it, the finding's subject)
+        stored = stored_name(name) if stored_name is not None else name
+        return (stored if stored == name else f"{stored} (eaglekit's {name})"), stored
+
     findings: list[Finding] = []
     expected = expected_tensors(d)
     for name, spec in expected.items():
+        said, subject = named(name)
         if name not in present:
             if spec.required:
                 why = f" (required by {spec.why})" if spec.why else ""
-                findings.append(Finding("tensor.missing", "error", f"missing tensor {name}{why}", name))
+                findings.append(Finding("tensor.missing", "error", f"missing tensor {said}{why}", subject))
             continue
         shape, dtype = present[name]
         want = tuple(shape[i] if s == ANY and i < len(shape) else s for i, s in enumerate(spec.shape))
         if tuple(shape) != want:
-            findings.append(
-                Finding("tensor.shape", "error", f"{name} has shape {list(shape)}, expected {list(want)}", name)
-            )
+            findings.append(Finding("tensor.shape", "error", f"{said} has shape {list(shape)}, expected {list(want)}", subject))
         if not _KIND_OK[spec.kind](dtype):
-            findings.append(
-                Finding("tensor.dtype", "error", f"{name} is {dtypes.name(dtype)}, expected {_KIND_TEXT[spec.kind]}", name)
-            )
+            findings.append(Finding("tensor.dtype", "error", f"{said} is {dtypes.name(dtype)}, expected {_KIND_TEXT[spec.kind]}", subject))
     for name in present:
         if name in expected:
             continue
@@ -170,10 +177,11 @@ def check_tensors(d: Drafter, present: Mapping[str, tuple[tuple[int, ...], Any]]
             continue
         if name == "fc.weight" and not d.flags.use_aux_hidden_state:
             continue
+        said, subject = named(name)
         if name == "fc.bias":
-            findings.append(Finding("config.fc_bias", "error", "fc.bias is present: EAGLE 3 fc has no bias (engines refuse or ignore it)", name))
+            findings.append(Finding("config.fc_bias", "error", f"{said} is present: EAGLE 3 fc has no bias (engines refuse or ignore it)", subject))
         elif is_known_name(name):
-            findings.append(Finding("tensor.unexpected", "error", f"tensor {name} is not part of this drafter's configuration", name))
+            findings.append(Finding("tensor.unexpected", "error", f"tensor {said} is not part of this drafter's configuration", subject))
         else:
-            findings.append(Finding("tensor.unknown", "error", f"unknown tensor {name}", name))
+            findings.append(Finding("tensor.unknown", "error", f"unknown tensor {said}", subject))
     return findings

@@ -96,7 +96,8 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
             report.findings.append(Finding(check, "warning", loaded.ambiguity.message() + f"; checked as the {loaded.dialect} reading", "eagle_aux_hidden_state_layer_ids"))
         present = loaded.present()
         remote = loaded.checkpoint.located.remote  # headers only: no tensor values to check
-        report.findings += run_checks(CheckInput(d, present, values=None if remote else loaded.read_values, target=target_cfg, config=config))
+        report.findings += run_checks(CheckInput(d, present, values=None if remote else loaded.read_values, target=target_cfg, config=config,
+                                                 stored_name=loaded.stored_name))
         if remote:
             report.findings += _skipped_remotely(d, present, scan)
         if not remote and target_cfg is not None and d.has_d2t and "lm_head.weight" in loaded.names:
@@ -115,11 +116,11 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
             from .scan import scan_all  # reads every tensor: torch
 
             canonical_of = {s: c for c, s in loaded.names.items()}
-            report.findings += scan_all(loaded.checkpoint, list(loaded.checkpoint.tensors))
             # scan findings name checkpoint tensors; say which canonical tensor they are when it differs
-            report.findings = [
-                f if f.subject not in canonical_of or canonical_of[f.subject] == f.subject else replace(f, message=f.message + f" ({canonical_of[f.subject]})")
-                for f in report.findings
+            report.findings += [
+                f if f.subject not in canonical_of or canonical_of[f.subject] == f.subject
+                else replace(f, message=f.message + f" (eaglekit's {canonical_of[f.subject]})")
+                for f in scan_all(loaded.checkpoint, list(loaded.checkpoint.tensors))
             ]
     return report
 

@@ -81,6 +81,7 @@ class CheckInput:
     values: Callable[[str], Sequence[int]] | None = None  # canonical name -> an integer/bool tensor's elements (d2t, t2d)
     target: TargetConfig | None = None
     config: dict | None = None  # the raw config.json, where a check depends on how a key is spelled (null vs a number)
+    stored_name: Callable[[str], str] | None = None  # canonical name -> as the checked checkpoint names it (findings say that)
 
 
 # Which engines use the target's lm_head for a drafter that ships none. vLLM: source, llm_base_proposer
@@ -424,7 +425,7 @@ def check_vocab(x: CheckInput) -> list[Finding]:
 
 
 def run_checks(x: CheckInput) -> list[Finding]:
-    findings = check_tensors(x.drafter, x.present)
+    findings = check_tensors(x.drafter, x.present, x.stored_name)
     for check in (check_flags, check_config, borrowed_head, check_window, check_aux, check_target, check_vocab):
         findings += check(x)
     return findings

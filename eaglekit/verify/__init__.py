@@ -57,7 +57,8 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
         d = loaded.drafter.with_(target_num_layers=L)
         loaded.drafter = d
         # what reading the checkpoint noticed (a defaulted rope, an unsettled id convention) and what the checks find
-        findings = [*loaded.notes, *run_checks(CheckInput(d, loaded.present(), values=loaded.read_values, target=verifier.target_config))]
+        findings = [*loaded.notes, *run_checks(CheckInput(d, loaded.present(), values=loaded.read_values, target=verifier.target_config,
+                                                                 stored_name=loaded.stored_name))]
         misfit = cannot_run(findings)
         if misfit:  # before the target is loaded: it could not run on this target at all
             said = "does not fit the target" if misfit[0].check.startswith("target.") else "cannot run on the target"

@@ -139,7 +139,8 @@ def load_drafter(verifier: Verifier, path: str, options: DriftOptions) -> Drafti
     with dialects.load(path, options.source_dialect, norm_output_semantics=options.norm_output_semantics, target_num_layers=L) as loaded:
         d = loaded.drafter.with_(target_num_layers=L)
         loaded.drafter = d
-        bad = errors(run_checks(CheckInput(d, loaded.present(), values=loaded.read_values, target=verifier.target_config)))
+        bad = errors(run_checks(CheckInput(d, loaded.present(), values=loaded.read_values, target=verifier.target_config,
+                                             stored_name=loaded.stored_name)))
         if bad:
             raise UsageError(f"{path} cannot run on {verifier.target_config.name}: {bad[0].message} (see `eaglekit validate`)")
         return Drafting(path, verifier.model_for(loaded), resolved_ids(d, L))

@@ -48,7 +48,8 @@ def check_reference(verifier: Verifier, path: str, drafter: Drafter) -> None:
     L = verifier.target_config.num_layers
     with dialects.load(options.reference, target_num_layers=L) as ref:
         r = ref.drafter.with_(target_num_layers=L)
-        bad = cannot_run(run_checks(CheckInput(r, ref.present(), values=ref.read_values, target=verifier.target_config)))
+        bad = cannot_run(run_checks(CheckInput(r, ref.present(), values=ref.read_values, target=verifier.target_config,
+                                                  stored_name=ref.stored_name)))
     if bad:
         raise UsageError(f"--reference {options.reference} cannot run on the target {verifier.target_config.name}: {bad[0].message}")
     mine, theirs = (drafter.draft_vocab_size, drafter.hidden_size), (r.draft_vocab_size, r.hidden_size)
