@@ -74,10 +74,36 @@ def _is_local_path(value: str) -> bool:
 TARGET_KEYS = ("verifier", "name_or_path", "target")
 
 
+# A path inside a longer string (a finding's message, a note: "converted from /home/alice/ckpt"): one of the prefixed
+# forms above, starting the string or after a space, quote, bracket, "=", "," or ";" (so that a URL's "//host/..." and
+# "and/or" are not paths), up to the next space, quote, closing bracket, "," or ";". A relative path inside a sentence
+# (``models/target``) is not recognised: nothing tells it from a Hub id or a ratio there.
+_END = r"[^\s\"'`)\]},;]"
+_EMBEDDED_PATH = re.compile(
+    r"(?:^|(?<=[\s\"'`=(\[{,;]))(?:"
+    rf"(?:~|\$HOME|\$\{{HOME\}}|%USERPROFILE%|%HOMEPATH%|\.\.?)?[\\/](?=[\w.~$%-]){_END}*"  # /x, ~/x, ./x, $HOME/x, ...
+    rf"|file:{_END}+|[A-Za-z]:[\\/]{_END}*|\\\\{_END}+)"  # file URLs, C:\x, \\server\share
+)
+
+
+def _is_whole_path(s: str) -> bool:
+    return _is_local_path(s) and (not any(c.isspace() for c in s) or Path(s).exists())
+
+
+def _embedded_paths(text: str) -> list[str]:
+    """The local paths inside ``text`` (``_EMBEDDED_PATH``), a sentence's full stop or a message's colon after one left out."""
+    return [p for p in (m.group(0).rstrip(".:") for m in _EMBEDDED_PATH.finditer(text)) if _last_part(p) not in ("", ".", "..")]
+
+
+def _last_part(path: str) -> str:
+    """A path's file name (split at either slash: a Windows path is one name to this machine's ``Path``)."""
+    return re.split(r"[\\/]", path.rstrip("\\/"))[-1]
+
+
 def _replacement(path: str, key: str | None, base_model: str | None) -> str:
     """What ``scrub_local_paths`` puts in place of ``path``: the base model's id for the target, else its last part
     (split at either slash: a Windows path is one name to this machine's ``Path``)."""
-    return base_model if base_model and key in TARGET_KEYS else re.split(r"[\\/]", path.rstrip("\\/"))[-1]
+    return base_model if base_model and key in TARGET_KEYS else _last_part(path)
 
 
 def _map_strings(value: Any, change, key: str | None = None) -> Any:
@@ -89,11 +115,21 @@ def _map_strings(value: Any, change, key: str | None = None) -> Any:
     return change(value, key) if isinstance(value, str) else value
 
 
+def _scrubbed(s: str, key: str | None, base_model: str | None) -> str:
+    """A string that is a local path replaced (``_replacement``); else each local path inside it by its file name. A
+    string with a space is a sentence (a finding's message starts with its file's path) unless it names something here."""
+    if _is_whole_path(s):
+        return _replacement(s, key, base_model)
+    for path in sorted(set(_embedded_paths(s)), key=len, reverse=True):
+        s = s.replace(path, _last_part(path))
+    return s
+
+
 def scrub_local_paths(value: Any, base_model: str | None) -> Any:
     """``value`` (parsed JSON) with every path on the publisher's machine replaced: the target's (``TARGET_KEYS``) by
-    the base model's Hub id where one is given, any other by the path's file name. What a published file says must mean
-    something to its readers and name nothing of the publisher's machine."""
-    return _map_strings(value, lambda s, key: _replacement(s, key, base_model) if _is_local_path(s) else s)
+    the base model's Hub id where one is given, any other by the path's file name, inside a longer string too. What a
+    published file says must mean something to its readers and name nothing of the publisher's machine."""
+    return _map_strings(value, lambda s, key: _scrubbed(s, key, base_model))
 
 
 def _local_paths(value: Any, base_model: str | None) -> dict[str, str]:
@@ -103,8 +139,12 @@ def _local_paths(value: Any, base_model: str | None) -> dict[str, str]:
     found: dict[str, str] = {}
 
     def note(s: str, key: str | None) -> str:
-        if _is_local_path(s) and _replacement(s, key, base_model) not in ("", ".", ".."):
-            found.setdefault(s, _replacement(s, key, base_model))
+        if _is_whole_path(s):
+            if _replacement(s, key, base_model) not in ("", ".", ".."):
+                found.setdefault(s, _replacement(s, key, base_model))
+        else:
+            for path in _embedded_paths(s):
+                found.setdefault(path, _last_part(path))
         return s
 
     _map_strings(value, note)

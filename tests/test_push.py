@@ -285,6 +285,36 @@ def test_paths_of_every_form_are_scrubbed(local, name):
     assert scrub_local_paths(["org/llama", "https://example.com/x"], None) == ["org/llama", "https://example.com/x"]  # not paths
 
 
+@pytest.mark.parametrize("text, published", [
+    ("converted from /home/alice/ckpt on 2026-11-20.", "converted from ckpt on 2026-11-20."),
+    ("speculators /home/alice/x", "speculators x"),
+    ("/home/alice/x/config.json: $.hidden_size = 'sixteen': not an integer", "config.json: $.hidden_size = 'sixteen': not an integer"),
+    ("path=~/runs/a, other=$HOME/m (C:\\Users\\bob\\x) \\\\srv\\share\\q file:///home/a/b", "path=a, other=m (x) q b"),
+    ("a drafter at '/home/alice/q' and ../up/x", "a drafter at 'q' and x"),
+    # not paths: a URL, Hub ids, ratios, a lone slash
+    ("see https://huggingface.co/org/x and hf://a/b", "see https://huggingface.co/org/x and hf://a/b"),
+    ("org/name and/or 1/2 of 8/16 GPUs, a / b", "org/name and/or 1/2 of 8/16 GPUs, a / b"),
+])
+def test_paths_inside_longer_strings_are_scrubbed(text, published):
+    """A path inside a sentence (a note, a finding's message in eaglekit-verify.json) was published whole."""
+    from eaglekit.push import scrub_local_paths
+
+    assert scrub_local_paths({"eaglekit": {"notes": [text]}}, "org/llama") == {"eaglekit": {"notes": [published]}}
+
+
+def test_a_path_inside_a_note_is_scrubbed_in_the_files_and_the_card(cli, hub, tmp_path):
+    out = tmp_path / "drafter"
+    convert(write_vllm(tmp_path / "src", Dims()), out, ConvertOptions(to="vllm", aux_layers=(2, 4, 5)))
+    config = json.loads((out / "config.json").read_text())
+    config["eaglekit"]["notes"] = ["trained on /home/alice/data/train.jsonl with lr 1e-4", "/home/alice/x/config.json: a message"]
+    (out / "config.json").write_text(json.dumps(config))
+    push(cli, out, "tester/drafter")
+    published = hub.state.files("tester/drafter")
+    assert b"/home/alice" not in published["config.json"] and b"/home/alice" not in published["README.md"]
+    assert json.loads(published["config.json"])["eaglekit"]["notes"] == ["trained on train.jsonl with lr 1e-4", "config.json: a message"]
+    assert "trained on train.jsonl with lr 1e-4" in published["README.md"].decode()
+
+
 def test_paths_the_card_quotes_are_scrubbed_as_the_files_are(cli, hub, tmp_path):
     """config.json was scrubbed for the upload, but the card was rendered from the unscrubbed one: its provenance
     showed `source: Hub repo /home/...` and the notes' paths. Only the target's key takes the base model's id; any
