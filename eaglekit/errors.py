@@ -37,9 +37,14 @@ class CheckpointError(EaglekitError):
 
 
 class ConfigError(EaglekitError):
-    """A config.json is malformed or contradicts itself or its tensors (exit 2)."""
+    """A config.json is malformed or contradicts itself or its tensors (exit 2). ``key``: the path of the value at
+    fault (``eagle_config.hidden_size``), where one value is."""
 
     exit_code = 2
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        self.key = key
 
 
 class NotADrafterError(CheckpointError):

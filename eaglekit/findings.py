@@ -49,3 +49,20 @@ def by_severity(findings: Iterable[Finding]) -> dict[str, list[Finding]]:
     for f in findings:
         grouped[f.severity].append(f)
     return grouped
+
+
+def said_once(findings: list[Finding]) -> list[Finding]:
+    """``findings`` less each ``schema.config`` error about a config key that another error names as its subject (a
+    check that knows what the key means, or the error that stopped the config's reading): one fault, one finding,
+    the one that says what it means (``rope_scaling (linear) factor is -1: expected a number above 0``, not "is not
+    valid under any of the given schemas"). A key matches where one dotted path ends the other
+    (``eagle_config.eagle_aux_hidden_state_layer_ids`` and ``eagle_aux_hidden_state_layer_ids``) or lies inside it
+    (``rope_scaling.factor`` and ``rope_scaling``)."""
+    named = [f.subject.split(".") for f in findings if f.severity == "error" and f.check != "schema.config" and f.subject]
+
+    def said_elsewhere(key: str) -> bool:
+        parts = key.split(".")
+        return any(parts[-len(k):] == k or parts[: len(k)] == k for k in named)
+
+    return [f for f in findings if not (f.check == "schema.config" and f.subject and said_elsewhere(f.subject))]
+

@@ -104,8 +104,18 @@ def check_config(config: dict, schema: str | None, *, mla: bool, label: str = "c
     for name in names:
         errors = [e for e in _errors(config, name) if _wrong_key(e) not in reported]
         reported |= {_wrong_key(e) for e in errors}
-        findings += [Finding("schema.config", "error", f"{label}: {_describe(e)}", name.split("/")[-1]) for e in errors]
+        findings += [Finding("schema.config", "error", f"{label}: {_describe(e)}", _config_key(e)) for e in errors]
     return findings
+
+
+def _config_key(error) -> str | None:
+    """The config key a violation is about, as a dotted path (``eagle_config.eagle_aux_hidden_state_layer_ids``; list
+    positions left out), a missing required key included; None for the config as a whole."""
+    parts = [str(p) for p in error.absolute_path if isinstance(p, str)]
+    if error.validator == "required" and isinstance(error.instance, dict):
+        missing = [k for k in error.validator_value if k not in error.instance]
+        parts += missing[:1]
+    return ".".join(parts) or None
 
 
 def _wrong_key(error) -> str:

@@ -227,12 +227,33 @@ def test_schema_violation_names_the_json_path(tmp_path):
 
 
 def test_unreadable_config_reports_schema_and_reading_errors(tmp_path, cli):
-    src = config(write_vllm(tmp_path / "src", Dims()), lambda c: c.update(hidden_size="sixteen"))
+    """The reading stops at its first bad value; the schema finds the others. A value both find is said once, by the
+    reading's error (it was a schema.config finding and a config.unreadable one for one fault)."""
+    src = config(write_vllm(tmp_path / "src", Dims()), lambda c: c.update(hidden_size="sixteen", intermediate_size="y"))
     report = validate(src)
-    assert {"schema.config", "config.unreadable"} <= ids_of(report, "error")
+    assert [(f.check, f.subject) for f in report.findings] == [("schema.config", "intermediate_size"), ("config.unreadable", "hidden_size")]
+    assert report.findings[1].message.endswith("hidden_size must be an integer, got 'sixteen'")
     result = cli("validate", src, "--json", expect=1)
     data = json.loads(result.stdout)
-    assert data["ok"] is False and data["counts"]["error"] >= 2
+    assert data["ok"] is False and data["counts"]["error"] == 2
+
+
+@pytest.mark.parametrize("edit, check, key", [
+    (lambda c: c.update(rope_scaling={"rope_type": "linear", "factor": -1}), "rope.parameters", "rope_scaling"),
+    (lambda c: c.update(eagle_aux_hidden_state_layer_ids=[-5, 2, 5]), "aux.range", "eagle_aux_hidden_state_layer_ids"),
+    (lambda c: c.pop("hidden_size"), "config.unreadable", "hidden_size"),
+])
+def test_one_fault_is_one_finding(tmp_path, edit, check, key):
+    """A value the schema refuses and a check explains was two errors; the check's, which says what is wrong in the
+    key's own terms, is the one kept. The schema still speaks where nothing else does (a finding names its key)."""
+    report = validate(config(write_vllm(tmp_path / "src", Dims()), edit))
+    assert [(f.check, f.subject) for f in errors_of(report)] == [(check, key)]
+    other = validate(config(write_vllm(tmp_path / "other", Dims()), lambda c: c.update(architectures=[5])))
+    assert [(f.check, f.subject) for f in errors_of(other)] == [("schema.config", "architectures")]
+
+
+def errors_of(report):
+    return [f for f in report.findings if f.severity == "error"]
 
 
 def test_a_directory_without_config_json_is_one_usage_error(tmp_path, cli):
@@ -262,8 +283,11 @@ def test_an_mla_config_is_told_once_per_wrong_key_across_its_two_schemas(tmp_pat
     messages = lambda src: [f.message for f in validate(src, source_dialect="vllm").findings if f.check == "schema.config"]  # noqa: E731
     said = messages(config(mla("arch"), lambda c: c.update(architectures=[5])))
     assert len(said) == 1 and "$.architectures[0] = 5: 5 is not of type 'string'" in said[0], said
-    said = messages(config(mla("missing"), lambda c: (c.pop("kv_lora_rank"), c.pop("hidden_size"))))
-    assert sorted(m.split(": ")[-1] for m in said) == ["'hidden_size' is a required property", "'kv_lora_rank' is a required property"], said
+    missing = validate(config(mla("missing"), lambda c: (c.pop("kv_lora_rank"), c.pop("hidden_size"))), source_dialect="vllm")
+    said = {f.subject: (f.check, f.message.split(": ")[-1]) for f in missing.findings if f.severity == "error"}
+    # hidden_size by the reading's error (which stops there), kv_lora_rank by the schema: each once
+    assert said == {"kv_lora_rank": ("schema.config", "'kv_lora_rank' is a required property"),
+                    "hidden_size": ("config.unreadable", "hidden_size is missing (expected an integer)")}, said
 
 
 def test_a_survey_with_a_target_that_cannot_be_read_is_one_error(tmp_path, cli):

@@ -36,6 +36,10 @@ class ConfigView:
     def _where(self, key: str) -> str:
         return f"{self.label}: {self.path}{key}"
 
+    def _bad(self, key: str, what: str) -> ConfigError:
+        """The error for ``key``'s value (``what`` is wrong with it), naming the key's path for findings to match on."""
+        return ConfigError(f"{self._where(key)} {what}", key=f"{self.path}{key}")
+
     def has(self, key: str) -> bool:
         return key in self.data and self.data[key] is not None
 
@@ -48,69 +52,69 @@ class ConfigView:
         if value is None:
             return None
         if not isinstance(value, dict):
-            raise ConfigError(f"{self._where(key)} must be an object, got {type(value).__name__}")
+            raise self._bad(key, f"must be an object, got {type(value).__name__}")
         return ConfigView(value, self.label, f"{self.path}{key}.")
 
     def int(self, key: str, default: Any = _REQUIRED, *, minimum: int | None = 0) -> Any:
         value = self.data.get(key)
         if value is None:
             if default is _REQUIRED:
-                raise ConfigError(f"{self._where(key)} is missing (expected an integer)")
+                raise self._bad(key, "is missing (expected an integer)")
             return default
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if not isinstance(value, int) or isinstance(value, bool):
-            raise ConfigError(f"{self._where(key)} must be an integer, got {shown(value)}")
+            raise self._bad(key, f"must be an integer, got {shown(value)}")
         if minimum is not None and value < minimum:
-            raise ConfigError(f"{self._where(key)} must be >= {minimum}, got {value}")
+            raise self._bad(key, f"must be >= {minimum}, got {value}")
         return value
 
     def float(self, key: str, default: Any = _REQUIRED) -> Any:
         value = self.data.get(key)
         if value is None:
             if default is _REQUIRED:
-                raise ConfigError(f"{self._where(key)} is missing (expected a number)")
+                raise self._bad(key, "is missing (expected a number)")
             return default
         if not finite_number(value):
-            raise ConfigError(f"{self._where(key)} must be a finite number, got {shown(value)}")
+            raise self._bad(key, f"must be a finite number, got {shown(value)}")
         return float(value)
 
     def bool(self, key: str, default: Any = _REQUIRED) -> Any:
         value = self.data.get(key)
         if value is None:
             if default is _REQUIRED:
-                raise ConfigError(f"{self._where(key)} is missing (expected true or false)")
+                raise self._bad(key, "is missing (expected true or false)")
             return default
         if not isinstance(value, bool):
-            raise ConfigError(f"{self._where(key)} must be true or false, got {shown(value)}")
+            raise self._bad(key, f"must be true or false, got {shown(value)}")
         return value
 
     def str(self, key: str, default: Any = _REQUIRED) -> Any:
         value = self.data.get(key)
         if value is None:
             if default is _REQUIRED:
-                raise ConfigError(f"{self._where(key)} is missing (expected a string)")
+                raise self._bad(key, "is missing (expected a string)")
             return default
         if not isinstance(value, str):
-            raise ConfigError(f"{self._where(key)} must be a string, got {shown(value)}")
+            raise self._bad(key, f"must be a string, got {shown(value)}")
         return value
 
     def int_list(self, key: str, default: Any = _REQUIRED) -> Any:
         value = self.data.get(key)
         if value is None:
             if default is _REQUIRED:
-                raise ConfigError(f"{self._where(key)} is missing (expected a list of integers)")
+                raise self._bad(key, "is missing (expected a list of integers)")
             return default
         if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise ConfigError(f"{self._where(key)} must be a list of integers, got {shown(value)}")
+            raise self._bad(key, f"must be a list of integers, got {shown(value)}")
         return tuple(value)
 
     def str_list(self, key: str, default: Any = _REQUIRED) -> Any:
         value = self.data.get(key)
         if value is None:
             if default is _REQUIRED:
-                raise ConfigError(f"{self._where(key)} is missing (expected a list of strings)")
+                raise self._bad(key, "is missing (expected a list of strings)")
             return default
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{self._where(key)} must be a list of strings, got {shown(value)}")
+            raise self._bad(key, f"must be a list of strings, got {shown(value)}")
         return tuple(value)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .. import dialects
 from ..errors import ConfigError
-from ..findings import Finding, errors
+from ..findings import Finding, errors, said_once
 from .checks import CHECKS, CheckInput, run_checks
 
 if TYPE_CHECKING:
@@ -122,6 +122,7 @@ def validate(source: str | Path, *, target: str | None = None, engine: str | Non
                 else replace(f, message=f.message + f" (eaglekit's {canonical_of[f.subject]})")
                 for f in scan_all(loaded.checkpoint, list(loaded.checkpoint.tensors))
             ]
+    report.findings = said_once(report.findings)
     return report
 
 
@@ -162,7 +163,7 @@ def _unreadable(source, source_dialect, exc, release, target_cfg, scan) -> Valid
         config = ckpt.config or {}
         mla = any(k in config for k in ("kv_lora_rank", "qk_rope_head_dim"))
         report.findings += schemas.check_config(config, dialects.get(dialect).schema, mla=mla, label=f"{ckpt.label}/config.json")
-    report.findings.append(Finding("config.unreadable", "error", str(exc)))
+    report.findings = said_once([*report.findings, Finding("config.unreadable", "error", str(exc), getattr(exc, "key", None))])
     return report
 
 
