@@ -179,7 +179,7 @@ def test_a_fifo_in_the_checkpoint_is_refused_not_waited_on(tmp_path, name):
     for args in (["inspect", src], ["convert", src, tmp_path / "out", "--to", "vllm"]):
         done = subprocess.run([sys.executable, "-m", "eaglekit", *map(str, args)], capture_output=True, text=True, timeout=60,
                               env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
-        assert done.returncode == 2 and done.stderr == f"error: {src / name}: not a regular file{', expected a JSON file' if name.endswith('.json') else ''}\n", done.stderr
+        assert done.returncode == 2 and done.stderr == f"error: {src / name}: not a regular file, expected {'a JSON file' if name.endswith('.json') else 'a safetensors file'}\n", done.stderr
     assert not (tmp_path / "out").exists()
 
 

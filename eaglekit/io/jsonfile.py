@@ -76,14 +76,20 @@ def loads(text: str | bytes, what: str) -> Any:
     return value
 
 
+def regular_file_size(path: Path, label: str, expected: str) -> int:
+    """``path``'s size, refusing anything but a regular file (``expected`` names what it should be): a directory, and a
+    FIFO or a device, where opening would wait for a writer that never comes. OSError propagates to the caller."""
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise CheckpointError(f"{label}: {'is a directory' if stat.S_ISDIR(info.st_mode) else 'not a regular file'}, expected {expected}")
+    return info.st_size
+
+
 def load(path: Path, what: str | None = None) -> Any:
     """Read and parse a JSON file, refusing files larger than ``MAX_JSON_BYTES``."""
     what = what or str(path)
     try:
-        info = os.stat(path)
-        if not stat.S_ISREG(info.st_mode):  # a FIFO or a device: opening it would wait for a writer that never comes
-            raise CheckpointError(f"{what}: {'is a directory' if stat.S_ISDIR(info.st_mode) else 'not a regular file'}, expected a JSON file")
-        size = info.st_size
+        size = regular_file_size(path, what, "a JSON file")
         if size > MAX_JSON_BYTES:
             raise CheckpointError(f"{what}: {size} bytes is too large for a JSON file (limit {MAX_JSON_BYTES})")
         with open(path, "rb") as f:

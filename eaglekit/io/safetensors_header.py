@@ -7,8 +7,6 @@ the file and tensor in each error. Format: 8-byte little-endian header length N,
 
 from __future__ import annotations
 
-import os
-import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,10 +41,7 @@ def read_header(path: Path, label: str | None = None) -> SafetensorsHeader:
     """Parse and validate the header of ``path``; ``label`` is the name used in errors."""
     label = label or str(path)
     try:
-        info = os.stat(path)
-        if not stat.S_ISREG(info.st_mode):  # a FIFO or a device: opening it waits for a writer that never comes
-            raise CheckpointError(f"{label}: not a regular file")
-        size = info.st_size
+        size = jsonfile.regular_file_size(path, label, "a safetensors file")
         with open(path, "rb") as f:
             if size == 0:
                 raise CheckpointError(f"{label}: file is empty (0 bytes)")
