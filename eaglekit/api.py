@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:  # pragma: no cover
     from .convert import ConversionPlan
     from .validate import ValidationReport
+    from .target import TargetConfig
 
 # Every JSON document eaglekit prints starts with the same three keys: the contract's version, whether the command
 # succeeded (its one success key) and the path it was given (its one path key). Bump the version on any change
@@ -213,7 +214,7 @@ def convert(
 def validate(
     path: str | Path,
     *,
-    target: str | None = None,
+    target: "str | TargetConfig | None" = None,
     engine: str | None = None,
     scan: bool = False,
     source_dialect: str = "auto",
@@ -271,10 +272,10 @@ def survey(paths: "list[str | Path]", *, max_workers: int = 8, **options: Any) -
 
     if not paths:
         return []
-    if options.get("target"):  # a --target that cannot be read is the run's one error, not every drafter's
+    if options.get("target"):  # a --target that cannot be read is the run's one error, not every drafter's; read once
         from .target import read_target_config
 
-        read_target_config(options["target"])
+        options = {**options, "target": read_target_config(options["target"])}
     with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(paths))), thread_name_prefix="eaglekit-survey") as pool:
         return list(pool.map(one, paths))
 

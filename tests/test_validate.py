@@ -298,6 +298,18 @@ def test_a_survey_with_a_target_that_cannot_be_read_is_one_error(tmp_path, cli):
     assert cli("validate", a, b, "--target", tmp_path / "nope", expect=2).stderr == alone and alone.count("\n") == 1
 
 
+def test_a_survey_reads_its_target_once(tmp_path, cli, monkeypatch):
+    """The survey read the target's config up front (to refuse a bad one once), then again for every drafter."""
+    import eaglekit.target
+
+    reads = []
+    real = eaglekit.target.read_target_config
+    monkeypatch.setattr(eaglekit.target, "read_target_config", lambda *a, **k: reads.append(a) or real(*a, **k))
+    drafters = [write_vllm(tmp_path / name, Dims()) for name in "abc"]
+    rows = [json.loads(line) for line in cli("validate", *drafters, "--target", target(tmp_path), "--json").stdout.splitlines()]
+    assert len(reads) == 1 and [r["target"] for r in rows] == [target(tmp_path)] * 3 and all(r["ok"] for r in rows)
+
+
 def test_validate_output_follows_its_schema(tmp_path, cli):
     src = write_specforge(tmp_path / "src", Dims(fc_norm=True), norm_output=True)
     data = json.loads(cli("validate", src, "--engine", "vllm==0.32", "--json", expect=1).stdout)

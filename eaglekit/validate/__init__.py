@@ -63,17 +63,20 @@ class ValidationReport:
 RESTATED_FOR_THE_ENGINE = {"engine.aux_default": "aux.not_recorded"}
 
 
-def validate(source: str | Path, *, target: str | None = None, engine: str | None = None, scan: bool = False, source_dialect: str = "auto",
-             norm_output_semantics: str = "auto") -> ValidationReport:
+def validate(source: str | Path, *, target: "str | Path | TargetConfig | None" = None, engine: str | None = None, scan: bool = False,
+             source_dialect: str = "auto", norm_output_semantics: str = "auto") -> ValidationReport:
+    """``target``: as the user gave it, or its config already read (a survey reads it once for every drafter)."""
     if engine:
         from .. import engines  # the engine rules load only when an engine is named
 
     release = engines.parse(engine) if engine else None
     target_cfg: TargetConfig | None = None
-    if target:
+    if isinstance(target, (str, Path)) and str(target):
         from ..target import read_target_config  # the target's modules load only when a target is named
 
         target_cfg = read_target_config(target)
+    elif target:
+        target_cfg = target
     try:
         loaded = dialects.load(source, source_dialect, norm_output_semantics=norm_output_semantics,
                                target_num_layers=target_cfg.num_layers if target_cfg else None)
