@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from ..errors import CheckpointError
 
 MAX_JSON_BYTES = 64 * 2**20  # a drafter's config or index is a few KB; 64 MB is far past any real one
 MAX_DEPTH = 64
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class _Reject(ValueError):
@@ -27,15 +29,16 @@ def _no_constants(token: str):
 
 
 def _no_duplicates(pairs):
-    out = {}
-    for key, value in pairs:
-        if key in out:
-            raise _Reject(f"duplicate key {key!r}")
-        out[key] = value
+    out = dict(pairs)
+    if len(out) != len(pairs):  # a key given twice: name the first one repeated
+        seen: set = set()
+        raise _Reject(f"duplicate key {next(k for k, _ in pairs if k in seen or seen.add(k))!r}")
     return out
 
 
 def _depth(value: Any, limit: int) -> int:
+    if not isinstance(value, (dict, list)):
+        return 1
     stack = [(value, 1)]
     deepest = 0
     while stack:
@@ -43,15 +46,14 @@ def _depth(value: Any, limit: int) -> int:
         deepest = max(deepest, depth)
         if depth > limit:
             return depth
-        if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
+        values = item.values() if isinstance(item, dict) else item  # only containers are stacked
+        stack.extend((v, depth + 1) for v in values if isinstance(v, (dict, list)))
     return deepest
 
 
 def loads(text: str | bytes, what: str) -> Any:
     """Parse JSON strictly; ``what`` names the source in the error (e.g. 'ckpt/config.json')."""
+    given_str = isinstance(text, str)
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
@@ -69,11 +71,22 @@ def loads(text: str | bytes, what: str) -> Any:
         raise CheckpointError(f"{what}: not valid JSON here ({exc})"[:300]) from None
     if _depth(value, MAX_DEPTH) > MAX_DEPTH:
         raise CheckpointError(f"{what}: JSON nested deeper than {MAX_DEPTH} levels")
-    try:  # "\ud800" parses to half a character, which no text can hold (printing it failed; safetensors refuses it)
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise CheckpointError(f"{what}: a string holds a lone surrogate escape (\\u{ord(exc.object[exc.start]):04x}), which is not text") from None
+    # "\ud800" parses to half a character, which no text can hold (printing it failed; safetensors refuses it); only a
+    # text with such an escape can hold one, or a str given with one in it (text decoded from UTF-8 holds none)
+    if _SURROGATE_ESCAPE.search(text) or (given_str and not _encodes(text)):
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise CheckpointError(f"{what}: a string holds a lone surrogate escape (\\u{ord(exc.object[exc.start]):04x}), which is not text") from None
     return value
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def regular_file_size(path: Path, label: str, expected: str) -> int:
