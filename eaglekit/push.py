@@ -75,29 +75,61 @@ TARGET_KEYS = ("verifier", "name_or_path", "target")
 
 
 # A path inside a longer string (a finding's message, a note: "converted from /home/alice/ckpt"): one of the prefixed
-# forms above, starting the string or after a space, quote, bracket, "=", "," or ";" (so that a URL's "//host/..." and
-# "and/or" are not paths), up to the next space, quote, closing bracket, "," or ";". A relative path inside a sentence
-# (``models/target``) is not recognised: nothing tells it from a Hub id or a ratio there.
-_END = r"[^\s\"'`)\]},;]"
+# forms above, at the string's start or after a character that cannot end a word of a path (a space, a quote, a
+# bracket, "=", ",", ";", ":", "*", "|", "-", a dash), up to the next space, quote, closing bracket, ",", ";" or "|". A
+# bare absolute path must have two parts (``/home/alice``): one part alone (``/data``) says little of a machine, and
+# text holds many such ("3.1 /4", "10.0.0.0 /8", "tok /s"). A URL's "//host/..." never starts one (a path's first
+# part starts with a word character). A relative path inside a sentence (``models/target``) is not recognised: nothing
+# tells it from a Hub id or a ratio there.
+_BEFORE = r"(?:^|(?<=[\s\"'`=(\[{,;:*|<>\u2013\u2014-]))"
+_END = r"[^\s\"'`)\]},;|]"
 _EMBEDDED_PATH = re.compile(
-    r"(?:^|(?<=[\s\"'`=(\[{,;]))(?:"
-    rf"(?:~|\$HOME|\$\{{HOME\}}|%USERPROFILE%|%HOMEPATH%|\.\.?)?[\\/](?=[\w.~$%-]){_END}*"  # /x, ~/x, ./x, $HOME/x, ...
+    _BEFORE + r"(?:"
+    rf"/[\w.~$%-]{_END}*?/[\w.~$%-]{_END}*"  # /home/alice, /home/alice/x
+    rf"|(?:~|\$HOME|\$\{{HOME\}}|%USERPROFILE%|%HOMEPATH%|\.\.?)[\\/][\w.~$%-]{_END}*"  # ~/x, $HOME/x, ./x, ../x
     rf"|file:{_END}+|[A-Za-z]:[\\/]{_END}*|\\\\{_END}+)"  # file URLs, C:\x, \\server\share
 )
+# A string that starts as a local path and holds one of these is a sentence about a path (a finding's message: "CKPT/config.json:
+# hidden_size must be ..."), not a path with spaces in it ("C:\Users\Bob Smith\llama", replaced whole)
+_SENTENCE = (": ", "; ", ", ", " (", " - ", " = ", "\n")
 
 
 def _is_whole_path(s: str) -> bool:
-    return _is_local_path(s) and (not any(c.isspace() for c in s) or Path(s).exists())
+    return _is_local_path(s) and (not any(mark in s for mark in _SENTENCE) or Path(s).exists())
+
+
+def _path_end(path: str) -> str:
+    """A path as it ends inside a sentence: a full stop or a colon after it is the sentence's."""
+    return path.rstrip(".:")
 
 
 def _embedded_paths(text: str) -> list[str]:
-    """The local paths inside ``text`` (``_EMBEDDED_PATH``), a sentence's full stop or a message's colon after one left out."""
-    return [p for p in (m.group(0).rstrip(".:") for m in _EMBEDDED_PATH.finditer(text)) if _last_part(p) not in ("", ".", "..")]
+    """The local paths inside ``text`` (``_EMBEDDED_PATH``) that name something (not ``./``)."""
+    return [p for p in (_path_end(m.group(0)) for m in _EMBEDDED_PATH.finditer(text)) if _last_part(p) not in ("", ".", "..")]
 
 
 def _last_part(path: str) -> str:
     """A path's file name (split at either slash: a Windows path is one name to this machine's ``Path``)."""
     return re.split(r"[\\/]", path.rstrip("\\/"))[-1]
+
+
+def _scrub_inside(text: str) -> str:
+    """``text`` with each local path inside it (only where it stands as a path) replaced by its file name."""
+
+    def one(m: re.Match) -> str:
+        path = _path_end(m.group(0))
+        name = _last_part(path)
+        return m.group(0) if name in ("", ".", "..") else name + m.group(0)[len(path):]
+
+    return _EMBEDDED_PATH.sub(one, text)
+
+
+def replace_paths(text: str, paths: dict[str, str]) -> str:
+    """``text`` (a card) with each of ``paths`` replaced by its name where it stands as a path: not inside a longer
+    word (``/model`` in ``org/model``, a Hub id the card names)."""
+    for local in sorted(paths, key=len, reverse=True):
+        text = re.sub(_BEFORE + re.escape(local) + r"(?=$|[\s\"'`)\]},;:.|*<>])", lambda _m, name=paths[local]: name, text)
+    return text
 
 
 def _replacement(path: str, key: str | None, base_model: str | None) -> str:
@@ -116,13 +148,8 @@ def _map_strings(value: Any, change, key: str | None = None) -> Any:
 
 
 def _scrubbed(s: str, key: str | None, base_model: str | None) -> str:
-    """A string that is a local path replaced (``_replacement``); else each local path inside it by its file name. A
-    string with a space is a sentence (a finding's message starts with its file's path) unless it names something here."""
-    if _is_whole_path(s):
-        return _replacement(s, key, base_model)
-    for path in sorted(set(_embedded_paths(s)), key=len, reverse=True):
-        s = s.replace(path, _last_part(path))
-    return s
+    """A string that is a local path replaced (``_replacement``); else each local path inside it by its file name."""
+    return _replacement(s, key, base_model) if _is_whole_path(s) else _scrub_inside(s)
 
 
 def scrub_local_paths(value: Any, base_model: str | None) -> Any:
@@ -206,8 +233,7 @@ def prepare(path: str, options: PushOptions):
                            revision=None if options.create_pr else branch)
         # what the card quotes of config.json and the verify report, scrubbed as those files are when uploaded
         quoted = {**_local_paths(verify_report, options.base_model), **_local_paths(loaded.checkpoint.config, options.base_model)}
-        for local in sorted(quoted, key=len, reverse=True):
-            card = card.replace(local, quoted[local])
+        card = replace_paths(card, quoted)
         if hub_id(loaded.drafter.verifier) is None:
             findings = [*findings, Finding("card.base_model", "warning", "the drafter names its target by a local path or not at all, so "
                                            "the card names no base model and its serve line says <target model>: pass --base-model ORG/NAME")]

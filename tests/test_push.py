@@ -291,15 +291,40 @@ def test_paths_of_every_form_are_scrubbed(local, name):
     ("/home/alice/x/config.json: $.hidden_size = 'sixteen': not an integer", "config.json: $.hidden_size = 'sixteen': not an integer"),
     ("path=~/runs/a, other=$HOME/m (C:\\Users\\bob\\x) \\\\srv\\share\\q file:///home/a/b", "path=a, other=m (x) q b"),
     ("a drafter at '/home/alice/q' and ../up/x", "a drafter at 'q' and x"),
-    # not paths: a URL, Hub ids, ratios, a lone slash
-    ("see https://huggingface.co/org/x and hf://a/b", "see https://huggingface.co/org/x and hf://a/b"),
+    ("saved:/home/alice/ckpt, **/home/alice/b** and a dash—/home/alice/c", "saved:ckpt, **b** and a dash—c"),
+    # not paths: URLs, Hub ids, ratios, a lone slash, units and prefix lengths, one part alone
+    ("see https://huggingface.co/org/x and hf://a/b s3://b/c/d", "see https://huggingface.co/org/x and hf://a/b s3://b/c/d"),
     ("org/name and/or 1/2 of 8/16 GPUs, a / b", "org/name and/or 1/2 of 8/16 GPUs, a / b"),
+    ("acceptance 3.1 /4 drafts, subnet 10.0.0.0 /8, 120 tok/s, loss /s", "acceptance 3.1 /4 drafts, subnet 10.0.0.0 /8, 120 tok/s, loss /s"),
+    # only where the path stands: a short one is not replaced inside a Hub id or a URL that holds the same letters
+    ("mounted at /srv/model, from org/srv/model and https://example.com/srv/model", "mounted at model, from org/srv/model and https://example.com/srv/model"),
 ])
 def test_paths_inside_longer_strings_are_scrubbed(text, published):
     """A path inside a sentence (a note, a finding's message in eaglekit-verify.json) was published whole."""
     from eaglekit.push import scrub_local_paths
 
     assert scrub_local_paths({"eaglekit": {"notes": [text]}}, "org/llama") == {"eaglekit": {"notes": [published]}}
+
+
+@pytest.mark.parametrize("local", ["C:\\Users\\Bob Smith\\models\\llama", "/home/alice/My Models/llama"])
+def test_a_path_with_a_space_is_still_one_path(local):
+    """Told apart from sentences, a path with a space in it lost its target's base model and kept the user's name."""
+    from eaglekit.push import scrub_local_paths
+
+    assert scrub_local_paths({"verifier": local, "source_repo": local}, "org/llama") == {"verifier": "org/llama", "source_repo": "llama"}
+
+
+def test_the_card_replaces_a_path_only_where_it_stands(cli, hub, tmp_path):
+    """The card's text had each quoted path replaced everywhere: a note naming ``/srv/model`` turned the card's link
+    to the base model ``srv/model`` into ``huggingface.comodel``."""
+    out = tmp_path / "drafter"
+    convert(write_vllm(tmp_path / "src", Dims()), out, ConvertOptions(to="vllm", aux_layers=(2, 4, 5)))
+    config = json.loads((out / "config.json").read_text())
+    config["eaglekit"]["notes"] = ["weights mounted at /srv/model inside the container"]
+    (out / "config.json").write_text(json.dumps(config))
+    card = push(cli, out, "srv/model-drafter", "--base-model", "srv/model", "--dry-run").stdout
+    assert "weights mounted at model inside the container" in card and " /srv/model" not in card
+    assert "[srv/model](https://huggingface.co/srv/model)" in card and 'vllm serve srv/model --speculative-config \'{"model": "srv/model-drafter"' in card
 
 
 def test_a_path_inside_a_note_is_scrubbed_in_the_files_and_the_card(cli, hub, tmp_path):
