@@ -51,18 +51,19 @@ def by_severity(findings: Iterable[Finding]) -> dict[str, list[Finding]]:
     return grouped
 
 
-def said_once(findings: list[Finding]) -> list[Finding]:
-    """``findings`` less each ``schema.config`` error about a config key that another error names as its subject (a
-    check that knows what the key means, or the error that stopped the config's reading): one fault, one finding,
-    the one that says what it means (``rope_scaling (linear) factor is -1: expected a number above 0``, not "is not
-    valid under any of the given schemas"). A key matches where one dotted path ends the other
-    (``eagle_config.eagle_aux_hidden_state_layer_ids`` and ``eagle_aux_hidden_state_layer_ids``) or lies inside it
-    (``rope_scaling.factor`` and ``rope_scaling``)."""
-    named = [f.subject.split(".") for f in findings if f.severity == "error" and f.check != "schema.config" and f.subject]
+def said_once(findings: list[Finding], config: dict) -> list[Finding]:
+    """``findings`` less each ``schema.config`` error about a config value that another error names as its subject (a
+    check that knows what the key means, or the error that stopped the config's reading): one fault, one finding, the
+    one that says what is wrong in the key's terms (``hidden_size must be an integer``, ``aux layer ids [-5, 2, 5] name
+    target layers outside ...``). Only where both name the same dotted path (``eagle_config.x`` is not ``x``) and the
+    schema's error is about a value, not an object (``config``'s value there is no JSON object): a schema error about
+    an object may hold other faults of it (``rope_scaling``'s factor and its original context), so it is kept."""
+    named = {f.subject for f in findings if f.severity == "error" and f.check != "schema.config" and f.subject}
 
-    def said_elsewhere(key: str) -> bool:
-        parts = key.split(".")
-        return any(parts[-len(k):] == k or parts[: len(k)] == k for k in named)
+    def object_at(path: str) -> bool:
+        value: object = config
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        return isinstance(value, dict)
 
-    return [f for f in findings if not (f.check == "schema.config" and f.subject and said_elsewhere(f.subject))]
-
+    return [f for f in findings if not (f.check == "schema.config" and f.subject in named and not object_at(f.subject))]

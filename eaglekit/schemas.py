@@ -112,9 +112,8 @@ def _config_key(error) -> str | None:
     """The config key a violation is about, as a dotted path (``eagle_config.eagle_aux_hidden_state_layer_ids``; list
     positions left out), a missing required key included; None for the config as a whole."""
     parts = [str(p) for p in error.absolute_path if isinstance(p, str)]
-    if error.validator == "required" and isinstance(error.instance, dict):
-        missing = [k for k in error.validator_value if k not in error.instance]
-        parts += missing[:1]
+    if error.validator == "required" and isinstance(error.instance, dict):  # one error per missing key, named first in its message
+        parts += [k for k in error.validator_value if k not in error.instance and error.message.startswith(repr(k))][:1]
     return ".".join(parts) or None
 
 

@@ -163,6 +163,10 @@ def test_tensor_findings_name_tensors_as_the_file_does(tmp_path, cli):
     refusal = cli("convert", src, tmp_path / "out", "--to", "vllm", expect=1).stderr
     assert "midlayer.self_attn.k_proj.weight (eaglekit's layers.0.self_attn.k_proj.weight) has shape" in refusal
     assert not (tmp_path / "out").exists()
+    # SGLang's legacy per-aux norm names: a missing one is named by the family the file uses
+    legacy = tensors(write_specforge(tmp_path / "legacy", Dims(fc_norm=True), legacy=True), lambda t: t.pop("aux_norm_mid.weight"))
+    said = [f.message for f in validate(legacy).findings if f.check == "tensor.missing"]
+    assert said == ["missing tensor aux_norm_mid.weight (eaglekit's fc_norm.1.weight) (required by fc_norm: true)"], said
     nan = tensors(write_specforge(tmp_path / "nan", Dims()), lambda t: t["midlayer.mlp.up_proj.weight"].fill_(float("nan")))
     scanned = next(f for f in validate(nan, scan=True).findings if f.check == "scan.nonfinite")
     assert scanned.message.startswith("midlayer.mlp.up_proj.weight has ") and scanned.message.endswith("(eaglekit's layers.0.mlp.up_proj.weight)")
@@ -219,11 +223,13 @@ def test_lm_head_in_the_right_order_is_only_info(tmp_path):
 
 
 def test_schema_violation_names_the_json_path(tmp_path):
-    src = config(write_speculators(tmp_path / "src", Dims()), lambda c: c["speculators_config"]["proposal_methods"][0].update(speculative_tokens=0))
-    report = validate(src)
-    finding = next(f for f in report.findings if f.check == "schema.config")
-    assert "$.speculators_config.proposal_methods[0].speculative_tokens = 0" in finding.message
-    assert "less than the minimum of 1" in finding.message
+    src = config(write_vllm(tmp_path / "src", Dims()), lambda c: c.update(eagle_config={"eagle_aux_hidden_state_layer_ids": [-4, 2, 5]}))
+    finding = next(f for f in validate(src).findings if f.check == "schema.config")
+    assert "$.eagle_config.eagle_aux_hidden_state_layer_ids[0] = -4" in finding.message and "less than the minimum of -1" in finding.message
+    # a value the reading refuses is told once, by the reading's error, which names the path as well
+    src = config(write_speculators(tmp_path / "spec", Dims()), lambda c: c["speculators_config"]["proposal_methods"][0].update(speculative_tokens=0))
+    said = [(f.check, f.message.split("config.json: ")[-1]) for f in validate(src).findings if f.severity == "error"]
+    assert said == [("config.unreadable", "speculators_config.proposal_methods[0].speculative_tokens should be an integer >= 1, got 0")], said
 
 
 def test_unreadable_config_reports_schema_and_reading_errors(tmp_path, cli):
@@ -238,18 +244,36 @@ def test_unreadable_config_reports_schema_and_reading_errors(tmp_path, cli):
     assert data["ok"] is False and data["counts"]["error"] == 2
 
 
-@pytest.mark.parametrize("edit, check, key", [
-    (lambda c: c.update(rope_scaling={"rope_type": "linear", "factor": -1}), "rope.parameters", "rope_scaling"),
-    (lambda c: c.update(eagle_aux_hidden_state_layer_ids=[-5, 2, 5]), "aux.range", "eagle_aux_hidden_state_layer_ids"),
-    (lambda c: c.pop("hidden_size"), "config.unreadable", "hidden_size"),
+@pytest.mark.parametrize("write, edit, check, key", [
+    (write_vllm, lambda c: c.update(eagle_aux_hidden_state_layer_ids=[-5, 2, 5]), "aux.range", "eagle_aux_hidden_state_layer_ids"),
+    (write_vllm, lambda c: c.pop("hidden_size"), "config.unreadable", "hidden_size"),
+    (write_vllm, lambda c: c.update(fc_norm="yes"), "config.unreadable", "fc_norm"),
+    (write_vllm, lambda c: c.update(eagle_aux_hidden_state_layer_ids="x"), "config.unreadable", "eagle_aux_hidden_state_layer_ids"),
+    (write_specforge, lambda c: c.update(eagle_config=[1]), "config.unreadable", "eagle_config"),
+    (write_speculators, lambda c: c.update(speculators_model_type="eagle"), "config.unreadable", "speculators_model_type"),
 ])
-def test_one_fault_is_one_finding(tmp_path, edit, check, key):
-    """A value the schema refuses and a check explains was two errors; the check's, which says what is wrong in the
-    key's own terms, is the one kept. The schema still speaks where nothing else does (a finding names its key)."""
-    report = validate(config(write_vllm(tmp_path / "src", Dims()), edit))
+def test_one_fault_is_one_finding(tmp_path, write, edit, check, key):
+    """A value the schema refuses and a check (or the reading's error) explains was two errors; the one that says what
+    is wrong in the key's own terms is kept. The schema still speaks where nothing else does (a finding names its key)."""
+    report = validate(config(write(tmp_path / "src", Dims()), edit))
     assert [(f.check, f.subject) for f in errors_of(report)] == [(check, key)]
     other = validate(config(write_vllm(tmp_path / "other", Dims()), lambda c: c.update(architectures=[5])))
     assert [(f.check, f.subject) for f in errors_of(other)] == [("schema.config", "architectures")]
+
+
+@pytest.mark.parametrize("edit, kept", [
+    # about an object, the schema's error may hold faults the check does not name: the original context of 0 here
+    (lambda c: c.update(rope_scaling={"rope_type": "linear", "factor": -1, "original_max_position_embeddings": 0}),
+     [("schema.config", "rope_scaling"), ("rope.parameters", "rope_scaling")]),
+    # the same key at another place is another value: eagle_config's ids are not the top-level ones the check names
+    (lambda c: c.update(eagle_aux_hidden_state_layer_ids=[2, 2, 5], eagle_config={"eagle_aux_hidden_state_layer_ids": [-4, 2, 5]}),
+     [("schema.config", "eagle_config.eagle_aux_hidden_state_layer_ids"), ("aux.duplicate", "eagle_aux_hidden_state_layer_ids")]),
+    # two keys missing: the reading stops at the first, the schema names the second (each missing key its own subject)
+    (lambda c: (c.pop("hidden_size"), c.pop("vocab_size")), [("schema.config", "vocab_size"), ("config.unreadable", "hidden_size")]),
+])
+def test_a_schema_error_the_other_findings_do_not_cover_is_kept(tmp_path, edit, kept):
+    report = validate(config(write_vllm(tmp_path / "src", Dims()), edit))
+    assert sorted((f.check, f.subject) for f in errors_of(report)) == sorted(kept)
 
 
 def errors_of(report):

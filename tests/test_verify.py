@@ -662,6 +662,32 @@ def test_a_drafter_that_cannot_run_is_an_error_finding_and_refused_in_one_line(p
         monkeypatch.undo()
 
 
+def test_a_drafter_with_a_tensor_of_another_shape_is_refused_naming_it_as_its_file_does(pair, cli, tmp_path, monkeypatch):
+    """A tensor of another shape than the config gives ended verify in an internal RuntimeError from the forward; it is
+    refused in one line before the target loads, naming the tensor as the file does (SGLang's midlayer.*). A missing
+    weight is refused by the forward, named so too."""
+    sglang = tmp_path / "sglang"
+    convert(pair["drafter"], sglang, ConvertOptions(to="sglang"))
+
+    def edited(name, edit):
+        out = tmp_path / name
+        shutil.copytree(sglang, out)
+        t = load_file(str(out / "model.safetensors"))
+        edit(t)
+        save_file(t, str(out / "model.safetensors"))
+        return out
+
+    short = edited("short", lambda t: t.update({"midlayer.self_attn.k_proj.weight": t["midlayer.self_attn.k_proj.weight"][:3].contiguous()}))
+    _no_target_load(monkeypatch)
+    result = cli("verify", short, "--target", pair["target"], "--prompts", pair["prompts"], expect=1)
+    assert "cannot run on the target" in result.stderr and "midlayer.self_attn.k_proj.weight (eaglekit's layers.0.self_attn.k_proj.weight) has shape [3," in result.stderr
+    assert result.stderr.count("\n") == 1 and "internal error" not in result.stderr, result.stderr
+    monkeypatch.undo()
+    missing = edited("missing", lambda t: t.pop("midlayer.mlp.up_proj.weight"))
+    result = cli("verify", missing, "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", "4", expect=2)
+    assert "cannot run the drafter: tensor midlayer.mlp.up_proj.weight is missing" in result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
 def test_a_reference_with_other_draft_logits_is_refused_naming_both_shapes(pair, cli, tmp_path, monkeypatch):
     """A --reference drafting over 32 tokens beside a drafter over 64: refused before the run (the report said
     max_abs_logit_diff Infinity, which is no JSON)."""

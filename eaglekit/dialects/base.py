@@ -57,13 +57,13 @@ class NameMap:
 
 # HF keys harmless to any engine that ride along from source to output (``Drafter.extra_config``)
 CARRIED_HF_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
-# Aliases every reader accepts: SGLang's legacy per-aux norm names and a third-party converter's name.
-LEGACY_FC_NORM_ALIASES = {
-    "aux_norm_low.weight": "fc_norm.0.weight",
-    "aux_norm_mid.weight": "fc_norm.1.weight",
-    "aux_norm_high.weight": "fc_norm.2.weight",
-    **{f"fcs.{i}.weight": f"fc_norm.{i}.weight" for i in range(8)},
-}
+# Aliases every reader accepts, by family: SGLang's legacy per-aux norm names and a third-party converter's name (a
+# file names its norms by one family: ``LoadedDrafter.stored_name`` names a missing one by the family the file uses).
+LEGACY_FC_NORM_FAMILIES = (
+    {"aux_norm_low.weight": "fc_norm.0.weight", "aux_norm_mid.weight": "fc_norm.1.weight", "aux_norm_high.weight": "fc_norm.2.weight"},
+    {f"fcs.{i}.weight": f"fc_norm.{i}.weight" for i in range(8)},
+)
+LEGACY_FC_NORM_ALIASES = {alias: ours for family in LEGACY_FC_NORM_FAMILIES for alias, ours in family.items()}
 
 # -- config rules --------------------------------------------------------------------------------------
 
@@ -241,14 +241,20 @@ class LoadedDrafter:
 
     def stored_name(self, canonical: str) -> str:
         """A tensor as the checkpoint names it (``midlayer.*`` for SGLang's ``layers.0.*``): its own name where it holds
-        the tensor; for one it lacks, the name a rule of its dialect gives it where the checkpoint names other tensors
+        the tensor; for one it lacks, its alias in a family of aliases the checkpoint uses (SGLang's legacy
+        ``aux_norm_mid.weight``), else the name a rule of its dialect gives it where the checkpoint names other tensors
         by that rule (every dialect reads ``midlayer.*``, few files hold it), else the canonical name; a tensor that
         maps to no canonical name keeps its own."""
         if canonical in self.names:
             return self.names[canonical]
         if canonical in self.unknown or self.name_map is None:
             return canonical
-        stored = self.names.values()
+        stored = set(self.names.values())
+        for family in (*LEGACY_FC_NORM_FAMILIES, self.name_map.aliases):
+            if stored & set(family):  # the file names tensors by this family of aliases
+                alias = next((a for a, ours in family.items() if ours == canonical), None)
+                if alias is not None:
+                    return alias
         for theirs, ours in self.name_map.rules:
             if canonical.startswith(ours) and any(s.startswith(theirs) for s in stored):
                 return theirs + canonical[len(ours):]
@@ -353,7 +359,7 @@ class Dialect:
         label = f"{ckpt.label}/config.json"
         nested = ckpt.config.get("eagle_config")
         if nested is not None and not isinstance(nested, dict):
-            raise ConfigError(f"{label}: eagle_config must be an object (its aux layer ids and flags), got {nested!r}")
+            raise ConfigError(f"{label}: eagle_config must be an object (its aux layer ids and flags), got {nested!r}", key="eagle_config")
         top = ConfigView(ckpt.config, label)
         names, unknown = self.map_names(ckpt)
         notes: list[Finding] = []
@@ -466,7 +472,7 @@ class Dialect:
             stated = [(location, value) for location, value in stated if value is not None]
             for location, value in stated:  # every place the flag may be, also those a value elsewhere takes precedence over
                 if not isinstance(value, bool):
-                    raise ConfigError(f"{top.label}: {location} must be true or false, got {value!r}")
+                    raise ConfigError(f"{top.label}: {location} must be true or false, got {value!r}", key=location)
             values[flag] = stated[0][1] if stated else key.default
             differing = [(location, value) for location, value in stated[1:] if value != stated[0][1]]
             if differing and notes is not None:
@@ -483,7 +489,7 @@ class Dialect:
             if value is None:
                 continue
             if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-                raise ConfigError(f"{top.label}: {location} must be a list of integers, got {value!r}")
+                raise ConfigError(f"{top.label}: {location} must be a list of integers, got {value!r}", key=location)
             if value:
                 found.append((location, tuple(value), convention))
         if not found:
@@ -618,7 +624,7 @@ class Dialect:
             value = lookup(view.data, key)
             if value is not None:
                 if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                    raise ConfigError(f"{view.label}: {key} must be a positive integer, got {value!r}")
+                    raise ConfigError(f"{view.label}: {key} must be a positive integer, got {value!r}", key=key)
                 return value
         return None
 

@@ -49,7 +49,7 @@ class SpeculatorsDialect(Dialect):
     def adjust(self, d: Drafter, top: ConfigView, ckpt: Checkpoint, notes: list[Finding]) -> Drafter:
         kind = top.raw("speculators_model_type")
         if kind is not None and kind != "eagle3":
-            raise ConfigError(f"{top.label}: speculators_model_type {kind!r} is not an EAGLE 3 drafter")
+            raise ConfigError(f"{top.label}: speculators_model_type {kind!r} is not an EAGLE 3 drafter", key="speculators_model_type")
         if "norm_before_residual" not in top.data:
             notes.append(
                 Finding(
@@ -133,11 +133,11 @@ def read_proposals(top: ConfigView) -> dict:
         return {}
     where = f"{top.label}: speculators_config.proposal_methods"
     if not isinstance(methods, list) or not methods or not all(isinstance(m, dict) for m in methods):
-        raise ConfigError(f"{where} should be a non-empty list of objects")
+        raise ConfigError(f"{where} should be a non-empty list of objects", key="speculators_config.proposal_methods")
     for i, method in enumerate(methods):
         tokens = method.get("speculative_tokens")
         if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1):
-            raise ConfigError(f"{where}[{i}].speculative_tokens should be an integer >= 1, got {tokens!r}")
+            raise ConfigError(f"{where}[{i}].speculative_tokens should be an integer >= 1, got {tokens!r}", key="speculators_config.proposal_methods.speculative_tokens")
     out = {"proposal_methods": [dict(m) for m in methods]}
     default = config.get("default_proposal_method")
     if default is not None:

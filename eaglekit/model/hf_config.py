@@ -64,7 +64,7 @@ def read_rope(view: ConfigView) -> tuple[Rope, bool]:
     if scaling is not None:
         kind = scaling.get("rope_type", scaling.get("type"))
         if not isinstance(kind, str):
-            raise ConfigError(f"{view.label}: {view.path}rope_scaling needs a 'rope_type' (or 'type') string")
+            raise ConfigError(f"{view.label}: {view.path}rope_scaling needs a 'rope_type' (or 'type') string", key=f"{view.path}rope_scaling")
         scaling = {"rope_type": kind, **{k: v for k, v in scaling.items() if k not in ("rope_type", "type")}}
         if kind == "default":
             scaling = None

@@ -254,7 +254,7 @@ def weights_for(loaded, *, target_embed: torch.Tensor | None = None, target_lm_h
         if name.startswith("fc_norm.") or name.endswith("norm.weight"):
             weights[name] = torch.ones(spec.shape)
         else:
-            raise UnsupportedError(f"cannot run the drafter: tensor {name} is missing (see `eaglekit validate`)")
+            raise UnsupportedError(f"cannot run the drafter: tensor {loaded.stored_name(name)} is missing (see `eaglekit validate`)")
     if "embed_tokens.weight" not in weights:
         if target_embed is None:
             raise UnsupportedError("the drafter ships no embed_tokens: the target's embedding is needed")

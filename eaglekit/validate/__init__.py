@@ -125,7 +125,7 @@ def validate(source: str | Path, *, target: "str | Path | TargetConfig | None" =
                 else replace(f, message=f.message + f" (eaglekit's {canonical_of[f.subject]})")
                 for f in scan_all(loaded.checkpoint, list(loaded.checkpoint.tensors))
             ]
-    report.findings = said_once(report.findings)
+    report.findings = said_once(report.findings, config)
     return report
 
 
@@ -166,7 +166,7 @@ def _unreadable(source, source_dialect, exc, release, target_cfg, scan) -> Valid
         config = ckpt.config or {}
         mla = any(k in config for k in ("kv_lora_rank", "qk_rope_head_dim"))
         report.findings += schemas.check_config(config, dialects.get(dialect).schema, mla=mla, label=f"{ckpt.label}/config.json")
-    report.findings = said_once([*report.findings, Finding("config.unreadable", "error", str(exc), getattr(exc, "key", None))])
+    report.findings = said_once([*report.findings, Finding("config.unreadable", "error", str(exc), getattr(exc, "key", None))], config)
     return report
 
 
