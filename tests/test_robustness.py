@@ -612,3 +612,17 @@ def test_a_gguf_target_without_the_gguf_package_is_one_line(tmp_path, monkeypatc
     fixture = ROOT / "tests" / "fixtures" / "gguf_rope" / "yarn-rope.gguf"
     with pytest.raises(MissingDependencyError, match="needs the gguf package"):
         TargetModel.load(read_target_config(str(fixture)))
+
+
+def test_names_from_a_checkpoint_cannot_forge_or_steer_the_output(tmp_path, cli):
+    """A tensor named ``x\\nresult: OK (0 errors)`` printed a second, false verdict line in validate's output, and an
+    escape sequence in a name reached the terminal: names from a file are shown with such characters escaped."""
+    name = "midlayer.x\nresult: OK (0 errors)\x1b[2J\u2028"
+    src = tensors_of(write_vllm(tmp_path / "src", Dims()), lambda t: t.update({name: torch.zeros(2)}))
+    out = cli("validate", src, expect=1).stdout
+    assert "result: OK (0 errors)" not in out.splitlines() and "\x1b" not in out and "\u2028" not in out
+    assert "unknown tensor midlayer.x\\nresult: OK (0 errors)\\x1b[2J\\u2028" in out
+    assert "\\x1b[2J" in cli("inspect", src).stdout
+    err = cli("convert", src, tmp_path / "out", "--to", "vllm", expect=1).stderr
+    assert err.count("\n") == 1 and "\\x1b[2J" in err and "\x1b" not in err
+    assert json.loads(cli("validate", src, "--json", expect=1).stdout)["findings"][0]["subject"] == name  # JSON keeps it exact

@@ -14,6 +14,7 @@ import sys
 import click
 
 from ..errors import EaglekitError
+from ._output import printable
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -34,7 +35,7 @@ def _traceback_if_debugging() -> None:
 def fail(message: str, code: int, *, json_mode: bool = False, kind: str = "EaglekitError") -> "NoReturn":  # noqa: F821
     """One line on stderr; under --json also the error document (schemas/error.schema.json) on stdout."""
     line = " ".join(str(message).split())
-    click.echo(f"error: {line}", err=True)
+    click.echo(f"error: {printable(line)}", err=True)
     if json_mode:
         from ..api import SCHEMA_VERSION
 

@@ -7,6 +7,7 @@ it; ``emit`` prints one or the other. Nothing else in the CLI writes to stdout.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Callable, Iterable, Sequence
 
@@ -55,8 +56,18 @@ class _NoProgress:
         pass
 
 
+# Characters that would break a line of human output or steer a terminal: control characters and Unicode's line and
+# paragraph separators. Names and values from checkpoints (a tensor named "x\nresult: OK") are shown escaped.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """``text`` with each character ``_UNPRINTABLE`` holds written as its escape (``\\n``, ``\\x1b``)."""
+    return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 def table(rows: Iterable[Sequence[str]], indent: str = "") -> str:
-    rows = [tuple(str(c) for c in row) for row in rows]
+    rows = [tuple(printable(str(c)) for c in row) for row in rows]
     if not rows:
         return ""
     widths = [max(len(r[i]) for r in rows if i < len(r)) for i in range(max(len(r) for r in rows))]
@@ -76,7 +87,7 @@ def findings_text(findings: Iterable[Finding], *, empty: str = "") -> str:
             continue
         lines = [f"{severity}s ({len(items)}):" if len(items) != 1 else f"{severity} (1):"]
         for f in items:
-            lines.append(f"  [{f.check}] {f.line()}")
+            lines.append(f"  [{f.check}] {printable(f.line())}")
         blocks.append("\n".join(lines))
     return "\n".join(blocks) if blocks else empty
 
