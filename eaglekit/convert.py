@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import re
 
@@ -25,8 +25,10 @@ from .io.atomic import atomic_directory, check_destination
 from .io.reader import Checkpoint
 from .io.writer import DEFAULT_MAX_SHARD_BYTES, Payload, TensorPlan, plan_shards, shard_names, write_checkpoint_tensors
 from .model.drafter import INPUT, UPGRADE_NOTE, AuxLayers, Drafter, default_aux_ids
-from .target import TargetConfig, read_target_config
 from .validate.checks import CheckInput, run_checks, t2d_from_d2t
+
+if TYPE_CHECKING:  # a conversion without --target never loads the target's modules
+    from .target import TargetConfig
 
 
 @dataclass
@@ -259,7 +261,11 @@ def plan_conversion(source: str | Path, out: str | Path | None, options: Convert
         raise UsageError(f"--upgrade {options.upgrade!r}: only 3.1 is supported")
     if out is not None:
         check_destination(Path(out), force=options.force, protect=[Path(source)], replaceable=foreign_entries)
-    target = read_target_config(options.target) if options.target else None
+    target = None
+    if options.target:
+        from .target import read_target_config
+
+        target = read_target_config(options.target)
     loaded = dialects.load(source, options.source_dialect, norm_output_semantics=options.norm_output_semantics,
                            target_num_layers=target.num_layers if target else None)
     try:
