@@ -75,27 +75,33 @@ TARGET_KEYS = ("verifier", "name_or_path", "target")
 
 
 # A path inside a longer string (a finding's message, a note: "converted from /home/alice/ckpt"): one of the prefixed
-# forms above, at the string's start or after a character that cannot end a word of a path (a space, a quote, a
-# bracket, "=", ",", ";", ":", "*", "|", "-", a dash), up to the next space, quote, closing bracket, ",", ";" or "|". A
-# bare absolute path must have two parts (``/home/alice``): one part alone (``/data``) says little of a machine, and
-# text holds many such ("3.1 /4", "10.0.0.0 /8", "tok /s"). A URL's "//host/..." never starts one (a path's first
-# part starts with a word character). A relative path inside a sentence (``models/target``) is not recognised: nothing
+# forms above (and ``~user/x``, ``//server/share``, scp's ``user@host:/x``), at the string's start or after a character
+# that cannot end a word of a path (a space, a quote, a bracket, "=", ",", ";", ":", "*", "|", "-", a dash), up to the
+# next quote, closing bracket, ",", ";" or "|", or a space not followed by more of the path (a word, then a slash:
+# ``/Users/Bob Smith/ckpts`` is one path). A bare absolute path must have two parts (``/home/alice``): one part alone
+# (``/data``) says little of a machine, and text holds many such ("3.1 /4", "10.0.0.0 /8", "tok /s"). A URL's
+# "//host/..." never starts one. A relative path inside a sentence (``models/target``) is not recognised: nothing
 # tells it from a Hub id or a ratio there.
 _BEFORE = r"(?:^|(?<=[\s\"'`=(\[{,;:*|<>\u2013\u2014-]))"
-_END = r"[^\s\"'`)\]},;|]"
+_STOP = "\\s\"'`)\\]},;|"
+_PART = rf"(?:[^{_STOP}]| (?=\w[^{_STOP}\\/:]*[\\/]))"  # a path's character, or a space inside it (a word, then a slash)
 _EMBEDDED_PATH = re.compile(
     _BEFORE + r"(?:"
-    rf"/[\w.~$%-]{_END}*?/[\w.~$%-]{_END}*"  # /home/alice, /home/alice/x
-    rf"|(?:~|\$HOME|\$\{{HOME\}}|%USERPROFILE%|%HOMEPATH%|\.\.?)[\\/][\w.~$%-]{_END}*"  # ~/x, $HOME/x, ./x, ../x
-    rf"|file:{_END}+|[A-Za-z]:[\\/]{_END}*|\\\\{_END}+)"  # file URLs, C:\x, \\server\share
+    rf"(?:[\w.+-]+@[\w.-]+:)?/[\w.~$%-]{_PART}*?/[\w.~$%-]{_PART}*"  # /home/alice, /home/alice/x, alice@host:/x/y
+    rf"|(?:~[\w.-]*|\$HOME|\$\{{HOME\}}|%USERPROFILE%|%HOMEPATH%|\.\.?)[\\/][\w.~$%-]{_PART}*"  # ~/x, ~bob/x, $HOME/x, ./x
+    rf"|file:{_PART}+|[A-Za-z]:[\\/]{_PART}*|\\\\{_PART}+|(?<!:)//[\w.-]+/{_PART}+)"  # file URLs, C:\x, \\server, //server/x
 )
-# A string that starts as a local path and holds one of these is a sentence about a path (a finding's message: "CKPT/config.json:
-# hidden_size must be ..."), not a path with spaces in it ("C:\Users\Bob Smith\llama", replaced whole)
-_SENTENCE = (": ", "; ", ", ", " (", " - ", " = ", "\n")
 
 
 def _is_whole_path(s: str) -> bool:
-    return _is_local_path(s) and (not any(mark in s for mark in _SENTENCE) or Path(s).exists())
+    """A string that is one local path: no space in it, or spaces only inside its parts (``C:\\Users\\Bob Smith\\llama``),
+    or it names something here; a string that goes on past its path is a sentence (``CKPT/config.json: ...``)."""
+    if not _is_local_path(s):
+        return False
+    if not any(c.isspace() for c in s) or Path(s).exists():
+        return True
+    match = _EMBEDDED_PATH.match(s)
+    return match is not None and match.end() == len(s)
 
 
 def _path_end(path: str) -> str:

@@ -292,8 +292,15 @@ def test_paths_of_every_form_are_scrubbed(local, name):
     ("path=~/runs/a, other=$HOME/m (C:\\Users\\bob\\x) \\\\srv\\share\\q file:///home/a/b", "path=a, other=m (x) q b"),
     ("a drafter at '/home/alice/q' and ../up/x", "a drafter at 'q' and x"),
     ("saved:/home/alice/ckpt, **/home/alice/b** and a dash—/home/alice/c", "saved:ckpt, **b** and a dash—c"),
+    # a space inside a path's part, scp's user@host:, another user's home, a share written with slashes
+    ("converted from /Users/Bob Smith/ckpts/run7 on a node", "converted from run7 on a node"),
+    ("/home/Bob Smith/ckpt/config.json: hidden_size must be 4096", "config.json: hidden_size must be 4096"),
+    ("copied via alice@gpu-node7.corp:/srv/models/llama from ~alice/models/x and //nas/alice/y", "copied via llama from x and y"),
+    # a command line is no path: each path in it is
+    ("./train.sh --data /home/alice/data --lr 1e-4", "train.sh --data data --lr 1e-4"),
+    ("contact alice@x.com: hi, /4 heads", "contact alice@x.com: hi, /4 heads"),
     # not paths: URLs, Hub ids, ratios, a lone slash, units and prefix lengths, one part alone
-    ("see https://huggingface.co/org/x and hf://a/b s3://b/c/d", "see https://huggingface.co/org/x and hf://a/b s3://b/c/d"),
+    ("see https://huggingface.co/org/x and hf://a/b s3://b/c/d http://localhost:8000/v1/x", "see https://huggingface.co/org/x and hf://a/b s3://b/c/d http://localhost:8000/v1/x"),
     ("org/name and/or 1/2 of 8/16 GPUs, a / b", "org/name and/or 1/2 of 8/16 GPUs, a / b"),
     ("acceptance 3.1 /4 drafts, subnet 10.0.0.0 /8, 120 tok/s, loss /s", "acceptance 3.1 /4 drafts, subnet 10.0.0.0 /8, 120 tok/s, loss /s"),
     # only where the path stands: a short one is not replaced inside a Hub id or a URL that holds the same letters
