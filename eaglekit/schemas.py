@@ -109,12 +109,16 @@ def check_config(config: dict, schema: str | None, *, mla: bool, label: str = "c
 
 
 def _config_key(error) -> str | None:
-    """The config key a violation is about, as a dotted path (``eagle_config.eagle_aux_hidden_state_layer_ids``; list
-    positions left out), a missing required key included; None for the config as a whole."""
-    parts = [str(p) for p in error.absolute_path if isinstance(p, str)]
+    """The config value a violation is about, as a dotted path with list positions
+    (``speculators_config.proposal_methods[1].speculative_tokens``), a missing required key included; None for the
+    config as a whole."""
+    path = ""
+    for part in error.absolute_path:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
     if error.validator == "required" and isinstance(error.instance, dict):  # one error per missing key, named first in its message
-        parts += [k for k in error.validator_value if k not in error.instance and error.message.startswith(repr(k))][:1]
-    return ".".join(parts) or None
+        missing = [k for k in error.validator_value if k not in error.instance and error.message.startswith(repr(k))]
+        path += f".{missing[0]}" if missing else ""
+    return path.lstrip(".") or None
 
 
 def _wrong_key(error) -> str:

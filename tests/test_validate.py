@@ -258,7 +258,7 @@ def test_one_fault_is_one_finding(tmp_path, write, edit, check, key):
     report = validate(config(write(tmp_path / "src", Dims()), edit))
     assert [(f.check, f.subject) for f in errors_of(report)] == [(check, key)]
     other = validate(config(write_vllm(tmp_path / "other", Dims()), lambda c: c.update(architectures=[5])))
-    assert [(f.check, f.subject) for f in errors_of(other)] == [("schema.config", "architectures")]
+    assert [(f.check, f.subject) for f in errors_of(other)] == [("schema.config", "architectures[0]")]
 
 
 @pytest.mark.parametrize("edit, kept", [
@@ -267,13 +267,22 @@ def test_one_fault_is_one_finding(tmp_path, write, edit, check, key):
      [("schema.config", "rope_scaling"), ("rope.parameters", "rope_scaling")]),
     # the same key at another place is another value: eagle_config's ids are not the top-level ones the check names
     (lambda c: c.update(eagle_aux_hidden_state_layer_ids=[2, 2, 5], eagle_config={"eagle_aux_hidden_state_layer_ids": [-4, 2, 5]}),
-     [("schema.config", "eagle_config.eagle_aux_hidden_state_layer_ids"), ("aux.duplicate", "eagle_aux_hidden_state_layer_ids")]),
+     [("schema.config", "eagle_config.eagle_aux_hidden_state_layer_ids[0]"), ("aux.duplicate", "eagle_aux_hidden_state_layer_ids")]),
     # two keys missing: the reading stops at the first, the schema names the second (each missing key its own subject)
     (lambda c: (c.pop("hidden_size"), c.pop("vocab_size")), [("schema.config", "vocab_size"), ("config.unreadable", "hidden_size")]),
 ])
 def test_a_schema_error_the_other_findings_do_not_cover_is_kept(tmp_path, edit, kept):
     report = validate(config(write_vllm(tmp_path / "src", Dims()), edit))
     assert sorted((f.check, f.subject) for f in errors_of(report)) == sorted(kept)
+
+
+def test_two_faults_in_one_list_are_each_told(tmp_path):
+    """With list positions left out of the paths, the reading's error about the first method hid the schema's about the second."""
+    method = lambda tokens: {"proposal_type": "greedy", "speculative_tokens": tokens}  # noqa: E731
+    src = config(write_speculators(tmp_path / "src", Dims()), lambda c: c["speculators_config"].update(proposal_methods=[method(0), method("x")]))
+    assert sorted((f.check, f.subject) for f in errors_of(validate(src))) == [
+        ("config.unreadable", "speculators_config.proposal_methods[0].speculative_tokens"),
+        ("schema.config", "speculators_config.proposal_methods[1].speculative_tokens")]
 
 
 def errors_of(report):
