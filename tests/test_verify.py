@@ -682,6 +682,10 @@ def test_a_drafter_with_a_tensor_of_another_shape_is_refused_naming_it_as_its_fi
     result = cli("verify", short, "--target", pair["target"], "--prompts", pair["prompts"], expect=1)
     assert "cannot run on the target" in result.stderr and "midlayer.self_attn.k_proj.weight (eaglekit's layers.0.self_attn.k_proj.weight) has shape [3," in result.stderr
     assert result.stderr.count("\n") == 1 and "internal error" not in result.stderr, result.stderr
+    # a d2t mapping past the target's vocabulary: an IndexError once the target had loaded
+    far = edited("far", lambda t: t.update({"d2t": t["d2t"] + 1000}))
+    result = cli("verify", far, "--target", pair["target"], "--prompts", pair["prompts"], expect=1)
+    assert "cannot run on the target" in result.stderr and "d2t spans" in result.stderr and "outside [0, " in result.stderr and result.stderr.count("\n") == 1, result.stderr
     monkeypatch.undo()
     missing = edited("missing", lambda t: t.pop("midlayer.mlp.up_proj.weight"))
     result = cli("verify", missing, "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", "4", expect=2)
