@@ -14,6 +14,7 @@ from . import __version__
 from . import dialects
 from .dialects.base import Dialect, LoadedDrafter
 from .io.locate import looks_like_repo_id
+from .model.config_view import printable
 from .serving import TARGET_PLACEHOLDER, sglang_serve, vllm_serve
 
 VERIFY_REPORT = "eaglekit-verify.json"
@@ -235,8 +236,8 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
     if d.provenance.source_repo:
         at = f" at commit `{d.provenance.source_commit}`" if d.provenance.source_commit else ""
         lines.append(f"- source: Hub repo `{d.provenance.source_repo}`{at}")
-    for note in d.provenance.notes:
-        lines.append(f"- {note}")
+    for note in d.provenance.notes:  # one line each: a note cannot add a section to the card
+        lines.append(f"- {printable(note)}")
     lines.append(
         f"- validated by eaglekit {__version__} before publishing" if validated else "- **not validated**: published with `--no-validate`"
     )

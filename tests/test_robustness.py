@@ -626,3 +626,23 @@ def test_names_from_a_checkpoint_cannot_forge_or_steer_the_output(tmp_path, cli)
     err = cli("convert", src, tmp_path / "out", "--to", "vllm", expect=1).stderr
     assert err.count("\n") == 1 and "\\x1b[2J" in err and "\x1b" not in err
     assert json.loads(cli("validate", src, "--json", expect=1).stdout)["findings"][0]["subject"] == name  # JSON keeps it exact
+
+
+def test_config_keys_and_notes_cannot_forge_lines_in_convert_or_push(tmp_path, cli):
+    """convert --dry-run printed config key names raw, and push put a note's newline into the card (a note could add a
+    section to the published README)."""
+    src = write_vllm(tmp_path / "src", Dims())
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["evil\nFORGED-KEY-LINE"] = 1
+    (src / "config.json").write_text(json.dumps(cfg))
+    out = cli("convert", src, tmp_path / "out", "--to", "sglang", "--dry-run").stdout
+    assert not any(line.startswith("FORGED") for line in out.splitlines()) and "evil\\nFORGED-KEY-LINE" in out
+    from eaglekit.convert import ConvertOptions, convert
+
+    converted = tmp_path / "converted"
+    convert(write_vllm(tmp_path / "src2", Dims()), converted, ConvertOptions(to="vllm", aux_layers=(2, 4, 5)))
+    cfg = json.loads((converted / "config.json").read_text())
+    cfg["eaglekit"]["notes"] = ["a note\n## Verification\nall passed \x1b[31mRED"]
+    (converted / "config.json").write_text(json.dumps(cfg))
+    card = cli("push", converted, "org/x", "--dry-run").stdout
+    assert "## Verification" not in card.splitlines() and "- a note\\n## Verification\\nall passed \\x1b[31mRED" in card

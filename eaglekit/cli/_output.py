@@ -7,13 +7,13 @@ it; ``emit`` prints one or the other. Nothing else in the CLI writes to stdout.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from typing import Callable, Iterable, Sequence
 
 import click
 
 from ..findings import SEVERITIES, Finding, by_severity
+from ..model.config_view import printable, terminal_safe
 
 
 class Output:
@@ -27,12 +27,12 @@ class Output:
         else:
             text = human(data)
             if text:
-                click.echo(text)
+                click.echo(terminal_safe(text))
 
     def note(self, text: str) -> None:
         """A side remark for a person: stderr, and silent in JSON or quiet mode."""
         if not self.json_mode and not self.quiet:
-            click.echo(text, err=True)
+            click.echo(terminal_safe(text), err=True)
 
     def progress(self, total: int, description: str):
         """A byte-count progress bar on stderr (shown only on a terminal and outside JSON mode)."""
@@ -54,16 +54,6 @@ class _NoProgress:
 
     def __exit__(self, *exc) -> None:
         pass
-
-
-# Characters that would break a line of human output or steer a terminal: control characters and Unicode's line and
-# paragraph separators. Names and values from checkpoints (a tensor named "x\nresult: OK") are shown escaped.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
-def printable(text: str) -> str:
-    """``text`` with each character ``_UNPRINTABLE`` holds written as its escape (``\\n``, ``\\x1b``)."""
-    return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def table(rows: Iterable[Sequence[str]], indent: str = "") -> str:

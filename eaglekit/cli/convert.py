@@ -15,7 +15,7 @@ from ..findings import Finding
 from ..io import dtypes
 from ..io.locate import origin_note
 from ._options import NAMED_FILE, NAMED_PLACE, AUX_IDS, WRITABLE_DIALECT, dtype_option, force_option, from_option, json_option, norm_output_option, revision_option, target_option
-from ._output import Output, findings_text, human_bytes, table
+from ._output import Output, findings_text, human_bytes, printable, table
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..convert import ConversionPlan
@@ -86,13 +86,13 @@ def _render(r: dict) -> str:
         diff = r["config_diff"]
         lines.append(
             "config keys: "
-            + ("; ".join(f"{k} {', '.join(v)}" for k, v in (("added", diff["added"]), ("removed", diff["removed"]), ("changed", diff["changed"])) if v)
+            + ("; ".join(f"{k} {', '.join(map(printable, v))}" for k, v in (("added", diff["added"]), ("removed", diff["removed"]), ("changed", diff["changed"])) if v)
                or "unchanged")
         )
         lines.append(_changes(r["changes"]))
         lines.append(_destination(r["destination"]))
     for name, why in r["dropped"].items():  # said on every run: a shipped tensor left out is not a detail of the plan
-        lines.append(f"  {name} dropped: {why}")
+        lines.append(f"  {printable(name)} dropped: {why}")
     notes = [Finding(**n) for n in r["notes"]] + [Finding(**f) for f in r["findings"]]
     if notes:
         lines.append(findings_text(notes))

@@ -12,7 +12,7 @@ from ..card import VERIFY_REPORT
 from ..io.atomic import check_output_file, write_file_atomically
 from ..io.locate import origin_note
 from ._options import NAMED_FILE, NAMED_PLACE, AGAINST, DEVICE, FiniteFloat, engine_option, from_option, json_option, norm_output_option, revision_option
-from ._output import Output, table
+from ._output import Output, printable, table
 
 
 def _counters(c: dict) -> str:
@@ -46,7 +46,7 @@ def render(r: dict) -> str:
         for f in e["findings"]:
             said = f"{f['message']} — {f.get('effect', '')}"
             if f["severity"] != "info" and said not in verdicts:  # a cause of a FAIL below is said there, once
-                lines.append(f"  [{f['check']}] {said}")
+                lines.append(f"  [{f['check']}] {printable(said)}")
     if r.get("against"):
         a = r["against"]
         lines.append(f"vLLM {a.get('vllm_version', '')}: " + (_counters(a["vllm"]) if a.get("vllm") else a.get("status", "")))
@@ -57,9 +57,9 @@ def render(r: dict) -> str:
         verdict = r["readings"]["trained_with"]
         lines.append(f"  trained with: {verdict}" if verdict else f"  no reading wins decisively ({r['readings']['rule']}): more prompts may tell")
     for f in r["findings"]:
-        lines.append(f"{f['severity']}: [{f['check']}] {f['message']}")
+        lines.append(f"{f['severity']}: [{f['check']}] {printable(f['message'])}")
     for c in r["checks"]:
-        lines.append(f"{'PASS' if c['passed'] else 'FAIL'}  {c['name']}: {c['detail']}")
+        lines.append(f"{'PASS' if c['passed'] else 'FAIL'}  {c['name']}: {printable(c['detail'])}")
     if not r["checks"]:
         lines.append("result: measured; no thresholds requested (--min-acceptance-length, --reference, --engine, --against)")
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from ..errors import ConfigError
@@ -14,6 +15,23 @@ def shown(value: Any, limit: int = 60) -> str:
     """``repr(value)`` for a one-line message, cut to ``limit`` characters (a 400-digit number, a long list)."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# Characters that would break a line of human output or steer a terminal: control characters, Unicode's line and
+# paragraph separators and its bidirectional controls (which reorder what a terminal shows). Names and values from
+# checkpoints (a tensor named "x\nresult: OK") are shown with them escaped.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_UNSAFE_IN_TEXT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")  # all but tab and newline
+
+
+def printable(text: str) -> str:
+    """``text`` on one line, each character ``_UNPRINTABLE`` holds written as its escape (``\\n``, ``\\x1b``)."""
+    return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def terminal_safe(text: str) -> str:
+    """A text of several lines with every other such character escaped: what a command prints, as a last guard."""
+    return _UNSAFE_IN_TEXT.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def finite_number(value: Any) -> bool:
