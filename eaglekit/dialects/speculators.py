@@ -137,7 +137,8 @@ def read_proposals(top: ConfigView) -> dict:
     for i, method in enumerate(methods):
         tokens = method.get("speculative_tokens")
         if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1):
-            raise ConfigError(f"{where}[{i}].speculative_tokens should be an integer >= 1, got {tokens!r}", key=f"speculators_config.proposal_methods[{i}].speculative_tokens")
+            raise ConfigError(f"{where}[{i}].speculative_tokens should be an integer >= 1, got {tokens!r}",
+                              key=f"speculators_config.proposal_methods[{i}].speculative_tokens")
     out = {"proposal_methods": [dict(m) for m in methods]}
     default = config.get("default_proposal_method")
     if default is not None:

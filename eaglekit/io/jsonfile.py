@@ -29,10 +29,13 @@ def _no_constants(token: str):
 
 
 def _no_duplicates(pairs):
-    out = dict(pairs)
-    if len(out) != len(pairs):  # a key given twice: name the first one repeated
+    out = dict(pairs)  # in C; a key given twice leaves fewer entries than pairs
+    if len(out) != len(pairs):
         seen: set = set()
-        raise _Reject(f"duplicate key {next(k for k, _ in pairs if k in seen or seen.add(k))!r}")
+        for key, _ in pairs:  # the first key given again, by name
+            if key in seen:
+                raise _Reject(f"duplicate key {key!r}")
+            seen.add(key)
     return out
 
 
