@@ -6,7 +6,6 @@ way wherever it is caught.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Iterable, Literal
 
@@ -51,28 +50,3 @@ def by_severity(findings: Iterable[Finding]) -> dict[str, list[Finding]]:
         grouped[f.severity].append(f)
     return grouped
 
-
-def said_once(findings: list[Finding], config: dict) -> list[Finding]:
-    """``findings`` less each ``schema.config`` error about a config value that another error names as its subject (a
-    check that knows what the key means, or the error that stopped the config's reading): one fault, one finding, the
-    one that says what is wrong in the key's terms (``hidden_size must be an integer``, ``aux layer ids [-5, 2, 5] name
-    target layers outside ...``). Only where the schema's path is the one the other error names, or an item of the
-    list it names (``eagle_aux_hidden_state_layer_ids[0]``: a check of the list speaks of all of it), and the value
-    there is no JSON object: a schema error about an object may hold other faults of it (``rope_scaling``'s factor
-    and its original context), so it is kept, as is one about another item or another place (``eagle_config.x`` is
-    not ``x``)."""
-    named = {f.subject for f in findings if f.severity == "error" and f.check != "schema.config" and f.subject}
-
-    def covered(path: str) -> bool:
-        return path in named or re.sub(r"\[\d+\]$", "", path) in named
-
-    def object_at(path: str) -> bool:
-        value: object = config
-        for key, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", path):
-            if key:
-                value = value.get(key) if isinstance(value, dict) else None
-            else:
-                value = value[int(index)] if isinstance(value, list) and int(index) < len(value) else None
-        return isinstance(value, dict)
-
-    return [f for f in findings if not (f.check == "schema.config" and f.subject and covered(f.subject) and not object_at(f.subject))]

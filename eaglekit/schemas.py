@@ -7,10 +7,11 @@ Schemas refer to each other by ``$id`` (https://eaglekit.dev/schemas/...), resol
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
@@ -92,20 +93,38 @@ def check(data: Any, schema: str | dict) -> list[str]:
     return [_describe(e) for e in _errors(data, schema)]
 
 
-def check_config(config: dict, schema: str | None, *, mla: bool, label: str = "config.json") -> list[Finding]:
+def check_config(config: dict, schema: str | None, *, mla: bool, label: str = "config.json", told: Collection[str] = ()) -> list[Finding]:
     """``config`` against a dialect's schema (``Dialect.schema``) and, for an MLA drafter, the MLA schema. A key one
     schema has already found wrong is not reported again by the next (``architectures: [5]`` is not a string to the
-    dialect's schema, and to the MLA schema not one of its architectures: one finding)."""
+    dialect's schema, and to the MLA schema not one of its architectures: one finding).
+
+    ``told``: the config values (paths, as findings' subjects) that other errors already name, a check that knows
+    what the key means or the error that stopped the config's reading: a violation of a rule about such a value is
+    left to them (one fault, one finding: ``hidden_size must be an integer``, not also "is not of type 'integer'"), as
+    is one about an item of a list they name (a check of ``eagle_aux_hidden_state_layer_ids`` speaks of all of it). A
+    rule about an object as a whole (``rope_scaling`` matching none of its forms) is still told: it may hold faults of
+    that object the other error does not name, as is any value at another path (``eagle_config.x`` is not ``x``)."""
     findings = []
     names = [schema] if schema else []
     if mla:
         names.append(MLA_SCHEMA)
     reported: set[str] = set()
     for name in names:
-        errors = [e for e in _errors(config, name) if _wrong_key(e) not in reported]
+        errors = [e for e in _errors(config, name) if _wrong_key(e) not in reported and not _told_elsewhere(e, told)]
         reported |= {_wrong_key(e) for e in errors}
         findings += [Finding("schema.config", "error", f"{label}: {_describe(e)}", _config_key(e)) for e in errors]
     return findings
+
+
+# JSON Schema rules about an object as a whole, or that combine other rules: their violation may be more than one fault
+_WHOLE_OBJECT_RULES = {"oneOf", "anyOf", "allOf", "not", "if", "additionalProperties", "dependentRequired", "dependentSchemas",
+                       "propertyNames", "minProperties", "maxProperties", "unevaluatedProperties"}
+
+
+def _told_elsewhere(error, told: Collection[str]) -> bool:
+    key = _config_key(error)
+    return (key is not None and error.validator not in _WHOLE_OBJECT_RULES
+            and (key in told or re.sub(r"\[\d+\]$", "", key) in told))
 
 
 def _config_key(error) -> str | None:

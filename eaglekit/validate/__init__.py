@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .. import dialects
 from ..errors import ConfigError
-from ..findings import Finding, errors, said_once
+from ..findings import Finding, errors
 from .checks import CHECKS, CheckInput, run_checks
 
 if TYPE_CHECKING:
@@ -89,9 +89,6 @@ def validate(source: str | Path, *, target: "str | Path | TargetConfig | None" =
             loaded.drafter = d
         report = ValidationReport(str(source), loaded.dialect, d.eagle_version, release.label if release else None, target_cfg.source if target_cfg else None, scan)
         config = loaded.checkpoint.config or {}
-        from .. import schemas  # jsonschema: loaded when a config is checked, not on import
-
-        report.findings += schemas.check_config(config, dialects.get(loaded.dialect).schema, mla=d.attention == "mla", label=f"{loaded.checkpoint.label}/config.json")
         report.findings += loaded.notes
         if loaded.ambiguity is not None:
             report.ambiguity = loaded.ambiguity.to_dict()
@@ -125,8 +122,17 @@ def validate(source: str | Path, *, target: "str | Path | TargetConfig | None" =
                 else replace(f, message=f.message + f" (eaglekit's {canonical_of[f.subject]})")
                 for f in scan_all(loaded.checkpoint, list(loaded.checkpoint.tensors))
             ]
-    report.findings = said_once(report.findings, config)
+        from .. import schemas  # jsonschema: loaded when a config is checked, not on import
+
+        # the config against its schema, said first, less what the other errors already say of a value (one fault, one finding)
+        report.findings = schemas.check_config(config, dialects.get(loaded.dialect).schema, mla=d.attention == "mla",
+                                               label=f"{loaded.checkpoint.label}/config.json", told=_told(report.findings)) + report.findings
     return report
+
+
+def _told(findings: list[Finding]) -> set[str]:
+    """The config values other errors name (their subjects): ``schemas.check_config`` does not restate them."""
+    return {f.subject for f in findings if f.severity == "error" and f.subject}
 
 
 def _skipped_remotely(d, present, scan: bool) -> list[Finding]:
@@ -165,8 +171,9 @@ def _unreadable(source, source_dialect, exc, release, target_cfg, scan) -> Valid
         report = ValidationReport(str(source), dialect, None, release.label if release else None, target_cfg.source if target_cfg else None, scan)
         config = ckpt.config or {}
         mla = any(k in config for k in ("kv_lora_rank", "qk_rope_head_dim"))
-        report.findings += schemas.check_config(config, dialects.get(dialect).schema, mla=mla, label=f"{ckpt.label}/config.json")
-    report.findings = said_once([*report.findings, Finding("config.unreadable", "error", str(exc), getattr(exc, "key", None))], config)
+        unreadable = Finding("config.unreadable", "error", str(exc), getattr(exc, "key", None))
+        report.findings = schemas.check_config(config, dialects.get(dialect).schema, mla=mla, label=f"{ckpt.label}/config.json",
+                                               told=_told([unreadable])) + [unreadable]
     return report
 
 
