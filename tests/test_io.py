@@ -408,3 +408,21 @@ def test_malicious_pickle_is_refused_and_runs_nothing(tmp_path):
     with pytest.raises(CheckpointError, match="pytorch_model.bin: refused to unpickle"):
         Checkpoint.open(root)
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("text, refused", [
+    ("[" * 63 + "1" + "]" * 63, False), ("[" * 64 + "1" + "]" * 64, True),  # a value inside counts as a level
+    ("[" * 64 + "]" * 64, False), ("[" * 65 + "]" * 65, True),
+    ('{"a":' * 63 + "1" + "}" * 63, False), ('{"a":' * 64 + "1" + "}" * 64, True),
+])
+def test_json_depth_limit(text, refused):
+    """The depth walk was made to stack containers only; where the limit falls stays where it was (64 levels, a value
+    inside the deepest container counting as one)."""
+    from eaglekit.errors import CheckpointError
+    from eaglekit.io import jsonfile
+
+    if refused:
+        with pytest.raises(CheckpointError, match="nested deeper than 64 levels"):
+            jsonfile.loads(text, "x")
+    else:
+        jsonfile.loads(text, "x")

@@ -50,6 +50,8 @@ def _depth(value: Any, limit: int) -> int:
         if depth > limit:
             return depth
         values = item.values() if isinstance(item, dict) else item  # only containers are stacked
+        if depth >= limit and any(not isinstance(v, (dict, list)) for v in values):
+            return depth + 1  # a value one level below counts as a level, as it always did
         stack.extend((v, depth + 1) for v in values if isinstance(v, (dict, list)))
     return deepest
 
