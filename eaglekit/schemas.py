@@ -116,15 +116,16 @@ def check_config(config: dict, schema: str | None, *, mla: bool, label: str = "c
     return findings
 
 
-# JSON Schema rules about an object as a whole, or that combine other rules: their violation may be more than one fault
+# JSON Schema rules about an object as a whole, or that combine other rules: broken by an object, their violation may
+# be more than one fault of it (broken by a scalar, ``draft_vocab_size: "32"`` against oneOf [integer, null], it is one)
 _WHOLE_OBJECT_RULES = {"oneOf", "anyOf", "allOf", "not", "if", "additionalProperties", "dependentRequired", "dependentSchemas",
                        "propertyNames", "minProperties", "maxProperties", "unevaluatedProperties"}
 
 
 def _told_elsewhere(error, told: Collection[str]) -> bool:
     key = _config_key(error)
-    return (key is not None and error.validator not in _WHOLE_OBJECT_RULES
-            and (key in told or re.sub(r"\[\d+\]$", "", key) in told))
+    whole_object = error.validator in _WHOLE_OBJECT_RULES and isinstance(error.instance, dict)
+    return key is not None and not whole_object and (key in told or re.sub(r"\[\d+\]$", "", key) in told)
 
 
 def _config_key(error) -> str | None:

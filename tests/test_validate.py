@@ -249,6 +249,7 @@ def test_unreadable_config_reports_schema_and_reading_errors(tmp_path, cli):
     (write_vllm, lambda c: c.pop("hidden_size"), "config.unreadable", "hidden_size"),
     (write_vllm, lambda c: c.update(fc_norm="yes"), "config.unreadable", "fc_norm"),
     (write_vllm, lambda c: c.update(hidden_size={}), "config.unreadable", "hidden_size"),  # an object where a number goes
+    (write_vllm, lambda c: c.update(draft_vocab_size="32"), "config.unreadable", "draft_vocab_size"),  # oneOf [integer, null], by a scalar
     (write_vllm, lambda c: c.update(eagle_aux_hidden_state_layer_ids="x"), "config.unreadable", "eagle_aux_hidden_state_layer_ids"),
     (write_specforge, lambda c: c.update(eagle_config=[1]), "config.unreadable", "eagle_config"),
     (write_speculators, lambda c: c.update(speculators_model_type="eagle"), "config.unreadable", "speculators_model_type"),
