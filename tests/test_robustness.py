@@ -646,3 +646,8 @@ def test_config_keys_and_notes_cannot_forge_lines_in_convert_or_push(tmp_path, c
     (converted / "config.json").write_text(json.dumps(cfg))
     card = cli("push", converted, "org/x", "--dry-run").stdout
     assert "## Verification" not in card.splitlines() and "- a note\\n## Verification\\nall passed \\x1b[31mRED" in card
+    # a verifier's name reaches convert's serve line
+    cfg["eaglekit"]["verifier"] = "org/tgt\nFORGED-VERIFIER"
+    (converted / "config.json").write_text(json.dumps(cfg))
+    out = cli("convert", converted, tmp_path / "again", "--to", "vllm").stdout
+    assert not any(line.startswith("FORGED") for line in out.splitlines()) and "org/tgt\\nFORGED-VERIFIER" in out

@@ -99,7 +99,7 @@ def _render(r: dict) -> str:
     if not r["written"]:
         lines.append("nothing written (--dry-run)")
     elif r.get("serve"):
-        lines.append(f"serve it: {r['serve']}")
+        lines.append(f"serve it: {printable(r['serve'])}")
     return "\n".join(lines)
 
 

@@ -8,14 +8,14 @@ import click
 
 from .. import api
 from ._options import NAMED_FILE, NAMED_PLACE, DEVICE, FiniteFloat, from_option, json_option, norm_output_option
-from ._output import Output, table
+from ._output import Output, printable, table
 
 
 def render(r: dict) -> str:
     from ..drift_report import tables
 
     lines = [
-        f"drift {r['drafter']} (EAGLE {r['eagle_version']}) on {r['target']}, {r['device']} {r['dtype']}, K={r['num_speculative_tokens']}, "
+        f"drift {printable(r['drafter'])} (EAGLE {r['eagle_version']}) on {printable(r['target'])}, {r['device']} {r['dtype']}, K={r['num_speculative_tokens']}, "
         f"{r['inputs']['count']} inputs of {min(r['inputs']['tokens'])}-{max(r['inputs']['tokens'])} tokens (max context {r['max_context']})",
         f"inputs from {r['inputs']['source']}",
     ]
@@ -24,7 +24,7 @@ def render(r: dict) -> str:
     for title, rows in tables(r):
         lines += ["", title + ":", table(rows, indent="  ")]
     for f in r["findings"]:
-        lines.append(f"{f['severity']}: [{f['check']}] {f['message']}")
+        lines.append(f"{f['severity']}: [{f['check']}] {printable(f['message'])}")
     return "\n".join(lines)
 
 

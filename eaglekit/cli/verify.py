@@ -22,7 +22,7 @@ def _counters(c: dict) -> str:
 
 def render(r: dict) -> str:
     lines = [
-        f"verify {r['drafter']} ({r['dialect']}, EAGLE {r['eagle_version']}) on {r['target']}, {r['device']} {r['dtype']}, "
+        f"verify {printable(r['drafter'])} ({r['dialect']}, EAGLE {r['eagle_version']}) on {printable(r['target'])}, {r['device']} {r['dtype']}, "
         f"K={r['num_speculative_tokens']}, aux layers {r['aux_layer_ids']}" + ("" if r["aux_layer_ids_recorded"] else " (engine default)"),
     ]
     rows = [("prompt", "category", "tokens", "trajectory", "every position")]
