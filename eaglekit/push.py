@@ -75,22 +75,32 @@ TARGET_KEYS = ("verifier", "name_or_path", "target")
 
 
 # A path inside a longer string (a finding's message, a note: "converted from /home/alice/ckpt"): one of the prefixed
-# forms above (and ``~user/x``, ``//server/share``, scp's ``user@host:/x``), at the string's start or after a character
-# that cannot end a word of a path (a space, a quote, a bracket, "=", ",", ";", ":", "*", "|", "-", a dash), up to the
-# next quote, closing bracket, ",", ";" or "|", or a space not followed by more of the path (a word, then a slash:
-# ``/Users/Bob Smith/ckpts`` is one path). A bare absolute path must have two parts (``/home/alice``): one part alone
-# (``/data``) says little of a machine, and text holds many such ("3.1 /4", "10.0.0.0 /8", "tok /s"). A URL's
-# "//host/..." never starts one. A relative path inside a sentence (``models/target``) is not recognised: nothing
-# tells it from a Hub id or a ratio there.
-_BEFORE = r"(?:^|(?<=[\s\"'`=(\[{,;:*|<>\u2013\u2014-]))"
-_STOP = "\\s\"'`)\\]},;|"
+# forms above (and ``~user/x``, ``//server/share``, scp's ``user@host:/x`` and ``host.domain:/x``), at the string's start
+# or after a character that cannot end a word of a path (a space, a quote of any kind, a bracket, "=", ",", ";", ":",
+# "*", "|", "-", a dash), up to the next quote, closing bracket, ",", ";" or "|", or a space not followed by more of the
+# path (a word, then a slash: ``/Users/Bob Smith/ckpts`` is one path). A bare absolute path there is one whose first
+# part is a folder machines keep files under (``MACHINE_ROOTS``), or one that starts the string (a finding's message
+# starts with its file's path): text holds many other slashed words, a URL's route (``/v1/chat/completions``), a
+# relative link (``/abs/2503.01840``), a date, a ratio ("3.1 /4", "tok /s"). A relative
+# path inside a sentence (``models/target``) is not recognised: nothing tells it from a Hub id or a ratio there.
+MACHINE_ROOTS = ("home", "Users", "root", "mnt", "media", "Volumes", "private", "tmp", "var", "opt", "srv", "usr", "etc", "data",
+                 "datasets", "scratch", "work", "workspace", "workspaces", "project", "projects", "lustre", "gpfs", "weka", "nfs",
+                 "net", "fsx", "efs", "cluster", "storage", "shared", "export", "raid", "nvme", "local", "models", "checkpoints",
+                 "ckpt", "ckpts", "cache", "content", "kaggle", "dbfs", "Workspace")
+_QUOTES = "\"'`\u201c\u201d\u2018\u2019\u00ab\u00bb\u300c\u300d\u300e\u300f"
+_BEFORE = rf"(?:^|(?<=[\s{_QUOTES}=(\[{{,;:*|<>\u2013\u2014\uff08-]))"
+_STOP = rf"\s{_QUOTES})\]}},;|\uff09"
 _PART = rf"(?:[^{_STOP}]| (?=\w[^{_STOP}\\/:]*[\\/]))"  # a path's character, or a space inside it (a word, then a slash)
 _EMBEDDED_PATH = re.compile(
     _BEFORE + r"(?:"
-    rf"(?:[\w.+-]+@[\w.-]+:)?/[\w.~$%-]{_PART}*?/[\w.~$%-]{_PART}*"  # /home/alice, /home/alice/x, alice@host:/x/y
+    rf"(?:[\w.+-]+@[\w.-]+:|[\w-]+(?:\.[\w-]+)+:)/[\w.~$%-]{_PART}*"  # scp: alice@host:/x, gpu01.corp.example.com:/x
+    rf"|/(?:{'|'.join(MACHINE_ROOTS)})[\\/][\w.~$%-]{_PART}*"  # /home/alice, /data/run3/x
+    rf"|^/[\w.~$%-]+/[\w.~$%-]{_PART}*"  # any absolute path that starts the string (a finding's message starts with its file)
     rf"|(?:~[\w.-]*|\$HOME|\$\{{HOME\}}|%USERPROFILE%|%HOMEPATH%|\.\.?)[\\/][\w.~$%-]{_PART}*"  # ~/x, ~bob/x, $HOME/x, ./x
     rf"|file:{_PART}+|[A-Za-z]:[\\/]{_PART}*|\\\\{_PART}+|(?<!:)//[\w.-]+/{_PART}+)"  # file URLs, C:\x, \\server, //server/x
 )
+# A home folder itself (``/home/alice``, ``C:\Users\alice``): its last part is a user's name, replaced by "~"
+_HOME_FOLDER = re.compile(r"(?:.*:)?(?:/home|/Users|/root|[A-Za-z]:[\\/]Users)(?:[\\/][^\\/]*)?[\\/]?", re.IGNORECASE)
 
 
 def _is_whole_path(s: str) -> bool:
@@ -115,7 +125,10 @@ def _embedded_paths(text: str) -> list[str]:
 
 
 def _last_part(path: str) -> str:
-    """A path's file name (split at either slash: a Windows path is one name to this machine's ``Path``)."""
+    """A path's file name (split at either slash: a Windows path is one name to this machine's ``Path``); "~" for a home
+    folder itself, whose name is a user's."""
+    if _HOME_FOLDER.fullmatch(path):
+        return "~"
     return re.split(r"[\\/]", path.rstrip("\\/"))[-1]
 
 

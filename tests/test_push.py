@@ -299,6 +299,15 @@ def test_paths_of_every_form_are_scrubbed(local, name):
     # a command line is no path: each path in it is
     ("./train.sh --data /home/alice/data --lr 1e-4", "train.sh --data data --lr 1e-4"),
     ("contact alice@x.com: hi, /4 heads", "contact alice@x.com: hi, /4 heads"),
+    # typographic quotes and brackets; a host without a user; a home folder itself is a user's name
+    ("Saved in “/home/alice/ckpt”, «/home/alice/a» 「/home/alice/b」", "Saved in “ckpt”, «a» 「b」"),
+    ("trained on gpu01.corp.example.com:/data/run3", "trained on run3"),
+    ("see /home/alice, HOME=/home/alice and C:\\Users\\alice", "see ~, HOME=~ and ~"),
+    # a message starts with its file's path, whatever folder it is in
+    ("/weird/custom/config.json: bad value", "config.json: bad value"),
+    # routes, relative links and dates inside a sentence are not paths
+    ("served via the /v1/chat/completions endpoint, [EAGLE-3](/abs/2503.01840), 2024/05/01 and /05/02",
+     "served via the /v1/chat/completions endpoint, [EAGLE-3](/abs/2503.01840), 2024/05/01 and /05/02"),
     # not paths: URLs, Hub ids, ratios, a lone slash, units and prefix lengths, one part alone
     ("see https://huggingface.co/org/x and hf://a/b s3://b/c/d http://localhost:8000/v1/x", "see https://huggingface.co/org/x and hf://a/b s3://b/c/d http://localhost:8000/v1/x"),
     ("org/name and/or 1/2 of 8/16 GPUs, a / b", "org/name and/or 1/2 of 8/16 GPUs, a / b"),
