@@ -100,7 +100,7 @@ _EMBEDDED_PATH = re.compile(
     rf"|file:{_PART}+|[A-Za-z]:[\\/]{_PART}*|\\\\{_PART}+|(?<!:)//[\w.-]+/{_PART}+)"  # file URLs, C:\x, \\server, //server/x
 )
 # A home folder itself (``/home/alice``, ``C:\Users\alice``): its last part is a user's name, replaced by "~"
-_HOME_FOLDER = re.compile(r"(?:.*:)?(?:/home|/Users|/root|[A-Za-z]:[\\/]Users)(?:[\\/][^\\/]*)?[\\/]?", re.IGNORECASE)
+_HOME_FOLDER = re.compile(r"(?:.*:)?(?:/root|(?:/home|/Users|[A-Za-z]:[\\/]Users)(?:[\\/][^\\/]*)?)[\\/]?", re.IGNORECASE)
 
 
 def _is_whole_path(s: str) -> bool:
