@@ -160,10 +160,8 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
     else:
         attention = f"{'Qwen3' if d.attention == 'qwen3' else 'Llama'} GQA: {d.num_heads} heads, {d.num_kv_heads} KV heads, head_dim {d.head_dim}"
     params = sum(i.numel for i in loaded.checkpoint.tensors.values())
+    front = ["---", metadata, "---"]  # the YAML front matter: lines of its own, all eaglekit's and a checked Hub id
     lines = [
-        "---",
-        metadata,
-        "---",
         "",
         f"# {name}",
         "",
@@ -236,10 +234,12 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
     if d.provenance.source_repo:
         at = f" at commit `{d.provenance.source_commit}`" if d.provenance.source_commit else ""
         lines.append(f"- source: Hub repo `{d.provenance.source_repo}`{at}")
-    for note in d.provenance.notes:  # one line each: a note cannot add a section to the card
-        lines.append(f"- {printable(note)}")
+    for note in d.provenance.notes:
+        lines.append(f"- {note}")
     lines.append(
         f"- validated by eaglekit {__version__} before publishing" if validated else "- **not validated**: published with `--no-validate`"
     )
     lines.append("")
-    return "\n".join(lines)
+    # every other entry is one line, and many quote the drafter's files (notes, its source, the verify report's checks):
+    # escaped (``printable``), none can add a line or a section to the card
+    return "\n".join(front + [printable(line) for line in lines])

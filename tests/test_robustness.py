@@ -646,6 +646,10 @@ def test_config_keys_and_notes_cannot_forge_lines_in_convert_or_push(tmp_path, c
     (converted / "config.json").write_text(json.dumps(cfg))
     card = cli("push", converted, "org/x", "--dry-run").stdout
     assert "## Verification" not in card.splitlines() and "- a note\\n## Verification\\nall passed \\x1b[31mRED" in card
+    cfg["eaglekit"]["source_repo"] = "org/src\n## Forged section"  # any value the card quotes from the drafter's files
+    (converted / "config.json").write_text(json.dumps(cfg))
+    card = cli("push", converted, "org/x", "--dry-run").stdout
+    assert "## Forged section" not in card.splitlines() and "org/src\\n## Forged section" in card
     # a verifier's name reaches convert's serve line
     cfg["eaglekit"]["verifier"] = "org/tgt\nFORGED-VERIFIER"
     (converted / "config.json").write_text(json.dumps(cfg))
