@@ -119,9 +119,16 @@ def _path_end(path: str) -> str:
     return path.rstrip(".:")
 
 
-def _embedded_paths(text: str) -> list[str]:
-    """The local paths inside ``text`` (``_EMBEDDED_PATH``) that name something (not ``./``)."""
-    return [p for p in (_path_end(m.group(0)) for m in _EMBEDDED_PATH.finditer(text)) if _last_part(p) not in ("", ".", "..")]
+def _embedded(match: re.Match) -> tuple[str, str] | None:
+    """(the path an ``_EMBEDDED_PATH`` match holds, the name it is replaced by), or None where it names nothing (``./``)."""
+    path = _path_end(match.group(0))
+    name = _last_part(path)
+    return None if name in ("", ".", "..") else (path, name)
+
+
+def _embedded_paths(text: str) -> list[tuple[str, str]]:
+    """The local paths inside ``text`` with their names (``_embedded``)."""
+    return [found for found in map(_embedded, _EMBEDDED_PATH.finditer(text)) if found is not None]
 
 
 def _last_part(path: str) -> str:
@@ -136,9 +143,8 @@ def _scrub_inside(text: str) -> str:
     """``text`` with each local path inside it (only where it stands as a path) replaced by its file name."""
 
     def one(m: re.Match) -> str:
-        path = _path_end(m.group(0))
-        name = _last_part(path)
-        return m.group(0) if name in ("", ".", "..") else name + m.group(0)[len(path):]
+        found = _embedded(m)
+        return m.group(0) if found is None else found[1] + m.group(0)[len(found[0]):]  # a full stop after it kept
 
     return _EMBEDDED_PATH.sub(one, text)
 
@@ -147,7 +153,7 @@ def replace_paths(text: str, paths: dict[str, str]) -> str:
     """``text`` (a card) with each of ``paths`` replaced by its name where it stands as a path: not inside a longer
     word (``/model`` in ``org/model``, a Hub id the card names)."""
     for local in sorted(paths, key=len, reverse=True):
-        text = re.sub(_BEFORE + re.escape(local) + r"(?=$|[\s\"'`)\]},;:.|*<>])", lambda _m, name=paths[local]: name, text)
+        text = re.sub(_BEFORE + re.escape(local) + rf"(?=$|[{_STOP}:.*<>])", lambda _m, name=paths[local]: name, text)
     return text
 
 
@@ -189,8 +195,8 @@ def _local_paths(value: Any, base_model: str | None) -> dict[str, str]:
             if _replacement(s, key, base_model) not in ("", ".", ".."):
                 found.setdefault(s, _replacement(s, key, base_model))
         else:
-            for path in _embedded_paths(s):
-                found.setdefault(path, _last_part(path))
+            for path, name in _embedded_paths(s):
+                found.setdefault(path, name)
         return s
 
     _map_strings(value, note)

@@ -132,9 +132,7 @@ def _config_key(error) -> str | None:
     """The config value a violation is about, as a dotted path with list positions
     (``speculators_config.proposal_methods[1].speculative_tokens``), a missing required key included; None for the
     config as a whole."""
-    path = ""
-    for part in error.absolute_path:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    path = json_path(error.absolute_path).removeprefix("$")
     if error.validator == "required" and isinstance(error.instance, dict):  # one error per missing key, named first in its message
         missing = [k for k in error.validator_value if k not in error.instance and error.message.startswith(repr(k))]
         path += f".{missing[0]}" if missing else ""

@@ -20,8 +20,9 @@ def shown(value: Any, limit: int = 60) -> str:
 # Characters that would break a line of human output or steer a terminal: control characters, Unicode's line and
 # paragraph separators and its bidirectional controls (which reorder what a terminal shows). Names and values from
 # checkpoints (a tensor named "x\nresult: OK") are shown with them escaped.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-_UNSAFE_IN_TEXT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")  # all but tab and newline
+_BEYOND_C0 = "\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"  # DEL and the C1 controls, line and paragraph separators, bidi controls
+_UNPRINTABLE = re.compile(f"[\x00-\x1f{_BEYOND_C0}]")
+_UNSAFE_IN_TEXT = re.compile(f"[\x00-\x08\x0b-\x1f{_BEYOND_C0}]")  # all but tab and newline
 
 
 def printable(text: str) -> str:

@@ -71,12 +71,12 @@ def validate(source: str | Path, *, target: "str | Path | TargetConfig | None" =
 
     release = engines.parse(engine) if engine else None
     target_cfg: TargetConfig | None = None
-    if isinstance(target, (str, Path)) and str(target):
+    if target is not None and not isinstance(target, (str, Path)):
+        target_cfg = target  # read already
+    elif target:
         from ..target import read_target_config  # the target's modules load only when a target is named
 
         target_cfg = read_target_config(target)
-    elif target:
-        target_cfg = target
     try:
         loaded = dialects.load(source, source_dialect, norm_output_semantics=norm_output_semantics,
                                target_num_layers=target_cfg.num_layers if target_cfg else None)
