@@ -141,6 +141,11 @@ _KIND_OK = {
 _KIND_TEXT = {"float": "a floating dtype", "int64": "int64", "bool": "bool"}
 
 
+def canonical_aside(stored: str, canonical: str) -> str:
+    """What a message adds after a tensor's name as its file stores it: eaglekit's canonical name, where the two differ."""
+    return "" if stored == canonical else f" (eaglekit's {canonical})"
+
+
 def check_tensors(d: Drafter, present: Mapping[str, tuple[tuple[int, ...], Any]],
                   stored_name: Callable[[str], str] | None = None) -> list[Finding]:
     """Compare the tensors a checkpoint has (canonical name -> (shape, dtype)) with what its config implies.
@@ -151,7 +156,7 @@ def check_tensors(d: Drafter, present: Mapping[str, tuple[tuple[int, ...], Any]]
 
     def named(name: str) -> tuple[str, str]:  # (how the message names it, the finding's subject)
         stored = stored_name(name) if stored_name is not None else name
-        return (stored if stored == name else f"{stored} (eaglekit's {name})"), stored
+        return stored + canonical_aside(stored, name), stored
 
     findings: list[Finding] = []
     expected = expected_tensors(d)

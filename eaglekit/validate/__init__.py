@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from .. import dialects
 from ..errors import ConfigError
 from ..findings import Finding, errors
+from ..model.layout import canonical_aside
 from .checks import CHECKS, CheckInput, run_checks
 
 if TYPE_CHECKING:
@@ -118,8 +119,7 @@ def validate(source: str | Path, *, target: "str | Path | TargetConfig | None" =
             canonical_of = {s: c for c, s in loaded.names.items()}
             # scan findings name checkpoint tensors; say which canonical tensor they are when it differs
             report.findings += [
-                f if f.subject not in canonical_of or canonical_of[f.subject] == f.subject
-                else replace(f, message=f.message + f" (eaglekit's {canonical_of[f.subject]})")
+                f if f.subject not in canonical_of else replace(f, message=f.message + canonical_aside(f.subject, canonical_of[f.subject]))
                 for f in scan_all(loaded.checkpoint, list(loaded.checkpoint.tensors))
             ]
         from .. import schemas  # jsonschema: loaded when a config is checked, not on import
