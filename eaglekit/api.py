@@ -205,7 +205,9 @@ def convert(
     if files is not None:
         data["files"] = files
     target_name = plan.target.name if plan.target else plan.drafter.verifier or TARGET_PLACEHOLDER  # a config file: its directory or Hub id
-    data["serve"] = serve_command(plan.dialect.hub_tags, target_name, str(out_path))
+    # no command to serve a drafter whose fc_norm weights are ones put there by --upgrade: it is to be fine-tuned first
+    untrained = plan.drafter.provenance.untrained_upgrade
+    data["serve"] = None if untrained else serve_command(plan.dialect.hub_tags, target_name, str(out_path))
     data = document(source, True, data)
     data["origin"] = located.origin
     return Conversion(str(source), str(out), data["source_dialect"], data["to"], list(data["files"]), files is not None, plan, data)

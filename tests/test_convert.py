@@ -481,6 +481,9 @@ def test_conversion_prints_the_command_that_serves_it(tmp_path, cli, target_dir)
     data = json.loads(cli("convert", src, tmp_path / "sg", "--to", "sglang", "--json").stdout)
     assert data["serve"].startswith("python -m sglang.launch_server --model-path <target model>")
     assert json.loads(cli("convert", src, tmp_path / "e", "--to", "eagle", "--json").stdout)["serve"] is None
+    # an --upgrade 3.1 output is to be fine-tuned first (its fc_norm weights are ones): no command to serve it
+    upgraded = cli("convert", src, tmp_path / "up", "--to", "vllm", "--upgrade", "3.1")
+    assert "fine-tune before serving" in upgraded.stdout and "serve it:" not in upgraded.stdout
 
 
 # -- --dry-run: what would change, old -> new, and what would happen to OUT (issue 20, item 17) ---------------------

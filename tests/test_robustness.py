@@ -655,3 +655,10 @@ def test_config_keys_and_notes_cannot_forge_lines_in_convert_or_push(tmp_path, c
     (converted / "config.json").write_text(json.dumps(cfg))
     out = cli("convert", converted, tmp_path / "again", "--to", "vllm").stdout
     assert not any(line.startswith("FORGED") for line in out.splitlines()) and "org/tgt\\nFORGED-VERIFIER" in out
+
+
+@pytest.mark.parametrize("command", ["inspect", "convert", "validate", "verify", "drift", "push", "engines"])
+def test_help_never_shows_an_unset_bound(cli, command):
+    """`verify --help` showed `[x<=None]` after --min-acceptance-length: a finite float with no bounds has no range to show."""
+    text = cli(command, "--help").stdout
+    assert "None" not in text

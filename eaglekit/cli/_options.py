@@ -103,6 +103,10 @@ class FiniteFloat(click.FloatRange):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return number
 
+    def _describe_range(self) -> str:
+        """No range in --help where there is none (click's FloatRange would print ``[x<=None]``)."""
+        return super()._describe_range() if self.min is not None or self.max is not None else ""
+
 
 class NamedPlaceType(click.ParamType):
     """A path (``hub``: or a Hub id) that may not be empty: ``--target ''`` (or ``--prompts ''``, ``--compare ''``) was
