@@ -1,3 +1,7 @@
 """eaglekit: convert, inspect, validate, verify and publish EAGLE 3 / 3.1 speculative-decoding drafters."""
 
 __version__ = "0.1.0"
+
+# The version of eaglekit's JSON contract: every --json document starts with it (README, "JSON output"). Bump it on
+# any change that could break a reader (a key removed or renamed, a meaning changed).
+SCHEMA_VERSION = 2  # 2: validate's engine_view no longer repeats the engine's findings (they are in findings)

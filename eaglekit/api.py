@@ -18,15 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from . import SCHEMA_VERSION  # the contract's version, kept in the package root: modules below api.py state it too
+
 if TYPE_CHECKING:  # pragma: no cover
     from .convert import ConversionPlan
     from .validate import ValidationReport
     from .target import TargetConfig
 
-# Every JSON document eaglekit prints starts with the same three keys: the contract's version, whether the command
-# succeeded (its one success key) and the path it was given (its one path key). Bump the version on any change
-# that could break a reader (a key removed or renamed, a meaning changed).
-SCHEMA_VERSION = 2  # 2: validate's engine_view no longer repeats the engine's findings (they are in findings)
+# Every JSON document about a drafter starts with the same three keys: the contract's version, whether the command
+# succeeded (its one success key) and the path it was given (its one path key).
 
 
 def document(path: str | Path, ok: bool, data: dict[str, Any]) -> dict[str, Any]:

@@ -30,11 +30,12 @@ step eaglekit validate "$OUT/speculators" --engine vllm==0.24
 eaglekit validate "$OUT/speculators" --engine vllm==0.24 || echo "(exit $?: vLLM 0.24 drops speculators-format EAGLE 3.1 flags; use >= 0.25 or the vllm format)"
 
 # Held-out prompts of the kind the drafter was trained on (examples/train_drafter.py keeps the last 20 aside).
-step eaglekit verify "$OUT/vllm" --target SmolLM2 --prompts examples/prompts-heldout.jsonl --num-prompts 8 --reference "$DRAFTER" --min-acceptance-length 1.5
+step eaglekit verify "$OUT/vllm" --target SmolLM2 --prompts examples/prompts-heldout.jsonl --num-prompts 8 --max-new-tokens 64 \
+    --reference "$DRAFTER" --min-acceptance-length 1.5 --report "$OUT/vllm/eaglekit-verify.json"
 eaglekit verify "$OUT/vllm" --target "$TARGET" --prompts examples/prompts-heldout.jsonl --num-prompts 8 --max-new-tokens 64 \
     --reference "$DRAFTER" --min-acceptance-length 1.5 --report "$OUT/vllm/eaglekit-verify.json"
 
-step eaglekit push "$OUT/vllm" your-name/SmolLM2-135M-Instruct-eagle3.1 --dry-run
+step eaglekit push "$OUT/vllm" your-name/SmolLM2-135M-Instruct-eagle3.1 --base-model HuggingFaceTB/SmolLM2-135M-Instruct --dry-run
 eaglekit push "$OUT/vllm" your-name/SmolLM2-135M-Instruct-eagle3.1 --base-model HuggingFaceTB/SmolLM2-135M-Instruct --dry-run
 
 echo

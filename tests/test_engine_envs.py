@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -26,9 +27,18 @@ def test_list_install_refusal_and_remove(cli, engines_dir):
     fake.mkdir(parents=True)
     os.symlink(sys.executable, fake / "python")
     listed = json.loads(cli("engines", "list", "--json").stdout)
-    assert [e["engine"] for e in listed["engines"]] == ["vllm==0.30.0"]
-    assert json.loads(cli("engines", "remove", "vllm==0.30.0", "--json").stdout)["removed"] is True
+    assert [e["engine"] for e in listed["engines"]] == ["vllm==0.30.0"] and listed["directory"] == str(engines_dir)
+    removed = json.loads(cli("engines", "remove", "vllm==0.30.0", "--json").stdout)
+    assert removed["removed"] is True
     assert not (engines_dir / "vllm-0.30.0").exists()
+    # both documents hold to schemas/engines.schema.json, as does install's shape
+    import jsonschema
+
+    schema = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "engines.schema.json").read_text())
+    for doc in (listed, removed, {"schema_version": 2, "ok": True, "engine": "vllm==0.32.0", "path": "/x"}):
+        jsonschema.validate(doc, schema)
+    with pytest.raises(jsonschema.ValidationError):  # no mixing of the three
+        jsonschema.validate({**removed, "directory": "/x"}, schema)
 
 
 def test_against_a_release_that_is_not_installed_says_how(cli, engines_dir, tmp_path):

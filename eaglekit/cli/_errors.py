@@ -37,7 +37,7 @@ def fail(message: str, code: int, *, json_mode: bool = False, kind: str = "Eagle
     line = " ".join(str(message).split())
     click.echo(f"error: {printable(line)}", err=True)
     if json_mode:
-        from ..api import SCHEMA_VERSION
+        from .. import SCHEMA_VERSION
 
         click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "ok": False, "error": {"message": line, "type": kind, "exit_code": code}}))
     sys.exit(code)

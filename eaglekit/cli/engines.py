@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..api import SCHEMA_VERSION
+from .. import SCHEMA_VERSION
 from ..engines import envs
 from ._output import Output, table
 

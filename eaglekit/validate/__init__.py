@@ -38,7 +38,7 @@ class ValidationReport:
 
     def to_dict(self) -> dict:
         counts = {s: sum(1 for f in self.findings if f.severity == s) for s in ("error", "warning", "info")}
-        from ..api import SCHEMA_VERSION
+        from .. import SCHEMA_VERSION
 
         return {
             "schema_version": SCHEMA_VERSION,

@@ -1,0 +1,75 @@
+"""The package's layers, as README's Layout draws them: data flows down, and no module imports one above it (at the
+top of a file or inside a function: a deferred import is still a dependency)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "eaglekit"
+
+# Top to bottom, as README's Layout lists them; a unit is a subpackage or a top-level module. Units of one layer may
+# import each other.
+LAYERS = [
+    {"__main__", "cli"},
+    {"api"},
+    {"verify", "validate", "convert", "push", "card", "describe", "serving", "drift_report"},
+    {"engines"},
+    {"target"},
+    {"reference"},
+    {"dialects"},
+    {"model"},
+    {"io", "hub", "upload"},
+    {"schemas", "findings", "errors", "__init__"},
+]
+
+
+def _unit(parts: list[str]) -> str:
+    """The unit of module eaglekit.<parts>: its subpackage or top-level module (the package root: __init__)."""
+    return parts[0] if parts else "__init__"
+
+
+def _imports(path: Path) -> set[str]:
+    """The eaglekit units the module at ``path`` imports, anywhere in it."""
+    relative = path.relative_to(PACKAGE).with_suffix("").parts
+    package = list(relative[:-1])  # the package a relative import starts from (of an __init__.py too: its directory)
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+            target = base + (node.module.split(".") if node.module else [])
+            if node.module is None or not target:  # from . import x / from .. import x: x may be a module
+                for alias in node.names:
+                    name = alias.name
+                    module = target + [name]
+                    exists = (PACKAGE.joinpath(*module).is_dir() or PACKAGE.joinpath(*module[:-1], name + ".py").exists())
+                    found.add(_unit(module if exists else target))
+            else:
+                found.add(_unit(target))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            found |= {_unit(n.split(".")[1:]) for n in names if n == "eaglekit" or n.startswith("eaglekit.")}
+    return found
+
+
+def test_no_module_imports_one_above_it():
+    layer_of = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
+    units = {p.relative_to(PACKAGE).parts[0].removesuffix(".py") for p in PACKAGE.glob("*") if p.suffix == ".py" or (p / "__init__.py").exists()}
+    assert units == set(layer_of), f"units README's Layout does not place: {sorted(units ^ set(layer_of))}"
+    upward = []
+    for path in PACKAGE.rglob("*.py"):
+        importer = _unit(list(path.relative_to(PACKAGE).with_suffix("").parts))
+        for imported in _imports(path):
+            if layer_of[imported] < layer_of[importer]:
+                upward.append(f"{path.relative_to(PACKAGE.parent)} imports {imported}")
+    assert not upward, upward
+
+
+def test_the_check_sees_an_upward_import(tmp_path, monkeypatch):
+    """The test above can fail: a deferred import from a lower layer up is caught."""
+    fake = tmp_path / "eaglekit" / "io"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "x.py").write_text("def f():\n    from ..api import document\n    from .. import SCHEMA_VERSION\n")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", tmp_path / "eaglekit")
+    assert _imports(fake / "x.py") == {"api", "__init__"}
