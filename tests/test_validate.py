@@ -64,6 +64,7 @@ def broken(name: str):
         "config.fc_bias": (lambda p: tensors(v(p), lambda t: t.update({"fc.bias": torch.zeros(16)})), {}),
         "config.hidden_act": (lambda p: config(v(p), lambda c: c.update(hidden_act="gelu")), {}),
         "config.num_layers": (lambda p: config(write_eagle(p, Dims()), lambda c: c.update(num_hidden_layers=40)), {}),
+        "config.partial_rotary": (lambda p: config(v(p), lambda c: c.update(partial_rotary_factor=0.5)), {}),
         "config.dtype": (lambda p: config(v(p), lambda c: c.update(torch_dtype="bf16")), {}),
         "mla.q_lora_rank": (lambda p: mla_without_q_lora(p), {}),
         "attention.sliding_window": (lambda p: config(v(p), lambda c: c.update(sliding_window=8, use_sliding_window=True, layer_types=["sliding_attention"])), {}),
@@ -171,6 +172,24 @@ def test_a_config_dtype_is_held_to_torch_names_and_to_the_weights(tmp_path, cli)
         "the source's config.json had torch_dtype 'float33', which no reader can load: wrote torch_dtype bfloat16, the weights' dtype"]
     assert json.loads((tmp_path / "out" / "config.json").read_text())["torch_dtype"] == "bfloat16"
     assert validate(tmp_path / "out").ok
+
+
+def test_a_partial_rotary_factor_is_refused_where_eaglekit_would_measure_or_write_another_drafter(tmp_path, cli):
+    """A noticed silent change: partial_rotary_factor (vLLM rotates int(head_dim * factor) dims of each head) was dropped
+    by every writer and ignored by the reference. Now validate says so wherever a config states it, and convert and
+    verify refuse the drafter; 1 (every dimension) is what eaglekit runs and says nothing."""
+    from eaglekit.verify.checks import cannot_run
+
+    for where, edit in (("partial_rotary_factor", lambda c: c.update(partial_rotary_factor=0.5)),
+                        ("rope_scaling.partial_rotary_factor", lambda c: c.update(rope_scaling={"rope_type": "default", "partial_rotary_factor": 0.25}))):
+        src = config(write_vllm(tmp_path / where, Dims()), edit)
+        [finding] = [f for f in validate(src).findings if f.check == "config.partial_rotary"]
+        assert finding.severity == "error" and finding.subject == where and "vLLM rotates only the first" in finding.message
+        assert cannot_run([finding]) == [finding]
+        refused = cli("convert", src, tmp_path / f"out-{len(where)}", "--to", "sglang", expect=1)
+        assert "partial_rotary_factor" in refused.stderr and not (tmp_path / f"out-{len(where)}").exists()
+    whole = config(write_vllm(tmp_path / "one", Dims()), lambda c: c.update(partial_rotary_factor=1.0))
+    assert "config.partial_rotary" not in ids_of(validate(whole))
 
 
 def test_torch_dtype_names_are_the_installed_torchs():

