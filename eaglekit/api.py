@@ -108,6 +108,7 @@ def inspect(path: str | Path, *, source_dialect: str = "auto", norm_output_seman
     instead). ``data["origin"]`` says which was used, with the commit and the bytes read."""
     from . import dialects
     from .describe import describe
+    from .io.atomic import output_path
     from .io.locate import open_source
 
     with open_source(path, revision=revision, mode="download" if download else "headers") as located:
@@ -164,10 +165,11 @@ def convert(
         max_shard_bytes=max_shard_bytes or DEFAULT_MAX_SHARD_BYTES,
         force=force,
     )
+    from .io.atomic import output_path
     from .io.locate import open_source
 
     # where OUT is, taken now: `convert SRC . --force` run inside OUT replaces the working directory itself
-    out_path = Path(out).resolve()
+    out_path = output_path(out)
     if resolve and target is None:
         raise UsageError("--resolve needs --target: it measures each reading of the aux layers on the target")
     if resolve and aux_layers is not None:
@@ -228,6 +230,7 @@ def validate(
 
     A Hub id is read by headers only, as ``inspect`` does: checks that need tensor values (d2t contents, ``scan``)
     are reported as skipped unless ``download``. ``report.origin`` says where it was read from."""
+    from .io.atomic import output_path
     from .io.locate import open_source
     from .validate import validate as run
 
@@ -297,6 +300,7 @@ def verify(path: str | Path, *, target: str, progress: Callable[[str, int], obje
     """Run the drafter on its target's hidden states and measure acceptance; ``options`` are ``VerifyOptions`` fields
     (``num_prompts``, ``max_new_tokens``, ``k``, ``engine``, ``reference``, ``against``, ...)."""
     from .engines import envs
+    from .io.atomic import output_path
     from .io.locate import open_source
     from .target.long_lived import frozen_scope, long_lived
 
@@ -344,6 +348,7 @@ def drift(path: str | Path, *, target: str, report: str | Path | None = None, pr
 def push(path: str | Path, repo_id: str, **options: Any) -> Publication:
     """Validate ``path`` and publish it to ``repo_id`` as one commit; ``options`` are ``PushOptions`` fields
     (``dry_run``, ``private``, ``revision``, ``create_pr``, ``token``, ``endpoint``, ``base_model``, ...)."""
+    from .io.atomic import output_path
     from .io.locate import open_source
     from .push import PushOptions, push as run
 

@@ -254,6 +254,54 @@ def test_force_never_replaces_a_directory_the_caller_does_not_recognise(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+@pytest.mark.parametrize("force", [False, True])
+def test_a_destination_that_appears_during_the_write_is_refused_not_replaced(tmp_path, force):
+    """The destination was checked only before the work: a folder made meanwhile (a user's, another run's) was moved
+    aside and deleted at the end, with or without --force. It is checked again right before the output takes its place."""
+    dest = tmp_path / "out"
+    with pytest.raises(OutputExistsError):
+        with atomic_directory(dest, force=force, replaceable=lambda d: sorted(p.name for p in d.iterdir())) as tmp:
+            (tmp / "new.txt").write_text("new")
+            dest.mkdir()
+            (dest / "notes.txt").write_text("precious")
+    assert (dest / "notes.txt").read_text() == "precious" and sorted(p.name for p in dest.iterdir()) == ["notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # the finished temporary is not left beside it
+
+
+def test_a_name_with_no_room_for_the_hidden_sibling_is_refused_before_any_work(tmp_path):
+    """A 230-byte folder name is valid, but the hidden ``.NAME.eaglekit-tmp-PID-XXXXXXXX`` beside it is not: the run
+    did all its work and then failed with exit 1. Now it is refused first (exit 2), naming the limit."""
+    with pytest.raises(UsageError, match="leaves no room for the hidden folder"):
+        with atomic_directory(tmp_path / ("d" * 230)):
+            raise AssertionError("no work may start")
+    with atomic_directory(tmp_path / ("d" * 200)) as tmp:
+        (tmp / "x").write_text("x")
+    assert (tmp_path / ("d" * 200) / "x").exists()
+
+
+def test_a_mount_point_is_refused_before_any_work(tmp_path, monkeypatch):
+    """--force on a mounted volume (a container's /out) wrote the whole output, then failed to rename the volume aside."""
+    dest = tmp_path / "out"
+    dest.mkdir()
+    monkeypatch.setattr(os.path, "ismount", lambda p: Path(p) == dest)
+    with pytest.raises(UsageError, match="a mount point cannot be replaced"):
+        with atomic_directory(dest, force=True):
+            raise AssertionError("no work may start")
+
+
+def test_an_output_is_written_where_the_system_resolves_its_path(tmp_path):
+    """``q/link/../out`` names the folder beside link's target (as mkdir -p and the kernel read it), not ``q/out``."""
+    from eaglekit.io.atomic import output_path
+
+    (tmp_path / "elsewhere" / "deep").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere" / "deep")
+    given = tmp_path / "link" / ".." / "out"
+    assert output_path(given) == tmp_path / "elsewhere" / "out"
+    with atomic_directory(given) as tmp:
+        (tmp / "x").write_text("x")
+    assert (tmp_path / "elsewhere" / "out" / "x").exists() and not (tmp_path / "out").exists()
+
+
 def test_force_replaces_an_empty_directory(tmp_path):
     dest = tmp_path / "out"
     dest.mkdir()

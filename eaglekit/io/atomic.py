@@ -38,10 +38,20 @@ def _nothing_is_replaceable(directory: Path) -> list[str]:
     return sorted(p.name + ("/" if p.is_dir() else "") for p in directory.iterdir())
 
 
+def output_path(destination: str | Path) -> Path:
+    """The absolute path an output named ``destination`` is written at, as the system resolves it: the folders above it
+    with their symlinks followed (``q/link/../out`` is where ``mkdir -p`` would put it, not ``q/out``), the last part
+    as given (a symlink there is refused, never followed)."""
+    given = Path(destination)
+    if given.name in ("", ".", ".."):
+        return Path(os.path.realpath(given))
+    return Path(os.path.realpath(given.parent)) / given.name
+
+
 def check_destination(destination: Path, *, force: bool, protect: Iterable[Path] = (),
                       replaceable: Replaceable = _nothing_is_replaceable) -> Path:
     """Refuse destinations that would clobber a source, a user's files, or an existing output without ``force``."""
-    dest = Path(os.path.abspath(destination))
+    dest = output_path(destination)
     real_dest = dest.resolve()
     for source in protect:
         src = Path(source).resolve()
@@ -57,6 +67,7 @@ def check_destination(destination: Path, *, force: bool, protect: Iterable[Path]
             raise UsageError(f"{destination}: cannot be created: {nearest} is not a directory")
         if not os.access(nearest, os.W_OK | os.X_OK):
             raise UsageError(f"{destination}: cannot be created: {nearest} is not writable")
+    _check_name_room(destination, dest)
     if dest.exists() and not force:
         raise OutputExistsError(f"{destination}: already exists (pass --force to replace it)")
     if dest.exists():
@@ -65,7 +76,27 @@ def check_destination(destination: Path, *, force: bool, protect: Iterable[Path]
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             raise OutputExistsError(f"{destination}: not replaced even with --force: it holds files eaglekit did not write "
                                     f"({shown}); choose an empty or new directory")
+        if os.path.ismount(dest):  # a mounted volume cannot be renamed aside (EBUSY): said before any work
+            raise UsageError(f"{destination}: a mount point cannot be replaced as a whole; write into a new directory inside it")
     return dest
+
+
+# The longest suffix eaglekit adds to an output's name for its hidden siblings: ".NAME" + mark + pid + "-" + mkdtemp's 8
+_SIBLING_EXTRA = 1 + max(len(_TMP_MARK), len(_OLD_MARK)) + 10 + 1 + 8
+
+
+def _check_name_room(destination: Path, dest: Path) -> None:
+    """Refuse a name too long to leave room for the hidden temporary sibling the output is written in (a 230-byte name
+    is a valid folder, but ``.NAME.eaglekit-tmp-PID-XXXXXXXX`` is not)."""
+    nearest = next((p for p in (dest.parent, *dest.parent.parents) if p.is_dir()), None)
+    try:
+        limit = os.pathconf(nearest, "PC_NAME_MAX") if nearest is not None else 255
+    except (OSError, ValueError, AttributeError):
+        limit = 255
+    length = len(os.fsencode(dest.name))
+    if length + _SIBLING_EXTRA > limit:
+        raise UsageError(f"{destination}: a name of {length} bytes leaves no room for the hidden folder it is written in beside it "
+                         f"(at most {limit - _SIBLING_EXTRA} bytes here); choose a shorter name")
 
 
 def pid_alive(pid: int) -> bool:
@@ -145,7 +176,9 @@ def _umask() -> int:
 @contextlib.contextmanager
 def atomic_directory(destination: Path, *, force: bool = False, protect: Iterable[Path] = (),
                      replaceable: Replaceable = _nothing_is_replaceable) -> Iterator[Path]:
-    """Yield an empty temporary directory; on success it becomes ``destination``."""
+    """Yield an empty temporary directory; on success it becomes ``destination``. The destination is checked before
+    and again once the output is complete, right before it takes the destination's place: a folder that appeared
+    meanwhile (another process, a user) is refused as it would have been at the start, not replaced."""
     dest = check_destination(destination, force=force, protect=protect, replaceable=replaceable)
     parent = dest.parent
     created = [p for p in (parent, *parent.parents) if not (p.exists() or p.is_symlink())]  # removed again on failure
@@ -168,9 +201,8 @@ def atomic_directory(destination: Path, *, force: bool = False, protect: Iterabl
             elif child.is_dir():
                 fsync_path(child)
         fsync_path(tmp)
+        check_destination(destination, force=force, protect=protect, replaceable=replaceable)  # as it is now, not as it was
         if dest.exists():
-            if os.path.ismount(dest):  # a mounted volume cannot be renamed aside (EBUSY)
-                raise OSError(errno.EBUSY, "a mount point cannot be replaced as a whole; write into a new directory inside it")
             old = Path(tempfile.mkdtemp(prefix=f".{dest.name}{_OLD_MARK}{os.getpid()}-", dir=parent))
             try:
                 os.replace(dest, old / dest.name)
