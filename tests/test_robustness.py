@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from drafters import Dims, edit_tensors as tensors_of, write_eagle, write_vllm
+from drafters import Dims, edit_tensors as tensors_of, write_eagle, write_specforge, write_vllm
 from eaglekit import dialects
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -475,6 +475,23 @@ def test_a_target_that_cannot_run_is_told_before_it_loads(tmp_path, cli, target_
                          f"--target {broken}: model.safetensors: truncated (5 bytes, shorter than the 8-byte header length)")
     assert_clean_failure(cli(command, src, "--target", src, expect=None), f"--target {src}: this is an EAGLE drafter")
     assert time.perf_counter() - started < 5  # refused before anything loads
+
+
+def test_a_drafter_given_as_the_target_is_told_by_every_command_that_reads_a_target(tmp_path, cli):
+    """validate and convert read a --target for its config alone, and read a drafter's as a 1-layer target: "aux layer
+    ids outside 0..1", exit 1. A drafter is one by its config's keys (its config.json alone too) or its tensors."""
+    src = write_vllm(tmp_path / "src", Dims())
+    other = write_specforge(tmp_path / "other", Dims())
+    for target in (other, other / "config.json"):
+        for args in (["validate", src], ["convert", src, tmp_path / "out", "--to", "sglang"]):
+            assert_clean_failure(cli(*args, "--target", target, expect=None), f"--target {target}: this is an EAGLE drafter (its config states")
+    bare = tmp_path / "bare"  # a drafter's tensors under a config that states nothing a drafter's does
+    bare.mkdir()
+    (bare / "model.safetensors").write_bytes((other / "model.safetensors").read_bytes())
+    (bare / "config.json").write_text(json.dumps({k: v for k, v in json.loads((other / "config.json").read_text()).items()
+                                                  if k not in ("draft_vocab_size", "eagle_config")}))
+    assert_clean_failure(cli("validate", src, "--target", bare, expect=None), "this is an EAGLE drafter (a fusion layer and no decoder stack)")
+    assert not (tmp_path / "out").exists()
 
 
 def _cache_config_only(tmp_path, monkeypatch, target_dir) -> Path:

@@ -76,15 +76,7 @@ class TargetConfig:
             raise UsageError(self.weights_needed(why))
         if self.gguf_file:
             return
-        from ..dialects import looks_like_drafter
-        from ..io.safetensors_header import read_header
-
-        names: set[str] = set()
-        for path in sorted(self.directory.glob("*.safetensors")):
-            names |= set(read_header(path, f"--target {self.source}: {path.name}").entries)
-        if looks_like_drafter(names):
-            raise UsageError(f"--target {self.source}: this is an EAGLE drafter (a fusion layer and no decoder stack), not a target "
-                             "model; give the model the drafter was trained for")
+        _refuse_drafter(self.directory, self.config, self.source)
 
     def weights_needed(self, why: str) -> str:
         """The one-line refusal for a command that runs the target (``why``: "verify runs the target model")."""
@@ -95,6 +87,27 @@ class TargetConfig:
             what = f"holds no weights (no *.safetensors or *.bin in {self.directory})"
             give = f"fetch the whole model first (`hf download {self.hub_id}`)" if self.hub_id else "give the model's directory with its weights, or a .gguf file"
         return f"--target {self.source}: {what}; {why}, so it needs the weights: {give}"
+
+
+# config.json keys only an EAGLE drafter states (its own vocabulary, the layers it fuses, speculators' block)
+DRAFTER_ONLY_KEYS = ("draft_vocab_size", "eagle_config", "eagle_aux_hidden_state_layer_ids", "speculators_model_type")
+
+
+def _refuse_drafter(directory: Path | None, config: dict, source: str) -> None:
+    """An EAGLE drafter given as the target, by its config's keys or (a directory with weights) its tensors' names,
+    refused as one: read as a target, it was a 1-layer model whose layer count every aux id seemed to exceed. Reading
+    the safetensors headers also refuses, naming the file, one whose header does not hold."""
+    from ..dialects import looks_like_drafter
+    from ..io.safetensors_header import read_header
+
+    stated = next((key for key in DRAFTER_ONLY_KEYS if key in config), None)
+    names: set[str] = set()
+    if stated is None and directory is not None:
+        for path in sorted(directory.glob("*.safetensors")):
+            names |= set(read_header(path, f"--target {source}: {path.name}").entries)
+    if stated is not None or looks_like_drafter(names):
+        why = f"its config states {stated}" if stated else "a fusion layer and no decoder stack"
+        raise UsageError(f"--target {source}: this is an EAGLE drafter ({why}), not a target model; give the model the drafter was trained for")
 
 
 def split_gguf(source: str | Path) -> tuple[Path, str | None]:
@@ -141,6 +154,8 @@ def read_target_config(source: str | Path, *, weights: bool = False) -> TargetCo
         directory, hub_id = located.directory, located.hub_id
         config = jsonfile.load_object(directory / "config.json", f"{source}/config.json")
     label = str(source) if gguf_file or config_file else f"{source}/config.json"
+    if not gguf_file:
+        _refuse_drafter(None if config_file else directory, config, str(source))
     view = ConfigView(config, label)
     for key in TEXT_CONFIG_KEYS:
         nested = view.sub(key)
