@@ -201,4 +201,7 @@ def parse_ids(text: str | None) -> tuple[int, ...] | None:
     # an empty item (1,,2) is a typo, not one id fewer: vLLM would capture layers nobody chose
     if not all(p.isascii() and p.removeprefix("-").isdigit() for p in items):
         raise UsageError(f"--aux-layers {text!r}: expected comma-separated integers like 2,16,29")
-    return tuple(int(p) for p in items)
+    ids = tuple(int(p) for p in items)
+    if any(i < 0 for i in ids):  # input-of-layer ids: 0 is the embeddings' output, nothing comes before it
+        raise UsageError(f"--aux-layers {text!r}: layer ids are 0 or more (vLLM's input-of-layer convention)")
+    return ids
