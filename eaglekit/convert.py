@@ -236,11 +236,18 @@ def _upgrade(d: Drafter, notes: list[Finding]) -> tuple[Drafter, list[str]]:
 _OUTPUT_FILE = re.compile(r"config\.json|model(-\d+-of-\d+)?\.safetensors|model\.safetensors\.index\.json|eaglekit-verify\.json")
 
 
+# The key in each written safetensors header's __metadata__ that says eaglekit wrote those weights (its version). A
+# model trained from a conversion keeps the config's eaglekit block but not this (save_pretrained writes its own
+# header): --force does not take the trained weights for an earlier output of ours.
+WEIGHTS_MARK = "eaglekit"
+
+
 def foreign_entries(directory: Path) -> list[str]:
     """What stops ``directory`` being an earlier eaglekit conversion that ``--force`` may replace.
 
-    It is one when its config.json carries the ``eaglekit`` block every writer adds and it holds nothing
-    but the files a conversion writes. Every other entry is named, so the refusal says what would be lost.
+    It is one when its config.json carries the ``eaglekit`` block every writer adds, every weights file's header
+    carries ``WEIGHTS_MARK``, and it holds nothing but the files a conversion writes. Every other entry is named, so
+    the refusal says what would be lost.
     """
     foreign = sorted(p.name + "/" for p in directory.iterdir() if p.is_dir() or p.is_symlink())
     foreign += sorted(p.name for p in directory.iterdir() if p.is_file() and not p.is_symlink() and not _OUTPUT_FILE.fullmatch(p.name))
@@ -253,7 +260,17 @@ def foreign_entries(directory: Path) -> list[str]:
     block = config.get("eaglekit")
     if not (isinstance(block, dict) and "dialect" in block):
         return sorted(p.name for p in directory.iterdir())  # safetensors and a config, but not eaglekit's
-    return []
+    from .io.safetensors_header import read_header
+
+    unmarked = []
+    for weights in sorted(directory.glob("*.safetensors")):
+        try:
+            marked = WEIGHTS_MARK in read_header(weights).metadata
+        except CheckpointError:
+            marked = False
+        if not marked:
+            unmarked.append(weights.name)
+    return unmarked
 
 
 def plan_conversion(source: str | Path, out: str | Path | None, options: ConvertOptions) -> ConversionPlan:
@@ -445,11 +462,14 @@ def execute(plan: ConversionPlan, out: str | Path, *, progress: Callable[[int], 
     """Write the planned conversion atomically into ``out``; return the files written."""
     if errors(plan.findings):
         raise ValidationFailed(_refusal("the converted drafter would not validate", errors(plan.findings)), plan.findings)
+    from . import __version__
+
     options = plan.options or ConvertOptions(to=plan.dialect.name)
     tensor_plans = [TensorPlan(t.name, t.dtype, t.shape, _producer(t, plan.loaded)) for t in plan.tensors]
     with atomic_directory(Path(out), force=options.force, protect=[plan.loaded.checkpoint.directory],
                           replaceable=foreign_entries) as tmp:
-        files = write_checkpoint_tensors(tmp, tensor_plans, max_shard_bytes=options.max_shard_bytes, progress=progress)
+        files = write_checkpoint_tensors(tmp, tensor_plans, max_shard_bytes=options.max_shard_bytes, progress=progress,
+                                         metadata={WEIGHTS_MARK: __version__})
         (tmp / "config.json").write_text(jsonfile.dumps(plan.config))
         files.append("config.json")
     return files

@@ -416,6 +416,20 @@ def test_force_refuses_an_earlier_output_with_a_file_added(tmp_path, cli):
     assert json.loads((out / "config.json").read_text())["eaglekit"]["dialect"] == "speculators"
 
 
+def test_force_refuses_weights_trained_from_an_earlier_output(tmp_path, cli):
+    """A drafter fine-tuned from an --upgrade 3.1 output and saved in place keeps config.json's eaglekit block: it looked
+    like an earlier output of ours, and --force replaced the trained weights. eaglekit marks the weights it writes."""
+    from safetensors.torch import load_file, save_file
+
+    src = write_vllm(tmp_path / "src", Dims())
+    out = tmp_path / "out"
+    cli("convert", src, out, "--to", "vllm")
+    save_file(load_file(out / "model.safetensors"), out / "model.safetensors", metadata={"format": "pt"})  # as a trainer saves
+    r = cli("convert", src, out, "--to", "speculators", "--force", expect=2)
+    assert "did not write (model.safetensors)" in r.stderr
+    assert json.loads((out / "config.json").read_text())["eaglekit"]["dialect"] == "vllm"
+
+
 def test_force_refuses_a_checkpoint_eaglekit_did_not_write(tmp_path, cli):
     src = write_vllm(tmp_path / "src", Dims())
     theirs = write_specforge(tmp_path / "theirs", Dims())  # the same file names, but someone else's drafter
