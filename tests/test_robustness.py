@@ -331,6 +331,29 @@ def test_sigkill_mid_write_never_leaves_a_complete_looking_output(tmp_path):
     assert (out / "config.json").exists() and temporaries(tmp_path) == []
 
 
+def test_sigterm_mid_write_unwinds_and_leaves_nothing(tmp_path):
+    """SIGTERM (`timeout`, `docker stop`) killed the process where it stood: its ~100 MB hidden temporary stayed until a
+    later run to the same OUT swept it. It now unwinds as Ctrl-C does: exit 143, "terminated", nothing left beside OUT."""
+    src = write_vllm(tmp_path / "src", Dims())
+    out = tmp_path / "out"
+    script = f"""
+import os, signal, sys
+import eaglekit.convert as convert
+from eaglekit.cli import run
+written = convert.write_checkpoint_tensors
+def write_then_be_terminated(*args, **kwargs):
+    files = written(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return files
+convert.write_checkpoint_tensors = write_then_be_terminated
+sys.argv = ["eaglekit", "convert", {str(src)!r}, {str(out)!r}, "--to", "speculators"]
+run()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 143 and done.stderr.strip() == "terminated", done.stderr
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+
+
 def test_disk_full_leaves_nothing(tmp_path):
     src = big_source(tmp_path / "src")
     out = tmp_path / "out"

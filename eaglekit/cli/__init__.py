@@ -54,6 +54,11 @@ def main() -> None:
 
 def run() -> None:
     """The ``eaglekit`` console script and ``python -m eaglekit``."""
+    import signal
+
+    from ._errors import on_sigterm
+
+    signal.signal(signal.SIGTERM, on_sigterm)  # unwind as Ctrl-C does (Terminated): outputs in progress are cleaned up
     try:
         main(prog_name="eaglekit")  # click's standalone mode: always ends in SystemExit
     except SystemExit as done:

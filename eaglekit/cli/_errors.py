@@ -1,7 +1,7 @@
 """The one place where failures become messages and exit codes.
 
 0 ok; 1 ran and found problems, or the system failed it (disk full); 2 could not run (bad options or input, missing files, missing optional
-dependency); 130 interrupted.
+dependency); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM: `kill`, `timeout`, `docker stop`).
 No traceback reaches the user unless EAGLEKIT_DEBUG=1.
 """
 
@@ -16,7 +16,16 @@ import click
 from ..errors import EaglekitError
 from ._output import printable
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is (``on_sigterm``) so that it unwinds as Ctrl-C does: a half-written output's
+    hidden directory is removed on the way out instead of being left for the next run to sweep."""
+
+
+def on_sigterm(signum, frame) -> None:
+    raise Terminated()
 
 
 def debugging() -> bool:
@@ -58,9 +67,10 @@ class EaglekitGroup(click.Group):
         except EaglekitError as exc:
             _traceback_if_debugging()
             fail(str(exc), exc.exit_code, json_mode=json_mode, kind=type(exc).__name__)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+        except KeyboardInterrupt as exc:
+            terminated = isinstance(exc, Terminated)
+            click.echo("terminated" if terminated else "interrupted", err=True)
+            sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
         except MemoryError:
             fail("out of memory", EXIT_FAILURE, json_mode=json_mode, kind="MemoryError")
         except OSError as exc:
