@@ -474,6 +474,8 @@ def test_convert_usage_errors(tmp_path, cli):
     # an empty item is a typo, not one id fewer (it was dropped: the run then failed validation, exit 1)
     for typo in ("1,,2", "2,4,", "٢,4,5"):
         assert f"--aux-layers {typo!r}: expected comma-separated integers" in cli("convert", src, tmp_path / "o", "--to", "vllm", "--aux-layers", typo, expect=2).stderr
+    # an empty size is a typo, not the default
+    assert "size '' is not like 5GB" in cli("convert", src, tmp_path / "o", "--to", "vllm", "--max-shard-size", "", expect=2).stderr
     # a negative id is a bad option value (exit 2), not a conversion that would not validate (exit 1)
     assert "layer ids are 0 or more" in cli("convert", src, tmp_path / "o", "--to", "vllm", "--aux-layers", "-1,4,5", expect=2).stderr
     assert not (tmp_path / "o").exists()

@@ -156,7 +156,7 @@ def convert_command(src, out, to, source_dialect, norm_output_semantics, target,
 
         result = api.convert(
             src, out, to=to, source_dialect=source_dialect, norm_output_semantics=norm_output_semantics, target=target, aux_layers=aux_layers, upgrade=upgrade,
-            dtype=dtypes.parse_cast(dtype), max_shard_bytes=parse_size(max_shard_size) if max_shard_size else None,
+            dtype=dtypes.parse_cast(dtype), max_shard_bytes=parse_size(max_shard_size) if max_shard_size is not None else None,
             force=force, dry_run=dry_run, on_plan=on_plan, progress=lambda n: bar.update(n), revision=revision,
             resolve=resolve, prompts=prompts_file,
         )
