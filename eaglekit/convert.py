@@ -365,6 +365,11 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
     for s in loaded.unknown:
         out_present[s] = present[s]
     config = writer.write_config(d)
+    unplaced = dialects.unplaced_keys(loaded.checkpoint.config or {}, dialects.get(loaded.dialect).rules.base, config)
+    if unplaced:
+        notes.append(Finding("config.keys_dropped", "warning", f"config.json keys eaglekit does not know, which the {writer.name} dialect "
+                             f"has no place for, are left out: {', '.join(map(shown, unplaced))}; a reader that used them no longer "
+                             "can (a key that changes the drafter's math would change what an engine runs)", unplaced[0]))
     from . import schemas  # jsonschema: the output's config.json is held to its dialect's schema, as validate holds it
 
     findings = schemas.check_config(config, writer.schema, mla=d.attention == "mla", label="the output's config.json")

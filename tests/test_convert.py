@@ -416,6 +416,22 @@ def test_force_refuses_an_earlier_output_with_a_file_added(tmp_path, cli):
     assert json.loads((out / "config.json").read_text())["eaglekit"]["dialect"] == "speculators"
 
 
+def test_a_key_no_writer_places_is_named_not_dropped_in_silence(tmp_path, cli):
+    """A config key eaglekit does not know (a custom one, a newer engine's) vanished from every conversion without a
+    word (only --dry-run's key diff listed it). It is named in a warning; the keys every reader reads, the dialects'
+    structure and bookkeeping without effect on a served drafter are not."""
+    src = edit_config(write_vllm(tmp_path / "src", Dims()), lambda c: c.update(custom_key="hello", rope_interleave=True,
+                                                                              transformers_version="4.51", use_cache=True))
+    for to in ("vllm", "speculators", "sglang", "eagle"):
+        notes = json.loads(cli("convert", src, tmp_path / to, "--to", to, "--json").stdout)["notes"]
+        [dropped] = [n for n in notes if n["check"] == "config.keys_dropped"]
+        assert dropped["severity"] == "warning" and "left out: 'custom_key', 'rope_interleave';" in dropped["message"], to
+    plain = write_speculators(tmp_path / "spec", Dims())  # speculators' own structure, read through to vllm and back
+    for to in ("vllm", "sglang", "speculators"):
+        notes = json.loads(cli("convert", plain, tmp_path / f"spec-{to}", "--to", to, "--json").stdout)["notes"]
+        assert not [n for n in notes if n["check"] == "config.keys_dropped"], to
+
+
 def test_force_refuses_weights_trained_from_an_earlier_output(tmp_path, cli):
     """A drafter fine-tuned from an --upgrade 3.1 output and saved in place keeps config.json's eaglekit block: it looked
     like an earlier output of ours, and --force replaced the trained weights. eaglekit marks the weights it writes."""

@@ -26,6 +26,38 @@ DIALECTS: dict[str, Dialect] = {
 _ALIASES = {alias: d.name for d in DIALECTS.values() for alias in d.aliases}
 
 
+# keys of the dialects' own structure that every reader reads and every writer writes its own way (not flags or ids,
+# which the dialects' ConfigRules name)
+_STRUCTURE_KEYS = ("eaglekit", "speculators_config", "speculators_model_type", "speculators_version", "embed_requires_grad",
+                   "_torchspec_version")
+
+
+def unplaced_keys(source: dict, base: str | None, written: dict) -> list[str]:
+    """The source config's keys (top level, and its HF block ``base`` for speculators' transformer_layer_config) that
+    the written config holds nowhere under their name and that no dialect's rules read: a custom or newer key a
+    conversion would drop in silence. Keys without effect on a served drafter (``WITHOUT_EFFECT_KEYS``) are not named."""
+    from ..model.hf_config import WITHOUT_EFFECT_KEYS
+
+    read = set(_STRUCTURE_KEYS) | set(WITHOUT_EFFECT_KEYS)
+    for dialect in DIALECTS.values():
+        rules = dialect.rules
+        paths = [*(p for key in rules.flags.values() for p in key.locations), *(p for p, _ in rules.aux_ids), *rules.num_aux,
+                 *rules.target_hidden, *([rules.base] if rules.base else [])]
+        read |= {p.split(".")[0] for p in paths}
+    held: set[str] = set()
+    stack: list = [written]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            held |= set(node)
+            stack += node.values()
+        elif isinstance(node, list):
+            stack += node
+    nested = source.get(base) if base else None
+    keys = [*source, *(f"{base}.{k}" for k in (nested if isinstance(nested, dict) else {}))]
+    return [k for k in keys if k.rsplit(".", 1)[-1] not in held and k.rsplit(".", 1)[-1] not in read]
+
+
 def names(*, writable: bool = False) -> list[str]:
     return [n for n, d in DIALECTS.items() if d.can_write or not writable]
 

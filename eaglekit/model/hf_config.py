@@ -15,6 +15,10 @@ from .drafter import MLA, ORIGINAL_CONTEXT_OF_ITS_OWN, SLIDING, Drafter, Rope, W
 
 DEFAULT_ROPE_THETA = 10000.0  # transformers' LlamaConfig default, and what EAGLE's code assumes
 MLA_KEYS = ("kv_lora_rank", "qk_rope_head_dim")
+# config.json keys of a transformers model that change nothing a drafter computes when it serves: bookkeeping, and
+# training-time settings (dropout, weight initialisation, Llama 2's pretraining tensor-parallel degree). A conversion
+# leaves them out without a word; any other key no writer places is named (``dialects.unplaced_keys``).
+WITHOUT_EFFECT_KEYS = ("_name_or_path", "transformers_version", "use_cache", "initializer_range", "attention_dropout", "pretraining_tp")
 MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 
 
