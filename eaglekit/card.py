@@ -37,6 +37,10 @@ def _target_label(report_target: object, verifier: str) -> str:
     return hub_id(report_target) or f"a local `{Path(report_target).name}`"
 
 
+# The verify report's keys the card's Verification section states (every report verify has written holds them)
+CARD_FIGURES = ("acceptance_length", "trajectory", "prompts", "num_speculative_tokens")
+
+
 def read_verify_report(directory: Path) -> dict | None:
     """The drafter's ``eaglekit-verify.json`` (None when it has none); one the card cannot read is a CheckpointError naming it."""
     from .errors import CheckpointError
@@ -49,6 +53,9 @@ def read_verify_report(directory: Path) -> dict | None:
     data = jsonfile.load(path)
     # typed as verify.schema.json types it; an older or partial report may lack keys (the card shows what it holds)
     violations = check(data, without_required(load("verify.schema.json")))
+    # but never without the figures the card states: a report lacking them would publish a measurement never taken
+    # (an empty one states nothing, and the card says nothing of it)
+    violations += [f"$ has no {key}" for key in CARD_FIGURES if isinstance(data, dict) and data and key not in data]
     if violations:
         raise CheckpointError(f"{path}: not a verify report as `eaglekit verify --report` writes it: {violations[0]}"
                               + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else "") + "; fix or remove it")

@@ -49,7 +49,14 @@ def collect_files(directory: Path, roots: tuple[Path, ...] = ()) -> list[Path]:
             continue
         if path.is_dir():
             continue
-        real = path.resolve()
+        try:
+            str(relative).encode("utf-8")
+        except UnicodeEncodeError:  # a byte the file system kept that no UTF-8 name (a Hub path) can hold
+            raise UsageError(f"{directory}: a file name that is not UTF-8 ({ascii(str(relative))}); rename it or move it out before pushing") from None
+        try:
+            real = path.resolve()
+        except (RuntimeError, OSError) as exc:  # Python 3.11 raises RuntimeError for a symlink loop
+            raise UsageError(f"{path}: a symlink loop or a path that cannot be resolved ({exc.__class__.__name__}); refusing to upload it") from None
         if root not in real.parents and not any(r in real.parents for r in roots):
             raise UsageError(f"{path}: a symlink pointing outside {directory}; refusing to upload it")
         if real.is_file():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from drafters import Dims, edit_tensors as tensors_of, write_eagle, write_specforge, write_vllm
 from eaglekit import dialects
@@ -702,3 +702,68 @@ def test_help_never_shows_an_unset_bound(cli, command):
     """`verify --help` showed `[x<=None]` after --min-acceptance-length: a finite float with no bounds has no range to show."""
     text = cli(command, "--help").stdout
     assert "None" not in text
+
+
+# -- found by fuzzing (2026-11-27): each ended in an internal error, a wrong exit code, or a fabricated figure --------
+
+
+def _indexed(tmp_path: Path, entry: str) -> Path:
+    """A one-shard indexed drafter whose d2t entry in the index is ``entry``."""
+    src = write_vllm(tmp_path / "indexed", Dims())
+    (src / "model.safetensors").rename(src / "model-00001-of-00001.safetensors")
+    from safetensors import safe_open
+
+    with safe_open(str(src / "model-00001-of-00001.safetensors"), framework="pt") as f:
+        weight_map = {name: "model-00001-of-00001.safetensors" for name in f.keys()}
+    weight_map["d2t"] = entry
+    (src / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return src
+
+
+@pytest.mark.parametrize("entry, said", [("a\x00b", "a NUL byte"), ("a" * 5000, "longer than 255 bytes")])
+def test_an_index_entry_no_file_system_names_is_a_clean_refusal_and_a_survey_row(tmp_path, cli, entry, said):
+    src = _indexed(tmp_path, entry)
+    assert_clean_failure(cli("validate", src, expect=None), "model.safetensors.index.json: tensor 'd2t': refers to", said)
+    other = write_vllm(tmp_path / "other", Dims())
+    rows = [json.loads(line) for line in cli("validate", src, other, "--json", expect=None).stdout.splitlines()]
+    assert [r["ok"] for r in rows] == [False, True]  # a row, not the end of the survey
+    assert len(cli("validate", src, expect=None).stderr) < 400  # the 5000-character name is cut
+
+
+def test_a_bin_without_data_or_without_a_pickle_is_told_as_what_it_is(tmp_path, cli):
+    meta = write_vllm(tmp_path / "meta", Dims())
+    state = load_file(meta / "model.safetensors")
+    state["d2t"] = torch.empty(state["d2t"].shape, dtype=torch.int64, device="meta")
+    (meta / "model.safetensors").unlink()
+    torch.save(state, meta / "pytorch_model.bin")
+    assert_clean_failure(cli("validate", meta, expect=None), "tensor 'd2t' holds no data (a meta-device tensor")
+    garbage = write_vllm(tmp_path / "garbage", Dims())
+    (garbage / "model.safetensors").unlink()
+    (garbage / "pytorch_model.bin").write_bytes(bytes(100))
+    assert_clean_failure(cli("validate", garbage, expect=None), "not a readable torch checkpoint (its bytes are no pickle")
+
+
+def test_checking_many_unknown_tensors_does_not_scan_a_list_per_tensor(tmp_path):
+    """A header listing 32,000 unknown tensors took 19 s to validate (300,000: unfinished after 10 min): each tensor's
+    finding asked ``name in unknown`` of a list. The lookup is a set's."""
+    from eaglekit import dialects
+
+    class Unscannable(list):
+        def __contains__(self, item):
+            raise AssertionError("a list was scanned")
+
+    with dialects.load(write_vllm(tmp_path / "src", Dims())) as loaded:
+        loaded.unknown = Unscannable(["z0", "z1"])
+        assert loaded.stored_name("z1") == "z1" and loaded.stored_name("norm.weight") == "norm.weight"
+
+
+def test_push_refuses_a_symlink_loop_a_name_that_is_not_utf8_and_a_report_without_its_figures(tmp_path, cli):
+    src = write_vllm(tmp_path / "loop", Dims())
+    os.symlink("notes.txt", src / "notes.txt")
+    assert_clean_failure(cli("push", src, "me/x", "--dry-run", "--no-validate", expect=None), "a symlink loop")
+    named = write_vllm(tmp_path / "named", Dims())
+    (named / os.fsdecode(b"a\xff.txt")).write_text("x")
+    assert_clean_failure(cli("push", named, "me/x", "--dry-run", "--no-validate", expect=None), "a file name that is not UTF-8")
+    fake = write_vllm(tmp_path / "fake", Dims())
+    (fake / "eaglekit-verify.json").write_text('{"a": 1}')  # the card said "mean acceptance length 0.000" of it
+    assert_clean_failure(cli("push", fake, "me/x", "--dry-run", "--no-validate", expect=None), "has no acceptance_length")

@@ -12,6 +12,7 @@ The reading algorithm is shared (``read``); dialects hook in only where their se
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
@@ -228,6 +229,11 @@ class LoadedDrafter:
     unsettled: Ambiguity | None = None
     name_map: NameMap | None = None  # the dialect's name rules, for tensors the checkpoint lacks (``stored_name``)
 
+    @functools.cached_property
+    def _unknown(self) -> frozenset[str]:
+        """``unknown`` as a set: a header may list 300,000 of them, and every tensor's finding asks (list: quadratic)."""
+        return frozenset(self.unknown)
+
     @property
     def doubt(self) -> Ambiguity | None:
         """The aux-id readings worth measuring on a target: an ambiguity, else an unsettled convention."""
@@ -247,7 +253,7 @@ class LoadedDrafter:
         maps to no canonical name keeps its own."""
         if canonical in self.names:
             return self.names[canonical]
-        if canonical in self.unknown or self.name_map is None:
+        if self.name_map is None or canonical in self._unknown:
             return canonical
         stored = set(self.names.values())
         for family in (*LEGACY_FC_NORM_FAMILIES, self.name_map.aliases):

@@ -161,16 +161,21 @@ def _from_hub_cache(repo_id: str, revision: str | None = None) -> Path | None:
 
 
 def resolve_inside(located: Located, relative: str, what: str) -> Path:
-    """The real path of ``relative`` inside a located checkpoint, refusing escapes (``..``, absolute, symlinks)."""
+    """The real path of ``relative`` inside a located checkpoint, refusing escapes (``..``, absolute, symlinks) and
+    what no file system names (a NUL byte, a part longer than 255 bytes: the system's errors, not the checkpoint's)."""
+    named = repr(relative) if len(relative) <= 80 else repr(relative[:77]) + "..."
     if not relative or relative.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", relative):
-        raise CheckpointError(f"{what}: refers to {relative!r}, which is not a relative file name")
-    if any(part == ".." for part in re.split(r"[/\\]", relative)):
-        raise CheckpointError(f"{what}: refers to {relative!r}, which leaves the checkpoint directory")
+        raise CheckpointError(f"{what}: refers to {named}, which is not a relative file name")
+    parts = re.split(r"[/\\]", relative)
+    if any(part == ".." for part in parts):
+        raise CheckpointError(f"{what}: refers to {named}, which leaves the checkpoint directory")
+    if "\x00" in relative or any(len(part.encode("utf-8", "surrogatepass")) > 255 for part in parts):
+        raise CheckpointError(f"{what}: refers to {named}, which is no file name (a NUL byte, or a part longer than 255 bytes)")
     candidate = located.directory / relative
     try:
         real = candidate.resolve()
-    except (RuntimeError, OSError):  # Python 3.11 raises RuntimeError for a symlink loop
-        raise CheckpointError(f"{what}: {relative!r} is a symlink loop or cannot be resolved") from None
+    except (RuntimeError, OSError, ValueError):  # Python 3.11 raises RuntimeError for a symlink loop
+        raise CheckpointError(f"{what}: {named} is a symlink loop or cannot be resolved") from None
     if not any(real == root or root in real.parents for root in located.roots):
         raise CheckpointError(f"{what}: {relative!r} is a symlink that points outside the checkpoint ({real})")
     return real

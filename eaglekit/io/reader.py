@@ -182,7 +182,7 @@ class Checkpoint:
 
         import torch
 
-        from .tensorfile import pickle_request, require_dense, torch_load
+        from .tensorfile import require_dense, torch_load, unpickle_refusal
 
         where = self._where(file)
         path = self._resolve(file, where)
@@ -197,10 +197,7 @@ class Checkpoint:
                 # legacy (pre-zip) torch.save format cannot be memory-mapped; still weights-only
                 state = torch_load(path)
         except pickle.UnpicklingError as exc:
-            raise CheckpointError(
-                f"{where}: refused to unpickle: {pickle_request(exc)}, more than plain tensors; loading it could run "
-                "code, so eaglekit never does"
-            ) from None
+            raise unpickle_refusal(where, exc) from None
         except (RuntimeError, EOFError, ValueError, OSError, KeyError, AttributeError, TypeError) as exc:
             raise CheckpointError(f"{where}: not a readable torch checkpoint ({type(exc).__name__}: {str(exc)[:200]})") from None
         if not isinstance(state, dict):

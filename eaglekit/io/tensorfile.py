@@ -19,14 +19,22 @@ from ..errors import CheckpointError
 from .safetensors_header import read_header
 
 
-def pickle_request(exc: Exception) -> str:
-    """What a refused pickle asked for, in eaglekit's words (torch's own message advises turning the guard off)."""
+def unpickle_refusal(where: str, exc: Exception) -> CheckpointError:
+    """The one-line refusal of a file torch's weights-only loader would not read, in eaglekit's words (torch's own
+    message advises turning the guard off): a pickle asking for more than plain tensors (it could run code), or bytes
+    that are no pickle at all (a truncated or corrupt file)."""
     found = re.search(r"GLOBAL ([\w.]+)", str(exc))
-    return f"it asks for {found.group(1)}" if found else "it asks for an object torch's weights-only loader does not allow"
+    if found is None and re.search(r"Unsupported operand|invalid load key|pickle data was truncated", str(exc)):
+        return CheckpointError(f"{where}: not a readable torch checkpoint (its bytes are no pickle torch reads: corrupt or truncated)")
+    asked = f"it asks for {found.group(1)}" if found else "it asks for an object torch's weights-only loader does not allow"
+    return CheckpointError(f"{where}: refused to unpickle: {asked}, more than plain tensors; loading it could run code, so eaglekit never does")
 
 
 def require_dense(tensor: torch.Tensor, where: str) -> None:
-    """Refuse a sparse tensor (a pickled file may hold one): it has no dense rows to copy, check, cast or index."""
+    """Refuse a sparse tensor (a pickled file may hold one): it has no dense rows to copy, check, cast or index; and a
+    tensor on the meta device, which has a shape and no data (saved before its weights were materialised)."""
+    if tensor.device.type == "meta":
+        raise CheckpointError(f"{where} holds no data (a meta-device tensor, saved before its weights were materialised)")
     if tensor.layout != torch.strided:
         raise CheckpointError(f"{where} is stored in the {str(tensor.layout).removeprefix('torch.')} layout; expected a dense tensor "
                               "(save it after .to_dense())")
@@ -43,7 +51,7 @@ def torch_load(source, *, mmap: bool = False) -> object:
     """``torch.load`` on the CPU, weights only, without torch's warning that a pickle's protocol is not 2 (printed
     over eaglekit's own one-line refusal of such a file, and over a file it reads: nothing a user can act on)."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+        warnings.filterwarnings("ignore", category=UserWarning)  # torch's notes on a file's protocol or storage types
         return torch.load(source, map_location="cpu", weights_only=True, **({"mmap": True} if mmap else {}))
 
 
@@ -56,8 +64,7 @@ def load_torch(path: Path) -> object:
                 return torch_load(io.BytesIO(f.read()))
         return torch_load(path, mmap=True)
     except pickle.UnpicklingError as exc:
-        raise CheckpointError(f"{path}: refused to unpickle: {pickle_request(exc)}, more than plain tensors; loading it could run "
-                              "code, so eaglekit never does") from None
+        raise unpickle_refusal(str(path), exc) from None
     except (RuntimeError, OSError, EOFError) as exc:
         raise CheckpointError(f"{path}: not a readable torch file ({type(exc).__name__})") from None
 
