@@ -657,11 +657,11 @@ def test_a_gguf_target_without_the_gguf_package_is_one_line(tmp_path, monkeypatc
 def test_names_from_a_checkpoint_cannot_forge_or_steer_the_output(tmp_path, cli):
     """A tensor named ``x\\nresult: OK (0 errors)`` printed a second, false verdict line in validate's output, and an
     escape sequence in a name reached the terminal: names from a file are shown with such characters escaped."""
-    name = "midlayer.x\nresult: OK (0 errors)\x1b[2J\u2028"
+    name = "midlayer.x\nresult: OK (0 errors)\x1b[2J\u2028\u200f\u061c"  # the last two: bidi marks that reorder a line
     src = tensors_of(write_vllm(tmp_path / "src", Dims()), lambda t: t.update({name: torch.zeros(2)}))
     out = cli("validate", src, expect=1).stdout
-    assert "result: OK (0 errors)" not in out.splitlines() and "\x1b" not in out and "\u2028" not in out
-    assert "unknown tensor midlayer.x\\nresult: OK (0 errors)\\x1b[2J\\u2028" in out
+    assert "result: OK (0 errors)" not in out.splitlines() and not any(c in out for c in "\x1b\u2028\u200f\u061c")
+    assert "unknown tensor midlayer.x\\nresult: OK (0 errors)\\x1b[2J\\u2028\\u200f\\u061c" in out
     assert "\\x1b[2J" in cli("inspect", src).stdout
     err = cli("convert", src, tmp_path / "out", "--to", "vllm", expect=1).stderr
     assert err.count("\n") == 1 and "\\x1b[2J" in err and "\x1b" not in err
@@ -767,3 +767,27 @@ def test_push_refuses_a_symlink_loop_a_name_that_is_not_utf8_and_a_report_withou
     fake = write_vllm(tmp_path / "fake", Dims())
     (fake / "eaglekit-verify.json").write_text('{"a": 1}')  # the card said "mean acceptance length 0.000" of it
     assert_clean_failure(cli("push", fake, "me/x", "--dry-run", "--no-validate", expect=None), "has no acceptance_length")
+
+
+def test_scan_reads_float64_values_as_they_are(tmp_path, cli):
+    """--scan cast every piece to float32: a float64 weight of 1e300 was "NaN/Inf", one of 1e-60 "entirely zero"."""
+    src = tensors_of(write_vllm(tmp_path / "src", Dims()), lambda t: (t.update({"norm.weight": torch.full_like(t["norm.weight"], 1e-60, dtype=torch.float64)}),
+                                                                       t.update({"fc.weight": t["fc.weight"].double()})))
+    checks = {f["check"] for f in json.loads(cli("validate", src, "--scan", "--json", expect=None).stdout)["findings"]}
+    assert "scan.zero" not in checks and "scan.nonfinite" not in checks
+    huge = tensors_of(write_vllm(tmp_path / "huge", Dims()), lambda t: t.update({"norm.weight": torch.full_like(t["norm.weight"], 1e300, dtype=torch.float64)}))
+    checks = {f["check"] for f in json.loads(cli("validate", huge, "--scan", "--json", expect=None).stdout)["findings"]}
+    assert "scan.nonfinite" not in checks and "scan.uninitialised" in checks  # finite, and far past any trained weight
+
+
+def test_an_error_line_is_cut_and_an_aux_list_past_the_limit_is_refused_before_it_is_read(tmp_path, cli):
+    from drafters import edit_config
+
+    src = edit_config(write_vllm(tmp_path / "src", Dims()), lambda c: c.update(eagle_aux_hidden_state_layer_ids=list(range(5000))))
+    assert_clean_failure(cli("inspect", src, expect=None), "lists 5000 layer ids; a drafter fuses at most 1024")
+    # a header value quoted whole in its error made a 500 KB line: every error line is cut
+    bad = write_vllm(tmp_path / "bad", Dims())
+    header = json.dumps({"d2t": {"dtype": ["x"] * 100_000, "shape": [2], "data_offsets": [0, 16]}}).encode()
+    (bad / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + bytes(16))
+    err = cli("inspect", bad, expect=None).stderr
+    assert err.startswith("error: ") and len(err) < 2100 and "characters more)" in err

@@ -17,6 +17,7 @@ from ..errors import EaglekitError
 from ._output import printable
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+MAX_LINE = 2000  # characters of an error line
 
 
 class Terminated(KeyboardInterrupt):
@@ -44,6 +45,8 @@ def _traceback_if_debugging() -> None:
 def fail(message: str, code: int, *, json_mode: bool = False, kind: str = "EaglekitError") -> "NoReturn":  # noqa: F821
     """One line on stderr; under --json also the error document (schemas/error.schema.json) on stdout."""
     line = " ".join(str(message).split())
+    if len(line) > MAX_LINE:  # a value quoted whole (a 100,000-item list) must not become a 500 KB line
+        line = line[: MAX_LINE - 40] + f"... ({len(line) - MAX_LINE + 40} characters more)"
     click.echo(f"error: {printable(line)}", err=True)
     if json_mode:
         from .. import SCHEMA_VERSION

@@ -21,7 +21,7 @@ from ..errors import ConfigError, UnsupportedError
 from ..findings import Finding
 from ..io import dtypes
 from ..io.reader import Checkpoint
-from ..model.config_view import ConfigView
+from ..model.config_view import ConfigView, shown
 from ..model.drafter import INPUT, OUTPUT, AuxLayers, Convention, Drafter, Flags, Provenance
 from ..model import architectures as arch_table
 from ..model.hf_config import MLA_MODEL_TYPES, base_fields, read_rope
@@ -495,7 +495,9 @@ class Dialect:
             if value is None:
                 continue
             if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-                raise ConfigError(f"{top.label}: {location} must be a list of integers, got {value!r}", key=location)
+                raise ConfigError(f"{top.label}: {location} must be a list of integers, got {shown(value)}", key=location)
+            if len(value) > MAX_AUX_STATES:  # said before the list is read (or printed) whole
+                raise ConfigError(f"{top.label}: {location} lists {len(value)} layer ids; a drafter fuses at most {MAX_AUX_STATES}", key=location)
             if value:
                 found.append((location, tuple(value), convention))
         if not found:

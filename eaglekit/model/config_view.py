@@ -20,7 +20,9 @@ def shown(value: Any, limit: int = 60) -> str:
 # Characters that would break a line of human output or steer a terminal: control characters, Unicode's line and
 # paragraph separators and its bidirectional controls (which reorder what a terminal shows). Names and values from
 # checkpoints (a tensor named "x\nresult: OK") are shown with them escaped.
-_BEYOND_C0 = "\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"  # DEL and the C1 controls, line and paragraph separators, bidi controls
+# DEL and the C1 controls, line and paragraph separators, and Unicode's Bidi_Control set (U+061C, U+200E, U+200F,
+# U+202A-U+202E, U+2066-U+2069)
+_BEYOND_C0 = "\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
 _UNPRINTABLE = re.compile(f"[\x00-\x1f{_BEYOND_C0}]")
 _UNSAFE_IN_TEXT = re.compile(f"[\x00-\x08\x0b-\x1f{_BEYOND_C0}]")  # all but tab and newline
 

@@ -26,7 +26,7 @@ def scan_pieces(name: str, pieces: Iterable[torch.Tensor]) -> list[Finding]:
                 return []
         if piece.numel() == 0:
             continue
-        part = piece.float()
+        part = piece if piece.dtype == torch.float64 else piece.float()  # float64's values do not fit float32 (1e300, 1e-60)
         finite = torch.isfinite(part)
         if not bool(finite.all()):
             nonfinite += int((~finite).sum())
