@@ -22,10 +22,11 @@ from .safetensors_header import read_header
 def unpickle_refusal(where: str, exc: Exception) -> CheckpointError:
     """The one-line refusal of a file torch's weights-only loader would not read, in eaglekit's words (torch's own
     message advises turning the guard off): a pickle asking for more than plain tensors (it could run code), or bytes
-    that are no pickle at all (a truncated or corrupt file)."""
+    its loader does not read at all (a truncated or corrupt file, or a pickle of another protocol: which, it cannot tell)."""
     found = re.search(r"GLOBAL ([\w.]+)", str(exc))
     if found is None and re.search(r"Unsupported operand|invalid load key|pickle data was truncated", str(exc)):
-        return CheckpointError(f"{where}: not a readable torch checkpoint (its bytes are no pickle torch reads: corrupt or truncated)")
+        return CheckpointError(f"{where}: refused to unpickle: torch's weights-only loader does not read its bytes (corrupt, truncated, "
+                               "or a pickle torch.save did not write); eaglekit loads a pickle no other way")
     asked = f"it asks for {found.group(1)}" if found else "it asks for an object torch's weights-only loader does not allow"
     return CheckpointError(f"{where}: refused to unpickle: {asked}, more than plain tensors; loading it could run code, so eaglekit never does")
 
