@@ -64,6 +64,7 @@ def broken(name: str):
         "config.fc_bias": (lambda p: tensors(v(p), lambda t: t.update({"fc.bias": torch.zeros(16)})), {}),
         "config.hidden_act": (lambda p: config(v(p), lambda c: c.update(hidden_act="gelu")), {}),
         "config.num_layers": (lambda p: config(write_eagle(p, Dims()), lambda c: c.update(num_hidden_layers=40)), {}),
+        "rope.conflicting_locations": (lambda p: config(v(p), lambda c: c.update(rope_theta=100000.0, rope_parameters={"rope_type": "default", "rope_theta": 5000.0})), {}),
         "config.partial_rotary": (lambda p: config(v(p), lambda c: c.update(partial_rotary_factor=0.5)), {}),
         "config.dtype": (lambda p: config(v(p), lambda c: c.update(torch_dtype="bf16")), {}),
         "mla.q_lora_rank": (lambda p: mla_without_q_lora(p), {}),
@@ -253,7 +254,7 @@ def test_each_invariant_is_caught_by_its_id(tmp_path, check):
     severity = {"aux.not_recorded": "info", "rope.defaulted": "warning", "rope.target": "warning", "rope.mla_reading": "warning", "aux.unsorted": "warning",
                 "config.num_layers": "warning", "flags.fc_without_aux": "warning", "scan.zero": "warning",
                 "scan.uninitialised": "warning", "scan.unit_fc_norm": "warning", "flags.untrained_upgrade": "warning",
-                "flags.modelopt_norm_layout": "warning",
+                "flags.modelopt_norm_layout": "warning", "rope.conflicting_locations": "warning",
                     # eaglekit cannot tell or guessed from the tensors: the user decides (convert refuses the ambiguous)
                     "aux.ambiguous": "warning", "dialect.ambiguous": "warning", "aux.impossible_reading": "warning", "aux.unsettled_convention": "warning",
                     "config.architecture_mismatch": "warning", "vocab.lm_head_borrowed": "info",

