@@ -108,7 +108,6 @@ def inspect(path: str | Path, *, source_dialect: str = "auto", norm_output_seman
     instead). ``data["origin"]`` says which was used, with the commit and the bytes read."""
     from . import dialects
     from .describe import describe
-    from .io.atomic import output_path
     from .io.locate import open_source
 
     with open_source(path, revision=revision, mode="download" if download else "headers") as located:
@@ -230,7 +229,6 @@ def validate(
 
     A Hub id is read by headers only, as ``inspect`` does: checks that need tensor values (d2t contents, ``scan``)
     are reported as skipped unless ``download``. ``report.origin`` says where it was read from."""
-    from .io.atomic import output_path
     from .io.locate import open_source
     from .validate import validate as run
 
@@ -300,7 +298,6 @@ def verify(path: str | Path, *, target: str, progress: Callable[[str, int], obje
     """Run the drafter on its target's hidden states and measure acceptance; ``options`` are ``VerifyOptions`` fields
     (``num_prompts``, ``max_new_tokens``, ``k``, ``engine``, ``reference``, ``against``, ...)."""
     from .engines import envs
-    from .io.atomic import output_path
     from .io.locate import open_source
     from .target.long_lived import frozen_scope, long_lived
 
@@ -348,7 +345,6 @@ def drift(path: str | Path, *, target: str, report: str | Path | None = None, pr
 def push(path: str | Path, repo_id: str, **options: Any) -> Publication:
     """Validate ``path`` and publish it to ``repo_id`` as one commit; ``options`` are ``PushOptions`` fields
     (``dry_run``, ``private``, ``revision``, ``create_pr``, ``token``, ``endpoint``, ``base_model``, ...)."""
-    from .io.atomic import output_path
     from .io.locate import open_source
     from .push import PushOptions, push as run
 

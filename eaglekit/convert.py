@@ -268,8 +268,8 @@ def foreign_entries(directory: Path) -> list[str]:
             marked = WEIGHTS_MARK in read_header(weights).metadata
         except CheckpointError:
             marked = False
-        if not marked:
-            unmarked.append(weights.name)
+        if not marked:  # another program's, re-saved since (a fine-tune), or an eaglekit's from before the mark
+            unmarked.append(f"{weights.name}: weights without eaglekit's mark")
     return unmarked
 
 
@@ -334,10 +334,11 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
                     f"{written_as(writer.name, d.attention)} (model_type {d.attention}), the class the tensors fit", "architectures")
         )
 
-    for unloadable in (f for f in errors(found) if f.check == "config.dtype"):  # (d.dtype: the weights', or --dtype's)
-        notes.append(Finding("config.dtype_repaired", "info", f"the source's config.json had {unloadable.subject} "
-                             f"{shown(loaded.checkpoint.config.get(unloadable.subject))}, which no reader can load: wrote torch_dtype {d.dtype}, the weights' dtype",
-                             unloadable.subject))
+    for stated in (f for f in found if f.check == "config.dtype" and f.severity != "info"):  # (d.dtype: the weights', or --dtype's)
+        why = "which no reader can load" if stated.severity == "error" else "not a floating-point dtype"
+        notes.append(Finding("config.dtype_repaired", "info", f"the source's config.json had {stated.subject} "
+                             f"{shown(loaded.checkpoint.config.get(stated.subject))}, {why}: wrote torch_dtype {d.dtype}, the weights' dtype",
+                             stated.subject))
     if any(n.check == "mla.q_lora_rank" for n in notes):  # the source's error, repaired by writing the key
         notes = [n for n in notes if n.check != "mla.q_lora_rank"]
         notes.append(Finding("mla.q_lora_rank_repaired", "info", f"the source's config.json had no q_lora_rank: wrote {d.mla.q_lora_rank}, "

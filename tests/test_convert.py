@@ -442,7 +442,7 @@ def test_force_refuses_weights_trained_from_an_earlier_output(tmp_path, cli):
     cli("convert", src, out, "--to", "vllm")
     save_file(load_file(out / "model.safetensors"), out / "model.safetensors", metadata={"format": "pt"})  # as a trainer saves
     r = cli("convert", src, out, "--to", "speculators", "--force", expect=2)
-    assert "did not write (model.safetensors)" in r.stderr
+    assert "did not write (model.safetensors: weights without eaglekit's mark)" in r.stderr
     assert json.loads((out / "config.json").read_text())["eaglekit"]["dialect"] == "vllm"
 
 

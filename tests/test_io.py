@@ -268,6 +268,48 @@ def test_a_destination_that_appears_during_the_write_is_refused_not_replaced(tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # the finished temporary is not left beside it
 
 
+def test_the_last_check_is_of_the_folder_resolved_first_even_if_a_link_above_it_moved(tmp_path):
+    """The check before the rename resolved OUT again: with a symlink above OUT pointed elsewhere meanwhile, it looked at
+    the other folder and the rename replaced the first, a user's file in it included (with --force)."""
+    (tmp_path / "A" / "o").mkdir(parents=True)
+    (tmp_path / "B").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "A")
+    with pytest.raises(OutputExistsError, match="notes.txt"):
+        with atomic_directory(tmp_path / "link" / "o", force=True, replaceable=lambda d: sorted(p.name for p in d.iterdir())) as tmp:
+            (tmp / "new.txt").write_text("new")
+            (tmp_path / "A" / "o" / "notes.txt").write_text("mine")
+            (tmp_path / "link").unlink()
+            (tmp_path / "link").symlink_to(tmp_path / "B")
+    assert (tmp_path / "A" / "o" / "notes.txt").read_text() == "mine"
+
+
+def test_the_swap_holds_ctrl_c_and_sigterm_back_until_it_is_done():
+    """A signal between the two renames of a --force swap lost the old output (or stranded it): it waits for the end."""
+    import signal
+
+    from eaglekit.io.atomic import _signals_held
+
+    got = []
+    previous = signal.signal(signal.SIGTERM, lambda *a: got.append("term"))
+    try:
+        with _signals_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            assert got == []  # held back
+        time.sleep(0.05)
+        assert got == ["term"]  # delivered once the block ends
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_path_part_no_file_system_holds_is_refused_before_any_work(tmp_path):
+    for given in (tmp_path / ("c" * 300), tmp_path / "x" / ("c" * 300) / "y"):
+        with pytest.raises(UsageError, match="is 300 bytes long; a file system holds at most 255"):
+            with atomic_directory(given):
+                raise AssertionError("no work may start")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_name_with_no_room_for_the_hidden_sibling_is_refused_before_any_work(tmp_path):
     """A 230-byte folder name is valid, but the hidden ``.NAME.eaglekit-tmp-PID-XXXXXXXX`` beside it is not: the run
     did all its work and then failed with exit 1. Now it is refused first (exit 2), naming the limit."""

@@ -35,20 +35,23 @@ def _imports(path: Path) -> set[str]:
     package = list(relative[:-1])  # the package a relative import starts from (of an __init__.py too: its directory)
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
-            target = base + (node.module.split(".") if node.module else [])
-            if node.module is None or not target:  # from . import x / from .. import x: x may be a module
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+                target = base + (node.module.split(".") if node.module else [])
+            elif node.module == "eaglekit" or (node.module or "").startswith("eaglekit."):
+                target = node.module.split(".")[1:]
+            else:
+                continue
+            if not target or (node.level and node.module is None):  # from . import x / from eaglekit import x: x may be a module
                 for alias in node.names:
-                    name = alias.name
-                    module = target + [name]
-                    exists = (PACKAGE.joinpath(*module).is_dir() or PACKAGE.joinpath(*module[:-1], name + ".py").exists())
+                    module = target + [alias.name]
+                    exists = PACKAGE.joinpath(*module).is_dir() or PACKAGE.joinpath(*module[:-1], alias.name + ".py").exists()
                     found.add(_unit(module if exists else target))
             else:
                 found.add(_unit(target))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            found |= {_unit(n.split(".")[1:]) for n in names if n == "eaglekit" or n.startswith("eaglekit.")}
+        elif isinstance(node, ast.Import):
+            found |= {_unit(a.name.split(".")[1:]) for a in node.names if a.name == "eaglekit" or a.name.startswith("eaglekit.")}
     return found
 
 
@@ -71,5 +74,8 @@ def test_the_check_sees_an_upward_import(tmp_path, monkeypatch):
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("")
     (fake / "x.py").write_text("def f():\n    from ..api import document\n    from .. import SCHEMA_VERSION\n")
+    (tmp_path / "eaglekit" / "validate").mkdir()
+    (fake / "y.py").write_text("def f():\n    from eaglekit import validate\n    import eaglekit.cli\n")
     monkeypatch.setattr(__import__(__name__), "PACKAGE", tmp_path / "eaglekit")
     assert _imports(fake / "x.py") == {"api", "__init__"}
+    assert _imports(fake / "y.py") == {"validate", "cli"}

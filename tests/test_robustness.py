@@ -515,6 +515,17 @@ def test_a_drafter_given_as_the_target_is_told_by_every_command_that_reads_a_tar
                                                   if k not in ("draft_vocab_size", "eagle_config")}))
     assert_clean_failure(cli("validate", src, "--target", bare, expect=None), "this is an EAGLE drafter (a fusion layer and no decoder stack)")
     assert not (tmp_path / "out").exists()
+    # a target of its own MTP head (Qwen3.5: mtp.fc.weight, its layers under model.language_model.) is no drafter, nor
+    # is a small one with an MTP head, nor GPT-2's c_fc
+    for name, names in (("qwen35", [f"model.language_model.layers.{i}.mlp.up_proj.weight" for i in range(8)] + ["mtp.fc.weight"]),
+                        ("tiny-mtp", ["model.layers.0.mlp.up_proj.weight", "model.layers.1.mlp.up_proj.weight", "mtp.fc.weight"]),
+                        ("gpt2", [f"h.{i}.mlp.c_fc.weight" for i in range(2)])):
+        target = tmp_path / name
+        target.mkdir()
+        save_file({n: torch.zeros(2, 2) for n in names}, target / "model.safetensors")
+        (target / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 8, "hidden_size": 16,
+                                                        "vocab_size": 64, "num_attention_heads": 2}))
+        assert "EAGLE drafter" not in cli("validate", src, "--target", target, expect=None).stderr, name
 
 
 def _cache_config_only(tmp_path, monkeypatch, target_dir) -> Path:
@@ -791,3 +802,5 @@ def test_an_error_line_is_cut_and_an_aux_list_past_the_limit_is_refused_before_i
     (bad / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + bytes(16))
     err = cli("inspect", bad, expect=None).stderr
     assert err.startswith("error: ") and len(err) < 2100 and "characters more)" in err
+    err = cli("inspect", "\x01" * 3000, expect=None).stderr  # cut once escaped too: each \x01 is 4 characters shown
+    assert err.startswith("error: ") and len(err) < 2100

@@ -182,8 +182,11 @@ def test_a_partial_rotary_factor_is_refused_where_eaglekit_would_measure_or_writ
     from eaglekit.verify.checks import cannot_run
 
     for where, edit in (("partial_rotary_factor", lambda c: c.update(partial_rotary_factor=0.5)),
-                        ("rope_scaling.partial_rotary_factor", lambda c: c.update(rope_scaling={"rope_type": "default", "partial_rotary_factor": 0.25}))):
-        src = config(write_vllm(tmp_path / where, Dims()), edit)
+                        ("rope_scaling.partial_rotary_factor", lambda c: c.update(rope_scaling={"rope_type": "default", "partial_rotary_factor": 0.25})),
+                        # where vLLM reads a speculators drafter's settings (convert dropped it with a mere keys_dropped warning)
+                        ("transformer_layer_config.partial_rotary_factor", lambda c: c["transformer_layer_config"].update(partial_rotary_factor=0.5))):
+        write = write_speculators if where.startswith("transformer_layer_config") else write_vllm
+        src = config(write(tmp_path / where, Dims()), edit)
         [finding] = [f for f in validate(src).findings if f.check == "config.partial_rotary"]
         assert finding.severity == "error" and finding.subject == where and "vLLM rotates only the first" in finding.message
         assert cannot_run([finding]) == [finding]

@@ -59,11 +59,13 @@ def run() -> None:
     from ._errors import on_sigterm
 
     signal.signal(signal.SIGTERM, on_sigterm)  # unwind as Ctrl-C does (Terminated): outputs in progress are cleaned up
+    code: object = 0
     try:
         main(prog_name="eaglekit")  # click's standalone mode: always ends in SystemExit
     except SystemExit as done:
-        exit_now(done.code)
-    exit_now(0)
+        code = done.code
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the command is over: a SIGTERM now ends the process, no traceback
+    exit_now(code)
 
 
 def exit_now(code: object) -> None:

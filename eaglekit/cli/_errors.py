@@ -42,12 +42,15 @@ def _traceback_if_debugging() -> None:
         traceback.print_exc()
 
 
+def _cut(text: str) -> str:
+    """A value quoted whole (a 100,000-item list) must not become a 500 KB line: ``MAX_LINE`` characters at most."""
+    return text if len(text) <= MAX_LINE else text[: MAX_LINE - 40] + f"... ({len(text) - MAX_LINE + 40} characters more)"
+
+
 def fail(message: str, code: int, *, json_mode: bool = False, kind: str = "EaglekitError") -> "NoReturn":  # noqa: F821
     """One line on stderr; under --json also the error document (schemas/error.schema.json) on stdout."""
-    line = " ".join(str(message).split())
-    if len(line) > MAX_LINE:  # a value quoted whole (a 100,000-item list) must not become a 500 KB line
-        line = line[: MAX_LINE - 40] + f"... ({len(line) - MAX_LINE + 40} characters more)"
-    click.echo(f"error: {printable(line)}", err=True)
+    line = _cut(" ".join(str(message).split()))
+    click.echo(f"error: {_cut(printable(line))}", err=True)  # cut again once escaped: an escape is 4 characters for 1
     if json_mode:
         from .. import SCHEMA_VERSION
 

