@@ -237,7 +237,6 @@ def atomic_directory(destination: Path, *, force: bool = False, protect: Iterabl
         with _signals_held():  # the swap runs to its end: Ctrl-C or SIGTERM between its renames would lose an output
             _swap_into_place(tmp, dest, parent, destination)
         fsync_path(parent)
-        fsync_path(parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         _remove_created(created)
