@@ -426,6 +426,13 @@ def test_a_key_no_writer_places_is_named_not_dropped_in_silence(tmp_path, cli):
         notes = json.loads(cli("convert", src, tmp_path / to, "--to", to, "--json").stdout)["notes"]
         [dropped] = [n for n in notes if n["check"] == "config.keys_dropped"]
         assert dropped["severity"] == "warning" and "left out: 'custom_key', 'rope_interleave';" in dropped["message"], to
+    # a speculators config keeps its token ids with its other HF keys, in transformer_layer_config: carried as the
+    # top level's are (they were dropped, and named so)
+    nested = edit_config(write_speculators(tmp_path / "nested", Dims()), lambda c: c["transformer_layer_config"].update(bos_token_id=1, eos_token_id=2))
+    notes = json.loads(cli("convert", nested, tmp_path / "nested-vllm", "--to", "vllm", "--json").stdout)["notes"]
+    assert not [n for n in notes if n["check"] == "config.keys_dropped"]
+    written = json.loads((tmp_path / "nested-vllm" / "config.json").read_text())
+    assert (written["bos_token_id"], written["eos_token_id"]) == (1, 2)
     plain = write_speculators(tmp_path / "spec", Dims())  # speculators' own structure, read through to vllm and back
     for to in ("vllm", "sglang", "speculators"):
         notes = json.loads(cli("convert", plain, tmp_path / f"spec-{to}", "--to", to, "--json").stdout)["notes"]

@@ -58,6 +58,14 @@ class NameMap:
 
 # HF keys harmless to any engine that ride along from source to output (``Drafter.extra_config``)
 CARRIED_HF_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def _carried_keys(config: dict, base: str | None) -> dict:
+    """The ``CARRIED_HF_KEYS`` a config states: at its top level, or in the block holding its HF keys (speculators'
+    ``transformer_layer_config``), the top level's first."""
+    block = lookup(config, base) if base else None
+    nested = {k: block[k] for k in CARRIED_HF_KEYS if k in block} if isinstance(block, dict) else {}
+    return {**nested, **{k: config[k] for k in CARRIED_HF_KEYS if k in config}}
 # Aliases every reader accepts, by family: SGLang's legacy per-aux norm names and a third-party converter's name (a
 # file names its norms by one family: ``LoadedDrafter.stored_name`` names a missing one by the family the file uses).
 LEGACY_FC_NORM_FAMILIES = (
@@ -446,7 +454,7 @@ class Dialect:
             dtype=_dominant_dtype(infos),
             tensors=frozenset(names),
             provenance=_provenance(self.name, self.framework(ckpt), _eaglekit_block(top)),
-            extra_config={k: ckpt.config[k] for k in CARRIED_HF_KEYS if k in ckpt.config},
+            extra_config=_carried_keys(ckpt.config, self.rules.base),
             **fields,
         )
         drafter = self.adjust(drafter, top, ckpt, notes)
