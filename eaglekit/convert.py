@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import re
 
 from . import dialects
+from .dialects.base import lookup
 from .errors import CheckpointError, UsageError, ValidationFailed
 from .findings import Finding, errors
 from .io import dtypes, jsonfile
@@ -123,8 +124,6 @@ class ConversionPlan:
 
 def _side(config: dict, locations: list[str], default: Any = None) -> dict:
     """Where one setting sits in a config: the keys (dotted) that hold it and its value (the first key's), or the default."""
-    from .dialects.base import lookup
-
     keys = [k for k in locations if lookup(config, k) is not None]
     return {"keys": keys, "value": lookup(config, keys[0]) if keys else default}
 
@@ -337,7 +336,7 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
     for stated in (f for f in found if f.check == "config.dtype" and f.severity != "info"):  # (d.dtype: the weights', or --dtype's)
         why = "which no reader can load" if stated.severity == "error" else "not a floating-point dtype"
         notes.append(Finding("config.dtype_repaired", "info", f"the source's config.json had {stated.subject} "
-                             f"{shown(loaded.checkpoint.config.get(stated.subject))}, {why}: wrote torch_dtype {d.dtype}, the weights' dtype",
+                             f"{shown(lookup(loaded.checkpoint.config, stated.subject))}, {why}: wrote torch_dtype {d.dtype}, the weights' dtype",
                              stated.subject))
     if any(n.check == "mla.q_lora_rank" for n in notes):  # the source's error, repaired by writing the key
         notes = [n for n in notes if n.check != "mla.q_lora_rank"]

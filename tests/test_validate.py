@@ -156,6 +156,13 @@ def test_a_config_dtype_is_held_to_torch_names_and_to_the_weights(tmp_path, cli)
         assert (severity, subject) == ("error", "torch_dtype") and f"torch_dtype is {value!r}, which names no torch dtype" in message
         assert message.endswith("the weights are bfloat16 (eaglekit convert writes that)")
     assert checked("new-key", dtype="bfloat")[0][:2] == ("error", "dtype")  # transformers 5's own key, read the same way
+    # where a speculators config keeps its HF keys (transformers builds a config class from it: the same refusal)
+    spec = config(write_speculators(tmp_path / "spec", Dims(dtype=torch.bfloat16)), lambda c: c["transformer_layer_config"].update(torch_dtype="bf16"))
+    assert [f.subject for f in validate(spec).findings if f.check == "config.dtype" and f.severity == "error"] == ["transformer_layer_config.torch_dtype"]
+    notes = json.loads(cli("convert", spec, tmp_path / "spec-out", "--to", "speculators", "--json").stdout)["notes"]
+    assert [n["message"] for n in notes if n["check"] == "config.dtype_repaired"] == [
+        "the source's config.json had transformer_layer_config.torch_dtype 'bf16', which no reader can load: wrote torch_dtype bfloat16, the weights' dtype"]
+    assert validate(tmp_path / "spec-out").ok
     [(severity, subject, message)] = checked("number", torch_dtype=16)
     assert (severity, subject) == ("error", "torch_dtype") and "expected the name of a torch dtype" in message
     assert checked("int", torch_dtype="int64")[0][0] == "warning"

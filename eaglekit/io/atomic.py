@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from ..errors import EaglekitError, OutputExistsError, UsageError
+from .locate import NAME_MAX_BYTES, overlong_part
 
 _TMP_MARK = ".eaglekit-tmp-"
 _OLD_MARK = ".eaglekit-old-"
@@ -115,14 +116,14 @@ def _check_name_room(destination: Path, dest: Path) -> None:
     """Refuse a name no file system holds (a part of the path over 255 bytes), and one too long to leave room for the
     hidden temporary sibling the output is written in (a 230-byte name is a valid folder, but
     ``.NAME.eaglekit-tmp-PID-XXXXXXXX`` is not)."""
-    too_long = next((part for part in dest.parts if len(os.fsencode(part)) > 255), None)
+    too_long = overlong_part(dest.parts)
     if too_long is not None:
-        raise UsageError(f"{destination}: a part of the path is {len(os.fsencode(too_long))} bytes long; a file system holds at most 255")
+        raise UsageError(f"{destination}: a part of the path is {len(os.fsencode(too_long))} bytes long; a file system holds at most {NAME_MAX_BYTES}")
     nearest = next((p for p in (dest.parent, *dest.parent.parents) if p.is_dir()), None)
     try:
-        limit = os.pathconf(nearest, "PC_NAME_MAX") if nearest is not None else 255
+        limit = os.pathconf(nearest, "PC_NAME_MAX") if nearest is not None else NAME_MAX_BYTES
     except (OSError, ValueError, AttributeError):
-        limit = 255
+        limit = NAME_MAX_BYTES
     length = len(os.fsencode(dest.name))
     if length + _SIBLING_EXTRA > limit:
         raise UsageError(f"{destination}: a name of {length} bytes leaves no room for the hidden folder it is written in beside it "

@@ -160,6 +160,14 @@ def _from_hub_cache(repo_id: str, revision: str | None = None) -> Path | None:
         return None
 
 
+NAME_MAX_BYTES = 255  # the longest name (one part of a path) the file systems eaglekit runs on hold
+
+
+def overlong_part(parts) -> str | None:
+    """The first of ``parts`` (a path's names) longer than any file system holds, or None."""
+    return next((part for part in parts if len(os.fsencode(part)) > NAME_MAX_BYTES), None)
+
+
 def resolve_inside(located: Located, relative: str, what: str) -> Path:
     """The real path of ``relative`` inside a located checkpoint, refusing escapes (``..``, absolute, symlinks) and
     what no file system names (a NUL byte, a part longer than 255 bytes: the system's errors, not the checkpoint's)."""
@@ -169,7 +177,7 @@ def resolve_inside(located: Located, relative: str, what: str) -> Path:
     parts = re.split(r"[/\\]", relative)
     if any(part == ".." for part in parts):
         raise CheckpointError(f"{what}: refers to {named}, which leaves the checkpoint directory")
-    if "\x00" in relative or any(len(part.encode("utf-8", "surrogatepass")) > 255 for part in parts):
+    if "\x00" in relative or overlong_part(parts) is not None:
         raise CheckpointError(f"{what}: refers to {named}, which is no file name (a NUL byte, or a part longer than 255 bytes)")
     candidate = located.directory / relative
     try:

@@ -225,36 +225,41 @@ def check_config(x: CheckInput) -> list[Finding]:
 
 
 def _config_dtypes(x: CheckInput) -> list[Finding]:
-    """config.json's ``torch_dtype`` and ``dtype`` (transformers 5 writes the latter) beside torch's dtype names and the
-    weights' own dtype. eaglekit itself reads the weights' dtype and never the config's (convert writes the weights')."""
+    """config.json's ``torch_dtype`` and ``dtype`` (transformers 5 writes the latter), where it holds HF keys, beside
+    torch's dtype names and the weights' own dtype. transformers' config classes raise on a name torch has none of, at the
+    top level and (built from it) in speculators' transformer_layer_config (5.19 and 5.24, run here). eaglekit itself reads the weights' dtype and never the config's (convert writes the weights')."""
     out = []
     weights = x.drafter.dtype
-    for key in ("torch_dtype", "dtype"):
-        value = (x.config or {}).get(key)
+    stated = ((prefix + name, block.get(name)) for prefix, block in _hf_blocks(x.config) for name in ("torch_dtype", "dtype"))
+    for key, value in stated:
         if value is None:
             continue
         if not isinstance(value, str):
             out.append(_f("config.dtype", "error", f"{key} is {shown(value)}; expected the name of a torch dtype such as 'bfloat16'", key))
             continue
-        name = dtypes.torch_name(value)
-        if name is None:
+        own = dtypes.torch_name(value)
+        if own is None:
             out.append(_f("config.dtype", "error", f"{key} is {shown(value)}, which names no torch dtype: transformers cannot load this config "
-                          f"(its AutoConfig raises on it){_weights_are(weights)}", key))
-        elif not dtypes.is_floating_name(name):
+                          f"(its config classes raise on it){_weights_are(weights)}", key))
+        elif not dtypes.is_floating_name(own):
             out.append(_f("config.dtype", "warning", f"{key} is {shown(value)}, not a floating-point dtype: a reader that takes the drafter's "
-                          f"dtype from config.json casts its weights to {name}{_weights_are(weights)}", key))
-        elif weights is not None and name != weights:
+                          f"dtype from config.json casts its weights to {own}{_weights_are(weights)}", key))
+        elif weights is not None and own != weights:
             out.append(_f("config.dtype", "info", f"{key} is {shown(value)} but the weights are {weights}: a reader that takes the dtype "
                           f"from config.json casts them", key))
     return out
 
 
 def _hf_blocks(config: dict | None) -> list[tuple[str, dict]]:
-    """(path prefix, block) of each place a drafter's config holds HF model keys: its top level, and speculators'
-    ``transformer_layer_config`` (the one vLLM reads for such a drafter)."""
+    """(path prefix, block) of each place a drafter's config holds HF model keys: its top level, and the block a
+    dialect's rules name for them (``ConfigRules.base``: speculators' ``transformer_layer_config``, the one vLLM reads
+    for such a drafter)."""
+    from ..dialects import DIALECTS
+    from ..dialects.base import lookup
+
     config = config or {}
-    nested = config.get("transformer_layer_config")
-    return [("", config)] + ([("transformer_layer_config.", nested)] if isinstance(nested, dict) else [])
+    bases = sorted({d.rules.base for d in DIALECTS.values() if d.rules.base})
+    return [("", config)] + [(f"{base}.", lookup(config, base)) for base in bases if isinstance(lookup(config, base), dict)]
 
 
 def _partial_rotary(x: CheckInput) -> list[Finding]:
