@@ -325,10 +325,12 @@ def drift(path: str | Path, *, target: str, report: str | Path | None = None, pr
         if drafter is not None:
             refuse_missing(drafter)  # before the target loads (~5 s), not after it
     _check_target(target, "drift")
-    from .drift_report import require_matplotlib, write_report
+    from .drift_report import check_report_destination, require_matplotlib, write_report
 
-    if report is not None:
-        require_matplotlib()  # before the long run, not after it
+    inputs = (path, options.get("compare"), target, options.get("prompts"))
+    if report is not None:  # before the long run, not after it
+        check_report_destination(report, inputs)
+        require_matplotlib()
     with frozen_scope():  # torch's and the target's objects out of the collector's walks while this runs (target/long_lived.py)
         with long_lived():
             from .verify.drift import DriftOptions, drift as run
@@ -337,7 +339,7 @@ def drift(path: str | Path, *, target: str, report: str | Path | None = None, pr
     data = document(path, not result["findings"], result)
     files: list[str] = []
     if report is not None:
-        files = write_report(data, report)
+        files = write_report(data, report, inputs)
     return DriftReport(str(path), data["ok"], data["acceptance"]["trajectory"]["acceptance_length"], data["per_depth"],
                        data["by_context_length"], data["compare"], files, data)
 

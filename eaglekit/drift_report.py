@@ -10,10 +10,13 @@ import json
 from pathlib import Path
 
 from .errors import MissingDependencyError
-from .io.atomic import write_file_atomically
+from .io.atomic import atomic_directory, check_destination, write_file_atomically
 
 PLOTS = ("per_depth.png", "by_context_length.png", "fc_input.png")  # always written
 VARIANTS_PLOT, SAMPLING_PLOT = "variants.png", "sampling.png"  # with --variants, --temperature
+REPORT_JSON, REPORT_HTML = "report.json", "report.html"
+# every file a report folder may hold: a folder of these alone (report.json a drift report) is an earlier report
+REPORT_FILES = (REPORT_JSON, REPORT_HTML, *PLOTS, VARIANTS_PLOT, SAMPLING_PLOT)
 
 
 def _f(x, digits: int = 3) -> str:
@@ -231,11 +234,39 @@ def write_html(r: dict, images: list[Path], path: Path) -> None:
     write_file_atomically(path, "".join(parts))
 
 
-def write_report(r: dict, directory: str | Path) -> list[str]:
-    """report.json, the plots and report.html into ``directory``; the files written."""
+def _not_an_earlier_report(directory: Path) -> list[str]:
+    """The entries that keep ``directory`` from being an earlier ``drift --report`` folder, which a new report replaces
+    as a whole: anything but the report's own files, and a report.json that is not a drift report."""
+    foreign = sorted(p.name + ("/" if p.is_dir() else "") for p in directory.iterdir() if p.name not in REPORT_FILES or not p.is_file())
+    earlier = directory / REPORT_JSON
+    if earlier.is_file():
+        try:
+            data = json.loads(earlier.read_bytes()[: 64 * 2**20])
+        except ValueError:
+            data = None
+        if not isinstance(data, dict) or not all(k in data for k in ("per_depth", "by_context_length", "acceptance")):
+            foreign.append(f"{REPORT_JSON} (not a drift report)")
+    return foreign
+
+
+def check_report_destination(directory: str | Path, inputs: tuple[str | Path | None, ...] = ()) -> Path:
+    """Refuse, before the run, a ``--report`` folder the report could not replace: a file, a folder holding anything
+    but an earlier report (a checkpoint, a user's files), one inside an input or holding one (the drafter, the
+    compared drafter, the target, the prompts)."""
+    return check_destination(Path(directory), force=True, protect=_local(inputs), replaceable=_not_an_earlier_report, force_flag=None)
+
+
+def _local(inputs: tuple[str | Path | None, ...]) -> list[Path]:
+    return [Path(i) for i in inputs if i is not None and Path(i).exists()]  # a Hub id names no folder here
+
+
+def write_report(r: dict, directory: str | Path, inputs: tuple[str | Path | None, ...] = ()) -> list[str]:
+    """report.json, the plots and report.html written as one folder, ``directory``, which replaces an earlier report
+    there as a whole (its plots of options not given this time included), or nothing if the run fails; the files
+    written. ``inputs``: the run's local inputs, never written into nor replaced (``check_report_destination``)."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    images = plot(r, directory)
-    write_file_atomically(directory / "report.json", json.dumps(r, indent=2) + "\n")
-    write_html(r, images, directory / "report.html")
-    return [str(directory / "report.json"), *map(str, images), str(directory / "report.html")]
+    with atomic_directory(directory, force=True, protect=_local(inputs), replaceable=_not_an_earlier_report, force_flag=None) as tmp:
+        images = plot(r, tmp)
+        write_file_atomically(tmp / REPORT_JSON, json.dumps(r, indent=2) + "\n")
+        write_html(r, images, tmp / REPORT_HTML)
+    return [str(directory / REPORT_JSON), *(str(directory / image.name) for image in images), str(directory / REPORT_HTML)]

@@ -391,3 +391,64 @@ def test_per_depth_figures_count_the_chains_acceptance_counts(pair31):
     assert judged > 0 and [row["chains"] for row in data["per_depth"]] == [judged] * 3
     for bucket in data["by_context_length"]:
         assert [row["chains"] for row in bucket["per_depth"]] == [bucket["every_position"]["num_drafts"]] * 3
+
+
+@pytest.fixture(scope="module")
+def fast_pair(tmp_path_factory) -> dict:
+    """A tiny random pair and one prompt: a drift run in well under a second (what it measures does not matter)."""
+    from drafters import write_tiny_target
+
+    root = tmp_path_factory.mktemp("fast-pair")
+    target = write_tiny_target(root / "target", layers=8, hidden=64, vocab=96, heads=2, attention_scale=0.3)
+    drafter = write_vllm(root / "drafter", Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96, embed=False, lm_head=True),
+                         ids=[2, 4, 5])
+    prompts = root / "prompts.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "input_ids": [5, 9, 13, 2, 40, 7]}) + "\n")
+    return {"target": target, "drafter": drafter, "prompts": prompts}
+
+
+def _tree(folder: Path) -> dict:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_report_replaces_the_earlier_one_as_a_whole(fast_pair, cli, tmp_path):
+    """A second `--report DIR` run without --temperature left the first run's sampling.png beside the new report.json,
+    and `push --report` published it with a report that has no sampling section."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "report"
+    common = [fast_pair["drafter"], "--target", fast_pair["target"], "--prompts", fast_pair["prompts"], "--max-new-tokens", 8, "--report", out]
+    # a random pair: drift's findings fail the run (exit 1), the report is written all the same
+    assert cli("drift", *common, "--temperature", "0.7", expect=None).exit_code == 1
+    assert (out / "sampling.png").is_file()
+    assert cli("drift", *common, expect=None).exit_code == 1
+    assert sorted(p.name for p in out.iterdir()) == ["by_context_length.png", "fc_input.png", "per_depth.png", "report.html", "report.json"]
+    assert json.loads((out / "report.json").read_text()).get("sampling") is None
+    assert [p.name for p in tmp_path.iterdir()] == ["report"]  # no hidden folder left beside it
+
+
+@pytest.mark.parametrize("where", ["drafter", "inside-drafter", "target", "file", "users-folder", "other-json", "holds-drafter"])
+def test_a_report_folder_that_is_not_an_earlier_report_is_refused_before_the_run(fast_pair, cli, tmp_path, where):
+    """drift --report wrote report.json and report.html into the drafter's (or the target's) own folder, and into a file's
+    path only failed after the whole run."""
+    drafter = tmp_path / "drafter"
+    target = tmp_path / "target"
+    import shutil
+
+    shutil.copytree(fast_pair["drafter"], drafter)
+    shutil.copytree(fast_pair["target"], target)
+    report = {"drafter": drafter, "inside-drafter": drafter / "drift", "target": target, "file": tmp_path / "notes.txt",
+              "users-folder": tmp_path / "project", "other-json": tmp_path / "other", "holds-drafter": tmp_path}[where]
+    (tmp_path / "notes.txt").write_text("mine\n")
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "main.py").write_text("print()\n")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "report.json").write_text('{"loss": 1.5}\n')
+    before = _tree(tmp_path)
+    result = cli("drift", drafter, "--target", target, "--prompts", fast_pair["prompts"], "--max-new-tokens", 8, "--report", report, expect=2)
+    assert _tree(tmp_path) == before
+    assert str(report) in result.stderr and "\n" not in result.stderr.strip() and "Traceback" not in result.stderr
+    expected = {"drafter": "inside the source", "inside-drafter": "inside the source", "target": "inside the source",
+                "file": "not a directory", "users-folder": "main.py", "other-json": "report.json (not a drift report)",
+                "holds-drafter": "would contain the source"}[where]
+    assert expected in result.stderr, result.stderr
+    assert "--force" not in result.stderr  # drift has no such option

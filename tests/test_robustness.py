@@ -665,6 +665,54 @@ def test_a_gguf_target_without_the_gguf_package_is_one_line(tmp_path, monkeypatc
         TargetModel.load(read_target_config(str(fixture)))
 
 
+def test_a_truncated_gguf_target_is_refused_before_it_loads(tmp_path, cli, monkeypatch):
+    """A GGUF file cut short (an interrupted download): verify and drift loaded it and failed in gguf's reshape of the
+    first tensor past the end (internal error, exit 1). Each tensor's extent is checked against the file's size, with
+    the bytes per block of each ggml type as the gguf package gives them (here Q8_0, F16 and F32)."""
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+    from gguf.quants import quantize
+
+    from eaglekit.target import read_target_config
+    from eaglekit.target.runner import TargetModel
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no dequantised entry: the file itself is read
+    d = Dims()
+    whole = tmp_path / "target.gguf"
+    writer = gguf.GGUFWriter(str(whole), "llama")
+    writer.add_block_count(d.target_layers)
+    writer.add_context_length(2048)
+    writer.add_embedding_length(d.T)
+    writer.add_head_count(2)
+    writer.add_head_count_kv(1)
+    writer.add_vocab_size(d.V)
+    embed = np.random.default_rng(0).standard_normal((d.V, d.T)).astype(np.float32)
+    up = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)  # Q8_0 packs blocks of 32 values
+    writer.add_tensor("blk.0.ffn_up.weight", quantize(up, gguf.GGMLQuantizationType.Q8_0), raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.add_tensor("output_norm.weight", np.ones(d.T, dtype=np.float16))
+    writer.add_tensor("token_embd.weight", embed)  # F32, the last: the one a cut reaches first
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    read_target_config(str(whole), weights=True)  # the whole file: every extent inside it
+    data = whole.read_bytes()
+    reader = gguf.GGUFReader(str(whole))
+    last = max(reader.tensors, key=lambda t: t.data_offset)
+    assert last.data_offset + last.n_bytes == len(data)  # the file ends where its last tensor does, as the check computes
+
+    def never(*a, **kw):
+        raise AssertionError("the target was loaded")
+
+    monkeypatch.setattr(TargetModel, "load", never)
+    drafter = write_vllm(tmp_path / "drafter", d)
+    for cut, tensor in ((1, "token_embd.weight"), (len(data) - last.data_offset + 1, "output_norm.weight")):
+        short = tmp_path / f"short-{cut}.gguf"
+        short.write_bytes(data[:-cut])
+        for command in ("verify", "drift"):
+            assert_clean_failure(cli(command, drafter, "--target", short, expect=None), f"{short}: GGUF tensor '{tensor}' runs past the end of the file")
+
+
 def test_names_from_a_checkpoint_cannot_forge_or_steer_the_output(tmp_path, cli):
     """A tensor named ``x\\nresult: OK (0 errors)`` printed a second, false verdict line in validate's output, and an
     escape sequence in a name reached the terminal: names from a file are shown with such characters escaped."""

@@ -359,6 +359,45 @@ def test_nothing_accepted_is_said(pair, cli, tmp_path):
     assert "verify.nothing_accepted" in [f["check"] for f in report["findings"]]
 
 
+@pytest.mark.parametrize("as_reference", [False, True])
+def test_a_narrower_drafter_without_embedding_is_refused_before_the_target_loads(pair, cli, tmp_path, monkeypatch, as_reference):
+    """A drafter of hidden size 32 on a 64-wide target, shipping no embed_tokens (SpecForge's layout): the target's
+    embedding cannot stand in. verify ran the target, then failed in the forward's first norm (internal error, exit 1)."""
+    from drafters import Dims, write_specforge
+    from eaglekit.target.runner import TargetModel
+
+    narrow = write_specforge(tmp_path / "narrow", Dims(H=32, T=64, V=96, Vd=64, heads=2, kv_heads=2, head_dim=16, I=64))
+
+    def never(*a, **kw):
+        raise AssertionError("the target was loaded")
+
+    monkeypatch.setattr(TargetModel, "load", never)
+    args = [pair["drafter"], "--reference", narrow] if as_reference else [narrow]
+    result = cli("verify", *args, "--target", pair["target"], "--prompts", pair["prompts"], expect=2 if as_reference else 1)
+    assert "cannot run on the target" in result.stderr and "embed_tokens.weight" in result.stderr and "internal error" not in result.stderr
+
+
+def test_acceptance_along_the_trajectory_is_not_called_nothing_accepted(pair, cli):
+    """With fewer new tokens than K, no position has a whole chain to count (every_position: 0 drafts), while the
+    trajectory's shorter chains were accepted: verify warned that nothing was accepted anywhere."""
+    result = cli("verify", pair["drafter"], "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", 3,
+                 "--min-acceptance-length", "1.5", "--json")
+    report = json.loads(result.stdout)
+    assert report["every_position"]["num_drafts"] == 0 and report["trajectory"]["num_accepted_tokens"] > 0
+    assert [f["check"] for f in report["findings"] if f["check"].startswith("verify.")] == []
+
+
+def test_a_run_that_drafts_nothing_passes_no_threshold(pair, cli):
+    """With one new token per prompt no chain is drafted: AL printed 1.000 of no drafts, and --min-acceptance-length 1.0
+    passed on it."""
+    result = cli("verify", pair["drafter"], "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", 1,
+                 "--min-acceptance-length", "1.0", "--json", expect=1)
+    report = json.loads(result.stdout)
+    assert report["trajectory"]["num_drafts"] == 0 and not report["passed"]
+    assert [c for c in report["checks"] if c["name"] == "min_acceptance_length"][0]["passed"] is False
+    assert [f["check"] for f in report["findings"] if f["check"].startswith("verify.")] == ["verify.nothing_measured"]
+
+
 def test_readings_the_files_cannot_tell_apart_are_measured(pair31, cli, tmp_path, monkeypatch):
     """A SpecForge-style copy of an EAGLE 3.1 drafter with no record of what norm_output means: verify measures both
     readings (which one wins decisively is asserted on the real pair, tests/test_real_pair.py). The reading the

@@ -53,9 +53,11 @@ def output_path(destination: str | Path) -> Path:
 
 
 def check_destination(destination: Path, *, force: bool, protect: Iterable[Path] = (),
-                      replaceable: Replaceable = _nothing_is_replaceable, appeared: bool = False) -> Path:
+                      replaceable: Replaceable = _nothing_is_replaceable, appeared: bool = False, force_flag: str | None = "--force") -> Path:
     """Refuse destinations that would clobber a source, a user's files, or an existing output without ``force``.
-    ``appeared``: the check made once the output is complete, of a destination that did not exist at the start."""
+    ``appeared``: the check made once the output is complete, of a destination that did not exist at the start.
+    ``force_flag``: the option that asked for ``force``, named in the refusals (None: the command always replaces an
+    earlier output of its own)."""
     _check_name_room(destination, Path(os.path.abspath(destination)))  # before any stat: a too-long name raises there
     dest = output_path(destination)
     real_dest = dest.resolve()
@@ -83,7 +85,7 @@ def check_destination(destination: Path, *, force: bool, protect: Iterable[Path]
         foreign = replaceable(dest) if any(dest.iterdir()) else []
         if foreign:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-            raise OutputExistsError(f"{destination}: not replaced even with --force: it holds files eaglekit did not write "
+            raise OutputExistsError(f"{destination}: not replaced{' even with ' + force_flag if force_flag else ''}: it holds files eaglekit did not write "
                                     f"({shown}); choose an empty or new directory")
         if _is_mount_point(dest):  # a mounted volume cannot be renamed aside (EBUSY): said before any work
             raise UsageError(f"{destination}: {_MOUNTED}")
@@ -206,11 +208,11 @@ def _umask() -> int:
 
 @contextlib.contextmanager
 def atomic_directory(destination: Path, *, force: bool = False, protect: Iterable[Path] = (),
-                     replaceable: Replaceable = _nothing_is_replaceable) -> Iterator[Path]:
+                     replaceable: Replaceable = _nothing_is_replaceable, force_flag: str | None = "--force") -> Iterator[Path]:
     """Yield an empty temporary directory; on success it becomes ``destination``. The destination is checked before
     and again once the output is complete, right before it takes the destination's place: a folder that appeared
     meanwhile (another process, a user) is refused as it would have been at the start, not replaced."""
-    dest = check_destination(destination, force=force, protect=protect, replaceable=replaceable)
+    dest = check_destination(destination, force=force, protect=protect, replaceable=replaceable, force_flag=force_flag)
     existed = dest.exists()
     parent = dest.parent
     created = [p for p in (parent, *parent.parents) if not (p.exists() or p.is_symlink())]  # removed again on failure
@@ -234,7 +236,7 @@ def atomic_directory(destination: Path, *, force: bool = False, protect: Iterabl
                 fsync_path(child)
         fsync_path(tmp)
         # as it is now, not as it was: the very folder resolved at the start (a symlink above it may point elsewhere now)
-        check_destination(dest, force=force, protect=protect, replaceable=replaceable, appeared=not existed)
+        check_destination(dest, force=force, protect=protect, replaceable=replaceable, appeared=not existed, force_flag=force_flag)
         with _signals_held():  # the swap runs to its end: Ctrl-C or SIGTERM between its renames would lose an output
             _swap_into_place(tmp, dest, parent, destination)
         fsync_path(parent)

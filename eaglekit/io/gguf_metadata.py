@@ -17,6 +17,7 @@ the data section, which starts at the next multiple of ``general.alignment`` (32
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import struct
@@ -215,6 +216,30 @@ def _tensor_index(cursor: _Cursor, count: int, values: dict) -> tuple[dict[str, 
     if alignment <= 0 or alignment & (alignment - 1):
         raise cursor.fail(f"states {ALIGNMENT_KEY} {alignment}, not a power of two")
     return index, -(-cursor.offset // alignment) * alignment
+
+
+def check_tensors_within(path: Path, metadata: GGUFMetadata, label: str | None = None) -> None:
+    """Refuse a GGUF file whose tensor index places a tensor's data past the file's end (a truncated download: loading
+    it failed deep in a reshape), naming the first such tensor. The bytes each tensor type takes per block are the
+    gguf package's (``GGML_QUANT_SIZES``); without that package, or for a type it does not know, nothing is checked
+    here (the loader, which needs the same package, says so)."""
+    label = label or str(path)
+    try:
+        from gguf.constants import GGML_QUANT_SIZES
+    except ImportError:
+        return
+    if metadata.tensors is None or metadata.data_offset is None:
+        return
+    size = os.stat(path).st_size
+    for name, info in metadata.tensors.items():
+        sizes = GGML_QUANT_SIZES.get(info.ggml_type)
+        if sizes is None:
+            continue
+        block, block_bytes = sizes
+        end = metadata.data_offset + info.offset + math.prod(info.shape) // block * block_bytes
+        if end > size:
+            raise CheckpointError(f"{label}: GGUF tensor {name!r} runs past the end of the file (to byte {end}; the file has {size}): "
+                                  "a truncated or damaged file")
 
 
 def read_vector(path: Path, metadata: GGUFMetadata, name: str, label: str | None = None) -> tuple[float, ...]:

@@ -141,7 +141,7 @@ def read_target_config(source: str | Path, *, weights: bool = False) -> TargetCo
             raise CheckpointError(f"{source}: no such GGUF file")
         from . import gguf_cache
 
-        config = gguf_cache.cached_config(directory / gguf_file) or _gguf_config(directory, gguf_file, str(source))
+        config = gguf_cache.cached_config(directory / gguf_file) or _gguf_config(directory, gguf_file, str(source), weights=weights)
         hub_id = None
     elif path.suffix == ".json":  # a config.json alone: everything but running the target
         if not path.is_file():
@@ -212,13 +212,17 @@ def _rope_freqs(config: dict, label: str) -> tuple[float, ...] | None:
     return tuple(float(f) for f in freqs)
 
 
-def _gguf_config(directory: Path, gguf_file: str, label: str) -> dict:
+def _gguf_config(directory: Path, gguf_file: str, label: str, weights: bool = False) -> dict:
     """The config of a GGUF file: from its metadata alone where that is a renaming (``gguf_config``), else as
-    transformers reads it; with llama.cpp's rope divisors, which transformers does not read, where the file has them."""
-    from ..io.gguf_metadata import read_metadata
+    transformers reads it; with llama.cpp's rope divisors, which transformers does not read, where the file has them.
+    ``weights``: the caller will load the weights, so a tensor past the file's end (a truncated download) is refused
+    here, before torch is imported (a cache entry, read before this, is only ever made from a whole file)."""
+    from ..io.gguf_metadata import check_tensors_within, read_metadata
     from .gguf_config import ROPE_FREQS_KEY, ROPE_SCALING_KEY, ROPE_SCALING_UNREAD_KEY, config_from_metadata, rope_freqs, stated_rope_scaling
 
     metadata = read_metadata(directory / gguf_file, label, tensors=True)
+    if weights:
+        check_tensors_within(directory / gguf_file, metadata, label)
     config = config_from_metadata(metadata)
     if config is None:
         config = _transformers_gguf_config(directory, gguf_file, label)

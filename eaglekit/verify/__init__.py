@@ -77,14 +77,22 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
         model = verifier.model_for(loaded)
         results, seconds = verifier.run(model, ids, "drafter")
         report = drafter_report(path, loaded, verifier, ids, findings, results, seconds)
-        if report["trajectory"]["num_drafts"] and not report["every_position"]["num_accepted_tokens"]:
+        # the counts that measured something (the every-position count has no chain where none fits in K tokens)
+        measured = [report[count] for count in ("trajectory", "every_position") if report[count]["num_drafts"]]
+        if not measured:
+            report["findings"].append(Finding("verify.nothing_measured", "warning", "no chain was drafted: each continuation ends before "
+                                              "a draft step (raise --max-new-tokens)").to_dict())
+        elif not any(count["num_accepted_tokens"] for count in measured):
             report["findings"].append(Finding("verify.nothing_accepted", "warning", "no drafted token was accepted at any position: the "
                                               "drafter does not predict this target (wrong target, aux layers or vocab map?)").to_dict())
         report["readings"] = readings.measure(verifier, loaded, candidates, done=(d, results)) if len(candidates) > 1 else None
         if options.min_acceptance_length is not None:
             traj, _ = totals(results)
-            ok = traj.acceptance_length >= options.min_acceptance_length
-            checks.append(Check("min_acceptance_length", ok, f"acceptance length {traj.acceptance_length:.3f} {'>=' if ok else '<'} {options.min_acceptance_length}"))
+            if not traj.num_drafts:  # AL 1.000 of no drafts measured nothing: no threshold passes on it
+                checks.append(Check("min_acceptance_length", False, "no chain was drafted, so no acceptance length was measured"))
+            else:
+                ok = traj.acceptance_length >= options.min_acceptance_length
+                checks.append(Check("min_acceptance_length", ok, f"acceptance length {traj.acceptance_length:.3f} {'>=' if ok else '<'} {options.min_acceptance_length}"))
         if options.reference:
             report["reference"], check = reference_parity(verifier, loaded, model, results)
             checks.append(check)

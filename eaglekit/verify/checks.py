@@ -20,8 +20,10 @@ class Check:
 # layer (vLLM captures it once, so fc gets fewer states than it fuses), a scaled rope lacking a key its scaling reads
 # without a default (the reference forward, like vLLM, cannot compute it) and a tensor of another shape than its config
 # gives (the forward's first product with it fails: an internal error before) and a d2t mapping draft tokens past the
-# target's vocabulary (the first lookup fails)
-CANNOT_RUN = ("aux.duplicate", "config.partial_rotary", "rope.parameters", "tensor.shape", "vocab.d2t_range")
+# target's vocabulary (the first lookup fails); a drafter of another width than the target that ships no embedding or
+# no lm_head (the target's do not fit it: the forward's first norm of the target's embedding failed)
+CANNOT_RUN = ("aux.duplicate", "config.partial_rotary", "embed.needed", "rope.parameters", "tensor.shape", "vocab.d2t_range",
+              "vocab.lm_head_needed")
 
 
 def cannot_run(findings) -> list:
