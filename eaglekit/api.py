@@ -173,6 +173,15 @@ def convert(
         raise UsageError("--resolve needs --target: it measures each reading of the aux layers on the target")
     if resolve and aux_layers is not None:
         raise UsageError("--resolve and --aux-layers both decide the aux layers; pass one of them")
+    if not dry_run:  # before a Hub source downloads (GBs); checked again against the located source (plan_conversion)
+        from .convert import foreign_entries
+        from .io.atomic import check_destination
+
+        check_destination(Path(out), force=force, protect=[Path(source)] if Path(source).exists() else [], replaceable=foreign_entries)
+    if target is not None:
+        from .target import read_target_config
+
+        read_target_config(target)
     resolved = None
     with open_source(source, revision=revision, mode="download") as located:  # a Hub id: downloaded into the cache
         if resolve:
@@ -283,27 +292,32 @@ def survey(paths: "list[str | Path]", *, max_workers: int = 8, **options: Any) -
         return list(pool.map(one, paths))
 
 
-def _check_target(target: str, command: str, hidden_states: str | None = None) -> None:
+def _check_inputs(target: str, command: str, prompts: str | None, hidden_states: str | None = None) -> None:
     """A ``--target`` that is not there (no such file, a Hub id missing from the cache), or holds no weights where the
-    command runs it, is told before torch is imported: reading its config needs neither torch nor transformers
-    (``read_target_config``); the ``Verifier`` asks the same of library callers."""
+    command runs it, and a ``--prompts`` file that does not read (a bad line, a FIFO), are told before torch is
+    imported: reading a target's config and a prompts file needs neither torch nor transformers
+    (``read_target_config``, ``read_prompt_records``); the ``Verifier`` reads both again for library callers."""
+    from .io.prompts_file import read_prompt_records
     from .target import read_target_config
 
     config = read_target_config(target, weights=True)
     if not hidden_states:
         config.require_runnable(f"{command} runs the target model")
+    if prompts is not None:
+        read_prompt_records(prompts)
 
 
 def verify(path: str | Path, *, target: str, progress: Callable[[str, int], object] | None = None, **options: Any) -> Verification:
     """Run the drafter on its target's hidden states and measure acceptance; ``options`` are ``VerifyOptions`` fields
     (``num_prompts``, ``max_new_tokens``, ``k``, ``engine``, ``reference``, ``against``, ...)."""
     from .engines import envs
-    from .io.locate import open_source
+    from .io.locate import open_source, refuse_missing
     from .target.long_lived import frozen_scope, long_lived
 
+    refuse_missing(path, revision=options.get("revision"))  # the drafter first, as it is given first
+    envs.require_environment(options.get("against"), options.get("vllm_python"))
+    _check_inputs(target, "verify", options.get("prompts"), options.get("hidden_states"))  # before a Hub drafter downloads
     with open_source(path, revision=options.pop("revision", None), mode="download") as located:
-        envs.require_environment(options.get("against"), options.get("vllm_python"))
-        _check_target(target, "verify", options.get("hidden_states"))
         with frozen_scope():  # torch's and the target's objects out of the collector's walks while this runs (target/long_lived.py)
             with long_lived():
                 from .verify import VerifyOptions, verify as run  # torch: ~2 s, after the paths are known to be there
@@ -324,7 +338,7 @@ def drift(path: str | Path, *, target: str, report: str | Path | None = None, pr
     for drafter in (path, options.get("compare")):
         if drafter is not None:
             refuse_missing(drafter)  # before the target loads (~5 s), not after it
-    _check_target(target, "drift")
+    _check_inputs(target, "drift", options.get("prompts"))
     from .drift_report import check_report_destination, require_matplotlib, write_report
 
     inputs = (path, options.get("compare"), target, options.get("prompts"))
@@ -348,12 +362,14 @@ def push(path: str | Path, repo_id: str, **options: Any) -> Publication:
     """Validate ``path`` and publish it to ``repo_id`` as one commit; ``options`` are ``PushOptions`` fields
     (``dry_run``, ``private``, ``revision``, ``create_pr``, ``token``, ``endpoint``, ``base_model``, ...)."""
     from .io.locate import open_source
-    from .push import PushOptions, push as run
+    from .push import PushOptions, check_options, push as run
 
+    push_options = PushOptions(repo_id=repo_id, **options)
+    check_options(push_options)  # before a Hub source downloads
     # --revision names the branch pushed to; the source's revision rides in its id (org/name@rev); a Hub source is
     # read from the endpoint, with the token, the push names (where the source's own repo is, as the user sees it)
     with open_source(path, mode="download", endpoint=options.get("endpoint"), token=options.get("token")) as located:
-        result = document(path, True, run(located, PushOptions(repo_id=repo_id, **options)))
+        result = document(path, True, run(located, push_options))
     result["origin"] = located.origin
     return Publication(repo_id, [f["path"] for f in result["files"]], result["dry_run"], result.get("commit"), result)
 

@@ -238,7 +238,7 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
     if d.provenance.eaglekit_version:
         origin = f" from the {d.provenance.converted_from} dialect" if d.provenance.converted_from else ""
         lines.append(f"- converted{origin} by eaglekit {d.provenance.eaglekit_version}")
-    if d.provenance.source_repo:
+    if hub_id(d.provenance.source_repo):  # a path recorded there is no Hub repo (and is never published)
         at = f" at commit `{d.provenance.source_commit}`" if d.provenance.source_commit else ""
         lines.append(f"- source: Hub repo `{d.provenance.source_repo}`{at}")
     for note in d.provenance.notes:

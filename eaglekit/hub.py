@@ -27,7 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 from . import __version__
 from .errors import HubError, HubReadError, UsageError
 from .io.locate import COMMIT_OID, DEFAULT_BRANCH, branch_for, check_repo_id
-from .upload import UploadFile
+from .upload import HUB_TOKEN, UploadFile
 
 __all__ = [
     "DEFAULT_BRANCH",
@@ -141,7 +141,6 @@ def _offline() -> bool:
 # Error mapping
 # ---------------------------------------------------------------------------------------------------------------
 
-_TOKENISH = re.compile(r"\bhf_[A-Za-z0-9]{8,}")  # any Hub token, whoever's: never in a message
 _READ_RETRIES = 5  # huggingface_hub's http_backoff default
 _CHECKING_TOKEN = "checking the token"
 _COMMITTING = "uploading and committing"
@@ -164,7 +163,7 @@ class _Context:
         text = " ".join(str(text).split())
         if self.token:
             text = text.replace(self.token, "***")
-        return _TOKENISH.sub("***", text)
+        return HUB_TOKEN.sub("***", text)
 
     def error(self, message: str) -> HubError:
         return (HubReadError if self.reading else HubError)(self.scrub(message))
@@ -403,7 +402,7 @@ def publish(
     ctx = _Context(repo_id=repo_id, endpoint=endpoint, token=token, revision=target)
     show_bars = sys.stderr.isatty() if progress is None else progress
 
-    with _progress_bars(show_bars), _hub_errors(ctx):
+    with _progress_bars(show_bars), _hub_errors(ctx), _bounded_waits(PUBLISH_WAIT_FACTOR * _request_timeout()):
         # Fail fast on a bad token, before hashing and uploading gigabytes.
         ctx.stage = _CHECKING_TOKEN
         api.whoami()
@@ -421,6 +420,12 @@ def publish(
             ctx.created.append(f"the repository {repo_id}")
             ctx.stage = "reading the repository's branches"
             refs = api.list_repo_refs(repo_id, include_pull_requests=True)
+
+        if private and not created_repo:  # create_repo(private=True) of an existing repo changes nothing
+            ctx.stage = "reading the repository's visibility"
+            if not api.repo_info(repo_id).private:
+                raise UsageError(f"{repo_id}: exists and is public; --private only makes a repository that push creates private, "
+                                 "so nothing was pushed (make it private on the Hub first, or leave out --private)")
 
         heads = {b.name: b.target_commit for b in refs.branches}
         heads.update({p.ref: p.target_commit for p in (refs.pull_requests or [])})
@@ -626,10 +631,17 @@ def read_bytes(remote: RemoteRepo, path: str, start: int = 0, length: int | None
     return data
 
 
+# A push's requests may wait this many times a read's limit (``_request_timeout``) for a connection or the next bytes:
+# a commit of many files is answered once the Hub has checked them all
+PUBLISH_WAIT_FACTOR = 6
+
+
 @contextmanager
-def _bounded_waits() -> Iterator[None]:
-    """While inside, a request huggingface_hub's client sends without a timeout waits ``_request_timeout()`` for a
-    connection and for each next bytes, then fails (and is retried as its caller retries a timeout).
+def _bounded_waits(seconds: float | None = None) -> Iterator[None]:
+    """While inside, a request huggingface_hub's client sends without a timeout waits ``seconds`` (default
+    ``_request_timeout()``) for a connection and for each next bytes, then fails (and is retried as its caller retries
+    a timeout). A push (``publish``) waits ``PUBLISH_WAIT_FACTOR`` times as long: a server that accepts and never
+    answered held it for ever (``whoami`` and the rest have no timeout either).
 
     ``snapshot_download`` asks for the repo's info and file tree with ``timeout=None`` (huggingface_hub 2.4's
     ``HfApi.repo_info`` and ``list_repo_tree``, read in its source), so a server that accepts and never answers held
@@ -638,7 +650,7 @@ def _bounded_waits() -> Iterator[None]:
     is not cut short: the read limit is between bytes, not for the whole file."""
     from huggingface_hub import get_session
 
-    seconds = _request_timeout()
+    seconds = seconds or _request_timeout()
 
     def bound(request) -> None:
         limits = dict(request.extensions.get("timeout") or {})

@@ -5,6 +5,7 @@ Everything here is local; the requests themselves live in ``hub.py``.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,17 +215,23 @@ def _local_paths(value: Any, base_model: str | None) -> dict[str, str]:
 _SCRUBBED = ("config.json", VERIFY_REPORT)
 
 
-def prepare(path: str, options: PushOptions):
-    """(UploadFile list, card text, card kept?, validation findings), without touching the network."""
+def check_options(options: PushOptions) -> str:
+    """Refuse what no push could do with these options (a bad REPO_ID, --base-model or --revision), before a Hub source
+    is downloaded and before anything is read; the branch pushed to."""
     from .io.locate import branch_for, check_repo_id
-    from .upload import UploadFile
 
     check_repo_id(options.repo_id)
     _check_base_model(options.base_model)
-
     if options.create_pr and options.revision not in (None, "main"):
         raise UsageError("--create-pr opens a pull request against the default branch: drop --revision")
-    branch = branch_for(options.revision)  # what the push itself would refuse (a commit id), refused by a dry run too
+    return branch_for(options.revision)  # what the push itself would refuse (a commit id), refused by a dry run too
+
+
+def prepare(path: str, options: PushOptions):
+    """(UploadFile list, card text, card kept?, validation findings), without touching the network."""
+    from .upload import UploadFile
+
+    branch = check_options(options)
     directory = Path(path)
     drift = read_drift_report(Path(options.report)) if options.report else None  # bad input refused before anything else
     if drift:  # what is published of it names no path on the publisher's machine
@@ -283,6 +290,12 @@ def prepare(path: str, options: PushOptions):
     if not kept:
         files = [f for f in files if f.path_in_repo != "README.md"]
         files.append(UploadFile("README.md", data=card.encode("utf-8")))
+    given = (options.token or "", os.environ.get("HF_TOKEN", ""))  # without the Hub client: a dry run imports none
+    for f in files:  # a secret in a note, a config key or a report would be published as it is: refused, dry run too
+        found = f.secret(given)
+        if found:
+            raise UsageError(f"refusing to publish: {f.path_in_repo} holds what looks like {found}; remove it first "
+                             "(what a push publishes is readable by everyone who can see the repository)")
     return files, card, kept, findings
 
 

@@ -4,6 +4,7 @@ push's file list (``push --dry-run``) imports neither the Hub client nor ``eagle
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -13,6 +14,13 @@ from typing import Any
 from .io.digests import file_sha256
 
 _CHUNK = 8 * 2**20  # bytes read at a time when hashing local files
+
+HUB_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{8,}")  # any Hub token, whoever's: never in a message nor in a published file
+# what a push looks for in its text files before publishing them (a note, a config key, a report): what it is, how to find it
+SECRETS = (("a Hub token (hf_...)", re.compile(HUB_TOKEN.pattern.encode())),
+           ("a password in a URL (user:password@host)", re.compile(rb"[a-z][a-z0-9+.-]*://[^/\s:@\"'<>]+:[^/\s@\"'<>]+@")))
+TEXT_SUFFIXES = (".json", ".md", ".txt", ".yaml", ".yml", ".jinja", ".py", ".toml", ".cfg", ".ini", ".csv")
+MAX_SCANNED_BYTES = 64 * 2**20  # a text file of a drafter is a few KB; larger ones are not read through
 
 
 @dataclass
@@ -52,6 +60,17 @@ class UploadFile:
         with open(self.local_path, "rb") as f:
             while block := f.read(_CHUNK):
                 yield block
+
+    def secret(self, literals: tuple[str, ...] = ()) -> str | None:
+        """What this file holds that looks like a secret (``SECRETS``, or one of ``literals``: the token this push was
+        given), described, or None; a text file (``TEXT_SUFFIXES``) up to ``MAX_SCANNED_BYTES`` is read, no other."""
+        if not self.path_in_repo.lower().endswith(TEXT_SUFFIXES) or self.size > MAX_SCANNED_BYTES:
+            return None
+        content = b"".join(self._chunks())
+        for literal in literals:
+            if literal and len(literal) >= 8 and literal.encode() in content:
+                return "the Hub token this push was given"
+        return next((what for what, pattern in SECRETS if pattern.search(content)), None)
 
     @cached_property
     def sha256(self) -> str:

@@ -172,14 +172,18 @@ def test_prefix_acceptance_is_the_product_of_target_probabilities():
 
 def test_drift_sampling_report_near_zero_temperature_is_greedy(pair31, cli):
     common = ["--target", pair31["target"], "--prompts", pair31["prompts"], "--max-new-tokens", 20, "--chunk", 7, "--json"]
-    cold = json.loads(cli("drift", pair31["drafter"], *common, "--temperature", "1e-4").stdout)
+    # below vLLM's floor of 0.01 (it raises a lower temperature to 0.01) no run samples: refused, not NaN figures (1e-39 gave them)
+    for below in ("1e-39", "0.005"):
+        assert "--temperature" in cli("drift", pair31["drafter"], *common, "--temperature", below, expect=2).stderr
+    cold = json.loads(cli("drift", pair31["drafter"], *common, "--temperature", "0.01").stdout)
     warm = json.loads(cli("drift", pair31["drafter"], *common, "--temperature", "0.8", "--top-p", "0.9", "--compare", pair31["drafter"]).stdout)
     for data in (cold, warm):
         assert schemas.check(data, "drift.schema.json") == []
         assert data["sampling"]["num_drafts"] == data["acceptance"]["every_position"]["num_drafts"]
-    # T -> 0: the target's distribution is its argmax, acceptance the greedy one, chain for chain
-    assert cold["sampling"]["per_position_rate"] == pytest.approx(cold["acceptance"]["every_position"]["per_position_rate"], abs=1e-6)
-    assert cold["sampling"]["acceptance_length"] == pytest.approx(cold["acceptance"]["every_position"]["acceptance_length"], abs=1e-6)
+    # T -> 0: the target's distribution nears its argmax, acceptance the greedy one (at 0.01 the tiny target's
+    # near-ties still spread ~1% of the mass)
+    assert cold["sampling"]["per_position_rate"] == pytest.approx(cold["acceptance"]["every_position"]["per_position_rate"], abs=0.02)
+    assert cold["sampling"]["acceptance_length"] == pytest.approx(cold["acceptance"]["every_position"]["acceptance_length"], abs=0.05)
     s = warm["sampling"]
     assert 0 < s["per_position_rate"][-1] <= s["per_position_rate"][0] < cold["sampling"]["per_position_rate"][0]
     assert s["acceptance_length"] == pytest.approx(1 + sum(s["per_position_rate"]), abs=1e-5)

@@ -73,7 +73,7 @@ def model_keys(arch: str, *, layers=3, hidden=64, vocab: int | None = 96, tokens
 
 def with_transformers(monkeypatch, path: Path):
     """read_target_config as transformers reads the file (what every GGUF target took before gguf_config)."""
-    monkeypatch.setattr(target_config, "_gguf_config", target_config._transformers_gguf_config)
+    monkeypatch.setattr(target_config, "_gguf_config", lambda directory, name, label, weights=False: target_config._transformers_gguf_config(directory, name, label))
     try:
         return read_target_config(path)
     finally:

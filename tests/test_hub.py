@@ -113,6 +113,48 @@ def test_private_repo_in_an_organisation(fake_hub: FakeHub):
     assert fake_hub.state.repos["some-org/drafter"].private
 
 
+def test_private_is_refused_for_an_existing_public_repo(fake_hub: FakeHub):
+    """--private to a repo that exists and is public published it publicly, and push said "private"."""
+    push()
+    commits = fake_hub.state.commits_posted()
+    with pytest.raises(UsageError, match="exists and is public; --private only makes a repository that push creates private"):
+        push(drafter_files(2), private=True)
+    assert fake_hub.state.commits_posted() == commits and not fake_hub.state.repos[REPO].private
+    fake_hub.state.repos[REPO].private = True
+    assert not push(drafter_files(2), private=True).unchanged  # private already: pushed
+
+
+def test_a_push_to_an_endpoint_that_never_answers_ends(monkeypatch, tmp_path):
+    """A server that accepts connections and never answers held a push for ever (whoami, and every request after it,
+    is sent without a timeout); a push's requests now wait PUBLISH_WAIT_FACTOR x HF_HUB_DOWNLOAD_TIMEOUT at most."""
+    import threading
+
+    from huggingface_hub import constants
+
+    import eaglekit.hub as hub
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held = []
+
+    def accept():
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    monkeypatch.setattr(constants, "HF_HUB_DOWNLOAD_TIMEOUT", 0.2)
+    try:
+        with pytest.raises(HubError, match="Timeout"):
+            publish(REPO, drafter_files(), commit_message="m", endpoint=f"http://127.0.0.1:{server.getsockname()[1]}", token=TOKEN)
+    finally:
+        server.close()
+    assert held and hub.PUBLISH_WAIT_FACTOR * 0.2 < 10
+
+
 def test_existing_repo_keeps_its_other_files(fake_hub: FakeHub):
     state = fake_hub.state
     state.create_repo(REPO)

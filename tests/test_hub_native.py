@@ -413,3 +413,20 @@ def test_push_reads_a_hub_source_from_the_endpoint_it_names(fake_hub: FakeHub, s
         assert other.state.log and not fake_hub.state.log
     finally:
         other.close()
+
+
+@pytest.mark.parametrize("command, fragment", [
+    (["push", "org/small", "tester/bad id", "--dry-run"], "not a valid repository id"),
+    (["push", "org/small", "tester/x", "--base-model", "https://example.com/x", "--dry-run"], "--base-model"),
+    (["convert", "org/small", "OCCUPIED", "--to", "vllm"], "already exists"),
+    (["verify", "org/small", "--target", "/nonexistent/x.gguf"], "no such GGUF file"),
+    (["inspect", "org/small", "--revision", ""], "--revision: empty; give a branch, tag or commit"),
+])
+def test_bad_arguments_are_refused_before_a_hub_drafter_downloads(fake_hub: FakeHub, small, cli, tmp_path, command, fragment):
+    """Each was refused correctly, but only after the whole drafter had been fetched (its weights: GBs for a real
+    one); `--revision ''` was read as not given."""
+    occupied = tmp_path / "occupied"
+    occupied.mkdir()
+    (occupied / "keep.txt").write_text("mine\n")
+    refused(cli, fragment, *[str(occupied) if part == "OCCUPIED" else part for part in command])
+    assert fake_hub.state.bytes_served("org/small") == 0, "a file was downloaded"

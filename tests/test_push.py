@@ -356,6 +356,37 @@ def test_a_path_inside_a_note_is_scrubbed_in_the_files_and_the_card(cli, hub, tm
     assert "trained on train.jsonl with lr 1e-4" in published["README.md"].decode()
 
 
+@pytest.mark.parametrize("note, what", [
+    ("pushed with hf_abcdefghijklmnopqrstuv", "a Hub token (hf_...)"),
+    ("mirror at https://alice:hunter2@example.com/x", "a password in a URL"),
+    ("token THE-PUSH-TOKEN-123", "the Hub token this push was given"),
+])
+def test_a_secret_in_a_published_file_is_refused(cli, hub, tmp_path, monkeypatch, note, what):
+    """A Hub token (the push's own too) or a password in a URL, written into a note of config.json, was published in
+    config.json and in the card's provenance, and printed by the dry run."""
+    out = tmp_path / "drafter"
+    convert(write_vllm(tmp_path / "src", Dims()), out, ConvertOptions(to="vllm", aux_layers=(2, 4, 5)))
+    config = json.loads((out / "config.json").read_text())
+    config["eaglekit"]["notes"] = [note]
+    (out / "config.json").write_text(json.dumps(config))
+    monkeypatch.setenv("HF_TOKEN", "THE-PUSH-TOKEN-123")
+    for dry in (["--dry-run"], []):
+        result = cli("push", out, "tester/drafter", *dry, expect=2)
+        assert f"config.json holds what looks like {what}" in result.stderr and "hunter2" not in result.stderr + result.stdout
+    assert "tester/drafter" not in hub.state.repos
+
+
+def test_a_source_recorded_as_a_path_is_not_called_a_hub_repo(cli, hub, tmp_path):
+    """source_repo: /home/alice/secret/ckpt was published as "source: Hub repo `ckpt`"."""
+    out = tmp_path / "drafter"
+    convert(write_vllm(tmp_path / "src", Dims()), out, ConvertOptions(to="vllm", aux_layers=(2, 4, 5)))
+    config = json.loads((out / "config.json").read_text())
+    config["eaglekit"]["source_repo"] = "/home/alice/secret/ckpt"
+    (out / "config.json").write_text(json.dumps(config))
+    card = push(cli, out, "tester/drafter", "--dry-run").stdout
+    assert "Hub repo" not in card and "/home/alice" not in card
+
+
 def test_paths_the_card_quotes_are_scrubbed_as_the_files_are(cli, hub, tmp_path):
     """config.json was scrubbed for the upload, but the card was rendered from the unscrubbed one: its provenance
     showed `source: Hub repo /home/...` and the notes' paths. Only the target's key takes the base model's id; any
@@ -367,7 +398,8 @@ def test_paths_the_card_quotes_are_scrubbed_as_the_files_are(cli, hub, tmp_path)
     config["eaglekit"].update(notes=[str(home / "data" / "train.jsonl")], source_repo=str(home / "ckpt"), verifier=str(home / "llama"))
     (out / "config.json").write_text(json.dumps(config))
     card = push(cli, out, "tester/drafter", "--base-model", "org/llama").stdout and hub.state.files("tester/drafter")["README.md"].decode()
-    assert str(home) not in card and "- source: Hub repo `ckpt`" in card and "- train.jsonl" in card and "| verifier (target) | org/llama |" in card
+    # a source recorded as a path names no Hub repo: not called one (it said "Hub repo `ckpt`")
+    assert str(home) not in card and "Hub repo" not in card and "- train.jsonl" in card and "| verifier (target) | org/llama |" in card
     sent = json.loads(hub.state.files("tester/drafter")["config.json"])["eaglekit"]
     assert (sent["notes"], sent["source_repo"], sent["verifier"]) == (["train.jsonl"], "ckpt", "org/llama")
     # a path that names nothing (transformers writes `_name_or_path: ./` for a model saved from here) leaks nothing, and

@@ -748,7 +748,7 @@ def test_config_keys_and_notes_cannot_forge_lines_in_convert_or_push(tmp_path, c
     cfg["eaglekit"]["source_repo"] = "org/src\n## Forged section"  # any value the card quotes from the drafter's files
     (converted / "config.json").write_text(json.dumps(cfg))
     card = cli("push", converted, "org/x", "--dry-run").stdout
-    assert "## Forged section" not in card.splitlines() and "org/src\\n## Forged section" in card
+    assert "## Forged section" not in card.splitlines() and "Hub repo" not in card  # no Hub id: not quoted at all
     # a verifier's name reaches convert's serve line
     cfg["eaglekit"]["verifier"] = "org/tgt\nFORGED-VERIFIER"
     (converted / "config.json").write_text(json.dumps(cfg))

@@ -790,3 +790,107 @@ def test_drafts_accepted_past_the_end_of_sequence_token_are_counted(pair, tmp_pa
     r = next(r for r in results if r.prompt.id == prompt_id)
     assert r.tokens.shape[0] == len(r.prompt.ids) + 2  # the sequence stops at the eos, the first step's first draft target
     assert (r.trajectory.num_drafts, r.trajectory.num_accepted_tokens) == (1, a)  # 1 before: the drafts past the eos went unjudged
+
+
+@pytest.mark.parametrize("edit, message", [
+    ("nan", "the aux hidden states hold non-finite values"),
+    ("short_mask", "loss_mask holds 5 values for 6 input_ids"),
+    ("zero_mask", "loss_mask is 0 at every token"),
+])
+def test_stored_states_that_would_mislead_are_refused_by_name(tmp_path, edit, message):
+    """One NaN in a stored sequence made every draft miss (AL 1.000 and the wrong-target hint, exit 0); a SpecForge
+    file whose loss_mask was shorter than its input_ids, or 0 everywhere, was read with the prompt ending at token 1."""
+    from eaglekit.verify.stored import read_sequences, write_sequence
+
+    (tmp_path / "hs").mkdir()
+    if edit == "nan":
+        aux = torch.zeros(6, 192)
+        aux[3, 7] = float("nan")
+        write_sequence(tmp_path / "hs" / "a.safetensors", torch.arange(1, 7), aux, (2, 4, 5), 2)
+    else:
+        mask = torch.tensor([[0, 0, 1, 1, 1]]) if edit == "short_mask" else torch.zeros(1, 6, dtype=torch.long)
+        torch.save({"input_ids": torch.arange(1, 7)[None], "loss_mask": mask, "aux_hidden_state": torch.ones(1, 6, 192)}, tmp_path / "hs" / "data_0.ckpt")
+    with pytest.raises(CheckpointError, match=message):
+        read_sequences(tmp_path / "hs", num_aux=3, hidden=64)
+
+
+def test_a_prompts_file_is_read_as_json_lines_are_written(tmp_path):
+    """U+2028, U+2029 and U+0085 inside a JSON string are not line ends (str.splitlines took them for ones: "not valid
+    JSON"); a UTF-8 byte order mark is skipped; a null id or category is not shown as "None"."""
+    from eaglekit.io.prompts_file import read_prompt_records
+
+    lines = [json.dumps({"prompt": "a\u2028b\u2029c\u0085d"}, ensure_ascii=False), json.dumps({"id": None, "category": None, "prompt": "x"}),
+             json.dumps({"id": 7, "prompt": "y"}), json.dumps({"id": {"n": 1}, "prompt": "z"})]
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode("utf-8") + b"\r\n")
+    records = read_prompt_records(str(path))
+    assert [r["prompt"] for r in records] == ["a\u2028b\u2029c\u0085d", "x", "y", "z"]
+    assert [r["id"] for r in records] == ["prompt-1", "prompt-2", "7", '{"n": 1}'] and records[1]["category"] == "custom"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "bad-line"])
+def test_a_prompts_file_that_cannot_be_read_is_refused_before_the_target_loads(pair, cli, tmp_path, monkeypatch, kind):
+    """--prompts on a FIFO waited for a writer for ever; on /dev/zero it read until memory ran out; a bad line was
+    found only after the target had loaded (~5-9 s with SmolLM2)."""
+    import os
+
+    from eaglekit.target.runner import TargetModel
+
+    def never(*a, **kw):
+        raise AssertionError("the target was loaded")
+
+    monkeypatch.setattr(TargetModel, "load", never)
+    prompts = tmp_path / "prompts.jsonl"
+    if kind == "fifo":
+        os.mkfifo(prompts)
+    elif kind == "device":
+        prompts = Path("/dev/zero")
+    else:
+        prompts.write_text('{"prompt": "a"}\n{"prompt": 3}\n')
+    said = {"fifo": "not a regular file", "device": "not a regular file", "bad-line": "line 2: prompt should be a string"}[kind]
+    for command in ("verify", "drift"):
+        result = cli(command, pair["drafter"], "--target", pair["target"], "--prompts", prompts, expect=2)
+        assert said in result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_messages_a_target_cannot_render_are_named(pair, cli, tmp_path):
+    """OpenAI-style content parts ({"type": "text", ...}) on a template that concatenates strings: an internal error
+    (TypeError, exit 1); on a target without a chat template, another one."""
+    import tiny_pair
+
+    target = tmp_path / "target"
+    shutil.copytree(pair["target"], target)
+    tiny_pair.add_char_tokenizer(target)
+    prompts = tmp_path / "parts.jsonl"
+    prompts.write_text(json.dumps({"id": "parts", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}) + "\n")
+    result = cli("verify", pair["drafter"], "--target", target, "--prompts", prompts, "--max-new-tokens", 4, expect=2)
+    assert "prompt parts: the target's chat template cannot render its messages (TypeError" in result.stderr
+    config = json.loads((target / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (target / "tokenizer_config.json").write_text(json.dumps(config))
+    for extra in target.glob("chat_template*"):
+        extra.unlink()
+    result = cli("verify", pair["drafter"], "--target", target, "--prompts", prompts, "--max-new-tokens", 4, expect=2)
+    assert "prompt parts: the target has no chat template, so each message's content must be text" in result.stderr
+
+
+def test_the_tokens_that_judge_the_last_drafts_must_fit_the_window_too(pair, cli):
+    """The K - 1 tokens decoded past --max-new-tokens (they judge the last step's drafts) ran past the target's window
+    in silence: K = 600 decoded 614 tokens past a 512-token window."""
+    window = json.loads((pair["target"] / "config.json").read_text())["max_position_embeddings"]
+    longest = max(len(json.loads(line)["input_ids"]) for line in pair["prompts"].read_text().splitlines() if line.strip())
+    base = ("verify", pair["drafter"], "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", window - longest)
+    result = cli(*base, "--num-speculative-tokens", 3, expect=2)
+    assert "the 2 tokens past them that judge the last step's drafts (K - 1) run past the target's max_position_embeddings" in result.stderr
+
+
+def test_a_report_is_never_written_into_the_target_or_below_the_drafter(pair, cli, tmp_path):
+    """--report TARGET/eaglekit-verify.json was allowed (the name is allowed beside the drafter's weights, and was
+    allowed inside every input)."""
+    drafter, target = tmp_path / "drafter", tmp_path / "target"
+    shutil.copytree(pair["drafter"], drafter)
+    shutil.copytree(pair["target"], target)
+    (drafter / "sub").mkdir()
+    for report in (target / "eaglekit-verify.json", drafter / "sub" / "eaglekit-verify.json"):
+        result = cli("verify", drafter, "--target", target, "--prompts", pair["prompts"], "--report", report, expect=2)
+        assert "would overwrite a file of the input" in result.stderr and not report.exists()

@@ -109,24 +109,27 @@ class FiniteFloat(click.FloatRange):
 
 
 class NamedPlaceType(click.ParamType):
-    """A path (``hub``: or a Hub id) that may not be empty: ``--target ''`` (or ``--prompts ''``, ``--compare ''``) was
-    read as not given at all, and an empty PATH or OUT as the current directory."""
+    """A path (``hub``: or a Hub id; ``what``: something else named) that may not be empty: ``--target ''`` (or
+    ``--prompts ''``, ``--compare ''``, ``--revision ''``) was read as not given at all, and an empty PATH or OUT as the
+    current directory."""
 
     name = "path"
 
-    def __init__(self, *, hub: bool):
+    def __init__(self, *, hub: bool = False, what: str | None = None):
         self.hub = hub
+        self.what = what or ("a path or a Hub id" if hub else "a path")
 
     def convert(self, value, param, ctx):
         if isinstance(value, str) and not value.strip():
-            where = param.opts[0] if isinstance(param, click.Option) else (param.metavar or param.name.upper()) if param else "a path"
-            raise UsageError(f"{where}: empty; give a path{' or a Hub id' if self.hub else ''}")
+            where = param.opts[0] if isinstance(param, click.Option) else (param.metavar or param.name.upper()) if param else "a value"
+            raise UsageError(f"{where}: empty; give {self.what}")
         return value
 
 
 AGAINST = AgainstType()
 NAMED_PLACE = NamedPlaceType(hub=True)  # a drafter or a target
 NAMED_FILE = NamedPlaceType(hub=False)  # a file or folder of this machine
+NAMED_REVISION = NamedPlaceType(what="a branch, tag or commit")
 DIALECT = DialectType(auto=True)
 WRITABLE_DIALECT = DialectType(writable=True)
 ENGINE_SPEC = EngineSpecType()
@@ -136,6 +139,7 @@ NORM_OUTPUT_SEMANTICS_TYPE = NormOutputSemanticsType()
 revision_option = click.option(
     "--revision",
     metavar="REV",
+    type=NAMED_REVISION,
     help="For a Hub id (org/name): the branch, tag or commit to read (default main; org/name@REV says the same).",
 )
 download_option = click.option(

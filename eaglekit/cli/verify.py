@@ -105,7 +105,7 @@ def verify_command(path, target, prompts_file, num_prompts, max_new_tokens, k, e
     """
     output = Output(json_mode)
     if report_path:
-        check_output_file(report_path, inputs=(path, target, prompts_file, reference, hidden_states), allowed_inside=(VERIFY_REPORT,))
+        check_output_file(report_path, inputs=(path, target, prompts_file, reference, hidden_states), kept_beside=(path, VERIFY_REPORT))
 
     def progress(description: str, total: int):
         from tqdm.auto import tqdm

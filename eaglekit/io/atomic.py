@@ -159,10 +159,11 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def check_output_file(path: str | Path, *, inputs: Iterable[str | Path | None] = (), allowed_inside: tuple[str, ...] = ()) -> Path:
+def check_output_file(path: str | Path, *, inputs: Iterable[str | Path | None] = (), kept_beside: tuple[str | Path, str] | None = None) -> Path:
     """Refuse, before any work, an output file that could not be written or would overwrite an input: its folder
     must exist, it must not be a folder, and it must be none of ``inputs`` (files) nor inside one of them (folders),
-    except under a name in ``allowed_inside`` (a report eaglekit keeps beside a drafter's weights)."""
+    except ``kept_beside`` = (an input folder, a name): that name directly in that folder (a report eaglekit keeps
+    beside a drafter's weights; not in the target's folder, nor a folder below)."""
     out = Path(path).expanduser()
     if out.is_dir():
         raise UsageError(f"{out}: is a directory; give a file name")
@@ -173,7 +174,8 @@ def check_output_file(path: str | Path, *, inputs: Iterable[str | Path | None] =
         if given is None or not Path(given).expanduser().exists():
             continue  # a Hub id, or nothing given
         source = Path(given).expanduser().resolve()
-        if resolved == source or (_inside(resolved, source) and out.name not in allowed_inside):
+        kept = kept_beside is not None and resolved.parent == Path(kept_beside[0]).expanduser().resolve() == source and out.name == kept_beside[1]
+        if resolved == source or (_inside(resolved, source) and not kept):
             raise UsageError(f"{out}: would overwrite {'' if resolved == source else 'a file of '}the input {given}; write it elsewhere")
     return out
 

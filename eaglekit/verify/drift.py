@@ -28,7 +28,7 @@ from ..validate.checks import CheckInput, run_checks
 from .options import VerifyOptions
 from .prompts import chat_ids, read_prompt_records
 from .run import Verifier, chain_starts, count, judged_tokens, last_full_start, layers_of, resolved_ids
-from .sampling import DRAFT_DISTRIBUTION, Expected, prefix_acceptance
+from .sampling import DRAFT_DISTRIBUTION, MIN_TEMPERATURE, Expected, prefix_acceptance
 
 FIRST_EDGE = 512  # buckets: < 512, 512-2k, 2k-8k, 8k-32k, ... (x4 each)
 LONG_SOURCE = "CPython's own documentation (pydoc_data.topics, shipped with every CPython; PSF licence)"
@@ -355,8 +355,9 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
         raise UsageError("--sink-tokens must be at least 1")
     if options.chunk < 1:
         raise UsageError("--chunk must be at least 1")
-    if options.temperature is not None and options.temperature <= 0:
-        raise UsageError("--temperature must be above 0 (the greedy figures are the default report)")
+    if options.temperature is not None and not options.temperature >= MIN_TEMPERATURE:
+        raise UsageError(f"--temperature {options.temperature:g}: at least {MIN_TEMPERATURE} (vLLM raises a lower one to {MIN_TEMPERATURE}; "
+                         "the greedy figures, the default report, are temperature 0)")
     if not 0 < options.top_p <= 1:
         raise UsageError("--top-p must lie in (0, 1]")
     if options.top_p != 1.0 and options.temperature is None:

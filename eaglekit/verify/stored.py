@@ -78,12 +78,16 @@ def _specforge(file: Path) -> tuple[torch.Tensor, torch.Tensor, int]:
         raise CheckpointError(f"{file}: aux_hidden_state {list(states.shape)} should hold one row per token of input_ids ({tokens.shape[0]})")
     aux = states.reshape(tokens.shape[0], -1)
     mask = data.get("loss_mask")
+    if isinstance(mask, torch.Tensor) and mask.numel() != tokens.shape[0]:
+        raise CheckpointError(f"{file}: loss_mask holds {mask.numel()} values for {tokens.shape[0]} input_ids; expected one per token")
     mask = mask.reshape(-1) if isinstance(mask, torch.Tensor) else torch.ones_like(tokens)
     end = tokens.shape[0]
     while end > 1 and int(tokens[end - 1]) == 0 and int(mask[end - 1]) == 0:
         end -= 1  # right padding of the batch the file was cut from
     on = torch.nonzero(mask[:end]).flatten()
-    prompt_len = int(on[0]) if on.numel() and int(on[0]) > 0 else 1
+    if not on.numel():  # no position trained: nothing tells where the prompt ends
+        raise CheckpointError(f"{file}: loss_mask is 0 at every token; expected 1 over the response (where the prompt ends)")
+    prompt_len = int(on[0]) if int(on[0]) > 0 else 1
     return tokens[:end], aux[:end], prompt_len
 
 
@@ -138,6 +142,8 @@ def _check(file: Path, tokens: torch.Tensor, aux: torch.Tensor, prompt_len: int,
         raise CheckpointError(f"{file}: token ids {list(tokens.shape)} and aux states {list(aux.shape)} do not fit [S] and [S, {num_aux * hidden}]")
     if not 1 <= prompt_len < tokens.shape[0]:
         raise CheckpointError(f"{file}: prompt_len {prompt_len} outside 1..{tokens.shape[0] - 1}")
+    if aux.is_floating_point() and not bool(torch.isfinite(aux).all()):  # one NaN made every draft miss, in silence
+        raise CheckpointError(f"{file}: the aux hidden states hold non-finite values (NaN or inf)")
 
 
 def write_sequence(path: Path, tokens: torch.Tensor, aux: torch.Tensor, aux_layer_ids: tuple[int, ...], prompt_len: int) -> None:
