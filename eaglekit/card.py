@@ -62,6 +62,22 @@ def read_verify_report(directory: Path) -> dict | None:
     return data
 
 
+def verify_report_misfit(report: dict, drafter) -> str | None:
+    """Why ``report`` (a verify report read beside the drafter) measured another drafter than ``drafter``, or says
+    another verdict than its own checks: a report left from earlier weights, or edited, would publish figures never
+    measured on these. None where it fits, as far as its keys tell (an older report may lack some)."""
+    version = report.get("eagle_version")
+    if version is not None and str(version) != drafter.eagle_version:
+        return f"it measured an EAGLE {version} drafter, this one is EAGLE {drafter.eagle_version}"
+    ids, measured = drafter.aux.as_input(), report.get("aux_layer_ids")
+    if ids is not None and isinstance(measured, list) and sorted(measured) != sorted(ids):
+        return f"it fused target layers {measured}, this drafter fuses {list(ids)}"
+    checks = [c for c in report.get("checks") or [] if isinstance(c, dict)]
+    if checks and isinstance(report.get("passed"), bool) and report["passed"] != all(c.get("passed") is True for c in checks):
+        return f"its verdict (passed: {str(report['passed']).lower()}) contradicts its checks"
+    return None
+
+
 DRIFT_DIR = "drift"  # where push --report puts the drift report's figures in the repository
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

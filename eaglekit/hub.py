@@ -677,7 +677,12 @@ def download(
     progress: bool | None = None,
 ) -> tuple[Path, str]:
     """``snapshot_download`` into the huggingface_hub cache (resumable; HF_TOKEN, HF_HUB_OFFLINE, HF_ENDPOINT
-    honoured): the snapshot directory and its commit. Offline, a cached snapshot is used as is."""
+    honoured): the snapshot directory and its commit. Offline, a cached snapshot is used as is.
+
+    Online, the commit ``revision`` points at is asked first (``open_remote``: one request, its failures said as every
+    read's are): ``snapshot_download`` falls back in silence to a snapshot it cached earlier when the Hub fails (a 5xx,
+    a 403, an unreachable endpoint), which gave a branch's old weights for its new head. A snapshot of another commit
+    than the one asked is refused."""
     from huggingface_hub import snapshot_download
 
     check_repo_id(repo_id)
@@ -685,6 +690,7 @@ def download(
     offline = _offline()
     token = None if offline else resolve_token(token)
     revision = revision or DEFAULT_BRANCH
+    expected = None if offline else open_remote(repo_id, revision, endpoint=endpoint, token=token).commit
     ctx = _Context(repo_id, endpoint, token, revision, "downloading", reading=True)
     show_bars = sys.stderr.isatty() if progress is None else progress
     with _progress_bars(show_bars), _hub_errors(ctx), _bounded_waits():
@@ -700,4 +706,7 @@ def download(
                 library_version=__version__,
             )
         )
+    if expected is not None and directory.name != expected:
+        raise HubReadError(f"{repo_id}@{revision}: the Hub names commit {expected[:12]}, but the download gave the cached commit "
+                           f"{directory.name[:12]} (the Hub failed meanwhile, or the branch moved): retry")
     return directory, directory.name

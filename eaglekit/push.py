@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import dialects
-from .card import DRIFT_DIR, VERIFY_REPORT, hub_id, read_drift_report, read_verify_report, render_card
+from .card import DRIFT_DIR, VERIFY_REPORT, hub_id, read_drift_report, read_verify_report, render_card, verify_report_misfit
 from .errors import UsageError, ValidationFailed
 from .findings import Finding, errors
 from .io import jsonfile
@@ -267,6 +267,10 @@ def prepare(path: str, options: PushOptions):
         if options.base_model:
             loaded.drafter = loaded.drafter.with_(verifier=options.base_model)
         verify_report = read_verify_report(loaded.checkpoint.directory)
+        misfit = verify_report_misfit(verify_report, loaded.drafter) if verify_report else None
+        if misfit:
+            raise UsageError(f"refusing to publish: {VERIFY_REPORT} is not a report on this drafter: {misfit}; run `eaglekit verify "
+                             f"--report {VERIFY_REPORT}` again, or remove it")
         card = render_card(loaded, options.repo_id, validated=options.validate, verify_report=verify_report,
                            drift=(drift[0], [f"{DRIFT_DIR}/{p.name}" for p in drift[1]]) if drift else None,
                            revision=None if options.create_pr else branch)

@@ -430,3 +430,15 @@ def test_bad_arguments_are_refused_before_a_hub_drafter_downloads(fake_hub: Fake
     (occupied / "keep.txt").write_text("mine\n")
     refused(cli, fragment, *[str(occupied) if part == "OCCUPIED" else part for part in command])
     assert fake_hub.state.bytes_served("org/small") == 0, "a file was downloaded"
+
+
+def test_a_failing_hub_does_not_turn_into_a_cached_older_commit(fake_hub: FakeHub, small, cli, tmp_path):
+    """With a snapshot cached, snapshot_download fell back to it in silence when the Hub answered 500 (or 403, or not
+    at all): `convert org/small` gave the branch's old weights for its new head, said "downloaded" and recorded the old
+    commit as its source."""
+    cli("convert", "org/small", tmp_path / "first", "--to", "speculators")
+    old = json.loads((tmp_path / "first" / "config.json").read_text())["eaglekit"]["source_commit"]
+    fake_hub.state.advance_branch("org/small", files={"notes.txt": b"new head\n"})
+    fake_hub.state.fail("GET", r"^/api/models/org/small", 500, times=99)
+    refused(cli, "Hub server error (500) while reading the repository's file list", "convert", "org/small", str(tmp_path / "second"), "--to", "speculators")
+    assert not (tmp_path / "second").exists() and old != fake_hub.state.head("org/small")

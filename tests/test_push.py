@@ -198,6 +198,26 @@ def test_card_metadata_and_verify_figures(cli, hub, drafter):
     assert "- converted from the vllm dialect by eaglekit" in card
 
 
+@pytest.mark.parametrize("edit, said", [
+    ({"eagle_version": "3.1"}, "it measured an EAGLE 3.1 drafter, this one is EAGLE 3"),
+    ({"aux_layer_ids": [1, 2, 3]}, "it fused target layers [1, 2, 3], this drafter fuses [2, 4, 5]"),
+    ({"passed": False}, "its verdict (passed: false) contradicts its checks"),
+    ({"eagle_version": "3", "aux_layer_ids": [5, 2, 4], "passed": True}, None),
+])
+def test_a_verify_report_of_another_drafter_is_not_published_as_this_ones(cli, hub, drafter, edit, said):
+    """A report left from earlier weights (another EAGLE version, other aux layers) or whose verdict contradicts its
+    checks was published as this drafter's verification, its figures in the card."""
+    report = {"target": "org/target", "acceptance_length": 4.9, "num_speculative_tokens": 3, "device": "cpu", "dtype": "float32",
+              "trajectory": {"per_position_rate": [0.99, 0.98, 0.97]}, "prompts": [{}],
+              "checks": [{"name": "min_acceptance_length", "passed": True, "detail": "4.9 >= 4"}], **edit}
+    (drafter / "eaglekit-verify.json").write_text(json.dumps(report))
+    if said is None:
+        assert "**4.900**" in push(cli, drafter, "tester/drafter", "--dry-run").stdout
+        return
+    result = push(cli, drafter, "tester/drafter", "--dry-run", expect=2)
+    assert f"eaglekit-verify.json is not a report on this drafter: {said}" in result.stderr
+
+
 def test_card_names_a_local_target_by_its_file_name_only(cli, hub, drafter, tmp_path):
     local = tmp_path / "private" / "models" / "target.Q4_1.gguf"
     report = {"target": str(local), "acceptance_length": 2.0, "num_speculative_tokens": 3, "device": "cpu", "dtype": "float32",
