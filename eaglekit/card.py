@@ -13,7 +13,7 @@ from pathlib import Path
 from . import __version__
 from . import dialects
 from .dialects.base import Dialect, LoadedDrafter
-from .io.locate import looks_like_repo_id
+from .io.hub_ids import looks_like_repo_id
 from .model.config_view import printable
 from .serving import TARGET_PLACEHOLDER, sglang_serve, vllm_serve
 

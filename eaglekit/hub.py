@@ -26,7 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from . import __version__
 from .errors import HubError, HubReadError, UsageError
-from .io.locate import COMMIT_OID, DEFAULT_BRANCH, branch_for, check_repo_id
+from .io.hub_ids import COMMIT_OID, DEFAULT_BRANCH, branch_for, check_repo_id
 from .upload import HUB_TOKEN, UploadFile
 
 __all__ = [

@@ -218,7 +218,7 @@ _SCRUBBED = ("config.json", VERIFY_REPORT)
 def check_options(options: PushOptions) -> str:
     """Refuse what no push could do with these options (a bad REPO_ID, --base-model or --revision), before a Hub source
     is downloaded and before anything is read; the branch pushed to."""
-    from .io.locate import branch_for, check_repo_id
+    from .io.hub_ids import branch_for, check_repo_id
 
     check_repo_id(options.repo_id)
     _check_base_model(options.base_model)
@@ -305,7 +305,7 @@ def prepare(path: str, options: PushOptions):
 
 def _check_base_model(base_model: str | None) -> None:
     """``--base-model`` must be what the card can name: a Hub id (``card.hub_id``); anything else was dropped in silence."""
-    from .io.locate import repo_id_problem
+    from .io.hub_ids import repo_id_problem
 
     if base_model is None or hub_id(base_model) is not None:
         return

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from eaglekit import api, dialects, schemas
+from eaglekit import dialects, schemas
 from eaglekit.verify.sampling import context_acceptance, prefix_acceptance, vllm_probs
 
 

@@ -4,7 +4,6 @@ and any drafter that validates converts and round-trips bit-exactly."""
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import tempfile
 from pathlib import Path
@@ -168,7 +167,7 @@ def _hub_accepts(repo_id: str) -> bool:
 @settings(max_examples=3000, deadline=None)  # cheap: no files
 @given(st.one_of(_ID_PARTS, _ID_EDGES, st.builds(lambda a, b: f"{a}/{b}", _ID_PARTS, _ID_PARTS)))
 def test_repo_id_rules_agree_with_huggingface_hub(repo_id):
-    from eaglekit.io.locate import repo_id_problem
+    from eaglekit.io.hub_ids import repo_id_problem
 
     assert (repo_id_problem(repo_id) is None) == _hub_accepts(repo_id), repo_id
 
@@ -177,7 +176,7 @@ def test_repo_id_rules_on_many_ids():
     """The same on every id of up to five characters over the characters the rules treat differently."""
     import itertools
 
-    from eaglekit.io.locate import repo_id_problem
+    from eaglekit.io.hub_ids import repo_id_problem
 
     alphabet = "a_.-/ "
     checked = 0

@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 
 from drafters import Dims, write_vllm
 from eaglekit.convert import ConvertOptions, convert
@@ -43,7 +42,7 @@ def test_new_repo_one_commit_with_every_file_and_the_card(cli, hub, drafter):
     assert files["model.safetensors"] == (drafter / "model.safetensors").read_bytes()
     card = files["README.md"].decode()
     assert "vllm serve" in card and '"method": "eagle3"' in card and "tester/drafter" in card
-    assert f"published 3 files to tester/drafter" in result.stdout and "/commit/" in result.stdout
+    assert "published 3 files to tester/drafter" in result.stdout and "/commit/" in result.stdout
 
 
 def test_existing_repo_and_repush_of_identical_files(cli, hub, drafter):

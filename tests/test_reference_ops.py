@@ -4,7 +4,6 @@ resolved from the local cache."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 import torch

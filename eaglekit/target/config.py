@@ -21,7 +21,8 @@ from pathlib import Path
 
 from ..errors import CheckpointError, ConfigError, UsageError
 from ..io import jsonfile
-from ..io.locate import locate, looks_like_repo_id
+from ..io.hub_ids import looks_like_repo_id
+from ..io.locate import locate
 from ..model.config_view import ConfigView
 from ..model.drafter import CONFIG_CLASS_MAX_POSITIONS, Rope
 from ..model.hf_config import own_original_context, positive_int, read_rope

@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-from pathlib import Path
 
 import pytest
 
