@@ -7,7 +7,6 @@ beside the checkpoint, its acceptance length and parity checks go in too.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from . import __version__
@@ -85,21 +84,22 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 def read_drift_report(directory: Path) -> tuple[dict, list[Path]]:
     """``push --report DIR``: the drift report (DIR/report.json, as `eaglekit drift --report DIR` writes it) and its PNG
     plots, each checked to be one. Anything else: a UsageError naming the file and what was expected."""
-    from .errors import UsageError
-    from .drift_report import PLOTS, SAMPLING_PLOT, VARIANTS_PLOT
+    from .drift_report import PLOT_FILES, REPORT_JSON, REPORT_KEYS, is_drift_report
+    from .errors import CheckpointError, UsageError
+    from .io import jsonfile
 
     directory = Path(directory)
-    path = directory / "report.json"
+    path = directory / REPORT_JSON
+    if not path.exists():
+        raise UsageError(f"--report {directory}: no {path}; expected the directory `eaglekit drift --report` wrote")
     try:
-        report = json.loads(path.read_text())
-    except OSError as exc:
-        raise UsageError(f"--report {directory}: cannot read {path} ({exc.strerror}); expected the directory `eaglekit drift --report` wrote") from None
-    except ValueError as exc:
-        raise UsageError(f"--report {directory}: {path} is not JSON ({exc})") from None
-    if not isinstance(report, dict) or not all(k in report for k in ("per_depth", "by_context_length", "acceptance")):
-        raise UsageError(f"--report {directory}: {path} is not a drift report (expected the keys per_depth, by_context_length, acceptance)")
+        report = jsonfile.load(path)
+    except CheckpointError as exc:
+        raise UsageError(f"--report {directory}: {exc}") from None
+    if not is_drift_report(report):
+        raise UsageError(f"--report {directory}: {path} is not a drift report (expected the keys {', '.join(REPORT_KEYS)})")
     images = []
-    for name in (*PLOTS, VARIANTS_PLOT, SAMPLING_PLOT):
+    for name in PLOT_FILES:
         image = directory / name
         if not image.exists():
             continue

@@ -358,7 +358,7 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
             op = "cast"
         tensors.append(OutputTensor(name, canonical, src, op, dtype_in, dtype, shape))
     written_sources = {t.source for t in tensors}
-    dropped = {s: _why_dropped(c, d, writer) for c, s in loaded.names.items() if s not in written_sources}
+    dropped = {s: _why_dropped(c, writer) for c, s in loaded.names.items() if s not in written_sources}
 
     # validate what would be written, with the source's vocab maps standing in for the output's
     out_present = {t.canonical: (t.shape, t.dtype) for t in tensors}
@@ -399,7 +399,7 @@ def _source_of(canonical: str, d: Drafter, loaded, present, added_ones):
     return "copy", loaded.names[canonical], dtype, tuple(shape)
 
 
-def _why_dropped(canonical: str, d: Drafter, writer) -> str:
+def _why_dropped(canonical: str, writer) -> str:
     if canonical == "embed_tokens.weight":
         return f"{writer.name} takes embeddings from the target"
     if canonical in ("d2t", "t2d"):

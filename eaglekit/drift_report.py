@@ -9,14 +9,21 @@ import html
 import json
 from pathlib import Path
 
-from .errors import MissingDependencyError
+from .errors import CheckpointError, MissingDependencyError
+from .io import jsonfile
 from .io.atomic import atomic_directory, check_destination, write_file_atomically
 
 PLOTS = ("per_depth.png", "by_context_length.png", "fc_input.png")  # always written
 VARIANTS_PLOT, SAMPLING_PLOT = "variants.png", "sampling.png"  # with --variants, --temperature
+PLOT_FILES = (*PLOTS, VARIANTS_PLOT, SAMPLING_PLOT)
 REPORT_JSON, REPORT_HTML = "report.json", "report.html"
 # every file a report folder may hold: a folder of these alone (report.json a drift report) is an earlier report
-REPORT_FILES = (REPORT_JSON, REPORT_HTML, *PLOTS, VARIANTS_PLOT, SAMPLING_PLOT)
+REPORT_FILES = (REPORT_JSON, REPORT_HTML, *PLOT_FILES)
+REPORT_KEYS = ("per_depth", "by_context_length", "acceptance")  # what tells a drift report.json from another one
+
+
+def is_drift_report(data: object) -> bool:
+    return isinstance(data, dict) and all(k in data for k in REPORT_KEYS)
 
 
 def _f(x, digits: int = 3) -> str:
@@ -241,10 +248,10 @@ def _not_an_earlier_report(directory: Path) -> list[str]:
     earlier = directory / REPORT_JSON
     if earlier.is_file():
         try:
-            data = json.loads(earlier.read_bytes()[: 64 * 2**20])
-        except ValueError:
+            data = jsonfile.load(earlier)
+        except CheckpointError:  # not JSON, too large, not text
             data = None
-        if not isinstance(data, dict) or not all(k in data for k in ("per_depth", "by_context_length", "acceptance")):
+        if not is_drift_report(data):
             foreign.append(f"{REPORT_JSON} (not a drift report)")
     return foreign
 

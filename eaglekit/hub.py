@@ -27,6 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 from . import __version__
 from .errors import HubError, HubReadError, UsageError
 from .io.hub_ids import COMMIT_OID, DEFAULT_BRANCH, branch_for, check_repo_id
+from .io.jsonfile import MAX_JSON_BYTES
 from .upload import HUB_TOKEN, UploadFile
 
 __all__ = [
@@ -129,10 +130,13 @@ def _display(endpoint: str) -> str:
     return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
-def _offline() -> bool:
-    # The same test huggingface_hub's request hook applies (it refuses every request, loopback included).
+def offline() -> bool:
+    """HF_HUB_OFFLINE as set now (huggingface_hub froze it at import) or as the client holds it: the test its request
+    hook applies (it refuses every request, loopback included). Every read and publish asks this one."""
     from huggingface_hub import constants
 
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+        return True
     is_offline = getattr(constants, "is_offline_mode", None)
     return bool(is_offline() if callable(is_offline) else constants.HF_HUB_OFFLINE)
 
@@ -388,7 +392,7 @@ def publish(
 
     endpoint = resolve_endpoint(endpoint)
     # Refuse before anything else: the client would refuse each request anyway, with a less helpful message.
-    if _offline():
+    if offline():
         raise HubError("offline mode is on (HF_HUB_OFFLINE=1): publishing needs the Hub; unset HF_HUB_OFFLINE")
     token = resolve_token(token)
     if not token:
@@ -504,7 +508,7 @@ def publish(
 # ---------------------------------------------------------------------------------------------------------------
 
 _RETRY_STATUSES = (429, 500, 502, 503, 504)
-_READ_LIMIT = 64 * 2**20  # a whole-file read (config, index) larger than this is refused (= io.jsonfile.MAX_JSON_BYTES)
+_READ_LIMIT = MAX_JSON_BYTES  # a whole-file read (config, index) larger than a JSON file may be is refused
 
 
 @dataclass
@@ -535,7 +539,7 @@ def _read_headers(token: str | None) -> dict[str, str]:
 def _read_setup(repo_id: str, revision: str | None, endpoint: str | None, token: str | None) -> tuple[str, str | None, str]:
     check_repo_id(repo_id)
     endpoint = resolve_endpoint(endpoint)
-    if _offline():
+    if offline():
         raise HubReadError(f"{repo_id}: offline mode is on (HF_HUB_OFFLINE=1) and it is not in the local cache")
     return endpoint, resolve_token(token), revision or DEFAULT_BRANCH
 
@@ -687,10 +691,10 @@ def download(
 
     check_repo_id(repo_id)
     endpoint = resolve_endpoint(endpoint)
-    offline = _offline()
-    token = None if offline else resolve_token(token)
+    is_offline = offline()
+    token = None if is_offline else resolve_token(token)
     revision = revision or DEFAULT_BRANCH
-    expected = None if offline else open_remote(repo_id, revision, endpoint=endpoint, token=token).commit
+    expected = None if is_offline else open_remote(repo_id, revision, endpoint=endpoint, token=token).commit
     ctx = _Context(repo_id, endpoint, token, revision, "downloading", reading=True)
     show_bars = sys.stderr.isatty() if progress is None else progress
     with _progress_bars(show_bars), _hub_errors(ctx), _bounded_waits():
@@ -701,7 +705,7 @@ def download(
                 allow_patterns=list(allow_patterns) if allow_patterns else None,
                 endpoint=endpoint,
                 token=token or False,
-                local_files_only=offline,
+                local_files_only=is_offline,
                 library_name="eaglekit",
                 library_version=__version__,
             )

@@ -468,7 +468,7 @@ def test_hub_module_imports_neither_torch_nor_the_rest_of_eaglekit():
     import subprocess
     import sys
 
-    light = ("eaglekit.hub", "eaglekit.errors", "eaglekit.upload", "eaglekit.io", "eaglekit.io.hub_ids", "eaglekit.io.locate", "eaglekit.io.digests",
+    light = ("eaglekit.hub", "eaglekit.errors", "eaglekit.upload", "eaglekit.io", "eaglekit.io.hub_ids", "eaglekit.io.jsonfile", "eaglekit.io.locate", "eaglekit.io.digests",
              "eaglekit.io.cache_home")
     code = (
         "import sys, eaglekit.hub; "

@@ -316,16 +316,6 @@ def test_short_ranged_answers_and_headers_longer_than_the_file(fake_hub: FakeHub
     refused(cli, "exceeds the 104857600-byte limit", "inspect", "org/huge-header")
 
 
-def test_remote_constants_follow_the_reader():
-    from eaglekit.io import jsonfile, reader, remote, safetensors_header
-    from eaglekit import hub
-
-    assert remote.MAX_HEADER_BYTES == safetensors_header.MAX_HEADER_BYTES
-    assert hub._READ_LIMIT == jsonfile.MAX_JSON_BYTES
-    for name in ("CONFIG", "SAFETENSORS_INDEX", "SAFETENSORS_SINGLE", "BIN_INDEX", "BIN_SINGLE"):
-        assert getattr(remote, name) == getattr(reader, name)
-
-
 def test_the_fake_hub_ignores_clients_that_hang_up_and_records_its_own_crashes(capsys):
     """A client giving up mid-connection once printed socketserver's traceback into the CLI's captured stderr (a flaky
     CI failure of the retry test above); now a hang-up is ignored and any other failure is a recorded crash."""

@@ -106,6 +106,14 @@ def broken(name: str):
     }[name]
 
 
+def test_an_ambiguous_reading_names_the_key_the_ids_were_read_from(tmp_path):
+    """aux.ambiguous named eagle_aux_hidden_state_layer_ids, a top-level key the config does not have (ModelOpt keeps
+    the ids in eagle_config)."""
+    src = config(write_modelopt(tmp_path / "m", Dims()), lambda c: c["eagle_config"].update(eagle_aux_hidden_state_layer_ids=[2, 3, 5]))
+    found = [f for f in validate(src).findings if f.check == "aux.ambiguous"]
+    assert [f.subject for f in found] == ["eagle_config.eagle_aux_hidden_state_layer_ids"]
+
+
 def mla_without_q_lora(p: Path) -> Path:
     src = write_vllm(p, Dims(mla=mla_dims(), Vd=64))
 

@@ -172,6 +172,11 @@ dtype_option = click.option(
 )
 
 
+# verify and drift: where and in which float type the target and the reference drafter run
+device_option = click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or auto.")
+run_dtype_option = click.option("--dtype", default="float32", show_default=True, type=click.Choice(list(dtypes.CAST_TARGETS)),
+                                help="The float type the target and the drafter run in.")
+
 norm_output_option = click.option(
     "--norm-output-semantics",
     type=NORM_OUTPUT_SEMANTICS_TYPE,

@@ -43,10 +43,23 @@ class Output:
         return tqdm(total=total, desc=description, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, leave=False)
 
 
+    def count_progress(self, description: str, total: int):
+        """A progress bar counting items (prompts, chunks of chains) on stderr, shown as ``progress`` is; the
+        ``progress`` callback verify and drift take."""
+        if self.json_mode or self.quiet or not sys.stderr.isatty():
+            return _NoProgress()
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=description, file=sys.stderr, leave=False)
+
+
 class _NoProgress:
-    """A progress bar that shows nothing: a context manager taking ``update(n)``."""
+    """A progress bar that shows nothing: a context manager taking ``update(n)``, and ``close()``."""
 
     def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
         pass
 
     def __enter__(self) -> "_NoProgress":

@@ -7,7 +7,7 @@ import sys
 import click
 
 from .. import api
-from ._options import NAMED_FILE, NAMED_PLACE, DEVICE, FiniteFloat, from_option, json_option, norm_output_option
+from ._options import NAMED_FILE, NAMED_PLACE, FiniteFloat, device_option, from_option, json_option, norm_output_option, run_dtype_option
 from ._output import Output, printable, table
 
 
@@ -47,8 +47,8 @@ def render(r: dict) -> str:
               help="Also the expected acceptance under vLLM's rejection sampler at temperature T (exact, from both distributions).")
 @click.option("--top-p", type=FiniteFloat(min=0, max=1, min_open=True), default=1.0, show_default=True, metavar="P",
               help="With --temperature: the target's top-p cut, as vLLM applies it.")
-@click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or auto.")
-@click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]))
+@device_option
+@run_dtype_option
 @from_option
 @norm_output_option
 @json_option
@@ -66,12 +66,7 @@ def drift_command(path, target, compare, report_dir, sink_tokens, max_context, p
     """
     output = Output(json_mode)
 
-    def progress(description: str, total: int):
-        from tqdm.auto import tqdm
-
-        return tqdm(total=total, desc=description, disable=json_mode or not sys.stderr.isatty(), file=sys.stderr, leave=False)
-
-    result = api.drift(path, target=target, report=report_dir, progress=progress, compare=compare, sink_tokens=sink_tokens,
+    result = api.drift(path, target=target, report=report_dir, progress=output.count_progress, compare=compare, sink_tokens=sink_tokens,
                        max_context=max_context, prompts=prompts_file, inputs_per_bucket=inputs_per_bucket, max_new_tokens=max_new_tokens,
                        k=k, chunk=chunk, variants=variants, temperature=temperature, top_p=top_p, device=device, dtype=dtype, source_dialect=source_dialect, norm_output_semantics=norm_output_semantics)
     output.emit(result.data, render)

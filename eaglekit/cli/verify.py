@@ -11,7 +11,7 @@ from .. import api
 from ..card import VERIFY_REPORT
 from ..io.atomic import check_output_file, write_file_atomically
 from ..io.locate import origin_note
-from ._options import NAMED_FILE, NAMED_PLACE, AGAINST, DEVICE, FiniteFloat, engine_option, from_option, json_option, norm_output_option, revision_option
+from ._options import AGAINST, NAMED_FILE, NAMED_PLACE, FiniteFloat, device_option, engine_option, from_option, json_option, norm_output_option, revision_option, run_dtype_option
 from ._output import Output, printable, table
 
 
@@ -80,8 +80,8 @@ def render(r: dict) -> str:
               "beside eaglekit, or release X's engine environment (`eaglekit engines install vllm==X`).")
 @click.option("--vllm-python", metavar="PATH", type=NAMED_FILE, help="With --against: run vLLM with this Python (any environment with vLLM, e.g. CUDA vLLM).")
 @click.option("--min-acceptance-length", type=FiniteFloat(), help="Fail (exit 1) below this acceptance length.")
-@click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or auto.")
-@click.option("--dtype", default="float32", show_default=True, type=click.Choice(["float32", "bfloat16", "float16"]))
+@device_option
+@run_dtype_option
 @click.option("--device-map", help="transformers device_map for targets larger than one device (e.g. auto).")
 @click.option("--hidden-states", metavar="PATH", type=NAMED_FILE, help="Precomputed target hidden states and token ids instead of running the target.")
 @click.option("--atol", type=FiniteFloat(min=0), help="Logit tolerance for --reference (default: bit-identical when stored dtypes match).")
@@ -107,15 +107,10 @@ def verify_command(path, target, prompts_file, num_prompts, max_new_tokens, k, e
     if report_path:
         check_output_file(report_path, inputs=(path, target, prompts_file, reference, hidden_states), kept_beside=(path, VERIFY_REPORT))
 
-    def progress(description: str, total: int):
-        from tqdm.auto import tqdm
-
-        return tqdm(total=total, desc=description, disable=json_mode or not sys.stderr.isatty(), file=sys.stderr, leave=False)
-
     result = api.verify(
         path, target=target, prompts=prompts_file, num_prompts=num_prompts, max_new_tokens=max_new_tokens, k=k, engine=engine,
         reference=reference, against=against, min_acceptance_length=min_acceptance_length, device=device, dtype=dtype,
-        device_map=device_map, hidden_states=hidden_states, source_dialect=source_dialect, atol=atol, progress=progress, vllm_python=vllm_python,
+        device_map=device_map, hidden_states=hidden_states, source_dialect=source_dialect, atol=atol, progress=output.count_progress, vllm_python=vllm_python,
         norm_output_semantics=norm_output_semantics, revision=revision,
     )
     if report_path:

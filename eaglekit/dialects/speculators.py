@@ -14,7 +14,7 @@ from ..model.config_view import ConfigView
 from ..model.drafter import Drafter
 from ..model.hf_config import base_config
 from ..model.architectures import written_as
-from .base import INPUT, Clue, ConfigRules, Dialect, Key, NameMap, architecture_clue
+from .base import INPUT, MIDLAYER, Clue, ConfigRules, Dialect, Key, NameMap, architecture_clue
 
 SPECULATORS_FORMAT_VERSION = "0.9.0"  # the speculators release whose schema the writer follows
 
@@ -24,7 +24,7 @@ class SpeculatorsDialect(Dialect):
     summary = "vllm-project/speculators: speculators_config + transformer_layer_config, flags top-level"
     reads = "Eagle3Speculator and Eagle3DraftModel checkpoints (llama or qwen3 layers), input_norm and fc_norm"
     writes = "config.json + model.safetensors as Eagle3DraftModel, full speculators_config, every flag explicit"
-    names = NameMap(rules=(("midlayer.", "layers.0."),))
+    names = NameMap(rules=MIDLAYER)
     rules = ConfigRules(
         base="transformer_layer_config",
         flags={

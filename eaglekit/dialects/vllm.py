@@ -11,7 +11,7 @@ from ..errors import UnsupportedError
 from ..model.drafter import Drafter
 from ..model.architectures import written_as
 from ..model.hf_config import base_config, model_type_for
-from .base import FLAT_FLAGS_FALSE, INPUT, Clue, ConfigRules, Dialect, NameMap, architecture_clue, has_prefix
+from .base import FLAT_FLAGS_FALSE, INPUT, MIDLAYER, Clue, ConfigRules, Dialect, NameMap, architecture_clue, has_prefix
 
 
 def flat_flags(d: Drafter) -> dict:
@@ -28,7 +28,7 @@ class VllmDialect(Dialect):
     summary = "vLLM native: flat config, layers.N.*, ids top-level and in eagle_config (input-of-layer)"
     reads = "any architecture vLLM registers as EAGLE 3 (Llama, Qwen3, DeepSeek/Kimi MLA); midlayer.* or layers.N.*"
     writes = "config.json + model.safetensors: Eagle3{Llama,Qwen3,DeepseekV2}ForCausalLM, every flag explicit"
-    names = NameMap(rules=(("midlayer.", "layers.0."),))
+    names = NameMap(rules=MIDLAYER)
     rules = ConfigRules(
         flags=FLAT_FLAGS_FALSE,
         aux_ids=(

@@ -46,8 +46,6 @@ def release(version: str) -> Release:
     return pick_row(load_table(TABLE), "vllm", version, FIRST_RELEASE, "vLLM 0.22.0, the first release with EAGLE 3.1")
 
 
-_ids = int_ids
-
 def _mla_q_lora_rank(out: Recorder, config: dict, loaded) -> None:
     """vLLM's DeepSeek drafter needs q_lora_rank: its weight mapper stacks q_a_proj and kv_a_proj_with_mqa into one
     fused_qkv_a_proj (deepseek_eagle3.py DeepseekV2Eagle3Model.hf_to_vllm_mapper), which DeepseekV2MLAAttention only
@@ -332,8 +330,8 @@ def _flags(out: Recorder, r: _Reading) -> tuple[Flags, Flags]:
 def _aux_layers(out: Recorder, r: _Reading) -> tuple[int, tuple[int, ...] | None, int]:
     """(the fused-state count vLLM builds fc for, the target layers it captures, the states fc.weight fuses)."""
     config, attrs, rules, family, intended = r.config, r.attrs, r.rules, r.family, r.intended
-    top_ids = _ids(config.get("eagle_aux_hidden_state_layer_ids"))
-    nested_ids = _ids(r.eagle_config.get("eagle_aux_hidden_state_layer_ids")) if not r.speculators else None
+    top_ids = int_ids(config.get("eagle_aux_hidden_state_layer_ids"))
+    nested_ids = int_ids(r.eagle_config.get("eagle_aux_hidden_state_layer_ids")) if not r.speculators else None
     count_sources = {
         "num_aux_hidden_states": attrs.get("num_aux_hidden_states") if isinstance(attrs.get("num_aux_hidden_states"), int) else None,
         "eagle_config": len(nested_ids) if nested_ids else None,

@@ -136,16 +136,6 @@ def split_revision(text: str, revision: str | None) -> tuple[str, str | None]:
     return name, rev
 
 
-def _offline() -> bool:
-    """HF_HUB_OFFLINE as set now (huggingface_hub froze it at import) or as the client holds it."""
-    from huggingface_hub import constants
-
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE"):
-        return True
-    is_offline = getattr(constants, "is_offline_mode", None)
-    return bool(is_offline() if callable(is_offline) else constants.HF_HUB_OFFLINE)
-
-
 def refuse_missing(source: "str | Path", what: str = "checkpoint", revision: str | None = None) -> None:
     """Raise what ``open_source`` says of ``source`` when it is neither an existing path nor a possible Hub id: callers
     about to do slow work first (import torch, load a target) ask before it."""
@@ -183,18 +173,18 @@ def open_source(
         return
     repo_id, rev = split_revision(text, revision)
     refuse_missing(text, what, revision)
-    if _offline():
+    from .. import hub
+
+    if hub.offline():
         directory = _from_hub_cache(repo_id, rev)
         if directory is None:
             raise CheckpointError(
                 f"{text}: no such directory, and not a Hub repo in the local cache "
-                f"(offline: HF_HUB_OFFLINE=1; fetch it first with `hf download {repo_id}`)"
+                f"(offline: HF_HUB_OFFLINE=1; fetch it first with `hf download {repo_id}{f' --revision {rev}' if rev else ''}`)"
             )
         origin = {"kind": "hub-cache", "repo_id": repo_id, "revision": rev or "main", "commit": directory.name, "downloaded": True}
         yield Located(directory, _roots_for(directory.resolve()), hub_id=repo_id, label=text, origin=origin)
         return
-    from .. import hub
-
     # `models/drafter` where models/ is a folder here: most likely a mistyped path, so the Hub is asked once, not retried
     namespace = Path(repo_id.split("/")[0])
     looks_local = namespace.is_dir()
@@ -227,7 +217,7 @@ def origin_note(o: dict | None) -> str | None:
     if not o or o.get("kind") == "local":
         return None
     if o["kind"] == "hub-cache":
-        return f"note: {o['repo_id']}: read from the local Hub cache (offline), commit {o['commit'][:12]}"
+        return f"note: {o['repo_id']}@{o['revision']}: read from the local Hub cache (offline), commit {o['commit'][:12]}"
     if o.get("downloaded"):
         return f"note: {o['repo_id']}@{o['revision']}: downloaded through the Hub cache, commit {o['commit'][:12]}"
     return (f"note: {o['repo_id']}@{o['revision']}: read from the Hub (commit {o['commit'][:12]}), headers only: "

@@ -120,16 +120,6 @@ class ConfigView:
             raise self._bad(key, f"must be a string, got {shown(value)}")
         return value
 
-    def int_list(self, key: str, default: Any = _REQUIRED) -> Any:
-        value = self.data.get(key)
-        if value is None:
-            if default is _REQUIRED:
-                raise self._bad(key, "is missing (expected a list of integers)")
-            return default
-        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise self._bad(key, f"must be a list of integers, got {shown(value)}")
-        return tuple(value)
-
     def str_list(self, key: str, default: Any = _REQUIRED) -> Any:
         value = self.data.get(key)
         if value is None:

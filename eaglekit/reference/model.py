@@ -132,13 +132,6 @@ class ReferenceDrafter:
         """Logits over the draft vocabulary [.., Vd]."""
         return F.linear(y, self.w["lm_head.weight"])
 
-    def full_logits(self, y: torch.Tensor) -> torch.Tensor:
-        """Logits over the target vocabulary with -inf outside the draft vocabulary, as vLLM's compute_logits."""
-        draft = self.draft_logits(y)
-        full = torch.full((*draft.shape[:-1], self.d.vocab_size), float("-inf"), dtype=draft.dtype, device=draft.device)
-        full[..., self.draft_to_target] = draft
-        return full
-
     def greedy(self, y: torch.Tensor) -> torch.Tensor:
         """Greedy draft tokens, as target ids."""
         return self.draft_to_target[self.draft_logits(y).argmax(-1)]

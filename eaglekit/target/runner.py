@@ -19,13 +19,14 @@ from typing import NamedTuple
 import torch
 
 from ..errors import CheckpointError, MissingDependencyError, UnsupportedError
+from ..io.dtypes import CAST_TARGETS
 from . import gguf_cache
 from .config import TargetConfig
 from .packed_gemm import packed_linears
 from .long_lived import long_lived
 from .transformers_import import import_transformers_models
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: dtype.torch for name, dtype in CAST_TARGETS.items()}  # what the target may run in: the float types convert casts to
 
 
 @contextlib.contextmanager

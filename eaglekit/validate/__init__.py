@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .. import dialects
 from ..errors import ConfigError
-from ..findings import Finding, errors
+from ..findings import Finding, by_severity, errors
 from ..model.layout import canonical_aside
 from .checks import CHECKS, CheckInput, run_checks
 
@@ -37,7 +37,7 @@ class ValidationReport:
         return not errors(self.findings)
 
     def to_dict(self) -> dict:
-        counts = {s: sum(1 for f in self.findings if f.severity == s) for s in ("error", "warning", "info")}
+        counts = {severity: len(found) for severity, found in by_severity(self.findings).items()}
         from .. import SCHEMA_VERSION
 
         return {
@@ -94,13 +94,14 @@ def validate(source: str | Path, *, target: "str | Path | TargetConfig | None" =
         if loaded.ambiguity is not None:
             report.ambiguity = loaded.ambiguity.to_dict()
             check = "dialect.ambiguous" if loaded.ambiguity.kind == "dialect" else "aux.ambiguous"
-            report.findings.append(Finding(check, "warning", loaded.ambiguity.message() + f"; checked as the {loaded.dialect} reading", "eagle_aux_hidden_state_layer_ids"))
+            where = dialects.get(loaded.dialect).aux_location(config)  # the key the ids were read from, where there is one
+            report.findings.append(Finding(check, "warning", loaded.ambiguity.message() + f"; checked as the {loaded.dialect} reading", where))
         present = loaded.present()
         remote = loaded.checkpoint.located.remote  # headers only: no tensor values to check
         report.findings += run_checks(CheckInput(d, present, values=None if remote else loaded.read_values, target=target_cfg, config=config,
                                                  stored_name=loaded.stored_name))
         if remote:
-            report.findings += _skipped_remotely(d, present, scan)
+            report.findings += _skipped_remotely(present, scan)
         if not remote and target_cfg is not None and d.has_d2t and "lm_head.weight" in loaded.names:
             target_head = _target_lm_head(target_cfg)
             if target_head is not None:
@@ -135,7 +136,7 @@ def _told(findings: list[Finding]) -> set[str]:
     return {f.subject for f in findings if f.severity == "error" and f.subject}
 
 
-def _skipped_remotely(d, present, scan: bool) -> list[Finding]:
+def _skipped_remotely(present, scan: bool) -> list[Finding]:
     """What a headers-only (remote) read did not check, said rather than silently passed."""
     out = []
     needing = [name for name in ("d2t", "t2d") if name in present]

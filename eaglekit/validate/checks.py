@@ -1,4 +1,6 @@
-"""Drafter invariants that engines do not check. Each check has a stable id (listed in ``CHECKS``).
+"""Drafter invariants that engines do not check. Each check has a stable id; ``CHECKS`` lists and describes the
+invariants run here (validate adds ids of its own around them: ``remote.*``, ``schema.config``, ``flags.defaulted``,
+reading notes such as ``aux.conflicting_locations``, each in README's list).
 
 ``run_checks`` works on the canonical drafter plus its tensors (shapes and dtypes from headers; the small
 vocab maps are read as Python ints, without torch; ``scan`` streams every tensor once). ``convert`` runs the same checks on its planned

@@ -15,6 +15,7 @@ One module per stage, in the order the data flows (each imports only those above
 - ``stored``: precomputed hidden states (``--hidden-states``);
 - ``run``: the Verifier: the target's run (or the stored states), a drafter's run, the acceptance simulation;
 - ``parity``: ``--reference`` and ``--engine``;
+- ``readings``: the readings of a checkpoint its files cannot tell apart, each measured on the same sequences;
 - ``against_vllm``: ``--against vllm``, vLLM itself;
 - ``report``: the report dict;
 

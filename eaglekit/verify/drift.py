@@ -244,7 +244,7 @@ def per_depth(counters: Counters, recorder: DriftRecorder, k: int, bucket: int |
     return rows
 
 
-def fc_input(recorder: DriftRecorder, layer_ids: list[int] | None = None) -> dict | None:
+def fc_input(recorder: DriftRecorder) -> dict | None:
     """Mean norm of each aux chunk entering fc, and each one's share of their sum (balanced: 1/n each)."""
     if not recorder.fc_totals:
         return None
