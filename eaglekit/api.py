@@ -108,7 +108,7 @@ def inspect(path: str | Path, *, source_dialect: str = "auto", norm_output_seman
     instead). ``data["origin"]`` says which was used, with the commit and the bytes read."""
     from . import dialects
     from .describe import describe
-    from .io.locate import open_source
+    from .io.sources import open_source
 
     with open_source(path, revision=revision, mode="download" if download else "headers") as located:
         with dialects.load(located, source_dialect, norm_output_semantics=norm_output_semantics) as loaded:
@@ -165,7 +165,7 @@ def convert(
         force=force,
     )
     from .io.atomic import output_path
-    from .io.locate import open_source
+    from .io.sources import open_source
 
     # where OUT is, taken now: `convert SRC . --force` run inside OUT replaces the working directory itself
     out_path = output_path(out)
@@ -238,7 +238,7 @@ def validate(
 
     A Hub id is read by headers only, as ``inspect`` does: checks that need tensor values (d2t contents, ``scan``)
     are reported as skipped unless ``download``. ``report.origin`` says where it was read from."""
-    from .io.locate import open_source
+    from .io.sources import open_source
     from .validate import validate as run
 
     with open_source(path, revision=revision, mode="download" if download else "headers") as located:
@@ -311,7 +311,7 @@ def verify(path: str | Path, *, target: str, progress: Callable[[str, int], obje
     """Run the drafter on its target's hidden states and measure acceptance; ``options`` are ``VerifyOptions`` fields
     (``num_prompts``, ``max_new_tokens``, ``k``, ``engine``, ``reference``, ``against``, ...)."""
     from .engines import envs
-    from .io.locate import open_source, refuse_missing
+    from .io.sources import open_source, refuse_missing
     from .target.long_lived import frozen_scope, long_lived
 
     refuse_missing(path, revision=options.get("revision"))  # the drafter first, as it is given first
@@ -332,7 +332,7 @@ def drift(path: str | Path, *, target: str, report: str | Path | None = None, pr
     """Measure attention drift, fed-back norms, fused-input balance and acceptance by context length; ``options`` are
     ``DriftOptions`` fields (``compare``, ``sink_tokens``, ``max_context``, ``prompts``, ``k``, ...). ``report``: a
     directory for report.json, PNG plots and report.html (needs matplotlib: ``eaglekit[report]``)."""
-    from .io.locate import refuse_missing
+    from .io.sources import refuse_missing
     from .target.long_lived import frozen_scope, long_lived
 
     for drafter in (path, options.get("compare")):
@@ -361,7 +361,7 @@ def drift(path: str | Path, *, target: str, report: str | Path | None = None, pr
 def push(path: str | Path, repo_id: str, **options: Any) -> Publication:
     """Validate ``path`` and publish it to ``repo_id`` as one commit; ``options`` are ``PushOptions`` fields
     (``dry_run``, ``private``, ``revision``, ``create_pr``, ``token``, ``endpoint``, ``base_model``, ...)."""
-    from .io.locate import open_source
+    from .io.sources import open_source
     from .push import PushOptions, check_options, push as run
 
     push_options = PushOptions(repo_id=repo_id, **options)

@@ -13,7 +13,7 @@ from .. import api
 from ..errors import UsageError
 from ..findings import Finding
 from ..io import dtypes
-from ..io.locate import origin_note
+from ..io.sources import origin_note
 from ._options import NAMED_FILE, NAMED_PLACE, AUX_IDS, WRITABLE_DIALECT, dtype_option, force_option, from_option, json_option, norm_output_option, revision_option, target_option
 from ._output import Output, findings_text, human_bytes, printable, table
 

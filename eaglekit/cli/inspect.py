@@ -6,7 +6,7 @@ import click
 
 from .. import api
 from ..findings import Finding
-from ..io.locate import origin_note
+from ..io.sources import origin_note
 from ._options import NAMED_PLACE, download_option, from_option, json_option, norm_output_option, revision_option
 from ._output import Output, findings_text, human_bytes, table
 

@@ -6,7 +6,7 @@ import click
 
 from .. import api
 from ..findings import Finding
-from ..io.locate import origin_note
+from ..io.sources import origin_note
 from ._options import NAMED_FILE, NAMED_PLACE
 from ._output import Output, findings_text, human_bytes, table
 

@@ -10,7 +10,7 @@ import click
 from ..findings import Finding
 from .. import api
 from ..errors import UsageError
-from ..io.locate import origin_note
+from ..io.sources import origin_note
 from ._options import NAMED_FILE, NAMED_PLACE, download_option, engine_option, from_option, json_option, norm_output_option, revision_option, target_option
 from ._output import Output, findings_text, table
 

@@ -10,7 +10,7 @@ import click
 from .. import api
 from ..card import VERIFY_REPORT
 from ..io.atomic import check_output_file, write_file_atomically
-from ..io.locate import origin_note
+from ..io.sources import origin_note
 from ._options import AGAINST, NAMED_FILE, NAMED_PLACE, FiniteFloat, device_option, engine_option, from_option, json_option, norm_output_option, revision_option, run_dtype_option
 from ._output import Output, printable, table
 

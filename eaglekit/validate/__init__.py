@@ -30,7 +30,7 @@ class ValidationReport:
     findings: list[Finding] = field(default_factory=list)
     engine_view: dict | None = None
     ambiguity: dict | None = None  # two readings the evidence cannot choose between (dialects.Ambiguity)
-    origin: dict | None = None  # where the drafter was read from (io.locate.open_source); None: not said
+    origin: dict | None = None  # where the drafter was read from (io.sources.open_source); None: not said
 
     @property
     def ok(self) -> bool:
