@@ -368,3 +368,29 @@ def edit_config(src: Path, fn) -> Path:
     fn(cfg)
     (src / "config.json").write_text(json.dumps(cfg))
     return src
+
+
+def write_fast_pair(root: Path) -> dict[str, Path]:
+    """A tiny random target, a vLLM-layout drafter for it and one input_ids prompt: a verify or drift run in well under
+    a second, for tests where what it measures does not matter."""
+    target = write_tiny_target(root / "target", layers=8, hidden=64, vocab=96, heads=2, attention_scale=0.3)
+    drafter = write_vllm(root / "drafter", Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96, embed=False, lm_head=True),
+                         ids=[2, 4, 5])
+    prompts = root / "prompts.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "input_ids": [5, 9, 13, 2, 40, 7]}) + "\n")
+    return {"target": target, "drafter": drafter, "prompts": prompts}
+
+
+def llama_gguf_writer(path: Path, d: Dims, *, context: int = 2048):
+    """A gguf ``GGUFWriter`` for a llama file of ``d``'s target dimensions, its config keys written; the caller adds
+    tensors (and more keys), then writes and closes it."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(d.target_layers)
+    writer.add_context_length(context)
+    writer.add_embedding_length(d.T)
+    writer.add_head_count(2)
+    writer.add_head_count_kv(1)
+    writer.add_vocab_size(d.V)
+    return writer

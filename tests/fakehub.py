@@ -40,6 +40,7 @@ import hashlib
 import itertools
 import json
 import re
+import socket
 import sys
 import threading
 import time
@@ -747,3 +748,26 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeHu
     """A running fake hub the real client talks to (see ``serve``); token ``fakehub.TOKEN`` in HF_TOKEN."""
     with serve(monkeypatch, tmp_path) as hub:
         yield hub
+
+
+@contextmanager
+def silent_server() -> Iterator[tuple[str, list]]:
+    """A loopback server that accepts connections and never answers (reads nothing, writes nothing): its URL and the
+    connections it holds, for clients that must not wait on it for ever."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}", held
+    finally:
+        server.close()

@@ -396,15 +396,9 @@ def test_per_depth_figures_count_the_chains_acceptance_counts(pair31):
 @pytest.fixture(scope="module")
 def fast_pair(tmp_path_factory) -> dict:
     """A tiny random pair and one prompt: a drift run in well under a second (what it measures does not matter)."""
-    from drafters import write_tiny_target
+    from drafters import write_fast_pair
 
-    root = tmp_path_factory.mktemp("fast-pair")
-    target = write_tiny_target(root / "target", layers=8, hidden=64, vocab=96, heads=2, attention_scale=0.3)
-    drafter = write_vllm(root / "drafter", Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96, embed=False, lm_head=True),
-                         ids=[2, 4, 5])
-    prompts = root / "prompts.jsonl"
-    prompts.write_text(json.dumps({"id": "a", "input_ids": [5, 9, 13, 2, 40, 7]}) + "\n")
-    return {"target": target, "drafter": drafter, "prompts": prompts}
+    return write_fast_pair(tmp_path_factory.mktemp("fast-pair"))
 
 
 def _tree(folder: Path) -> dict:

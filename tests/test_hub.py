@@ -127,31 +127,15 @@ def test_private_is_refused_for_an_existing_public_repo(fake_hub: FakeHub):
 def test_a_push_to_an_endpoint_that_never_answers_ends(monkeypatch, tmp_path):
     """A server that accepts connections and never answers held a push for ever (whoami, and every request after it,
     is sent without a timeout); a push's requests now wait PUBLISH_WAIT_FACTOR x HF_HUB_DOWNLOAD_TIMEOUT at most."""
-    import threading
-
     from huggingface_hub import constants
 
     import eaglekit.hub as hub
+    from fakehub import silent_server
 
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    held = []
-
-    def accept():
-        while True:
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
     monkeypatch.setattr(constants, "HF_HUB_DOWNLOAD_TIMEOUT", 0.2)
-    try:
+    with silent_server() as (url, held):
         with pytest.raises(HubError, match="Timeout"):
-            publish(REPO, drafter_files(), commit_message="m", endpoint=f"http://127.0.0.1:{server.getsockname()[1]}", token=TOKEN)
-    finally:
-        server.close()
+            publish(REPO, drafter_files(), commit_message="m", endpoint=url, token=TOKEN)
     assert held and hub.PUBLISH_WAIT_FACTOR * 0.2 < 10
 
 

@@ -342,29 +342,14 @@ def test_an_endpoint_that_never_answers_ends_in_a_one_line_error(tmp_path, comma
     import os
     import subprocess
     import sys
-    import threading
 
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    held = []
+    from fakehub import silent_server
 
-    def accept():
-        while True:
-            try:
-                held.append(server.accept()[0])  # read nothing, answer nothing
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
-    env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{server.getsockname()[1]}", HF_HOME=str(tmp_path / "hf"),
-               HF_HUB_DOWNLOAD_TIMEOUT="1", HF_TOKEN="hf_x")
-    env.pop("HF_HUB_OFFLINE", None)
-    try:
+    with silent_server() as (url, held):
+        env = dict(os.environ, HF_ENDPOINT=url, HF_HOME=str(tmp_path / "hf"), HF_HUB_DOWNLOAD_TIMEOUT="1", HF_TOKEN="hf_x")
+        env.pop("HF_HUB_OFFLINE", None)
         argv = [str(tmp_path / "out") if part == "OUT" else part for part in command]
         result = subprocess.run([sys.executable, "-m", "eaglekit", *argv], env=env, capture_output=True, text=True, timeout=120)
-    finally:
-        server.close()
     assert result.returncode == 2 and held, (result.returncode, result.stderr)
     last = result.stderr.strip().splitlines()[-1]  # after huggingface_hub's own retry warnings
     assert last.startswith("error: org/name: no such local directory, and as a Hub repo id: cannot reach the Hub") and "Timeout" in last and "Traceback" not in result.stderr

@@ -476,16 +476,12 @@ def test_dry_run_names_what_is_wrong_with_the_repo_id(cli, drafter):
 def drift_report(tmp_path) -> Path:
     """A real `eaglekit drift --report` directory, from a tiny random pair (fast; what it measures does not matter here)."""
     pytest.importorskip("matplotlib")
-    from drafters import write_tiny_target
+    from drafters import write_fast_pair
     from eaglekit import api
 
-    target = write_tiny_target(tmp_path / "target", layers=8, hidden=64, vocab=96, heads=2, attention_scale=0.3)
-    drafter = write_vllm(tmp_path / "drift-drafter", Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96, embed=False, lm_head=True),
-                         ids=[2, 4, 5])
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text(json.dumps({"id": "a", "input_ids": [5, 9, 13, 2, 40, 7]}) + "\n")
+    pair = write_fast_pair(tmp_path / "drift-pair")
     out = tmp_path / "drift-report"
-    api.drift(drafter, target=str(target), prompts=str(prompts), max_new_tokens=8, report=out)
+    api.drift(pair["drafter"], target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=8, report=out)
     return out
 
 
@@ -616,16 +612,12 @@ def test_a_malformed_verify_report_in_the_drafter_is_a_one_line_error(cli, hub, 
 @pytest.fixture(scope="module")
 def drift_document(tmp_path_factory) -> str:
     """What `eaglekit drift --compare` reports (report.json's content, as JSON text), from a tiny random pair; no matplotlib needed."""
-    from drafters import write_tiny_target
+    from drafters import write_fast_pair
     from eaglekit import api
 
-    tmp_path = tmp_path_factory.mktemp("drift")
-    target = write_tiny_target(tmp_path / "target", layers=8, hidden=64, vocab=96, heads=2, attention_scale=0.3)
-    drafter = write_vllm(tmp_path / "drift-drafter", Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96, embed=False, lm_head=True),
-                         ids=[2, 4, 5])
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text(json.dumps({"id": "a", "input_ids": [5, 9, 13, 2, 40, 7]}) + "\n")
-    return json.dumps(api.drift(drafter, target=str(target), prompts=str(prompts), max_new_tokens=8, compare=str(drafter)).data)
+    pair = write_fast_pair(tmp_path_factory.mktemp("drift"))
+    return json.dumps(api.drift(pair["drafter"], target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=8,
+                                compare=str(pair["drafter"])).data)
 
 
 def test_a_report_kept_inside_the_drafter_goes_up_once_and_scrubbed(cli, hub, drafter, drift_document):

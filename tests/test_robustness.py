@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from drafters import Dims, edit_tensors as tensors_of, write_eagle, write_specforge, write_vllm
+from drafters import Dims, edit_tensors as tensors_of, llama_gguf_writer, write_eagle, write_specforge, write_vllm
 from eaglekit import dialects
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -678,13 +678,7 @@ def test_a_truncated_gguf_target_is_refused_before_it_loads(tmp_path, cli, monke
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no dequantised entry: the file itself is read
     d = Dims()
     whole = tmp_path / "target.gguf"
-    writer = gguf.GGUFWriter(str(whole), "llama")
-    writer.add_block_count(d.target_layers)
-    writer.add_context_length(2048)
-    writer.add_embedding_length(d.T)
-    writer.add_head_count(2)
-    writer.add_head_count_kv(1)
-    writer.add_vocab_size(d.V)
+    writer = llama_gguf_writer(whole, d)
     embed = np.random.default_rng(0).standard_normal((d.V, d.T)).astype(np.float32)
     up = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)  # Q8_0 packs blocks of 32 values
     writer.add_tensor("blk.0.ffn_up.weight", quantize(up, gguf.GGMLQuantizationType.Q8_0), raw_dtype=gguf.GGMLQuantizationType.Q8_0)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from drafters import Dims, write_eagle, write_tiny_target, write_vllm
+from drafters import Dims, llama_gguf_writer, write_eagle, write_tiny_target, write_vllm
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "transformers")
@@ -100,13 +100,7 @@ def gguf_target(request, tmp_path_factory) -> Path:
 
     d = Dims()
     path = tmp_path_factory.mktemp("startup") / "target.Q8_0.gguf"
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_block_count(d.target_layers)
-    writer.add_context_length(2048)
-    writer.add_embedding_length(d.T)
-    writer.add_head_count(2)
-    writer.add_head_count_kv(1)
-    writer.add_vocab_size(d.V)
+    writer = llama_gguf_writer(path, d)
     writer.add_rope_freq_base(10000.0)
     if request.param == "yarn":
         writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
