@@ -182,6 +182,10 @@ def convert(
         from .target import read_target_config
 
         read_target_config(target)
+    if resolve and prompts is not None:  # a bad prompts file told before torch, the download and the target
+        from .io.prompts_file import read_prompt_records
+
+        read_prompt_records(prompts)
     resolved = None
     with open_source(source, revision=revision, mode="download") as located:  # a Hub id: downloaded into the cache
         if resolve:

@@ -67,10 +67,15 @@ def verify_report_misfit(report: dict, drafter) -> str | None:
     measured on these. None where it fits, as far as its keys tell (an older report may lack some)."""
     version = report.get("eagle_version")
     if version is not None and str(version) != drafter.eagle_version:
-        return f"it measured an EAGLE {version} drafter, this one is EAGLE {drafter.eagle_version}"
-    ids, measured = drafter.aux.as_input(), report.get("aux_layer_ids")
-    if ids is not None and isinstance(measured, list) and sorted(measured) != sorted(ids):
-        return f"it fused target layers {measured}, this drafter fuses {list(ids)}"
+        return (f"it measured an EAGLE {version} reading, push reads this drafter as EAGLE {drafter.eagle_version} (where verify was told "
+                "--norm-output-semantics or --from, record that reading with `eaglekit convert` and the same option, and verify the output)")
+    measured = report.get("aux_layer_ids")
+    if drafter.aux.ids is not None and isinstance(measured, list):
+        # either reading of the recorded ids: verify settles their convention with the target's depth (or --from), which
+        # push, without a target, may read the other way
+        readings = [sorted(drafter.aux.ids), sorted(i + 1 for i in drafter.aux.ids)]
+        if sorted(measured) not in readings:
+            return f"it fused target layers {measured}, this drafter records {list(drafter.aux.ids)}"
     checks = [c for c in report.get("checks") or [] if isinstance(c, dict)]
     if checks and isinstance(report.get("passed"), bool) and report["passed"] != all(c.get("passed") is True for c in checks):
         return f"its verdict (passed: {str(report['passed']).lower()}) contradicts its checks"

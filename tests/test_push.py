@@ -198,8 +198,9 @@ def test_card_metadata_and_verify_figures(cli, hub, drafter):
 
 
 @pytest.mark.parametrize("edit, said", [
-    ({"eagle_version": "3.1"}, "it measured an EAGLE 3.1 drafter, this one is EAGLE 3"),
-    ({"aux_layer_ids": [1, 2, 3]}, "it fused target layers [1, 2, 3], this drafter fuses [2, 4, 5]"),
+    ({"eagle_version": "3.1"}, "it measured an EAGLE 3.1 reading, push reads this drafter as EAGLE 3"),
+    ({"aux_layer_ids": [1, 2, 3]}, "it fused target layers [1, 2, 3], this drafter records [2, 4, 5]"),
+    ({"aux_layer_ids": [3, 5, 6]}, None),  # the recorded ids read output-of-layer, as verify settles them with a target's depth
     ({"passed": False}, "its verdict (passed: false) contradicts its checks"),
     ({"eagle_version": "3", "aux_layer_ids": [5, 2, 4], "passed": True}, None),
 ])
@@ -215,6 +216,21 @@ def test_a_verify_report_of_another_drafter_is_not_published_as_this_ones(cli, h
         return
     result = push(cli, drafter, "tester/drafter", "--dry-run", expect=2)
     assert f"eaglekit-verify.json is not a report on this drafter: {said}" in result.stderr
+
+
+def test_the_report_verify_wrote_for_a_drafter_is_published_with_it(cli, hub, tmp_path):
+    """SpecForge ids [2, 4, 8] that verify reads input-of-layer [2, 4, 8] once it knows the target has 8 layers
+    (output-of-layer would reach layer 9): push, which has no target, reads them [3, 5, 9] and refused the report verify
+    had just written."""
+    from drafters import write_specforge, write_tiny_target
+
+    target = write_tiny_target(tmp_path / "target", layers=8, hidden=16, vocab=64)
+    drafter = write_specforge(tmp_path / "drafter", Dims(), ids=[2, 4, 8])
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "input_ids": [1 + i, 5, 7, 9]}) + "\n" for i in range(3)))
+    cli("verify", drafter, "--target", target, "--prompts", prompts, "--max-new-tokens", 8, "--report", drafter / "eaglekit-verify.json")
+    assert json.loads((drafter / "eaglekit-verify.json").read_text())["aux_layer_ids"] == [2, 4, 8]
+    assert "## Verification" in push(cli, drafter, "tester/drafter", "--dry-run").stdout
 
 
 def test_card_names_a_local_target_by_its_file_name_only(cli, hub, drafter, tmp_path):
@@ -376,7 +392,7 @@ def test_a_path_inside_a_note_is_scrubbed_in_the_files_and_the_card(cli, hub, tm
 
 
 @pytest.mark.parametrize("note, what", [
-    ("pushed with hf_abcdefghijklmnopqrstuv", "a Hub token (hf_...)"),
+    ("pushed with hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567", "a Hub token (hf_...)"),
     ("mirror at https://alice:hunter2@example.com/x", "a password in a URL"),
     ("token THE-PUSH-TOKEN-123", "the Hub token this push was given"),
 ])
@@ -393,6 +409,18 @@ def test_a_secret_in_a_published_file_is_refused(cli, hub, tmp_path, monkeypatch
         result = cli("push", out, "tester/drafter", *dry, expect=2)
         assert f"config.json holds what looks like {what}" in result.stderr and "hunter2" not in result.stderr + result.stdout
     assert "tester/drafter" not in hub.state.repos
+
+
+def test_words_that_start_like_a_token_are_published(cli, hub, tmp_path):
+    """The scan refused `pip install hf_transfer` in a README, `hf_tokenizer = ...` in a script and the card eaglekit
+    generated for a repo named org/hf_smollm2drafter: a token is hf_ and 34 letters and digits."""
+    out = tmp_path / "drafter"
+    convert(write_vllm(tmp_path / "src", Dims()), out, ConvertOptions(to="vllm", aux_layers=(2, 4, 5)))
+    push(cli, out, "tester/hf_smollm2drafter", "--dry-run")
+    (out / "README.md").write_text("Faster downloads: pip install hf_transfer\n")
+    (out / "train.py").write_text('hf_tokenizer = AutoTokenizer.from_pretrained("x")\n')
+    listed = push(cli, out, "tester/drafter", "--dry-run").stdout
+    assert "README.md" in listed and "train.py" in listed
 
 
 def test_a_source_recorded_as_a_path_is_not_called_a_hub_repo(cli, hub, tmp_path):

@@ -72,6 +72,22 @@ def test_resolve_needs_a_target(tmp_path, pair, cli):
     assert "--resolve needs --target" in run.stderr and not out.exists()
 
 
+def test_resolve_reads_its_prompts_before_the_target_loads(tmp_path, pair, cli, monkeypatch):
+    """A bad --prompts line was told only after torch, a Hub source's download and the target had loaded."""
+    from eaglekit.target.runner import TargetModel
+
+    def never(*a, **kw):
+        raise AssertionError("the target was loaded")
+
+    monkeypatch.setattr(TargetModel, "load", never)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"input_ids": [1, "x"]}\n')
+    out = tmp_path / "out"
+    run = cli("convert", ambiguous_copy(pair, tmp_path / "amb"), out, "--to", "vllm", "--target", pair["target"], "--prompts", bad,
+              "--resolve", expect=2)
+    assert "bad.jsonl line 1: input_ids should be a list of token ids" in run.stderr and not out.exists()
+
+
 def test_verify_measures_the_aux_readings_and_reuses_the_one_it_read(tmp_path, pair, cli, monkeypatch):
     """verify on the ambiguous copy measures both aux-id readings; the one the drafter was read as is the drafter
     itself (the same target layers), so it takes the drafter's results: two simulations per prompt, not three."""

@@ -125,7 +125,7 @@ def _render(r: dict) -> str:
 def convert_command(src, out, to, source_dialect, norm_output_semantics, target, aux_layers, resolve, prompts_file, upgrade, dtype, max_shard_size, dry_run, force, list_dialects, revision,
                     json_mode):
     """Convert the drafter SRC into OUT in another dialect, keeping its math: tensors bit-identical (unless --dtype),
-    aux layer ids translated between conventions, every flag written explicitly. Streams one tensor at a time;
+    aux layer ids translated between conventions, every flag written explicitly in the vllm and speculators outputs. Streams one tensor at a time;
     OUT appears only when complete.
 
     \b

@@ -57,7 +57,7 @@ class VllmDialect(Dialect):
         if d.attention == "mla" and (d.mla is None or not d.mla.q_lora_rank):
             raise UnsupportedError("vLLM's MLA drafter needs q_lora_rank (without it the fused q/kv projection cannot load)")
 
-    # vLLM >= 0.31 has no draft_id_to_target_id when Vd == V: a full-vocabulary d2t would fail to load
+    # vLLM >= 0.30 has no draft_id_to_target_id when Vd == V: a full-vocabulary d2t would fail to load
     drops_full_vocab_maps = True
 
     def tensor_names(self, d: Drafter) -> dict[str, str]:

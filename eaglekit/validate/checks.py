@@ -492,7 +492,7 @@ def check_vocab(x: CheckInput) -> list[Finding]:
                 _f("vocab.d2t_full_vocab", "error", "d2t maps a full-size draft vocabulary onto a permutation of the target's", "d2t")
             )
         else:
-            out.append(_f("vocab.d2t_full_vocab", "warning", "d2t is shipped although draft_vocab_size == vocab_size (vLLM >= 0.31 refuses it)", "d2t"))
+            out.append(_f("vocab.d2t_full_vocab", "warning", "d2t is shipped although draft_vocab_size == vocab_size (vLLM >= 0.30 refuses it)", "d2t"))
     if len(mapped) > 1 and not all(a < b for a, b in zip(mapped, mapped[1:])):
         out.append(_f("vocab.d2t_order", "error", "arange + d2t is not strictly increasing: draft ids map to repeated or reordered target ids", "d2t"))
     if mapped and (min(mapped) < 0 or max(mapped) >= d.vocab_size):

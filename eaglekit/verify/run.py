@@ -170,26 +170,21 @@ class Verifier:
         layers ``capture`` (aux ids) taken during that decoding: a drafter fusing those layers needs no second pass.
         ``keep_passes``: each sequence's logits and KV cache are kept too, for ``sequence_pass`` (up to
         ``KEEP_PASSES_BYTES``; the sequences past it get their pass made again when asked for)."""
-        self.load_target()
-        if records is None:
+        if records is None:  # before the target loads: a bad line is told in a moment, not after it
             records = read_prompt_records(self.options.prompts)
+        self.load_target()
         prompts = encode_prompts(records, self.target.tokenizer, self.options.num_prompts, self.target_config.vocab_size)
         window = self.target_config.max_position_embeddings
         longest = max(prompts, key=lambda p: len(p.ids))
-        length = continuation_length(self.options.max_new_tokens, self.options.k)  # K - 1 more judge the last step's drafts
         if window and len(longest.ids) + self.options.max_new_tokens > window:
             raise UsageError(f"prompt {longest.id}: {len(longest.ids)} tokens + --max-new-tokens {self.options.max_new_tokens} run past the "
                              f"target's max_position_embeddings {window} (vLLM refuses such a request); shorten it or lower --max-new-tokens")
-        if window and len(longest.ids) + length > window:
-            raise UsageError(f"prompt {longest.id}: {len(longest.ids)} tokens + --max-new-tokens {self.options.max_new_tokens} + the "
-                             f"{length - self.options.max_new_tokens} tokens past them that judge the last step's drafts (K - 1) run past the "
-                             f"target's max_position_embeddings {window}; lower --max-new-tokens or --num-speculative-tokens")
         bar = self.progress("generating", len(prompts)) if self.progress else None
         eos_ids = self.target.eos_token_ids()
         start = time.perf_counter()
         # all prompts decoded together (the same greedy tokens as one at a time: TargetModel.decode_batch); a row that
         # stops at an end-of-sequence token decodes K - 1 tokens past it, which judge the drafts of the step crossing it
-        decoded = self.target.decode_batch([p.ids for p in prompts], length, capture=capture,
+        decoded = self.target.decode_batch([p.ids for p in prompts], continuation_length(self.options.max_new_tokens, self.options.k), capture=capture,
                                            keep_bytes=KEEP_PASSES_BYTES if keep_passes else 0, past_stop=self.options.k - 1)
         self.timings["generation"] = time.perf_counter() - start
         for prompt, (tokens, states, kept, after_stop) in zip(prompts, decoded):
