@@ -215,7 +215,7 @@ def test_the_real_targets_config_read_from_its_metadata_is_transformers_reading(
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no cache entry: the file itself is read
     fast = read_target_config(target)
-    monkeypatch.setattr(target_config, "_gguf_config", target_config._transformers_gguf_config)
+    monkeypatch.setattr(target_config, "_gguf_config", lambda directory, name, label, weights=False: target_config._transformers_gguf_config(directory, name, label))
     slow = read_target_config(target)
     assert (fast.num_layers, fast.hidden_size, fast.vocab_size, fast.rope, fast.model_type, fast.architectures) == (
         slow.num_layers, slow.hidden_size, slow.vocab_size, slow.rope, slow.model_type, slow.architectures) == (30, 576, 49152, fast.rope, "llama", ())
