@@ -269,8 +269,9 @@ class SurveyRow:
     def to_dict(self) -> dict[str, Any]:
         if self.report is not None:
             return self.report.to_dict()
-        return {"schema_version": SCHEMA_VERSION, "ok": False, "path": self.path,
-                "error": {"message": self.error, "type": self.error_type, "exit_code": self.exit_code}}
+        from .errors import error_document
+
+        return error_document(self.error, self.error_type, self.exit_code, self.path)
 
 
 def survey(paths: "list[str | Path]", *, max_workers: int = 8, **options: Any) -> list[SurveyRow]:

@@ -85,3 +85,16 @@ class MissingDependencyError(EaglekitError):
     """An optional dependency (vLLM, gguf, ...) is needed but not installed (exit 2)."""
 
     exit_code = 2
+
+
+def error_document(message: str | None, kind: str | None, exit_code: int | None, path: str | None = None) -> dict:
+    """The JSON document of a failure (schemas/error.schema.json): what `--json` prints for a command that could not
+    run, and a survey's row for a drafter that could not be read."""
+    from . import SCHEMA_VERSION
+
+    document: dict = {"schema_version": SCHEMA_VERSION, "ok": False}
+    if path is not None:
+        document["path"] = path
+    document["error"] = {"message": message, "type": kind, "exit_code": exit_code}
+    return document
+

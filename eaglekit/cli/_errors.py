@@ -52,9 +52,9 @@ def fail(message: str, code: int, *, json_mode: bool = False, kind: str = "Eagle
     line = _cut(" ".join(str(message).split()))
     click.echo(f"error: {_cut(printable(line))}", err=True)  # cut again once escaped: an escape is 4 characters for 1
     if json_mode:
-        from .. import SCHEMA_VERSION
+        from ..errors import error_document
 
-        click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "ok": False, "error": {"message": line, "type": kind, "exit_code": code}}))
+        click.echo(json.dumps(error_document(line, kind, code)))
     sys.exit(code)
 
 

@@ -140,6 +140,15 @@ def _deep_layers(names) -> set[str]:
     return {m.group(1) for n in names if (m := _BASE_MODEL_LAYER.match(n))}
 
 
+# config.json keys only an EAGLE drafter states (its own vocabulary, the layers it fuses, speculators' block)
+DRAFTER_ONLY_KEYS = ("draft_vocab_size", "eagle_config", "eagle_aux_hidden_state_layer_ids", "speculators_model_type")
+
+
+def drafter_key(config: dict) -> str | None:
+    """The first key of ``config`` only an EAGLE drafter states, or None (a base model's config)."""
+    return next((key for key in DRAFTER_ONLY_KEYS if key in config), None)
+
+
 def looks_like_drafter(names) -> bool:
     """Tensor names a drafter has and a base model has not: a fusion layer and no deep decoder stack (a drafter
     given as ``--target`` is refused by this, a base model given as a drafter by ``_refuse_base_model``)."""

@@ -90,18 +90,14 @@ class TargetConfig:
         return f"--target {self.source}: {what}; {why}, so it needs the weights: {give}"
 
 
-# config.json keys only an EAGLE drafter states (its own vocabulary, the layers it fuses, speculators' block)
-DRAFTER_ONLY_KEYS = ("draft_vocab_size", "eagle_config", "eagle_aux_hidden_state_layer_ids", "speculators_model_type")
-
-
 def _refuse_drafter(directory: Path | None, config: dict, source: str) -> None:
     """An EAGLE drafter given as the target, by its config's keys or (a directory with weights) its tensors' names,
     refused as one: read as a target, it was a 1-layer model whose layer count every aux id seemed to exceed. Reading
     the safetensors headers also refuses, naming the file, one whose header does not hold."""
-    from ..dialects import looks_like_drafter
+    from ..dialects import drafter_key, looks_like_drafter
     from ..io.safetensors_header import read_header
 
-    stated = next((key for key in DRAFTER_ONLY_KEYS if key in config), None)
+    stated = drafter_key(config)
     names: set[str] = set()
     if stated is None and directory is not None:
         for path in sorted(directory.glob("*.safetensors")):
