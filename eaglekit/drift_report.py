@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .errors import CheckpointError, MissingDependencyError
 from .io import jsonfile
-from .io.atomic import atomic_directory, check_destination, write_file_atomically
+from .io.atomic import atomic_directory, check_destination
 
 PLOTS = ("per_depth.png", "by_context_length.png", "fc_input.png")  # always written
 VARIANTS_PLOT, SAMPLING_PLOT = "variants.png", "sampling.png"  # with --variants, --temperature
@@ -140,9 +140,9 @@ def _sides(r: dict) -> list[tuple[str, dict]]:
 
 
 def _save(plt, fig, path: Path) -> Path:
-    """One figure written as a PNG and closed."""
+    """One figure written as a PNG and closed (into the report's hidden folder: ``write_report``)."""
     fig.tight_layout()
-    write_file_atomically(path, lambda tmp: fig.savefig(tmp, dpi=90, format="png"))
+    fig.savefig(path, dpi=90, format="png")
     plt.close(fig)
     return path
 
@@ -238,7 +238,7 @@ def write_html(r: dict, images: list[Path], path: Path) -> None:
         parts.append(f"<figure><img alt=\"{html.escape(image.stem)}\" src=\"data:image/png;base64,{data}\"><figcaption>{html.escape(image.name)}"
                      "</figcaption></figure>\n")
     parts.append("</body>\n</html>\n")
-    write_file_atomically(path, "".join(parts))
+    path.write_text("".join(parts), encoding="utf-8")
 
 
 def _not_an_earlier_report(directory: Path) -> list[str]:
@@ -274,6 +274,7 @@ def write_report(r: dict, directory: str | Path, inputs: tuple[str | Path | None
     directory = Path(directory)
     with atomic_directory(directory, force=True, protect=_local(inputs), replaceable=_not_an_earlier_report, force_flag=None) as tmp:
         images = plot(r, tmp)
-        write_file_atomically(tmp / REPORT_JSON, json.dumps(r, indent=2) + "\n")
+        # each file written plainly: the folder is renamed into place only once all of them are, and synced
+        (tmp / REPORT_JSON).write_text(json.dumps(r, indent=2) + "\n", encoding="utf-8")
         write_html(r, images, tmp / REPORT_HTML)
     return [str(directory / REPORT_JSON), *(str(directory / image.name) for image in images), str(directory / REPORT_HTML)]
