@@ -36,21 +36,19 @@ class Output:
 
     def progress(self, total: int, description: str):
         """A byte-count progress bar on stderr (shown only on a terminal and outside JSON mode)."""
+        return self._bar(description, total, unit="B", unit_scale=True, unit_divisor=1024)
+
+    def count_progress(self, description: str, total: int):
+        """A progress bar counting items (prompts, chunks of chains), shown as ``progress`` is: the ``progress``
+        callback verify and drift take."""
+        return self._bar(description, total)
+
+    def _bar(self, description: str, total: int, **units):
         if self.json_mode or self.quiet or not sys.stderr.isatty():
             return _NoProgress()  # what a disabled bar does, without importing tqdm (~0.1 s: asyncio, multiprocessing)
         from tqdm.auto import tqdm
 
-        return tqdm(total=total, desc=description, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, leave=False)
-
-
-    def count_progress(self, description: str, total: int):
-        """A progress bar counting items (prompts, chunks of chains) on stderr, shown as ``progress`` is; the
-        ``progress`` callback verify and drift take."""
-        if self.json_mode or self.quiet or not sys.stderr.isatty():
-            return _NoProgress()
-        from tqdm.auto import tqdm
-
-        return tqdm(total=total, desc=description, file=sys.stderr, leave=False)
+        return tqdm(total=total, desc=description, file=sys.stderr, leave=False, **units)
 
 
 class _NoProgress:
