@@ -88,7 +88,7 @@ def test_a_pass_kept_while_decoding_is_the_sequence_pass(pair31):
     full pass's to fp32 noise, and the cache is the sequence's own (padding cut off, cropped back after use)."""
     from eaglekit.target import read_target_config
     from eaglekit.target.runner import TargetModel
-    from eaglekit.verify.prompts import read_prompt_records
+    from eaglekit.io.prompts_file import read_prompt_records
 
     target = TargetModel.load(read_target_config(pair31["target"]))
     prompts = [r["input_ids"] for r in read_prompt_records(str(pair31["prompts"]))][:4]

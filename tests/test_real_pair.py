@@ -230,7 +230,8 @@ def test_the_gguf_cache_loads_the_same_target(target, tmp_path, monkeypatch):
     and end-of-sequence ids."""
     from eaglekit.target import gguf_cache, read_target_config
     from eaglekit.target.runner import TargetModel
-    from eaglekit.verify.prompts import encode_prompts, read_prompt_records
+    from eaglekit.io.prompts_file import read_prompt_records
+    from eaglekit.verify.prompts import encode_prompts
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     gone = tmp_path / "deleted-venv" / Path(target).name

@@ -446,7 +446,7 @@ def test_batched_target_runs_match_one_prompt_at_a_time(pair):
     for token."""
     from eaglekit.target import read_target_config
     from eaglekit.target.runner import TargetModel
-    from eaglekit.verify.prompts import read_prompt_records
+    from eaglekit.io.prompts_file import read_prompt_records
 
     target = TargetModel.load(read_target_config(pair["target"]))
     prompts = [r["input_ids"] for r in read_prompt_records(str(pair["prompts"]))]
@@ -462,7 +462,7 @@ def test_states_captured_while_decoding_are_the_full_pass_states(pair):
     also for a row that stops at its end-of-sequence token while the others go on."""
     from eaglekit.target import read_target_config
     from eaglekit.target.runner import TargetModel
-    from eaglekit.verify.prompts import read_prompt_records
+    from eaglekit.io.prompts_file import read_prompt_records
 
     target = TargetModel.load(read_target_config(pair["target"]))
     prompts = [r["input_ids"] for r in read_prompt_records(str(pair["prompts"]))][:5]
@@ -519,7 +519,7 @@ def test_a_prefix_every_prompt_starts_with_is_run_once(pair, monkeypatch):
     prompt that is the prefix and one token of its own; and all of them as without the sharing, to fp32 noise."""
     from eaglekit.target import read_target_config, reserved_cache, runner
     from eaglekit.target.runner import TargetModel, shared_prefix
-    from eaglekit.verify.prompts import read_prompt_records
+    from eaglekit.io.prompts_file import read_prompt_records
 
     target = TargetModel.load(read_target_config(pair["target"]))
     base = [r["input_ids"] for r in read_prompt_records(str(pair["prompts"]))][:4]

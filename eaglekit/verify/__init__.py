@@ -31,13 +31,14 @@ from .. import dialects
 from ..engines import envs
 from ..errors import UsageError, ValidationFailed
 from ..findings import Finding, errors
+from ..io.prompts_file import read_prompt_records
 from ..validate.checks import CheckInput, run_checks
 from .against_vllm import against_vllm, served_rope
 from . import readings
 from .checks import Check, cannot_run
 from .options import VerifyOptions
 from .parity import check_reference, engine_parity, reference_parity
-from .prompts import Prompt, encode_prompts, read_prompt_records
+from .prompts import Prompt, encode_prompts
 from .report import drafter_report, finish
 from .run import SequenceResult, Verifier, layers_of, resolved_ids, simulate, totals
 

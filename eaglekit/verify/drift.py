@@ -21,12 +21,13 @@ import torch
 from .. import dialects
 from ..errors import UsageError
 from ..findings import errors
+from ..io.prompts_file import read_prompt_records
 from ..reference.model import ReferenceDrafter
 from ..reference.record import DriftRecorder
 from ..reference.simulate import Counters, accepted_lengths, chains_from, every_position, first_pass
 from ..validate.checks import CheckInput, run_checks
 from .options import VerifyOptions
-from .prompts import chat_ids, read_prompt_records
+from .prompts import chat_ids
 from .run import Verifier, chain_starts, count, judged_tokens, last_full_start, layers_of, resolved_ids
 from .sampling import DRAFT_DISTRIBUTION, MIN_TEMPERATURE, Expected, prefix_acceptance
 

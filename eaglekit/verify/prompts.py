@@ -1,4 +1,4 @@
-"""The prompts verify runs: records from a JSONL file (or the built-in set), encoded to token ids with the target's
+"""The prompts verify runs: records read from a JSONL file or the built-in set (``io.prompts_file``), encoded to token ids with the target's
 tokenizer (its chat template where it has one)."""
 
 from __future__ import annotations
@@ -6,9 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..io.prompts_file import read_prompt_records
-
-__all__ = ["Prompt", "chat_ids", "encode_prompts", "read_prompt_records"]
 
 
 @dataclass

@@ -17,6 +17,7 @@ import torch
 
 from .. import dialects
 from ..errors import UnsupportedError, UsageError
+from ..io.prompts_file import read_prompt_records
 from ..model.drafter import Drafter
 from ..reference.model import ReferenceDrafter, weights_for
 from ..reference.simulate import Chains, Counters, accepted_lengths, continuation_length, draft_chains, every_position, trajectory
@@ -24,7 +25,7 @@ from ..target import read_target_config
 from ..target.runner import DTYPES, SequencePass, TargetModel, pick_device
 from ..target.weights import read_target_weight
 from .options import VerifyOptions
-from .prompts import Prompt, encode_prompts, read_prompt_records
+from .prompts import Prompt, encode_prompts
 from .stored import read_sequences
 
 
