@@ -12,7 +12,7 @@ unexport PYTHONDONTWRITEBYTECODE
 TEST_WORKERS ?= 2
 PYTEST := -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 
-.PHONY: install demo test test-fast test-user engines engines-test bench clean
+.PHONY: install demo lint test test-fast test-user engines engines-test bench clean
 
 install: $(VENV)/.installed
 
@@ -35,8 +35,13 @@ demo: install
 test: install
 	EAGLEKIT_REQUIRE_PARITY=1 $(PY) $(PYTEST)
 
+# the tree as ruff formats it, and ruff's checks (the rules and why: pyproject.toml, [tool.ruff.lint])
+lint: install
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+
 # the inner loop: no vLLM, no real target, nothing marked slow
-test-fast: install
+test-fast: lint
 	$(PY) $(PYTEST) -m "not vllm and not real_target and not slow"
 
 # eaglekit as a user installs it (README: torch, then `pip install -e ".[gguf]"`), without vLLM, speculators or

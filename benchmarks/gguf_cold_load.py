@@ -30,9 +30,28 @@ PROMPTS = ROOT / "examples" / "prompts-heldout.jsonl"
 
 def verify(python: str, target: str, cache: Path, report: Path) -> tuple[float, float]:
     """(whole-process wall, the report's target_load) of one verify with ``cache`` as XDG_CACHE_HOME."""
-    env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    cmd = [python, "-m", "eaglekit", "verify", str(DRAFTER), "--target", target, "--prompts", str(PROMPTS), "--num-prompts", "8",
-           "--max-new-tokens", "64", "--report", str(report)]
+    env = {
+        **os.environ,
+        "XDG_CACHE_HOME": str(cache),
+        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+    cmd = [
+        python,
+        "-m",
+        "eaglekit",
+        "verify",
+        str(DRAFTER),
+        "--target",
+        target,
+        "--prompts",
+        str(PROMPTS),
+        "--num-prompts",
+        "8",
+        "--max-new-tokens",
+        "64",
+        "--report",
+        str(report),
+    ]
     start = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - start
@@ -58,13 +77,18 @@ def main() -> None:
                 shutil.copytree(cache, warm_cache)
             shutil.rmtree(cache)
             warm.append(verify(args.eaglekit_python, target, warm_cache, work / "report.json"))
-            print(f"round {r + 1}: cold {cold[-1][0]:.1f} s (target_load {cold[-1][1]:.1f}) | warm {warm[-1][0]:.1f} s (target_load {warm[-1][1]:.1f})",
-                  flush=True)
+            print(
+                f"round {r + 1}: cold {cold[-1][0]:.1f} s (target_load {cold[-1][1]:.1f}) | warm {warm[-1][0]:.1f} s"
+                f" (target_load {warm[-1][1]:.1f})",
+                flush=True,
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    med = lambda rows, i: statistics.median(row[i] for row in rows)  # noqa: E731
-    print(f"\nmedian of {args.rounds}: first verify (GGUF parsed) {med(cold, 0):.1f} s, target_load {med(cold, 1):.1f} s; "
-          f"from the cache {med(warm, 0):.1f} s, target_load {med(warm, 1):.1f} s")
+    med = lambda rows, i: statistics.median(row[i] for row in rows)
+    print(
+        f"\nmedian of {args.rounds}: first verify (GGUF parsed) {med(cold, 0):.1f} s, target_load {med(cold, 1):.1f} s;"
+        f" from the cache {med(warm, 0):.1f} s, target_load {med(warm, 1):.1f} s"
+    )
 
 
 if __name__ == "__main__":

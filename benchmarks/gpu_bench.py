@@ -19,11 +19,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synthetic import SHAPES, ensure  # noqa: E402
+from eaglekit import dialects
+from eaglekit.reference.model import ReferenceDrafter, weights_for
+from eaglekit.reference.simulate import draft_chains
 
-from eaglekit import dialects  # noqa: E402
-from eaglekit.reference.model import ReferenceDrafter, weights_for  # noqa: E402
-from eaglekit.reference.simulate import draft_chains  # noqa: E402
+from synthetic import SHAPES, ensure
 
 K = 3
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -67,14 +67,21 @@ def bench(kind: str, workdir: Path, positions: int, cpu_positions: int, device: 
     for name, dtype in DTYPES.items():
         model = ReferenceDrafter(drafter, weights, device=device, dtype=dtype)
         chains, logits, seconds, peak = run_one(model, tokens, aux, starts, repeat)
-        run = {"seconds": seconds, "repeat": repeat, "drafted_tokens_per_s": starts.numel() * K / seconds, "peak_gpu_gib": peak}
+        run = {
+            "seconds": seconds,
+            "repeat": repeat,
+            "drafted_tokens_per_s": starts.numel() * K / seconds,
+            "peak_gpu_gib": peak,
+        }
         if fp32_logits is None:
             fp32_logits, fp32_drafts = logits.cpu(), chains.drafts.cpu()
         else:
             diff = (logits.cpu() - fp32_logits).abs()
             scale = fp32_logits.abs().amax(dim=-1, keepdim=True)
             run["max_logit_diff_rel"] = [float((diff[:, s] / scale[:, s]).max()) for s in range(K)]
-            run["draft_agreement"] = [float((chains.drafts.cpu()[:, s] == fp32_drafts[:, s]).float().mean()) for s in range(K)]
+            run["draft_agreement"] = [
+                float((chains.drafts.cpu()[:, s] == fp32_drafts[:, s]).float().mean()) for s in range(K)
+            ]
         result["runs"][f"{device} {name}"] = run
         del model, chains, logits
         if device == "cuda":
@@ -86,7 +93,9 @@ def bench(kind: str, workdir: Path, positions: int, cpu_positions: int, device: 
     chains, logits, seconds, _ = run_one(model, tokens[: cpu_positions + 1], aux[: cpu_positions + 1], cpu_starts)
     diff = (logits - fp32_logits[: cpu_starts.numel()]).abs().max() / fp32_logits[: cpu_starts.numel()].abs().max()
     result["runs"]["cpu float32"] = {
-        "seconds": seconds, "positions": cpu_positions, "drafted_tokens_per_s": cpu_starts.numel() * K / seconds,
+        "seconds": seconds,
+        "positions": cpu_positions,
+        "drafted_tokens_per_s": cpu_starts.numel() * K / seconds,
         "max_logit_diff_rel_vs_cuda_fp32": float(diff),
         "draft_agreement_vs_cuda_fp32": float((chains.drafts == fp32_drafts[: cpu_starts.numel()]).float().mean()),
     }
@@ -104,8 +113,10 @@ def main() -> None:
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("gpu_bench.py needs a CUDA device")
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, K={K}, {args.positions} chain starts (CPU: {args.cpu_positions}), "
-          f"median of {args.repeat} timed runs per CUDA dtype")
+    print(
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, K={K}, {args.positions} chain starts (CPU:"
+        f" {args.cpu_positions}), median of {args.repeat} timed runs per CUDA dtype"
+    )
     results = []
     for kind in args.only or ["llama8b", "kimi"]:
         r = bench(kind, Path(args.workdir), args.positions, args.cpu_positions, repeat=args.repeat)
@@ -119,7 +130,10 @@ def main() -> None:
                 line += "  max|dlogit|/max|logit| per step " + ", ".join(f"{x:.2e}" for x in run["max_logit_diff_rel"])
                 line += "  drafts agree " + ", ".join(f"{x:.1%}" for x in run["draft_agreement"])
             if "max_logit_diff_rel_vs_cuda_fp32" in run:
-                line += f"  vs cuda fp32: {run['max_logit_diff_rel_vs_cuda_fp32']:.1e} rel, drafts agree {run['draft_agreement_vs_cuda_fp32']:.1%}"
+                line += (
+                    f"  vs cuda fp32: {run['max_logit_diff_rel_vs_cuda_fp32']:.1e} rel, drafts agree"
+                    f" {run['draft_agreement_vs_cuda_fp32']:.1%}"
+                )
             print(line, flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synthetic import SHAPES, ensure  # noqa: E402
+from synthetic import SHAPES, ensure
 
 PROBE = """
 import json, resource, sys, time
@@ -34,8 +34,14 @@ print(json.dumps({{"seconds": elapsed, "peak_rss_mb": hwm / 1024}}))
 
 BODIES = {
     "baseline": "import eaglekit.cli",
-    "inspect": "from eaglekit import dialects\nfrom eaglekit.describe import describe\nwith dialects.load({src!r}) as l: describe(l)",
-    "convert": "from eaglekit.convert import ConvertOptions, convert\nconvert({src!r}, {out!r}, ConvertOptions(to='vllm', force=True))",
+    "inspect": (
+        "from eaglekit import dialects\nfrom eaglekit.describe import describe\nwith dialects.load({src!r}) as l:"
+        " describe(l)"
+    ),
+    "convert": (
+        "from eaglekit.convert import ConvertOptions, convert\nconvert({src!r}, {out!r}, ConvertOptions(to='vllm',"
+        " force=True))"
+    ),
     "scan": "from eaglekit.validate import validate\nvalidate({src!r}, scan=True)",
 }
 
@@ -56,7 +62,9 @@ def timed(cmd: list[str]) -> float:
 def largest_tensor_mb(kind: str) -> float:
     from math import prod
 
-    return max(prod(s) * (8 if n == "d2t" else 1 if n == "t2d" else 2) for n, s in SHAPES[kind]["tensors"].items()) / 2**20
+    return (
+        max(prod(s) * (8 if n == "d2t" else 1 if n == "t2d" else 2) for n, s in SHAPES[kind]["tensors"].items()) / 2**20
+    )
 
 
 def main() -> None:
@@ -75,7 +83,10 @@ def main() -> None:
         size = sum(p.stat().st_size for p in src.iterdir()) / 1e9
         print(f"\n{kind}: {size:.2f} GB on disk, largest tensor {largest_tensor_mb(kind):.0f} MB")
         r = probe("inspect", src=str(src))
-        print(f"  inspect            {r['seconds'] * 1000:8.1f} ms   peak RSS {r['peak_rss_mb']:6.0f} MB (+{r['peak_rss_mb'] - base['peak_rss_mb']:.0f} over imports)")
+        print(
+            f"  inspect            {r['seconds'] * 1000:8.1f} ms   peak RSS {r['peak_rss_mb']:6.0f} MB"
+            f" (+{r['peak_rss_mb'] - base['peak_rss_mb']:.0f} over imports)"
+        )
         out = work / f"{kind}-vllm"
         cp_target = work / f"{kind}-cp"
         converts, cps, cp_syncs = [], [], []
@@ -92,11 +103,17 @@ def main() -> None:
             shutil.rmtree(cp_target, ignore_errors=True)
         r = sorted(converts, key=lambda x: x["seconds"])[len(converts) // 2]
         cp, cp_sync = sorted(cps)[len(cps) // 2], sorted(cp_syncs)[len(cp_syncs) // 2]
-        print(f"  convert -> vllm    {r['seconds']:8.2f} s    (median of {args.repeat})    peak RSS {r['peak_rss_mb']:6.0f} MB (+{r['peak_rss_mb'] - base['peak_rss_mb']:.0f} over imports)")
+        print(
+            f"  convert -> vllm    {r['seconds']:8.2f} s    (median of {args.repeat})    peak RSS"
+            f" {r['peak_rss_mb']:6.0f} MB (+{r['peak_rss_mb'] - base['peak_rss_mb']:.0f} over imports)"
+        )
         print(f"  cp -r              {cp:8.2f} s    (cp -r + sync {cp_sync:.2f} s; convert fsyncs its output)")
         print(f"  convert / cp       {r['seconds'] / cp:8.2f} x    (/ cp+sync {r['seconds'] / cp_sync:.2f} x)")
         r = probe("scan", src=str(out))
-        print(f"  validate --scan    {r['seconds']:8.2f} s    peak RSS {r['peak_rss_mb']:6.0f} MB (+{r['peak_rss_mb'] - base['peak_rss_mb']:.0f} over imports)")
+        print(
+            f"  validate --scan    {r['seconds']:8.2f} s    peak RSS {r['peak_rss_mb']:6.0f} MB"
+            f" (+{r['peak_rss_mb'] - base['peak_rss_mb']:.0f} over imports)"
+        )
         shutil.rmtree(out, ignore_errors=True)
         if not args.keep:
             shutil.rmtree(src, ignore_errors=True)

@@ -5,6 +5,13 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
-for script in ("startup_bench.py", "io_bench.py", "convert_vs_cp.py", "verify_bench.py", "verify_vs_vllm.py", "gguf_cold_load.py"):
+for script in (
+    "startup_bench.py",
+    "io_bench.py",
+    "convert_vs_cp.py",
+    "verify_bench.py",
+    "verify_vs_vllm.py",
+    "gguf_cold_load.py",
+):
     print(f"\n=== {script}", flush=True)
     subprocess.run([sys.executable, str(HERE / script)], check=True)

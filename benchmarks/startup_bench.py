@@ -37,9 +37,18 @@ FLOOR = [sys.executable, "-c", "import click, jsonschema"]
 TARGET_RATIO, TARGET_RSS_MIB = 1.5, 50
 
 SMOLLM2_CONFIG = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576, "intermediate_size": 1536,
-    "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152,
-    "rope_theta": 100000.0, "rms_norm_eps": 1e-5, "max_position_embeddings": 8192, "tie_word_embeddings": True,
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "vocab_size": 49152,
+    "rope_theta": 100000.0,
+    "rms_norm_eps": 1e-5,
+    "max_position_embeddings": 8192,
+    "tie_word_embeddings": True,
 }
 
 
@@ -65,11 +74,21 @@ def main() -> None:
         # As an installed package runs: bytecode cached (pip compiles on install). The caches go to a scratch
         # prefix, not the source tree, and the warm-up runs below write them, for the floor's modules too.
         cache = work / "cache"  # eaglekit's cache (XDG_CACHE_HOME): the digests push remembers
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPYCACHEPREFIX": str(work / "pycache"), "XDG_CACHE_HOME": str(cache),
-               "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+        env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONPYCACHEPREFIX": str(work / "pycache"),
+            "XDG_CACHE_HOME": str(cache),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+        }
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         drafter = work / "drafter-vllm"
-        subprocess.run([*eaglekit, "convert", str(EXAMPLE), str(drafter), "--to", "vllm"], env=env, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [*eaglekit, "convert", str(EXAMPLE), str(drafter), "--to", "vllm"],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         target = work / "target"
         target.mkdir()
         (target / "config.json").write_text(json.dumps(SMOLLM2_CONFIG))
@@ -123,12 +142,19 @@ def main() -> None:
     if args.json:
         print(json.dumps({"python": sys.version.split()[0], "cpus": os.cpu_count(), "results": results}, indent=2))
         return
-    print(f"floor: {' '.join(FLOOR[1:])!s} | python {sys.version.split()[0]}, {os.cpu_count()} cpus, {args.rounds} paired rounds")
-    print(f"{'command':40} {'median':>8} {'floor':>8} {'ratio':>6} {'paired':>7} {'peak RSS':>9} {'floor RSS':>9}  target")
+    print(
+        f"floor: {' '.join(FLOOR[1:])!s} | python {sys.version.split()[0]}, {os.cpu_count()} cpus, {args.rounds} paired"
+        " rounds"
+    )
+    print(
+        f"{'command':40} {'median':>8} {'floor':>8} {'ratio':>6} {'paired':>7} {'peak RSS':>9} {'floor RSS':>9}  target"
+    )
     for label, r in results.items():
         ok = r["ratio"] <= TARGET_RATIO and r["peak_rss_mib"] <= TARGET_RSS_MIB
-        print(f"{label:40} {r['median_s']:7.3f}s {r['floor_median_s']:7.3f}s {r['ratio']:5.2f}x {r['paired_ratio']:6.2f}x "
-              f"{r['peak_rss_mib']:6.1f} MiB {r['floor_peak_rss_mib']:6.1f} MiB  {'met' if ok else 'MISSED'}")
+        print(
+            f"{label:40} {r['median_s']:7.3f}s {r['floor_median_s']:7.3f}s {r['ratio']:5.2f}x {r['paired_ratio']:6.2f}x"
+            f" {r['peak_rss_mib']:6.1f} MiB {r['floor_peak_rss_mib']:6.1f} MiB  {'met' if ok else 'MISSED'}"
+        )
     print(f"targets: median wall <= {TARGET_RATIO}x the floor, peak RSS <= {TARGET_RSS_MIB} MiB")
 
 

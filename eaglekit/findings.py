@@ -6,8 +6,9 @@ way wherever it is caught.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Literal
+from typing import Literal
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
@@ -49,4 +50,3 @@ def by_severity(findings: Iterable[Finding]) -> dict[str, list[Finding]]:
     for f in findings:
         grouped[f.severity].append(f)
     return grouped
-

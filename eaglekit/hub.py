@@ -8,8 +8,9 @@ The endpoint and token are explicit arguments that default to ``HF_ENDPOINT`` / 
 *at call time*: huggingface_hub itself freezes ``HF_ENDPOINT`` into ``constants.ENDPOINT`` at import. Every
 failure becomes a one-line :class:`~eaglekit.errors.HubError` whose message never contains the token.
 
-Nothing here imports torch or other eaglekit modules (only ``eaglekit.errors``, ``upload``, ``io.locate`` and the version), and
-huggingface_hub is imported lazily, so computing an upload plan (sizes, sha256) needs no Hub client at all.
+Nothing here imports torch or other eaglekit modules (only ``eaglekit.errors``, ``upload``, ``io.locate`` and the
+version), and huggingface_hub is imported lazily, so computing an upload plan (sizes, sha256) needs no Hub client at
+all.
 """
 
 from __future__ import annotations
@@ -52,9 +53,7 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 # the names transformers and the EAGLE repos give weights: `training_args.bin`, `optimizer.bin` and friends are
 # not weights and must survive a push.
 _WEIGHT_FILE = re.compile(
-    r"[^/]+\.safetensors"
-    r"|(?:pytorch_model|model)(?:-\d+-of-\d+)?\.bin"
-    r"|[^/]+\.(?:safetensors|bin)\.index\.json"
+    r"[^/]+\.safetensors" r"|(?:pytorch_model|model)(?:-\d+-of-\d+)?\.bin" r"|[^/]+\.(?:safetensors|bin)\.index\.json"
 )
 
 
@@ -71,7 +70,9 @@ DRAFTER_REPORTS = ("eaglekit-verify.json", "drift/")
 def is_stale_with_the_weights(path_in_repo: str) -> bool:
     """True for the files ``publish(delete_stale=True)`` may delete: weight shards and their indexes, the verify
     report and the drift report's files (``DRAFTER_REPORTS``)."""
-    return is_weight_file(path_in_repo) or any(path_in_repo == r or (r.endswith("/") and path_in_repo.startswith(r)) for r in DRAFTER_REPORTS)
+    return is_weight_file(path_in_repo) or any(
+        path_in_repo == r or (r.endswith("/") and path_in_repo.startswith(r)) for r in DRAFTER_REPORTS
+    )
 
 
 @dataclass
@@ -161,7 +162,9 @@ class _Context:
     stage: str = "starting"
     reading: bool = False  # a read (inspect, validate, download): failures are "could not run" (exit 2)
     retries: int = _READ_RETRIES  # how often a read was retried with backoff before its failure was said
-    created: list[str] = field(default_factory=list)  # what this push made before it failed (a repo, a branch): said, and left
+    created: list[str] = field(
+        default_factory=list
+    )  # what this push made before it failed (a repo, a branch): said, and left
 
     def scrub(self, text: object) -> str:
         text = " ".join(str(text).split())
@@ -201,7 +204,10 @@ def _describe_http(exc: BaseException, ctx: _Context) -> str:
         if described is not None:
             return described
     if isinstance(exc, hub_errors.GatedRepoError) or code == "GatedRepo":
-        return f"{repo}: access is gated ({status} GatedRepo) {where}: request access on the Hub, or use a token that has it"
+        return (
+            f"{repo}: access is gated ({status} GatedRepo) {where}: request access on the Hub, or use a token that"
+            " has it"
+        )
     if isinstance(exc, hub_errors.RevisionNotFoundError) or code == "RevisionNotFound":
         return f"{repo}: revision {ctx.revision!r} not found ({status} RevisionNotFound) {where}"
     if status == 401:
@@ -221,7 +227,7 @@ def _describe_http(exc: BaseException, ctx: _Context) -> str:
     if status in (409, 412) and ctx.stage == _COMMITTING:
         return (
             f"{repo}: {ctx.revision} moved while pushing ({status}): another push landed first and nothing was "
-            f"committed; run the push again"
+            "committed; run the push again"
         )
     if status == 429:
         return f"{repo}: rate limited by the Hub (429) {where}: retry later{rid}"
@@ -232,7 +238,9 @@ def _describe_http(exc: BaseException, ctx: _Context) -> str:
     return f"{repo}: Hub request failed ({status}) {where}{detail}{rid}"
 
 
-def _describe_read(exc: BaseException, ctx: _Context, status: int | None, code: str | None, where: str, rid: str) -> str | None:
+def _describe_read(
+    exc: BaseException, ctx: _Context, status: int | None, code: str | None, where: str, rid: str
+) -> str | None:
     from huggingface_hub import errors as hub_errors
 
     repo = ctx.repo_id
@@ -246,7 +254,10 @@ def _describe_read(exc: BaseException, ctx: _Context, status: int | None, code: 
     if isinstance(exc, hub_errors.EntryNotFoundError) or code == "EntryNotFound":
         return f"{repo}: file not found at revision {ctx.revision!r} ({status} EntryNotFound) {where}"
     if isinstance(exc, hub_errors.RepositoryNotFoundError) or code == "RepoNotFound":
-        return f"{repo}: repository not found, or private and not visible to this token ({status} RepoNotFound) {where}; if it is private, {hint}"
+        return (
+            f"{repo}: repository not found, or private and not visible to this token ({status} RepoNotFound) {where};"
+            f" if it is private, {hint}"
+        )
     if status == 403:
         return f"{repo}: forbidden (403) {where}: this token may not read it; {hint}"
     retried = f", still after {ctx.retries} retries with backoff" if ctx.retries else ""
@@ -275,7 +286,9 @@ def _translate(exc: BaseException, ctx: _Context) -> BaseException | None:
         translated = _translate(cause, ctx) if cause is not None and cause is not exc else None
         if translated is not None:
             return translated
-        return ctx.error(f"{ctx.repo_id}: cannot reach the Hub and it is not in the local cache ({' '.join(str(exc).split())[:200]})")
+        return ctx.error(
+            f"{ctx.repo_id}: cannot reach the Hub and it is not in the local cache ({' '.join(str(exc).split())[:200]})"
+        )
     if isinstance(exc, hub_errors.LocalTokenNotFoundError):
         return ctx.error("no Hub token: pass --token, set HF_TOKEN, or run `hf auth login`")
     if isinstance(exc, hub_errors.HfHubHTTPError):
@@ -312,8 +325,10 @@ def _hub_errors(ctx: _Context) -> Iterator[None]:
         if translated is None or translated is exc:
             raise
         if ctx.created:  # nothing of the push's files is there, but what it created stays: say so, delete nothing
-            translated = type(translated)(f"{translated} (before failing, this push created {' and '.join(ctx.created)}, "
-                                          "which stays, holding none of its files)")
+            translated = type(translated)(
+                f"{translated} (before failing, this push created {' and '.join(ctx.created)}, "
+                "which stays, holding none of its files)"
+            )
         raise translated from None
 
 
@@ -428,11 +443,13 @@ def publish(
         if private and not created_repo:  # create_repo(private=True) of an existing repo changes nothing
             ctx.stage = "reading the repository's visibility"
             if not api.repo_info(repo_id).private:
-                raise UsageError(f"{repo_id}: exists and is public; --private only makes a repository that push creates private, "
-                                 "so nothing was pushed (make it private on the Hub first, or leave out --private)")
+                raise UsageError(
+                    f"{repo_id}: exists and is public; --private only makes a repository that push creates private, "
+                    "so nothing was pushed (make it private on the Hub first, or leave out --private)"
+                )
 
         heads = {b.name: b.target_commit for b in refs.branches}
-        heads.update({p.ref: p.target_commit for p in (refs.pull_requests or [])})
+        heads.update({p.ref: p.target_commit for p in refs.pull_requests or []})
         created_branch = False
         if target not in heads:
             if target.startswith("refs/pr/"):
@@ -456,10 +473,14 @@ def publish(
                 if isinstance(entry, RepoFile):
                     remote[entry.path] = entry
         new_paths = set(paths)
-        deleted = sorted(p for p in remote if p not in new_paths and is_stale_with_the_weights(p)) if delete_stale else []
+        deleted = (
+            sorted(p for p in remote if p not in new_paths and is_stale_with_the_weights(p)) if delete_stale else []
+        )
 
-        if parent is not None and not deleted and all(
-            f.path_in_repo in remote and _same_content(f, remote[f.path_in_repo]) for f in files
+        if (
+            parent is not None
+            and not deleted
+            and all(f.path_in_repo in remote and _same_content(f, remote[f.path_in_repo]) for f in files)
         ):
             # Nothing would change: no commit. (The client would also skip it, but only after a preupload and an
             # LFS batch round trip, and would then report whatever the branch head is by that time.)
@@ -536,7 +557,9 @@ def _read_headers(token: str | None) -> dict[str, str]:
     return build_hf_headers(token=token or False, library_name="eaglekit", library_version=__version__)
 
 
-def _read_setup(repo_id: str, revision: str | None, endpoint: str | None, token: str | None) -> tuple[str, str | None, str]:
+def _read_setup(
+    repo_id: str, revision: str | None, endpoint: str | None, token: str | None
+) -> tuple[str, str | None, str]:
     check_repo_id(repo_id)
     endpoint = resolve_endpoint(endpoint)
     if offline():
@@ -553,8 +576,14 @@ def _request_timeout() -> float:
     return float(getattr(constants, "HF_HUB_DOWNLOAD_TIMEOUT", 10) or 10)
 
 
-def open_remote(repo_id: str, revision: str | None = None, *, endpoint: str | None = None, token: str | None = None,
-                retry: bool = True) -> RemoteRepo:
+def open_remote(
+    repo_id: str,
+    revision: str | None = None,
+    *,
+    endpoint: str | None = None,
+    token: str | None = None,
+    retry: bool = True,
+) -> RemoteRepo:
     """The repo's file list with sizes and the commit ``revision`` (branch, tag or commit; default main) points at:
     one model-info request, retried with backoff on 429, 5xx and network errors (``retry``: asked once only)."""
     from urllib.parse import quote
@@ -563,7 +592,9 @@ def open_remote(repo_id: str, revision: str | None = None, *, endpoint: str | No
 
     endpoint, token, revision = _read_setup(repo_id, revision, endpoint, token)
     retries = _READ_RETRIES if retry else 0
-    ctx = _Context(repo_id, endpoint, token, revision, "reading the repository's file list", reading=True, retries=retries)
+    ctx = _Context(
+        repo_id, endpoint, token, revision, "reading the repository's file list", reading=True, retries=retries
+    )
     with _hub_errors(ctx):
         response = http_backoff(
             "GET",
@@ -606,8 +637,14 @@ def read_bytes(remote: RemoteRepo, path: str, start: int = 0, length: int | None
     ctx = remote.context(f"reading {path}")
     where = f"{remote.repo_id}/{path}"
     with _hub_errors(ctx):
-        with http_stream_backoff("GET", url, headers=headers, retry_on_status_codes=_RETRY_STATUSES, follow_redirects=True,
-                                 timeout=_request_timeout()) as response:
+        with http_stream_backoff(
+            "GET",
+            url,
+            headers=headers,
+            retry_on_status_codes=_RETRY_STATUSES,
+            follow_redirects=True,
+            timeout=_request_timeout(),
+        ) as response:
             if response.status_code >= 400:
                 response.read()
             hf_raise_for_status(response)
@@ -629,8 +666,8 @@ def read_bytes(remote: RemoteRepo, path: str, start: int = 0, length: int | None
         raise HubReadError(f"{where}: larger than {limit} bytes, too large for a config or index file")
     if length is not None and len(data) != length:
         raise HubReadError(
-            f"{where}: the server answered {len(data)} of the {length} bytes asked for (bytes {start}-{start + length - 1}): "
-            "a short ranged answer; retry later"
+            f"{where}: the server answered {len(data)} of the {length} bytes asked for (bytes"
+            f" {start}-{start + length - 1}): a short ranged answer; retry later"
         )
     return data
 
@@ -711,6 +748,8 @@ def download(
             )
         )
     if expected is not None and directory.name != expected:
-        raise HubReadError(f"{repo_id}@{revision}: the Hub names commit {expected[:12]}, but the download gave the cached commit "
-                           f"{directory.name[:12]} (the Hub failed meanwhile, or the branch moved): retry")
+        raise HubReadError(
+            f"{repo_id}@{revision}: the Hub names commit {expected[:12]}, but the download gave the cached commit "
+            f"{directory.name[:12]} (the Hub failed meanwhile, or the branch moved): retry"
+        )
     return directory, directory.name

@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from . import dialects
-from .card import DRIFT_DIR, VERIFY_REPORT, hub_id, read_drift_report, read_verify_report, render_card, verify_report_misfit
+from .card import (
+    DRIFT_DIR,
+    VERIFY_REPORT,
+    hub_id,
+    read_drift_report,
+    read_verify_report,
+    render_card,
+    verify_report_misfit,
+)
 from .errors import UsageError, ValidationFailed
 from .findings import Finding, errors
 from .io import jsonfile
@@ -36,7 +44,9 @@ class PushOptions:
     base_model: str | None = None  # the verifier's Hub id for the card
     allow_untrained: bool = False  # publish a drafter eaglekit upgraded to 3.1 and nobody trained since
     allow_ambiguous: bool = False  # publish a checkpoint whose files fit two readings of its aux layers
-    report: str | None = None  # an `eaglekit drift --report` directory: its figures into the card, its plots into the commit
+    report: str | None = (
+        None  # an `eaglekit drift --report` directory: its figures into the card, its plots into the commit
+    )
 
 
 def collect_files(directory: Path, roots: tuple[Path, ...] = ()) -> list[Path]:
@@ -53,11 +63,17 @@ def collect_files(directory: Path, roots: tuple[Path, ...] = ()) -> list[Path]:
         try:
             str(relative).encode("utf-8")
         except UnicodeEncodeError:  # a byte the file system kept that no UTF-8 name (a Hub path) can hold
-            raise UsageError(f"{directory}: a file name that is not UTF-8 ({ascii(str(relative))}); rename it or move it out before pushing") from None
+            raise UsageError(
+                f"{directory}: a file name that is not UTF-8 ({ascii(str(relative))}); rename it or move it out before"
+                " pushing"
+            ) from None
         try:
             real = path.resolve()
         except (RuntimeError, OSError) as exc:  # Python 3.11 raises RuntimeError for a symlink loop
-            raise UsageError(f"{path}: a symlink loop or a path that cannot be resolved ({exc.__class__.__name__}); refusing to upload it") from None
+            raise UsageError(
+                f"{path}: a symlink loop or a path that cannot be resolved ({exc.__class__.__name__}); refusing to"
+                " upload it"
+            ) from None
         if root not in real.parents and not any(r in real.parents for r in roots):
             raise UsageError(f"{path}: a symlink pointing outside {directory}; refusing to upload it")
         if real.is_file():
@@ -71,7 +87,8 @@ _LOCAL_PREFIXES = ("/", "~", "./", "../", "file:", "\\\\", "$HOME", "${HOME}", "
 
 def _is_local_path(value: str) -> bool:
     """An absolute, home or dotted path (or a file URL, a Windows share, a home variable), or a relative one that
-    names something here (``models/target``, which a Hub id looks like too: the card's ``hub_id`` draws the same line)."""
+    names something here (``models/target``, which a Hub id looks like too: the card's ``hub_id`` draws the same line).
+    """
     if value.startswith(_LOCAL_PREFIXES) or (len(value) > 2 and value[1] == ":" and value[2] in "\\/"):
         return True
     return ("/" in value or "\\" in value) and Path(value).exists()
@@ -83,7 +100,8 @@ TARGET_KEYS = ("verifier", "name_or_path", "target")
 
 
 # A path inside a longer string (a finding's message, a note: "converted from /home/alice/ckpt"): one of the prefixed
-# forms above (and ``~user/x``, ``//server/share``, scp's ``user@host:/x`` and ``host.domain:/x``), at the string's start
+# forms above (and ``~user/x``, ``//server/share``, scp's ``user@host:/x`` and ``host.domain:/x``), at the string's
+# start
 # or after a character that cannot end a word of a path (a space, a quote of any kind, a bracket, "=", ",", ";", ":",
 # "*", "|", "-", a dash), up to the next quote, closing bracket, ",", ";" or "|", or a space not followed by more of the
 # path (a word, then a slash: ``/Users/Bob Smith/ckpts`` is one path). A bare absolute path there is one whose first
@@ -91,29 +109,79 @@ TARGET_KEYS = ("verifier", "name_or_path", "target")
 # starts with its file's path): text holds many other slashed words, a URL's route (``/v1/chat/completions``), a
 # relative link (``/abs/2503.01840``), a date, a ratio ("3.1 /4", "tok /s"). A relative
 # path inside a sentence (``models/target``) is not recognised: nothing tells it from a Hub id or a ratio there.
-MACHINE_ROOTS = ("home", "Users", "root", "mnt", "media", "Volumes", "private", "tmp", "var", "opt", "srv", "usr", "etc", "data",
-                 "datasets", "scratch", "work", "workspace", "workspaces", "project", "projects", "lustre", "gpfs", "weka", "nfs",
-                 "net", "fsx", "efs", "cluster", "storage", "shared", "export", "raid", "nvme", "local", "models", "checkpoints",
-                 "ckpt", "ckpts", "cache", "content", "kaggle", "dbfs", "Workspace")
+MACHINE_ROOTS = (
+    "home",
+    "Users",
+    "root",
+    "mnt",
+    "media",
+    "Volumes",
+    "private",
+    "tmp",
+    "var",
+    "opt",
+    "srv",
+    "usr",
+    "etc",
+    "data",
+    "datasets",
+    "scratch",
+    "work",
+    "workspace",
+    "workspaces",
+    "project",
+    "projects",
+    "lustre",
+    "gpfs",
+    "weka",
+    "nfs",
+    "net",
+    "fsx",
+    "efs",
+    "cluster",
+    "storage",
+    "shared",
+    "export",
+    "raid",
+    "nvme",
+    "local",
+    "models",
+    "checkpoints",
+    "ckpt",
+    "ckpts",
+    "cache",
+    "content",
+    "kaggle",
+    "dbfs",
+    "Workspace",
+)
 _QUOTES = "\"'`\u201c\u201d\u2018\u2019\u00ab\u00bb\u300c\u300d\u300e\u300f"
 _BEFORE = rf"(?:^|(?<=[\s{_QUOTES}=(\[{{,;:*|<>\u2013\u2014\uff08-]))"
 _STOP = rf"\s{_QUOTES})\]}},;|\uff09"
-_PART = rf"(?:[^{_STOP}]| (?=\w[^{_STOP}\\/:]*[\\/]))"  # a path's character, or a space inside it (a word, then a slash)
+_PART = (  # a path's character, or a space inside it (a word, then a slash)
+    rf"(?:[^{_STOP}]| (?=\w[^{_STOP}\\/:]*[\\/]))"
+)
 _EMBEDDED_PATH = re.compile(
     _BEFORE + r"(?:"
     rf"(?:[\w.+-]+@[\w.-]+:|[\w-]+(?:\.[\w-]+)+:)/[\w.~$%-]{_PART}*"  # scp: alice@host:/x, gpu01.corp.example.com:/x
     rf"|/(?:{'|'.join(MACHINE_ROOTS)})[\\/][\w.~$%-]{_PART}*"  # /home/alice, /data/run3/x
-    rf"|^/[\w.~$%-]+/[\w.~$%-]{_PART}*"  # any absolute path that starts the string (a finding's message starts with its file)
-    rf"|(?:~[\w.-]*|\$HOME|\$\{{HOME\}}|%USERPROFILE%|%HOMEPATH%|\.\.?)[\\/][\w.~$%-]{_PART}*"  # ~/x, ~bob/x, $HOME/x, ./x
-    rf"|file:{_PART}+|[A-Za-z]:[\\/]{_PART}*|\\\\{_PART}+|(?<!:)//[\w.-]+/{_PART}+)"  # file URLs, C:\x, \\server, //server/x
+    # any absolute path that starts the string (a finding's message starts with its file)
+    rf"|^/[\w.~$%-]+/[\w.~$%-]{_PART}*"
+    # ~/x, ~bob/x, $HOME/x, ./x
+    rf"|(?:~[\w.-]*|\$HOME|\$\{{HOME\}}|%USERPROFILE%|%HOMEPATH%|\.\.?)[\\/][\w.~$%-]{_PART}*"
+    # file URLs, C:\x, \\server, //server/x
+    rf"|file:{_PART}+|[A-Za-z]:[\\/]{_PART}*|\\\\{_PART}+|(?<!:)//[\w.-]+/{_PART}+)"
 )
 # A home folder itself (``/home/alice``, ``C:\Users\alice``): its last part is a user's name, replaced by "~"
-_HOME_FOLDER = re.compile(r"(?:.*:)?(?:/root|(?:/home|/Users|[A-Za-z]:[\\/]Users)(?:[\\/][^\\/]*)?)[\\/]?", re.IGNORECASE)
+_HOME_FOLDER = re.compile(
+    r"(?:.*:)?(?:/root|(?:/home|/Users|[A-Za-z]:[\\/]Users)(?:[\\/][^\\/]*)?)[\\/]?", re.IGNORECASE
+)
 
 
 def _is_whole_path(s: str) -> bool:
-    """A string that is one local path: no space in it, or spaces only inside its parts (``C:\\Users\\Bob Smith\\llama``),
-    or it names something here; a string that goes on past its path is a sentence (``CKPT/config.json: ...``)."""
+    """A string that is one local path: no space in it, or spaces only inside its parts (``C:\\Users\\Bob
+    Smith\\llama``), or it names something here; a string that goes on past its path is a sentence (``CKPT/config.json:
+    ...``)."""
     if not _is_local_path(s):
         return False
     if not any(c.isspace() for c in s) or Path(s).exists():
@@ -128,7 +196,8 @@ def _path_end(path: str) -> str:
 
 
 def _embedded(match: re.Match) -> tuple[str, str] | None:
-    """(the path an ``_EMBEDDED_PATH`` match holds, the name it is replaced by), or None where it names nothing (``./``)."""
+    """(the path an ``_EMBEDDED_PATH`` match holds, the name it is replaced by), or None where it names nothing
+    (``./``)."""
     path = _path_end(match.group(0))
     name = _last_part(path)
     return None if name in ("", ".", "..") else (path, name)
@@ -152,7 +221,7 @@ def _scrub_inside(text: str) -> str:
 
     def one(m: re.Match) -> str:
         found = _embedded(m)
-        return m.group(0) if found is None else found[1] + m.group(0)[len(found[0]):]  # a full stop after it kept
+        return m.group(0) if found is None else found[1] + m.group(0)[len(found[0]) :]  # a full stop after it kept
 
     return _EMBEDDED_PATH.sub(one, text)
 
@@ -233,7 +302,9 @@ def prepare(path: str, options: PushOptions):
 
     branch = check_options(options)
     directory = Path(path)
-    drift = read_drift_report(Path(options.report)) if options.report else None  # bad input refused before anything else
+    drift = (
+        read_drift_report(Path(options.report)) if options.report else None
+    )  # bad input refused before anything else
     if drift:  # what is published of it names no path on the publisher's machine
         drift = (scrub_local_paths(drift[0], None), drift[1])
     findings = []
@@ -252,44 +323,73 @@ def prepare(path: str, options: PushOptions):
             # engines one way, and nothing in its files says which way was meant
             ambiguous = next(f for f in findings if f.check in ("dialect.ambiguous", "aux.ambiguous"))
             raise ValidationFailed(
-                f"refusing to publish: {ambiguous.message} (each engine reads a published checkpoint one way and nothing in its "
-                "files says which was meant: decide with `eaglekit convert --from DIALECT`, `--aux-layers` or `--target T "
-                "--resolve` first, or pass --allow-ambiguous)",
+                f"refusing to publish: {ambiguous.message} (each engine reads a published checkpoint one way and"
+                " nothing in its files says which was meant: decide with `eaglekit convert --from DIALECT`,"
+                " `--aux-layers` or `--target T --resolve` first, or pass --allow-ambiguous)",
                 findings,
             )
     with dialects.load(path) as loaded:
-        loaded.drafter = loaded.drafter.with_(provenance=loaded.drafter.provenance.from_hub(loaded.checkpoint.located.origin))
+        loaded.drafter = loaded.drafter.with_(
+            provenance=loaded.drafter.provenance.from_hub(loaded.checkpoint.located.origin)
+        )
         if loaded.drafter.provenance.untrained_upgrade and not options.allow_untrained:
             raise ValidationFailed(
-                "refusing to publish: eaglekit upgraded this drafter to EAGLE 3.1 with fc_norm weights of ones and it has not "
-                "been trained since, so it would serve with poor acceptance; fine-tune it first, or pass --allow-untrained"
+                "refusing to publish: eaglekit upgraded this drafter to EAGLE 3.1 with fc_norm weights of ones and it"
+                " has not been trained since, so it would serve with poor acceptance; fine-tune it first, or pass"
+                " --allow-untrained"
             )
         if options.base_model:
             loaded.drafter = loaded.drafter.with_(verifier=options.base_model)
         verify_report = read_verify_report(loaded.checkpoint.directory)
         misfit = verify_report_misfit(verify_report, loaded.drafter) if verify_report else None
         if misfit:
-            raise UsageError(f"refusing to publish: {VERIFY_REPORT} is not a report on this drafter: {misfit}; run `eaglekit verify "
-                             f"--report {VERIFY_REPORT}` again, or remove it")
-        card = render_card(loaded, options.repo_id, validated=options.validate, verify_report=verify_report,
-                           drift=(drift[0], [f"{DRIFT_DIR}/{p.name}" for p in drift[1]]) if drift else None,
-                           revision=None if options.create_pr else branch)
+            raise UsageError(
+                f"refusing to publish: {VERIFY_REPORT} is not a report on this drafter: {misfit}; run `eaglekit verify "
+                f"--report {VERIFY_REPORT}` again, or remove it"
+            )
+        card = render_card(
+            loaded,
+            options.repo_id,
+            validated=options.validate,
+            verify_report=verify_report,
+            drift=(drift[0], [f"{DRIFT_DIR}/{p.name}" for p in drift[1]]) if drift else None,
+            revision=None if options.create_pr else branch,
+        )
         # what the card quotes of config.json and the verify report, scrubbed as those files are when uploaded
-        quoted = {**_local_paths(verify_report, options.base_model), **_local_paths(loaded.checkpoint.config, options.base_model)}
+        quoted = {
+            **_local_paths(verify_report, options.base_model),
+            **_local_paths(loaded.checkpoint.config, options.base_model),
+        }
         card = replace_paths(card, quoted)
         if hub_id(loaded.drafter.verifier) is None:
-            findings = [*findings, Finding("card.base_model", "warning", "the drafter names its target by a local path or not at all, so "
-                                           "the card names no base model and its serve line says <target model>: pass --base-model ORG/NAME")]
-    files = [_upload(p, p.relative_to(directory).as_posix(), options.base_model) for p in collect_files(directory, getattr(path, "roots", ()))]
+            findings = [
+                *findings,
+                Finding(
+                    "card.base_model",
+                    "warning",
+                    "the drafter names its target by a local path or not at all, so "
+                    "the card names no base model and its serve line says <target model>: pass --base-model ORG/NAME",
+                ),
+            ]
+    files = [
+        _upload(p, p.relative_to(directory).as_posix(), options.base_model)
+        for p in collect_files(directory, getattr(path, "roots", ()))
+    ]
     if drift:  # the plots and the figures, in the same commit as everything else
         report_json = jsonfile.dumps(drift[0]).encode("utf-8")
-        figures = [UploadFile(f"{DRIFT_DIR}/report.json", data=report_json)] + [UploadFile(f"{DRIFT_DIR}/{p.name}", local_path=p) for p in drift[1]]
+        figures = [UploadFile(f"{DRIFT_DIR}/report.json", data=report_json)] + [
+            UploadFile(f"{DRIFT_DIR}/{p.name}", local_path=p) for p in drift[1]
+        ]
         # a report kept inside the drafter goes up once, as the figures: not also as the files it was collected as
         # (its raw report.json names paths of this machine), and nothing else of the drafter's under the same names
         report_dir = Path(options.report).resolve()
         taken = {f.path_in_repo for f in figures}
-        files = [f for f in files if f.path_in_repo not in taken
-                 and not (f.local_path is not None and report_dir in Path(f.local_path).resolve().parents)] + figures
+        files = [
+            f
+            for f in files
+            if f.path_in_repo not in taken
+            and not (f.local_path is not None and report_dir in Path(f.local_path).resolve().parents)
+        ] + figures
     kept = any(f.path_in_repo == "README.md" for f in files) and not options.overwrite_card
     if not kept:
         files = [f for f in files if f.path_in_repo != "README.md"]
@@ -298,13 +398,16 @@ def prepare(path: str, options: PushOptions):
     for f in files:  # a secret in a note, a config key or a report would be published as it is: refused, dry run too
         found = f.secret(given)
         if found:
-            raise UsageError(f"refusing to publish: {f.path_in_repo} holds what looks like {found}; remove it first "
-                             "(what a push publishes is readable by everyone who can see the repository)")
+            raise UsageError(
+                f"refusing to publish: {f.path_in_repo} holds what looks like {found}; remove it first "
+                "(what a push publishes is readable by everyone who can see the repository)"
+            )
     return files, card, kept, findings
 
 
 def _check_base_model(base_model: str | None) -> None:
-    """``--base-model`` must be what the card can name: a Hub id (``card.hub_id``); anything else was dropped in silence."""
+    """``--base-model`` must be what the card can name: a Hub id (``card.hub_id``); anything else was dropped in
+    silence."""
     from .io.hub_ids import repo_id_problem
 
     if base_model is None or hub_id(base_model) is not None:
@@ -332,7 +435,12 @@ def _upload(path: Path, name: str, base_model: str | None):
 def push(path: str, options: PushOptions) -> dict:
     files, card, kept, findings = prepare(path, options)
     message = options.commit_message or "Upload EAGLE drafter with eaglekit"
-    target = {"repo_id": options.repo_id, "revision": options.revision or "main", "create_pr": options.create_pr, "private": options.private}
+    target = {
+        "repo_id": options.repo_id,
+        "revision": options.revision or "main",
+        "create_pr": options.create_pr,
+        "private": options.private,
+    }
     listing = [{"path": f.path_in_repo, "size": f.size, "sha256": f.sha256} for f in files]
     result: dict = {
         "target": target,

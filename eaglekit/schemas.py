@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
+from collections.abc import Collection
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Collection
+from typing import Any
 
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
@@ -35,16 +36,17 @@ def all_schema_files() -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*.schema.json"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(name: str) -> dict:
     return json.loads((schema_root() / name).read_text())
 
 
 def _retrieve(uri: str) -> Resource:
-    """A schema another refers to, loaded when first referred to (not all of them up front: ~10 ms of every validate)."""
+    """A schema another refers to, loaded when first referred to (not all of them up front: ~10 ms of every
+    validate)."""
     from referencing.exceptions import NoSuchResource
 
-    name = uri[len(BASE_URI):] if uri.startswith(BASE_URI) else None
+    name = uri[len(BASE_URI) :] if uri.startswith(BASE_URI) else None
     if name is None or name not in all_schema_files():
         raise NoSuchResource(ref=uri)
     return Resource.from_contents(load(name))
@@ -59,7 +61,11 @@ def without_required(schema: Any) -> Any:
     """``schema`` with every ``required`` list left out (a copy): the same types, no key demanded. For reading a file an
     older or partial writer may have left keys out of."""
     if isinstance(schema, dict):
-        return {key: without_required(value) for key, value in schema.items() if not (key == "required" and isinstance(value, list))}
+        return {
+            key: without_required(value)
+            for key, value in schema.items()
+            if not (key == "required" and isinstance(value, list))
+        }
     if isinstance(schema, list):
         return [without_required(item) for item in schema]
     return schema
@@ -81,7 +87,10 @@ def _describe(error) -> str:
     value = json.dumps(error.instance, default=str)
     if len(value) > 60:
         value = value[:57] + "..."
-    return f"{json_path(error.absolute_path)} = {value}: {error.message if len(error.message) < 160 else error.message[:157] + '...'}"
+    return (
+        f"{json_path(error.absolute_path)} = {value}:"
+        f" {error.message if len(error.message) < 160 else error.message[:157] + '...'}"
+    )
 
 
 def _errors(data: Any, schema: str | dict) -> list:
@@ -89,11 +98,14 @@ def _errors(data: Any, schema: str | dict) -> list:
 
 
 def check(data: Any, schema: str | dict) -> list[str]:
-    """Every violation of ``schema`` (a file name, as ``validator`` takes it) as 'JSON path = value: what was expected'."""
+    """Every violation of ``schema`` (a file name, as ``validator`` takes it) as 'JSON path = value: what was
+    expected'."""
     return [_describe(e) for e in _errors(data, schema)]
 
 
-def check_config(config: dict, schema: str | None, *, mla: bool, label: str = "config.json", told: Collection[str] = ()) -> list[Finding]:
+def check_config(
+    config: dict, schema: str | None, *, mla: bool, label: str = "config.json", told: Collection[str] = ()
+) -> list[Finding]:
     """``config`` against a dialect's schema (``Dialect.schema``) and, for an MLA drafter, the MLA schema. A key one
     schema has already found wrong is not reported again by the next (``architectures: [5]`` is not a string to the
     dialect's schema, and to the MLA schema not one of its architectures: one finding).
@@ -118,8 +130,20 @@ def check_config(config: dict, schema: str | None, *, mla: bool, label: str = "c
 
 # JSON Schema rules about an object as a whole, or that combine other rules: broken by an object, their violation may
 # be more than one fault of it (broken by a scalar, ``draft_vocab_size: "32"`` against oneOf [integer, null], it is one)
-_WHOLE_OBJECT_RULES = {"oneOf", "anyOf", "allOf", "not", "if", "additionalProperties", "dependentRequired", "dependentSchemas",
-                       "propertyNames", "minProperties", "maxProperties", "unevaluatedProperties"}
+_WHOLE_OBJECT_RULES = {
+    "oneOf",
+    "anyOf",
+    "allOf",
+    "not",
+    "if",
+    "additionalProperties",
+    "dependentRequired",
+    "dependentSchemas",
+    "propertyNames",
+    "minProperties",
+    "maxProperties",
+    "unevaluatedProperties",
+}
 
 
 def _told_elsewhere(error, told: Collection[str]) -> bool:
@@ -133,7 +157,9 @@ def _config_key(error) -> str | None:
     (``speculators_config.proposal_methods[1].speculative_tokens``), a missing required key included; None for the
     config as a whole."""
     path = json_path(error.absolute_path).removeprefix("$")
-    if error.validator == "required" and isinstance(error.instance, dict):  # one error per missing key, named first in its message
+    if error.validator == "required" and isinstance(
+        error.instance, dict
+    ):  # one error per missing key, named first in its message
         missing = [k for k in error.validator_value if k not in error.instance and error.message.startswith(repr(k))]
         path += f".{missing[0]}" if missing else ""
     return path.lstrip(".") or None
@@ -141,6 +167,7 @@ def _config_key(error) -> str | None:
 
 def _wrong_key(error) -> str:
     """What a violation is about: a value, by its JSON path; or, where the value is an object (a key missing from it, a
-    rule over its keys together), that path and what is wrong, so that two different faults of one object are each told."""
+    rule over its keys together), that path and what is wrong, so that two different faults of one object are each told.
+    """
     path = json_path(error.absolute_path)
     return f"{path}: {error.message}" if isinstance(error.instance, dict) else path

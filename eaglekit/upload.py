@@ -18,8 +18,10 @@ _CHUNK = 8 * 2**20  # bytes read at a time when hashing local files
 HUB_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{8,}")  # anything like a Hub token, whoever's: scrubbed from every message
 # what a push looks for in its text files before publishing them (a note, a config key, a report): what it is, how to
 # find it. A Hub token is hf_ and 34 letters and digits; shorter runs are words (hf_transfer, hf_tokenizer), not refused
-SECRETS = (("a Hub token (hf_...)", re.compile(rb"\bhf_[A-Za-z0-9]{30,}\b")),
-           ("a password in a URL (user:password@host)", re.compile(rb"[a-z][a-z0-9+.-]*://[^/\s:@\"'<>]+:[^/\s@\"'<>]+@")))
+SECRETS = (
+    ("a Hub token (hf_...)", re.compile(rb"\bhf_[A-Za-z0-9]{30,}\b")),
+    ("a password in a URL (user:password@host)", re.compile(rb"[a-z][a-z0-9+.-]*://[^/\s:@\"'<>]+:[^/\s@\"'<>]+@")),
+)
 TEXT_SUFFIXES = (".json", ".md", ".txt", ".yaml", ".yml", ".jinja", ".py", ".toml", ".cfg", ".ini", ".csv")
 MAX_SCANNED_BYTES = 64 * 2**20  # a text file of a drafter is a few KB; larger ones are not read through
 

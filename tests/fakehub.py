@@ -7,9 +7,7 @@ validate-yaml, preupload, the LFS batch/upload/verify protocol and the NDJSON co
 recorded in ``state.unrouted``; the fixture fails the test on it, so a client that starts calling something new
 is noticed rather than silently mis-served.
 
-Use from a test module (no conftest needed)::
-
-    from fakehub import fake_hub  # noqa: F401  (a pytest fixture: importing it makes it available)
+The ``fake_hub`` fixture is registered for every test by tests/conftest.py::
 
     def test_push(fake_hub):
         publish("tester/d", files, commit_message="m")  # endpoint and token come from HF_ENDPOINT / HF_TOKEN
@@ -21,10 +19,10 @@ Downloads behave like the real Hub's: ``HEAD``/``GET`` on ``/{repo}/resolve/{rev
 ``Content-Range``, 416 past the end), ``X-Repo-Commit``, ``ETag`` (``X-Linked-Etag``/``X-Linked-Size`` for LFS
 files, answered directly rather than by a CDN redirect), ``X-Error-Code`` on 404s (RepoNotFound,
 RevisionNotFound, EntryNotFound), and model info whose ``siblings`` carry sizes and LFS data with ``?blobs=true``.
-Reads need no token for public repos; a private repo is 401 without a token, and one ``seed``ed private is someone else's:
-404 RepoNotFound to the test's token too (as the real Hub hides it); ``gated`` repos answer 403 GatedRepo. File contents may be
-``bytes`` or a ``Path`` served from disk (``state.seed`` a sparse 1 GB shard cheaply); ``state.served`` counts the
-body bytes sent per ``(repo_id, path)``; ``state.short_ranges`` makes ranged answers short.
+Reads need no token for public repos; a private repo is 401 without a token, and one ``seed``ed private is someone
+else's: 404 RepoNotFound to the test's token too (as the real Hub hides it); ``gated`` repos answer 403 GatedRepo. File
+contents may be ``bytes`` or a ``Path`` served from disk (``state.seed`` a sparse 1 GB shard cheaply); ``state.served``
+counts the body bytes sent per ``(repo_id, path)``; ``state.short_ranges`` makes ranged answers short.
 
 State: ``state.repos[repo_id]`` -> ``Repo`` (refs: branch name or ``refs/pr/N`` -> commit oid; commits: oid ->
 ``Commit`` with parent, files {path: bytes}, lfs paths, message); ``state.blobs`` (LFS objects by sha256);
@@ -44,12 +42,12 @@ import socket
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from collections import Counter
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -135,8 +133,14 @@ class HubState:
         all_headers = {"X-Error-Code": error_code} if error_code else {}
         all_headers.update(headers or {})
         self.faults.append(
-            Fault(method, re.compile(path_regex), status, all_headers,
-                  body if body is not None else {"error": f"injected {status}"}, times)
+            Fault(
+                method,
+                re.compile(path_regex),
+                status,
+                all_headers,
+                body if body is not None else {"error": f"injected {status}"},
+                times,
+            )
         )
 
     def on(self, method: str, path_regex: str, action: Callable[[], None]) -> None:
@@ -158,8 +162,15 @@ class HubState:
             repo = self.repos[repo_id]
             repo.tags[tag] = repo.refs[ref]
 
-    def seed(self, repo_id: str, files: dict[str, bytes | Path], *, private: bool = False, gated: bool = False,
-             ref: str = "main") -> str:
+    def seed(
+        self,
+        repo_id: str,
+        files: dict[str, bytes | Path],
+        *,
+        private: bool = False,
+        gated: bool = False,
+        ref: str = "main",
+    ) -> str:
         """A repo holding ``files`` (bytes, or paths served from disk) in one commit on ``ref``; returns its oid.
         LFS status follows ``LFS_SUFFIXES``, as for pushed files."""
         with self.lock:
@@ -210,7 +221,9 @@ class HubState:
         with self.lock:
             repo = Repo(repo_id, private)
             self.repos[repo_id] = repo
-            gitattributes = b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n*.bin filter=lfs diff=lfs merge=lfs -text\n"
+            gitattributes = (
+                b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n*.bin filter=lfs diff=lfs merge=lfs -text\n"
+            )
             self._commit(repo, "main", None, {".gitattributes": gitattributes}, frozenset(), "initial commit")
             return repo
 
@@ -270,7 +283,8 @@ def read_range(content: bytes | Path, start: int, end: int) -> Iterator[bytes]:
 
 
 def lfs_pointer(content: bytes | Path) -> bytes:
-    return f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256_of(content)}\nsize {size_of(content)}\n".encode()
+    spec = "https://git-lfs.github.com/spec/v1"
+    return f"version {spec}\noid sha256:{sha256_of(content)}\nsize {size_of(content)}\n".encode()
 
 
 class _Answer(Exception):
@@ -284,9 +298,18 @@ class _Answer(Exception):
 class _Stream(Exception):
     """Raised by the resolve route: answer with (part of) a file's bytes, sent after the state lock is released."""
 
-    def __init__(self, status: int, headers: dict[str, str], key: tuple[str, str], content: bytes | Path, start: int, end: int):
+    def __init__(
+        self, status: int, headers: dict[str, str], key: tuple[str, str], content: bytes | Path, start: int, end: int
+    ):
         super().__init__(status)
-        self.status, self.headers, self.key, self.content, self.start, self.end = status, headers, key, content, start, end
+        self.status, self.headers, self.key, self.content, self.start, self.end = (
+            status,
+            headers,
+            key,
+            content,
+            start,
+            end,
+        )
 
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
@@ -418,11 +441,18 @@ def _handler(state: HubState, base_url: str) -> type[BaseHTTPRequestHandler]:
             if repo is None:
                 raise _not_found("Repository", "RepoNotFound")
             if repo.private and auth is None:
-                raise _Answer(401, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Invalid username or password."})
+                raise _Answer(
+                    401,
+                    {"error": "Repository not found"},
+                    {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Invalid username or password."},
+                )
             if repo.private and repo.hidden:
                 raise _not_found("Repository", "RepoNotFound")
             if repo.gated:
-                message = f"Access to model {repo_id} is restricted. You must have access to it and be authenticated to access it."
+                message = (
+                    f"Access to model {repo_id} is restricted. You must have access to it and be authenticated to"
+                    " access it."
+                )
                 raise _Answer(403, {"error": message}, {"X-Error-Code": "GatedRepo", "X-Error-Message": message})
             return repo
 
@@ -433,8 +463,11 @@ def _handler(state: HubState, base_url: str) -> type[BaseHTTPRequestHandler]:
                 raise _not_found("Revision", "RevisionNotFound")
             commit = repo.commits[oid]
             if path not in commit.files:
-                raise _Answer(404, {"error": "Entry not found"},
-                              {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found", "X-Repo-Commit": oid})
+                raise _Answer(
+                    404,
+                    {"error": "Entry not found"},
+                    {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found", "X-Repo-Commit": oid},
+                )
             content = commit.files[path]
             size = size_of(content)
             headers = {"X-Repo-Commit": oid, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
@@ -456,7 +489,9 @@ def _handler(state: HubState, base_url: str) -> type[BaseHTTPRequestHandler]:
                 else:
                     start, end = int(first), min(size, int(last) + 1) if last else size
                 if start >= size or start >= end:
-                    raise _Answer(416, {"error": "Requested Range Not Satisfiable"}, {"Content-Range": f"bytes */{size}"})
+                    raise _Answer(
+                        416, {"error": "Requested Range Not Satisfiable"}, {"Content-Range": f"bytes */{size}"}
+                    )
                 short = state.short_ranges.get((repo_id, path))
                 if short is not None:
                     end = min(end, start + short)
@@ -476,7 +511,12 @@ def _handler(state: HubState, base_url: str) -> type[BaseHTTPRequestHandler]:
                 return self._lfs_put(seg[1], body)
             if method in ("GET", "HEAD") and len(seg) >= 5 and seg[2] == "resolve":
                 return self._resolve(f"{seg[0]}/{seg[1]}", seg[3], "/".join(seg[4:]), request)
-            if method == "GET" and len(seg) >= 4 and seg[:2] == ["api", "models"] and (len(seg) == 4 or seg[4] in ("revision", "tree")):
+            if (
+                method == "GET"
+                and len(seg) >= 4
+                and seg[:2] == ["api", "models"]
+                and (len(seg) == 4 or seg[4] in ("revision", "tree"))
+            ):
                 self._read_access(f"{seg[2]}/{seg[3]}")  # reads: anonymous for public repos, as on the real Hub
                 return self._model_api(method, f"{seg[2]}/{seg[3]}", seg[4:], request.query, body)
             self._authorize()
@@ -486,7 +526,12 @@ def _handler(state: HubState, base_url: str) -> type[BaseHTTPRequestHandler]:
                 raise _Answer(200, {"errors": [], "warnings": []})
             if len(seg) >= 4 and seg[:2] == ["api", "models"]:
                 return self._model_api(method, f"{seg[2]}/{seg[3]}", seg[4:], request.query, body)
-            if len(seg) == 6 and seg[1].endswith(".git") and seg[2:] == ["info", "lfs", "objects", "batch"] and method == "POST":
+            if (
+                len(seg) == 6
+                and seg[1].endswith(".git")
+                and seg[2:] == ["info", "lfs", "objects", "batch"]
+                and method == "POST"
+            ):
                 return self._lfs_batch(f"{seg[0]}/{seg[1][: -len('.git')]}", json.loads(body))
             if len(seg) == 2 and seg[0] == "lfs-verify" and method == "POST":
                 if seg[1] not in state.blobs:
@@ -502,7 +547,9 @@ def _handler(state: HubState, base_url: str) -> type[BaseHTTPRequestHandler]:
             state.create_repo(repo_id, private)
             raise _Answer(200, {"url": f"{base_url}/{repo_id}", "name": repo_id})
 
-        def _model_api(self, method: str, repo_id: str, rest: list[str], query: dict[str, list[str]], body: bytes) -> None:
+        def _model_api(
+            self, method: str, repo_id: str, rest: list[str], query: dict[str, list[str]], body: bytes
+        ) -> None:
             repo = state.repos.get(repo_id)
             if repo is None:
                 raise _not_found("Repository", "RepoNotFound")
@@ -526,26 +573,51 @@ def _handler(state: HubState, base_url: str) -> type[BaseHTTPRequestHandler]:
                         if name in commit.lfs:
                             pointer = lfs_pointer(content)
                             sibling["blobId"] = git_blob_sha1(pointer)
-                            sibling["lfs"] = {"sha256": sha256_of(content), "size": size_of(content), "pointerSize": len(pointer)}
+                            sibling["lfs"] = {
+                                "sha256": sha256_of(content),
+                                "size": size_of(content),
+                                "pointerSize": len(pointer),
+                            }
                         else:
                             sibling["blobId"] = git_blob_sha1(content)
                     siblings.append(sibling)
-                raise _Answer(200, {"id": repo_id, "modelId": repo_id, "sha": oid, "private": repo.private,
-                                    "gated": False, "disabled": False, "tags": [], "siblings": siblings})
+                raise _Answer(
+                    200,
+                    {
+                        "id": repo_id,
+                        "modelId": repo_id,
+                        "sha": oid,
+                        "private": repo.private,
+                        "gated": False,
+                        "disabled": False,
+                        "tags": [],
+                        "siblings": siblings,
+                    },
+                )
             if method == "GET" and rest == ["refs"]:
+
                 def ref(name: str, full: str, oid: str) -> dict[str, str]:
                     return {"name": name, "ref": full, "targetCommit": oid}
 
-                raise _Answer(200, {
-                    "branches": [ref(r, f"refs/heads/{r}", o) for r, o in repo.refs.items() if not r.startswith("refs/pr/")],
-                    "tags": [ref(t, f"refs/tags/{t}", o) for t, o in repo.tags.items()],
-                    "converts": [],
-                    "pullRequests": [ref(r.rsplit("/", 1)[1], r, o) for r, o in repo.refs.items() if r.startswith("refs/pr/")],
-                })
+                raise _Answer(
+                    200,
+                    {
+                        "branches": [
+                            ref(r, f"refs/heads/{r}", o) for r, o in repo.refs.items() if not r.startswith("refs/pr/")
+                        ],
+                        "tags": [ref(t, f"refs/tags/{t}", o) for t, o in repo.tags.items()],
+                        "converts": [],
+                        "pullRequests": [
+                            ref(r.rsplit("/", 1)[1], r, o) for r, o in repo.refs.items() if r.startswith("refs/pr/")
+                        ],
+                    },
+                )
             if method == "GET" and len(rest) >= 2 and rest[0] == "tree":
                 commit = repo.commits[resolve(rest[1])]
                 prefix = "/".join(rest[2:])
-                raise _Answer(200, self._tree(commit, prefix, query.get("recursive", ["false"])[0].lower() in ("1", "true")))
+                raise _Answer(
+                    200, self._tree(commit, prefix, query.get("recursive", ["false"])[0].lower() in ("1", "true"))
+                )
             if method == "POST" and len(rest) >= 2 and rest[0] == "branch":
                 branch = "/".join(rest[1:])
                 if branch in repo.refs:
@@ -589,7 +661,9 @@ def _handler(state: HubState, base_url: str) -> type[BaseHTTPRequestHandler]:
                 if head is not None and path in head.files:  # the client skips files whose oid matches
                     content = head.files[path]
                     oid = sha256_of(content) if path in head.lfs else git_blob_sha1(content)
-                answers.append({"path": path, "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid})
+                answers.append(
+                    {"path": path, "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid}
+                )
             raise _Answer(200, {"files": answers, "commitOid": repo.refs.get(rev)})
 
         def _lfs_batch(self, repo_id: str, payload: dict[str, Any]) -> None:
@@ -646,10 +720,18 @@ def _handler(state: HubState, base_url: str) -> type[BaseHTTPRequestHandler]:
                 repo.prs += 1
                 ref = f"refs/pr/{repo.prs}"
                 oid = state._commit(repo, ref, head, files, frozenset(lfs), summary, description)
-                raise _Answer(200, {"commitUrl": f"{base_url}/{repo.repo_id}/commit/{oid}", "commitOid": oid,
-                                    "pullRequestUrl": f"{base_url}/{repo.repo_id}/discussions/{repo.prs}"})
+                raise _Answer(
+                    200,
+                    {
+                        "commitUrl": f"{base_url}/{repo.repo_id}/commit/{oid}",
+                        "commitOid": oid,
+                        "pullRequestUrl": f"{base_url}/{repo.repo_id}/discussions/{repo.prs}",
+                    },
+                )
             oid = state._commit(repo, rev, head, files, frozenset(lfs), summary, description)
-            raise _Answer(200, {"commitUrl": f"{base_url}/{repo.repo_id}/commit/{oid}", "commitOid": oid, "pullRequestUrl": None})
+            raise _Answer(
+                200, {"commitUrl": f"{base_url}/{repo.repo_id}/commit/{oid}", "commitOid": oid, "pullRequestUrl": None}
+            )
 
     return Handler
 
@@ -705,7 +787,9 @@ class _NoSleepTime:
 
 
 @contextmanager
-def serve(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *, token: str = TOKEN, check_routes: bool = True) -> Iterator[FakeHub]:
+def serve(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *, token: str = TOKEN, check_routes: bool = True
+) -> Iterator[FakeHub]:
     """Start a fake hub and point the real client at it for the duration.
 
     Sets ``HF_ENDPOINT`` (read at call time by eaglekit.hub) and ``HF_TOKEN``; disables Xet (not emulable) and
@@ -731,7 +815,13 @@ def serve(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *, token: str = TOKEN
     monkeypatch.setenv("HF_HOME", str(home))
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.setenv("HF_TOKEN", token)
-    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE", "HF_OIDC_ID_TOKEN"):
+    for name in (
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "HUGGING_FACE_HUB_TOKEN",
+        "HF_OIDC_RESOURCE",
+        "HF_OIDC_ID_TOKEN",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(_http, "time", _NoSleepTime(hub.sleeps))
     try:

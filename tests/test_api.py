@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from drafters import Dims, write_specforge
 from eaglekit import api, schemas
 from eaglekit.errors import EaglekitError, OutputExistsError
+
+from drafters import Dims, write_specforge
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,9 @@ def test_errors_are_eaglekit_errors(tmp_path):
 
 
 def test_verify_through_the_api(pair):
-    result = api.verify(pair["drafter"], target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=16, num_prompts=2)
+    result = api.verify(
+        pair["drafter"], target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=16, num_prompts=2
+    )
     assert isinstance(result, api.Verification)
     assert result.passed and result.acceptance_length == result.data["acceptance_length"] > 1.0
     assert schemas.check(result.data, "verify.schema.json") == []
@@ -70,11 +73,15 @@ def test_a_verify_run_leaves_nothing_frozen_and_its_target_collectable(pair, mon
     def spy(cls, *args, **kwargs):
         target = load(cls, *args, **kwargs)
         models.append(weakref.ref(target.model))
-        frozen.append(not any(o is target.model for o in gc.get_objects()))  # out of the collector's walks while the run lasts
+        frozen.append(
+            not any(o is target.model for o in gc.get_objects())
+        )  # out of the collector's walks while the run lasts
         return target
 
     monkeypatch.setattr(TargetModel, "load", classmethod(spy))
-    api.verify(str(pair["drafter"]), target=str(pair["target"]), prompts=str(pair["prompts"]), num_prompts=2, max_new_tokens=4)
+    api.verify(
+        str(pair["drafter"]), target=str(pair["target"]), prompts=str(pair["prompts"]), num_prompts=2, max_new_tokens=4
+    )
     assert len(models) == 1 and frozen == [True] and gc.get_freeze_count() == 0
     gc.collect()
     assert models[0]() is None

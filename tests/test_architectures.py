@@ -1,4 +1,5 @@
-"""The architecture table is data: a row added to it is recognised by inspect, convert and validate with no code change."""
+"""The architecture table is data: a row added to it is recognised by inspect, convert and validate with no code
+change."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import json
 
 import pytest
 
-from drafters import Dims, write_vllm
 from eaglekit.model import architectures
+
+from drafters import Dims, write_vllm
 
 NEW = "Eagle3FooForCausalLM"
 
@@ -33,7 +35,9 @@ def test_a_row_added_to_the_table_is_recognised_everywhere(cli, foo_drafter, tmp
     assert "architectures names a vLLM-native Eagle3* class" in _vllm_candidate(cli, foo_drafter)["evidence"]
     report = json.loads(cli("validate", foo_drafter, "--engine", "vllm==0.32", "--json").stdout)
     assert not [f for f in report["findings"] if f["check"].startswith("engine.")]
-    plan = json.loads(cli("convert", foo_drafter, tmp_path / "out", "--to", "speculators", "--dry-run", "--json").stdout)
+    plan = json.loads(
+        cli("convert", foo_drafter, tmp_path / "out", "--to", "speculators", "--dry-run", "--json").stdout
+    )
     assert plan["source_dialect"] == "vllm" and plan["findings"] == []
 
 
@@ -50,6 +54,9 @@ def test_every_architecture_string_lives_in_the_table_alone():
     from pathlib import Path
 
     root = Path(architectures.__file__).parent.parent
-    pattern = re.compile(r"""["'](%s)["']""" % "|".join(map(re.escape, architectures.ROWS)))
-    offenders = [f"{p.relative_to(root)}: {m.group(1)}" for p in root.rglob("*.py") for m in pattern.finditer(p.read_text())]
+    names = "|".join(map(re.escape, architectures.ROWS))
+    pattern = re.compile(rf"""["']({names})["']""")
+    offenders = [
+        f"{p.relative_to(root)}: {m.group(1)}" for p in root.rglob("*.py") for m in pattern.finditer(p.read_text())
+    ]
     assert offenders == []

@@ -9,13 +9,17 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from eaglekit import dialects
+from eaglekit.convert import ConvertOptions, convert, plan_conversion
+from eaglekit.errors import ConfigError, OutputExistsError, UnsupportedError, UsageError, ValidationFailed
+
 from drafters import (
     Dims,
+    default_input_ids,
     edit_config,
     edit_tensors,
-    same_bits,
-    default_input_ids,
     mla_dims,
+    same_bits,
     write_automodel,
     write_eagle,
     write_modelopt,
@@ -24,9 +28,6 @@ from drafters import (
     write_torchspec,
     write_vllm,
 )
-from eaglekit import dialects
-from eaglekit.convert import ConvertOptions, convert, plan_conversion
-from eaglekit.errors import ConfigError, OutputExistsError, UnsupportedError, UsageError, ValidationFailed
 
 SOURCES = {
     "eagle": lambda p: write_eagle(p, Dims()),
@@ -61,8 +62,6 @@ REFUSED = {
 }
 
 
-
-
 def read_all(path: Path) -> dict[str, torch.Tensor]:
     with dialects.load(path) as loaded:
         return {c: loaded.read(c) for c in loaded.names}
@@ -85,8 +84,23 @@ def test_every_reader_to_every_writer(tmp_path, source, writer):
         after = converted.drafter
         assert converted.dialect == writer
         # the math is kept
-        for field in ("attention", "hidden_size", "target_hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-                      "intermediate_size", "vocab_size", "draft_vocab_size", "num_aux", "flags", "rope", "rms_norm_eps", "mla"):
+        for field in (
+            "attention",
+            "hidden_size",
+            "target_hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "intermediate_size",
+            "vocab_size",
+            "draft_vocab_size",
+            "num_aux",
+            "flags",
+            "rope",
+            "rms_norm_eps",
+            "mla",
+        ):
             assert getattr(after, field) == getattr(before, field), field
         if writer != "eagle":  # EAGLE cannot record ids; it always uses its default
             assert after.aux.as_input() == before.aux.as_input()
@@ -109,7 +123,12 @@ def test_vllm_writer_config(tmp_path):
     assert cfg["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]  # SpecForge's [1, 3, 4] + 1
     assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]
     assert cfg["num_aux_hidden_states"] == 3
-    for flag, value in (("fc_norm", True), ("norm_output", True), ("norm_before_fc", False), ("norm_before_residual", False)):
+    for flag, value in (
+        ("fc_norm", True),
+        ("norm_output", True),
+        ("norm_before_fc", False),
+        ("norm_before_residual", False),
+    ):
         assert cfg[flag] is value
     assert cfg["draft_vocab_size"] == 32 and cfg["vocab_size"] == 64
     names = set(load_file(str(out / "model.safetensors")))
@@ -122,7 +141,9 @@ def test_vllm_writer_config(tmp_path):
 
 def test_speculators_writer_config(tmp_path):
     out = tmp_path / "out"
-    convert(write_specforge(tmp_path / "src", Dims(fc_norm=True), norm_output=True), out, ConvertOptions(to="speculators"))
+    convert(
+        write_specforge(tmp_path / "src", Dims(fc_norm=True), norm_output=True), out, ConvertOptions(to="speculators")
+    )
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["speculators_model_type"] == "eagle3"
     assert cfg["speculators_config"]["algorithm"] == "eagle3"
@@ -269,7 +290,9 @@ def test_upgrade_to_31(tmp_path, cli):
     convert(out, again, ConvertOptions(to="vllm"))
     cfg = json.loads((again / "config.json").read_text())
     assert cfg["eaglekit"]["source_dialect"] == "speculators"
-    assert [n for n in cfg["eaglekit"]["notes"] if "upgraded EAGLE 3 -> 3.1" in n] and len(cfg["eaglekit"]["notes"]) == 1
+    assert [n for n in cfg["eaglekit"]["notes"] if "upgraded EAGLE 3 -> 3.1" in n] and len(
+        cfg["eaglekit"]["notes"]
+    ) == 1
     shown = cli("inspect", again).stdout
     assert "(converted from speculators)" in shown and "upgraded EAGLE 3 -> 3.1" in shown
 
@@ -286,9 +309,18 @@ def test_upgrade_refused_when_already_31_and_downgrade_refused(tmp_path):
 # -- round trips -----------------------------------------------------------------------------------------------
 
 ROUND_TRIP_SOURCES = {
-    "3.0": (lambda p: write_speculators(p, Dims(), norm_before_residual=False), ["vllm", "speculators", "sglang", "eagle"]),
-    "3.1": (lambda p: write_speculators(p, Dims(fc_norm=True, T=24), norm_output=True), ["vllm", "speculators", "sglang"]),
-    "mla-3.1": (lambda p: write_vllm(p, Dims(mla=mla_dims(), Vd=64, fc_norm=True), norm_output=True), ["vllm", "sglang"]),
+    "3.0": (
+        lambda p: write_speculators(p, Dims(), norm_before_residual=False),
+        ["vllm", "speculators", "sglang", "eagle"],
+    ),
+    "3.1": (
+        lambda p: write_speculators(p, Dims(fc_norm=True, T=24), norm_output=True),
+        ["vllm", "speculators", "sglang"],
+    ),
+    "mla-3.1": (
+        lambda p: write_vllm(p, Dims(mla=mla_dims(), Vd=64, fc_norm=True), norm_output=True),
+        ["vllm", "sglang"],
+    ),
 }
 
 
@@ -320,21 +352,45 @@ def test_round_trips_between_every_pair_of_writers(tmp_path, kind):
 # -- refusals and errors ---------------------------------------------------------------------------------------
 
 
-
-
-
-
 BROKEN = {
-    "unknown tensor": (lambda p: edit_tensors(write_vllm(p, Dims()), lambda t: t.update({"mystery.weight": torch.zeros(2)})), "unknown tensor mystery.weight"),
-    "missing tensor": (lambda p: edit_tensors(write_vllm(p, Dims()), lambda t: t.pop("layers.0.mlp.up_proj.weight")), "missing tensor layers.0.mlp.up_proj.weight"),
-    "fc width": (lambda p: edit_tensors(write_vllm(p, Dims()), lambda t: t.update({"fc.weight": torch.zeros(16, 32)})), r"fc.weight has shape \[16, 32\], expected \[16, 48\]"),
-    "q in-features": (lambda p: edit_tensors(write_vllm(p, Dims()), lambda t: t.update({"layers.0.self_attn.q_proj.weight": torch.zeros(16, 16)})), r"q_proj.weight has shape \[16, 16\], expected \[16, 32\]"),
-    "fc_norm with norm_before_fc": (lambda p: write_vllm(p, Dims(fc_norm=True, norm_before_fc=True)), "fc_norm and norm_before_fc are both true"),
-    "fc_norm without tensors": (lambda p: edit_tensors(write_vllm(p, Dims(fc_norm=True)), lambda t: [t.pop(f"fc_norm.{i}.weight") for i in range(3)]), r"missing tensor fc_norm.0.weight \(required by fc_norm: true\)"),
-    "fc_norm tensors without flag": (lambda p: edit_config(write_vllm(p, Dims(fc_norm=True)), lambda c: c.update(fc_norm=False)), "fc_norm.\\* tensors are present but fc_norm is not true"),
+    "unknown tensor": (
+        lambda p: edit_tensors(write_vllm(p, Dims()), lambda t: t.update({"mystery.weight": torch.zeros(2)})),
+        "unknown tensor mystery.weight",
+    ),
+    "missing tensor": (
+        lambda p: edit_tensors(write_vllm(p, Dims()), lambda t: t.pop("layers.0.mlp.up_proj.weight")),
+        "missing tensor layers.0.mlp.up_proj.weight",
+    ),
+    "fc width": (
+        lambda p: edit_tensors(write_vllm(p, Dims()), lambda t: t.update({"fc.weight": torch.zeros(16, 32)})),
+        r"fc.weight has shape \[16, 32\], expected \[16, 48\]",
+    ),
+    "q in-features": (
+        lambda p: edit_tensors(
+            write_vllm(p, Dims()), lambda t: t.update({"layers.0.self_attn.q_proj.weight": torch.zeros(16, 16)})
+        ),
+        r"q_proj.weight has shape \[16, 16\], expected \[16, 32\]",
+    ),
+    "fc_norm with norm_before_fc": (
+        lambda p: write_vllm(p, Dims(fc_norm=True, norm_before_fc=True)),
+        "fc_norm and norm_before_fc are both true",
+    ),
+    "fc_norm without tensors": (
+        lambda p: edit_tensors(
+            write_vllm(p, Dims(fc_norm=True)), lambda t: [t.pop(f"fc_norm.{i}.weight") for i in range(3)]
+        ),
+        r"missing tensor fc_norm.0.weight \(required by fc_norm: true\)",
+    ),
+    "fc_norm tensors without flag": (
+        lambda p: edit_config(write_vllm(p, Dims(fc_norm=True)), lambda c: c.update(fc_norm=False)),
+        "fc_norm.\\* tensors are present but fc_norm is not true",
+    ),
     "duplicate ids": (lambda p: write_vllm(p, Dims(), ids=[2, 2, 5]), r"aux layer ids \[2, 2, 5\] repeat a layer"),
     "negative ids": (lambda p: write_vllm(p, Dims(), ids=[-1, 2, 5]), "outside"),
-    "d2t out of order": (lambda p: edit_tensors(write_vllm(p, Dims()), lambda t: t.update({"d2t": t["d2t"].flip(0)})), "not strictly increasing"),
+    "d2t out of order": (
+        lambda p: edit_tensors(write_vllm(p, Dims()), lambda t: t.update({"d2t": t["d2t"].flip(0)})),
+        "not strictly increasing",
+    ),
 }
 
 
@@ -345,11 +401,17 @@ def test_broken_sources_are_refused_and_nothing_is_written(tmp_path, case, cli):
     out = tmp_path / "out"
     with pytest.raises(ValidationFailed, match="refusing to write") as info:
         convert(src, out, ConvertOptions(to="speculators"))
-    assert any(__import__("re").search(message, f.message) for f in info.value.findings), [f.message for f in info.value.findings]
+    assert any(__import__("re").search(message, f.message) for f in info.value.findings), [
+        f.message for f in info.value.findings
+    ]
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
     result = cli("convert", src, out, "--to", "speculators", expect=1)
-    assert result.stderr.startswith("error: refusing to write") and "\n" == result.stderr[-1] and result.stderr.count("\n") == 1
+    assert (
+        result.stderr.startswith("error: refusing to write")
+        and "\n" == result.stderr[-1]
+        and result.stderr.count("\n") == 1
+    )
 
 
 def test_out_of_range_ids_with_target(tmp_path, target_dir):
@@ -420,15 +482,22 @@ def test_a_key_no_writer_places_is_named_not_dropped_in_silence(tmp_path, cli):
     """A config key eaglekit does not know (a custom one, a newer engine's) vanished from every conversion without a
     word (only --dry-run's key diff listed it). It is named in a warning; the keys every reader reads, the dialects'
     structure and bookkeeping without effect on a served drafter are not."""
-    src = edit_config(write_vllm(tmp_path / "src", Dims()), lambda c: c.update(custom_key="hello", rope_interleave=True,
-                                                                              transformers_version="4.51", use_cache=True))
+    src = edit_config(
+        write_vllm(tmp_path / "src", Dims()),
+        lambda c: c.update(custom_key="hello", rope_interleave=True, transformers_version="4.51", use_cache=True),
+    )
     for to in ("vllm", "speculators", "sglang", "eagle"):
         notes = json.loads(cli("convert", src, tmp_path / to, "--to", to, "--json").stdout)["notes"]
         [dropped] = [n for n in notes if n["check"] == "config.keys_dropped"]
-        assert dropped["severity"] == "warning" and "left out: 'custom_key', 'rope_interleave';" in dropped["message"], to
+        assert (
+            dropped["severity"] == "warning" and "left out: 'custom_key', 'rope_interleave';" in dropped["message"]
+        ), to
     # a speculators config keeps its token ids with its other HF keys, in transformer_layer_config: carried as the
     # top level's are (they were dropped, and named so)
-    nested = edit_config(write_speculators(tmp_path / "nested", Dims()), lambda c: c["transformer_layer_config"].update(bos_token_id=1, eos_token_id=2))
+    nested = edit_config(
+        write_speculators(tmp_path / "nested", Dims()),
+        lambda c: c["transformer_layer_config"].update(bos_token_id=1, eos_token_id=2),
+    )
     notes = json.loads(cli("convert", nested, tmp_path / "nested-vllm", "--to", "vllm", "--json").stdout)["notes"]
     assert not [n for n in notes if n["check"] == "config.keys_dropped"]
     written = json.loads((tmp_path / "nested-vllm" / "config.json").read_text())
@@ -440,14 +509,17 @@ def test_a_key_no_writer_places_is_named_not_dropped_in_silence(tmp_path, cli):
 
 
 def test_force_refuses_weights_trained_from_an_earlier_output(tmp_path, cli):
-    """A drafter fine-tuned from an --upgrade 3.1 output and saved in place keeps config.json's eaglekit block: it looked
-    like an earlier output of ours, and --force replaced the trained weights. eaglekit marks the weights it writes."""
+    """A drafter fine-tuned from an --upgrade 3.1 output and saved in place keeps config.json's eaglekit block: it
+    looked like an earlier output of ours, and --force replaced the trained weights. eaglekit marks the weights it
+    writes."""
     from safetensors.torch import load_file, save_file
 
     src = write_vllm(tmp_path / "src", Dims())
     out = tmp_path / "out"
     cli("convert", src, out, "--to", "vllm")
-    save_file(load_file(out / "model.safetensors"), out / "model.safetensors", metadata={"format": "pt"})  # as a trainer saves
+    save_file(
+        load_file(out / "model.safetensors"), out / "model.safetensors", metadata={"format": "pt"}
+    )  # as a trainer saves
     r = cli("convert", src, out, "--to", "speculators", "--force", expect=2)
     assert "did not write (model.safetensors: weights without eaglekit's mark)" in r.stderr
     assert json.loads((out / "config.json").read_text())["eaglekit"]["dialect"] == "vllm"
@@ -496,11 +568,20 @@ def test_convert_usage_errors(tmp_path, cli):
     assert "--aux-layers" in cli("convert", src, tmp_path / "o", "--to", "vllm", "--aux-layers", "a,b", expect=2).stderr
     # an empty item is a typo, not one id fewer (it was dropped: the run then failed validation, exit 1)
     for typo in ("1,,2", "2,4,", "٢,4,5"):
-        assert f"--aux-layers {typo!r}: expected comma-separated integers" in cli("convert", src, tmp_path / "o", "--to", "vllm", "--aux-layers", typo, expect=2).stderr
+        assert (
+            f"--aux-layers {typo!r}: expected comma-separated integers"
+            in cli("convert", src, tmp_path / "o", "--to", "vllm", "--aux-layers", typo, expect=2).stderr
+        )
     # an empty size is a typo, not the default
-    assert "size '' is not like 5GB" in cli("convert", src, tmp_path / "o", "--to", "vllm", "--max-shard-size", "", expect=2).stderr
+    assert (
+        "size '' is not like 5GB"
+        in cli("convert", src, tmp_path / "o", "--to", "vllm", "--max-shard-size", "", expect=2).stderr
+    )
     # a negative id is a bad option value (exit 2), not a conversion that would not validate (exit 1)
-    assert "layer ids are 0 or more" in cli("convert", src, tmp_path / "o", "--to", "vllm", "--aux-layers", "-1,4,5", expect=2).stderr
+    assert (
+        "layer ids are 0 or more"
+        in cli("convert", src, tmp_path / "o", "--to", "vllm", "--aux-layers", "-1,4,5", expect=2).stderr
+    )
     assert not (tmp_path / "o").exists()
 
 
@@ -519,7 +600,11 @@ def test_conversion_prints_the_command_that_serves_it(tmp_path, cli, target_dir)
     text = cli("convert", src, out, "--to", "vllm", "--target", target_dir).stdout
     serve = next(line for line in text.splitlines() if line.startswith("serve it: "))
     spec = json.loads(serve.split("--speculative-config ", 1)[1].strip("'"))
-    assert serve.startswith(f"serve it: vllm serve {target_dir} ") and spec["model"] == str(out.resolve()) and spec["method"] == "eagle3"
+    assert (
+        serve.startswith(f"serve it: vllm serve {target_dir} ")
+        and spec["model"] == str(out.resolve())
+        and spec["method"] == "eagle3"
+    )
     data = json.loads(cli("convert", src, tmp_path / "sg", "--to", "sglang", "--json").stdout)
     assert data["serve"].startswith("python -m sglang.launch_server --model-path <target model>")
     assert json.loads(cli("convert", src, tmp_path / "e", "--to", "eagle", "--json").stdout)["serve"] is None
@@ -532,28 +617,46 @@ def test_conversion_prints_the_command_that_serves_it(tmp_path, cli, target_dir)
 
 
 def test_dry_run_shows_old_and_new_values_of_what_changes(tmp_path, cli):
-    from drafters import write_specforge
-
     from eaglekit import schemas
+
+    from drafters import write_specforge
 
     src = write_specforge(tmp_path / "src", Dims(), ids=[1, 3, 4])  # SGLang's output-of-layer ids
     out = tmp_path / "out"
     data = json.loads(cli("convert", src, out, "--to", "vllm", "--dry-run", "--json").stdout)
     assert schemas.check(data, "convert.schema.json") == []
     changes = {c["what"]: c for c in data["changes"]}
-    assert changes["aux layer ids"]["old"] == {"keys": ["eagle_config.eagle_aux_hidden_state_layer_ids"], "value": [1, 3, 4], "convention": "output"}
-    assert changes["aux layer ids"]["new"] == {"keys": ["eagle_aux_hidden_state_layer_ids", "eagle_config.eagle_aux_hidden_state_layer_ids"],
-                                               "value": [2, 4, 5], "convention": "input"}
-    assert changes["architectures"]["old"]["value"] == ["LlamaForCausalLMEagle3"] and changes["architectures"]["new"]["value"] == ["Eagle3LlamaForCausalLM"]
-    assert changes["fc_norm"]["old"] == {"keys": [], "value": False} and changes["fc_norm"]["new"] == {"keys": ["fc_norm"], "value": False}
+    assert changes["aux layer ids"]["old"] == {
+        "keys": ["eagle_config.eagle_aux_hidden_state_layer_ids"],
+        "value": [1, 3, 4],
+        "convention": "output",
+    }
+    assert changes["aux layer ids"]["new"] == {
+        "keys": ["eagle_aux_hidden_state_layer_ids", "eagle_config.eagle_aux_hidden_state_layer_ids"],
+        "value": [2, 4, 5],
+        "convention": "input",
+    }
+    assert changes["architectures"]["old"]["value"] == ["LlamaForCausalLMEagle3"] and changes["architectures"]["new"][
+        "value"
+    ] == ["Eagle3LlamaForCausalLM"]
+    assert changes["fc_norm"]["old"] == {"keys": [], "value": False} and changes["fc_norm"]["new"] == {
+        "keys": ["fc_norm"],
+        "value": False,
+    }
     assert not out.exists()
     text = cli("convert", src, out, "--to", "vllm", "--dry-run").stdout
-    assert ("aux layer ids         eagle_config.eagle_aux_hidden_state_layer_ids [1, 3, 4] (output-of-layer) -> "
-            "eagle_aux_hidden_state_layer_ids, eagle_config.eagle_aux_hidden_state_layer_ids [2, 4, 5] (input-of-layer)") in text
+    assert (
+        "aux layer ids         eagle_config.eagle_aux_hidden_state_layer_ids [1, 3, 4] (output-of-layer) -> "
+        "eagle_aux_hidden_state_layer_ids, eagle_config.eagle_aux_hidden_state_layer_ids [2, 4, 5] (input-of-layer)"
+        in text
+    )
     assert 'architectures         ["LlamaForCausalLMEagle3"] -> ["Eagle3LlamaForCausalLM"]' in text
     assert "fc_norm               absent (default false) -> false" in text
     # to speculators, model_type moves into transformer_layer_config and norm_before_residual's default differs
-    to_spec = {c["what"]: c for c in json.loads(cli("convert", src, out, "--to", "speculators", "--dry-run", "--json").stdout)["changes"]}
+    to_spec = {
+        c["what"]: c
+        for c in json.loads(cli("convert", src, out, "--to", "speculators", "--dry-run", "--json").stdout)["changes"]
+    }
     assert to_spec["model_type"]["old"] == {"keys": ["model_type"], "value": "llama"}
     assert to_spec["model_type"]["new"] == {"keys": ["transformer_layer_config.model_type"], "value": "llama"}
     # the way back changes nothing of substance: no setting is reported when it already sits where the dialect keeps it
@@ -575,18 +678,34 @@ def test_dry_run_says_what_would_happen_to_out(tmp_path, cli):
         return result.stdout, data["destination"]
 
     text, d = dry()
-    assert d == {"path": str(out), "exists": False, "needs_force": False, "replaces": [], "refusal": None} and not out.exists()
+    assert (
+        d == {"path": str(out), "exists": False, "needs_force": False, "replaces": [], "refusal": None}
+        and not out.exists()
+    )
     assert f"output: {out} does not exist; the conversion creates it" in text
     cli("convert", src, out, "--to", "speculators")  # an earlier eaglekit output
     text, d = dry()
-    assert d["exists"] and d["needs_force"] and d["replaces"] == ["config.json", "model.safetensors"] and "already exists" in d["refusal"]
-    assert f"output: {out} exists; the conversion needs --force, which would replace its 2 entries (config.json, model.safetensors)" in text
+    assert (
+        d["exists"]
+        and d["needs_force"]
+        and d["replaces"] == ["config.json", "model.safetensors"]
+        and "already exists" in d["refusal"]
+    )
+    assert (
+        f"output: {out} exists; the conversion needs --force, which would replace its 2 entries (config.json,"
+        " model.safetensors)" in text
+    )
     text, d = dry("--force")
     assert d["refusal"] is None and d["needs_force"] and f"output: {out} exists; --force replaces its 2 entries" in text
     (out / "notes.txt").write_text("mine")  # a user's file: even --force refuses
     for extra in ((), ("--force",)):
         text, d = dry(*extra)
-        assert not d["needs_force"] and d["replaces"] == [] and "not replaced even with --force" in d["refusal"] and "notes.txt" in d["refusal"]
+        assert (
+            not d["needs_force"]
+            and d["replaces"] == []
+            and "not replaced even with --force" in d["refusal"]
+            and "notes.txt" in d["refusal"]
+        )
         assert "output: the conversion would stop: " in text
     assert (out / "notes.txt").read_text() == "mine"
 
@@ -599,7 +718,14 @@ def test_a_kimi_k2_drafter_stating_no_context_keeps_its_yarn_original_context_th
 
     def strip(cfg):
         cfg.pop("max_position_embeddings", None)
-        cfg["rope_scaling"] = {"type": "yarn", "factor": 4.0, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
+        cfg["rope_scaling"] = {
+            "type": "yarn",
+            "factor": 4.0,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+        }
 
     src = edit_config(write_vllm(tmp_path / "src", Dims(mla=mla_dims())), strip)
     with dialects.load(src) as loaded:
@@ -635,19 +761,24 @@ def test_speculators_proposal_methods_and_token_ids_survive_a_round_trip(tmp_pat
 
 
 def test_a_malformed_speculators_proposal_list_is_a_one_line_config_error(tmp_path):
-    src = edit_config(write_speculators(tmp_path / "src", Dims()),
-                      lambda cfg: cfg["speculators_config"]["proposal_methods"][0].update(speculative_tokens=0))
+    src = edit_config(
+        write_speculators(tmp_path / "src", Dims()),
+        lambda cfg: cfg["speculators_config"]["proposal_methods"][0].update(speculative_tokens=0),
+    )
     with pytest.raises(ConfigError, match=r"proposal_methods\[0\]\.speculative_tokens should be an integer >= 1"):
         convert(src, tmp_path / "out", ConvertOptions(to="vllm"))
     assert not (tmp_path / "out").exists()
 
 
-# -- what the output's schema or a flag's type rejects is refused before anything is written -----------------------------
+# -- what the output's schema or a flag's type rejects is refused before anything is written
+# -----------------------------
 
 
 def _one_line_refusal(result, code: int) -> str:
     assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
-    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1 and "internal error" not in result.stderr
+    assert (
+        result.stderr.startswith("error: ") and result.stderr.count("\n") == 1 and "internal error" not in result.stderr
+    )
     return result.stderr
 
 
@@ -662,14 +793,18 @@ def test_a_config_the_output_schema_rejects_is_refused_before_writing(tmp_path, 
     assert [f["check"] for f in dry["findings"] if f["severity"] == "error"] == ["schema.config"]
 
 
-@pytest.mark.parametrize("write, stated", [
-    # the flag at the location read first, as a boolean; "yes" where it may be stated too
-    (write_vllm, {"eagle_config": {"norm_before_fc": False}, "norm_before_fc": "yes"}),
-    (write_specforge, {"fc_norm": False, "use_aux_norm": "yes"}),
-    (write_vllm, {"eagle_config": {"use_aux_hidden_state": True}, "use_aux_hidden_state": "yes"}),
-])
+@pytest.mark.parametrize(
+    "write, stated",
+    [
+        # the flag at the location read first, as a boolean; "yes" where it may be stated too
+        (write_vllm, {"eagle_config": {"norm_before_fc": False}, "norm_before_fc": "yes"}),
+        (write_specforge, {"fc_norm": False, "use_aux_norm": "yes"}),
+        (write_vllm, {"eagle_config": {"use_aux_hidden_state": True}, "use_aux_hidden_state": "yes"}),
+    ],
+)
 def test_a_flag_that_is_not_a_boolean_is_refused_wherever_it_is_stated(tmp_path, cli, write, stated):
     """A non-boolean at a flag's second location was passed over and the output wrote the first location's value."""
+
     def state(cfg):
         for key, value in stated.items():
             cfg[key] = {**cfg[key], **value} if isinstance(value, dict) and isinstance(cfg.get(key), dict) else value
@@ -701,7 +836,9 @@ def test_the_serve_line_pastes_into_a_shell_whatever_the_paths_hold(tmp_path, cl
     shutil.copytree(target_dir, target)
     out = tmp_path / "it's out; rm -rf ~"
     text = cli("convert", write_specforge(tmp_path / "src", Dims()), out, "--to", to, "--target", target).stdout
-    words = shlex.split(next(line for line in text.splitlines() if line.startswith("serve it: ")).removeprefix("serve it: "))
+    words = shlex.split(
+        next(line for line in text.splitlines() if line.startswith("serve it: ")).removeprefix("serve it: ")
+    )
     if to == "vllm":
         assert words[:3] == ["vllm", "serve", str(target)] and words[3] == "--speculative-config" and len(words) == 5
         assert json.loads(words[4])["model"] == str(out.resolve())
@@ -712,6 +849,8 @@ def test_the_serve_line_pastes_into_a_shell_whatever_the_paths_hold(tmp_path, cl
 
 def test_no_recorded_aux_ids_are_said_once(tmp_path, cli):
     """convert said aux.not_recorded twice: its own note, and the same check run on the output."""
-    data = json.loads(cli("convert", write_eagle(tmp_path / "src", Dims()), tmp_path / "out", "--to", "vllm", "--json").stdout)
+    data = json.loads(
+        cli("convert", write_eagle(tmp_path / "src", Dims()), tmp_path / "out", "--to", "vllm", "--json").stdout
+    )
     said = [n["message"] for n in data["notes"] + data["findings"] if n["check"] == "aux.not_recorded"]
     assert len(said) == 1 and "the output records none" in said[0]

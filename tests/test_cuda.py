@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-import tiny_pair
-from drafters import Dims, mla_dims, write_vllm
 from eaglekit import dialects
 from eaglekit.reference.model import ReferenceDrafter, weights_for
 from eaglekit.reference.simulate import draft_chains
 from eaglekit.verify import VerifyOptions, verify
+
+import tiny_pair
+from drafters import Dims, mla_dims, write_vllm
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
@@ -25,11 +26,16 @@ def _chains_and_logits(drafter, weights, tokens, aux, device="cpu", dtype=torch.
 
 def _error(logits, reference):
     """Per step: max |logit difference| over the largest reference logit magnitude."""
-    return [float((logits[:, s] - reference[:, s]).abs().max() / reference[:, s].abs().max()) for s in range(reference.shape[1])]
+    return [
+        float((logits[:, s] - reference[:, s]).abs().max() / reference[:, s].abs().max())
+        for s in range(reference.shape[1])
+    ]
 
 
-DIMS = [Dims(H=64, T=64, V=96, Vd=48, heads=2, kv_heads=1, head_dim=32, I=96, fc_norm=True),
-        Dims(H=64, T=64, V=96, Vd=96, heads=2, I=96, mla=mla_dims(), fc_norm=True)]
+DIMS = [
+    Dims(H=64, T=64, V=96, Vd=48, heads=2, kv_heads=1, head_dim=32, I=96, fc_norm=True),
+    Dims(H=64, T=64, V=96, Vd=96, heads=2, I=96, mla=mla_dims(), fc_norm=True),
+]
 
 
 def _setup(tmp_path, dims):
@@ -72,7 +78,10 @@ def test_verify_on_cuda(tmp_path):
     pair = tiny_pair.build(tmp_path, eagle="3.1", steps=60)
 
     def run(**kw):
-        return verify(str(pair["drafter"]), VerifyOptions(target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=30, **kw))
+        return verify(
+            str(pair["drafter"]),
+            VerifyOptions(target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=30, **kw),
+        )
 
     cpu = run()
     gpu = run(device="cuda")

@@ -1,9 +1,13 @@
-"""Every reader: detection (with evidence) and every canonical field, on tiny checkpoints written as each framework does."""
+"""Every reader: detection (with evidence) and every canonical field, on tiny checkpoints written as each framework
+does."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+
+from eaglekit import dialects
+from eaglekit.errors import ConfigError, UsageError
 
 from drafters import (
     Dims,
@@ -18,8 +22,6 @@ from drafters import (
     write_torchspec,
     write_vllm,
 )
-from eaglekit import dialects
-from eaglekit.errors import ConfigError, UsageError
 
 
 def load(path, dialect="auto"):
@@ -48,8 +50,14 @@ def test_eagle_original(tmp_path):
     assert "pytorch_model.bin" in loaded.detection.evidence
     assert_dims(d, dims)
     assert d.aux.ids is None  # EAGLE records none
-    assert d.flags.__dict__ == dict(fc_norm=False, norm_before_fc=False, norm_output=False, norm_before_residual=False, use_aux_hidden_state=True,
-                                    norm_before_lm_head=True)
+    assert d.flags.__dict__ == dict(
+        fc_norm=False,
+        norm_before_fc=False,
+        norm_output=False,
+        norm_before_residual=False,
+        use_aux_hidden_state=True,
+        norm_before_lm_head=True,
+    )
     assert d.rope.theta == 10000.0 and any(n.check == "rope.defaulted" for n in loaded.notes)
     assert not d.ships_embed and d.has_d2t and d.has_t2d
     assert loaded.names["layers.0.self_attn.q_proj.weight"] == "midlayer.self_attn.q_proj.weight"
@@ -249,10 +257,13 @@ def test_d2t_is_int64_and_t2d_bool_in_every_fixture(tmp_path):
         assert loaded.read("t2d").dtype == torch.bool
 
 
-@pytest.mark.parametrize("fc_norm, norm_output, label", [(True, True, "3.1 (fc_norm, norm_output)"), (True, False, "3.1 (fc_norm)"), (False, True, "3.1 (norm_output)")])
+@pytest.mark.parametrize(
+    "fc_norm, norm_output, label",
+    [(True, True, "3.1 (fc_norm, norm_output)"), (True, False, "3.1 (fc_norm)"), (False, True, "3.1 (norm_output)")],
+)
 def test_inspect_names_only_the_31_flags_that_are_set(fc_norm, norm_output, label, cli, tmp_path):
     src = write_vllm(tmp_path / "s", Dims(fc_norm=fc_norm), norm_output=norm_output)
-    line = next(l for l in cli("inspect", src).stdout.splitlines() if l.startswith("EAGLE"))
+    line = next(t for t in cli("inspect", src).stdout.splitlines() if t.startswith("EAGLE"))
     assert line.split(None, 1)[1].strip() == label
 
 
@@ -290,7 +301,10 @@ def test_a_flag_stated_otherwise_in_its_second_place_is_named(tmp_path):
     with dialects.load(src) as loaded:
         (note,) = [n for n in loaded.notes if n.check == "flags.conflicting_locations"]
         assert loaded.drafter.flags.norm_before_fc is False and note.severity == "warning"
-        assert "eagle_config.norm_before_fc false and norm_before_fc true disagree; eagle_config.norm_before_fc is used" in note.message
+        assert (
+            "eagle_config.norm_before_fc false and norm_before_fc true disagree; eagle_config.norm_before_fc is used"
+            in note.message
+        )
     agreeing = edit_config(write_specforge(tmp_path / "agree", Dims()), lambda cfg: cfg.update(norm_before_fc=False))
     with dialects.load(agreeing) as loaded:
         assert "flags.conflicting_locations" not in {n.check for n in loaded.notes}

@@ -62,12 +62,16 @@ def test_a_settled_file_is_hashed_once(tmp_path, cache_home, hashing_counted, se
     assert len(list(cache_home.glob("*.json"))) == 1
 
 
-@pytest.mark.parametrize("change", ["rewritten in place, times set back", "replaced by a rename", "same bytes appended and cut"])
+@pytest.mark.parametrize(
+    "change", ["rewritten in place, times set back", "replaced by a rename", "same bytes appended and cut"]
+)
 def test_a_changed_file_is_hashed_again(tmp_path, hashing_counted, settled_now, change):
     path = settled_file(tmp_path / "model.safetensors", b"a" * (2 * MIB))
     digests.file_sha256(path)
     before = os.stat(path)
-    time.sleep(0.05)  # past a coarse clock tick (what the real cache's SETTLED_SECONDS guard stands for; settled_now fakes it)
+    time.sleep(
+        0.05
+    )  # past a coarse clock tick (what the real cache's SETTLED_SECONDS guard stands for; settled_now fakes it)
     if change == "rewritten in place, times set back":  # size and mtime as they were: ctime still moves
         with open(path, "r+b") as f:
             f.write(b"b")

@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
-import tiny_pair
-from drafters import Dims, write_vllm
 from eaglekit import api, dialects, schemas
 from eaglekit.reference.model import ReferenceDrafter, weights_for
 from eaglekit.reference.record import DriftRecorder
 from eaglekit.reference.simulate import Counters, chains_from, continuation_length, first_pass
 from eaglekit.verify.drift import bucket_edges, per_depth
+
+import tiny_pair
+from drafters import Dims, write_vllm
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -55,8 +56,12 @@ class Hand:
     def row(self, token, hidden, pos):
         w, c = self.w, self.c
         eps, hd = c["eps"], c["head_dim"]
-        x = torch.cat([_rms(w["embed_tokens.weight"][token], w["layers.0.input_layernorm.weight"], eps),
-                       _rms(hidden, w["layers.0.hidden_norm.weight"], eps)])
+        x = torch.cat(
+            [
+                _rms(w["embed_tokens.weight"][token], w["layers.0.input_layernorm.weight"], eps),
+                _rms(hidden, w["layers.0.hidden_norm.weight"], eps),
+            ]
+        )
         residual = _rms(hidden, w["layers.0.hidden_norm.weight"], eps) if self.f.norm_before_residual else hidden
         q = _rope((w["layers.0.self_attn.q_proj.weight"] @ x).view(-1, hd), pos, c["theta"])
         k = _rope((w["layers.0.self_attn.k_proj.weight"] @ x).view(-1, hd), pos, c["theta"])
@@ -72,7 +77,9 @@ class Hand:
         o = w["layers.0.self_attn.o_proj.weight"] @ attn
         r2 = o + residual
         h2 = _rms(r2, w["layers.0.post_attention_layernorm.weight"], c["eps"])
-        m = w["layers.0.mlp.down_proj.weight"] @ (torch.nn.functional.silu(w["layers.0.mlp.gate_proj.weight"] @ h2) * (w["layers.0.mlp.up_proj.weight"] @ h2))
+        m = w["layers.0.mlp.down_proj.weight"] @ (
+            torch.nn.functional.silu(w["layers.0.mlp.gate_proj.weight"] @ h2) * (w["layers.0.mlp.up_proj.weight"] @ h2)
+        )
         pre = m + r2
         normed = _rms(pre, w["norm.weight"], c["eps"])
         return pre, normed
@@ -97,7 +104,11 @@ def test_recorded_figures_match_a_hand_computation(tmp_path):
     first = first_pass(model, tokens, aux, recorder)
     chains_from(model, first, tokens, torch.tensor([j]), K, recorder=recorder)
 
-    hand = Hand({n: t.float() for n, t in w.items()}, {"eps": d.rms_norm_eps, "head_dim": d.head_dim, "theta": d.rope.theta}, d.flags)
+    hand = Hand(
+        {n: t.float() for n, t in w.items()},
+        {"eps": d.rms_norm_eps, "head_dim": d.head_dim, "theta": d.rope.theta},
+        d.flags,
+    )
     d2t = w.get("d2t", torch.zeros(w["lm_head.weight"].shape[0], dtype=torch.long))
     # first pass: row t reads token x_{t+1} and fc(aux_t); keys/values of rows 0..j
     rows = [hand.row(int(tokens[t + 1]), w["fc.weight"] @ aux[t], t) for t in range(j + 1)]
@@ -145,7 +156,9 @@ def test_recording_changes_nothing(tmp_path):
     aux = torch.randn(20, 48, generator=g)
     starts = torch.arange(4, 19)
     plain = chains_from(model, first_pass(model, tokens, aux), tokens, starts, 3)
-    recorded = chains_from(model, first_pass(model, tokens, aux, DriftRecorder()), tokens, starts, 3, recorder=DriftRecorder())
+    recorded = chains_from(
+        model, first_pass(model, tokens, aux, DriftRecorder()), tokens, starts, 3, recorder=DriftRecorder()
+    )
     assert torch.equal(plain.drafts, recorded.drafts) and torch.equal(plain.y, recorded.y)
 
 
@@ -232,15 +245,42 @@ def check_html(page: str, directory: Path) -> list[str]:
 def test_report_acceptance_equals_verify_and_files_are_valid(pair31, cli, tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "report"
-    common = ["--target", pair31["target"], "--prompts", pair31["prompts"], "--max-new-tokens", 20, "--num-speculative-tokens", 3]
-    result = cli("drift", pair31["drafter"], *common, "--compare", pair31["drafter"], "--chunk", 5, "--sink-tokens", 2, "--report", out, "--json")
+    common = [
+        "--target",
+        pair31["target"],
+        "--prompts",
+        pair31["prompts"],
+        "--max-new-tokens",
+        20,
+        "--num-speculative-tokens",
+        3,
+    ]
+    result = cli(
+        "drift",
+        pair31["drafter"],
+        *common,
+        "--compare",
+        pair31["drafter"],
+        "--chunk",
+        5,
+        "--sink-tokens",
+        2,
+        "--report",
+        out,
+        "--json",
+    )
     data = json.loads(result.stdout)
-    verified = api.verify(pair31["drafter"], target=str(pair31["target"]), prompts=str(pair31["prompts"]), max_new_tokens=20, k=3).data
+    verified = api.verify(
+        pair31["drafter"], target=str(pair31["target"]), prompts=str(pair31["prompts"]), max_new_tokens=20, k=3
+    ).data
     # the same sequences, chunked or not: the greedy acceptance is verify's
     assert data["acceptance"]["trajectory"] == verified["trajectory"]
     assert data["acceptance"]["every_position"] == verified["every_position"]
     assert verified["every_position"]["num_accepted_tokens"] > 0
-    assert sum(b["every_position"]["num_drafts"] for b in data["by_context_length"]) == verified["every_position"]["num_drafts"]
+    assert (
+        sum(b["every_position"]["num_drafts"] for b in data["by_context_length"])
+        == verified["every_position"]["num_drafts"]
+    )
     assert data["ok"] and schemas.check(data, "drift.schema.json") == []
     # compared with itself: every ratio that exists is 1
     ratios = data["compare"]["ratios"]
@@ -293,7 +333,10 @@ def test_a_drafter_that_cannot_run_is_refused_before_the_target_decodes(pair31, 
 
     monkeypatch.setattr(TargetModel, "decode_batch", decoded)
     with pytest.raises(UsageError, match="bad cannot run on"):
-        drift(str(pair31["drafter"]), DriftOptions(target=str(pair31["target"]), prompts=str(pair31["prompts"]), compare=str(bad)))
+        drift(
+            str(pair31["drafter"]),
+            DriftOptions(target=str(pair31["target"]), prompts=str(pair31["prompts"]), compare=str(bad)),
+        )
 
 
 # -- --variants ------------------------------------------------------------------------------------------------
@@ -322,13 +365,31 @@ def test_variants_each_framing_is_its_own_run_and_the_spread_is_theirs(pair31, c
     prompts = tmp_path / "text.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"t{i}", "prompt": t}) + "\n" for i, t in enumerate(TEXTS)))
     out = tmp_path / "report"
-    result = cli("drift", pair31["drafter"], "--target", chat_target, "--prompts", prompts, "--max-new-tokens", 12, "--variants",
-                 "--temperature", "0.7", "--report", out, "--json")
+    result = cli(
+        "drift",
+        pair31["drafter"],
+        "--target",
+        chat_target,
+        "--prompts",
+        prompts,
+        "--max-new-tokens",
+        12,
+        "--variants",
+        "--temperature",
+        "0.7",
+        "--report",
+        out,
+        "--json",
+    )
     data = json.loads(result.stdout)
     assert schemas.check(data, "drift.schema.json") == []
     # the page with every section: five plots (per depth, by context, fc input, variants, sampling), all PNGs
     page = (out / "report.html").read_text()
-    assert len(check_html(page, out)) == 5 and (out / "variants.png").read_bytes().startswith(PNG) and (out / "sampling.png").is_file()
+    assert (
+        len(check_html(page, out)) == 5
+        and (out / "variants.png").read_bytes().startswith(PNG)
+        and (out / "sampling.png").is_file()
+    )
     assert all(row["sampling_acceptance_length"] >= 1 for row in data["variants"]["variants"])
     rows = {row["name"]: row for row in data["variants"]["variants"]}
     assert list(rows) == [v["name"] for v in load_variants()]
@@ -339,16 +400,28 @@ def test_variants_each_framing_is_its_own_run_and_the_spread_is_theirs(pair31, c
     tok = AutoTokenizer.from_pretrained(str(chat_target))
     by_hand = {
         "no-template": [tok(t)["input_ids"] for t in TEXTS],
-        "system-helpful": [list(tok.apply_chat_template([{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": t}],
-                                                        add_generation_prompt=True, tokenize=True)["input_ids"]) for t in TEXTS],
+        "system-helpful": [
+            list(
+                tok.apply_chat_template(
+                    [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": t}],
+                    add_generation_prompt=True,
+                    tokenize=True,
+                )["input_ids"]
+            )
+            for t in TEXTS
+        ],
     }
     for name, ids in by_hand.items():
         file = tmp_path / f"{name}.jsonl"
         file.write_text("".join(json.dumps({"id": f"t{i}", "input_ids": x}) + "\n" for i, x in enumerate(ids)))
-        verified = api.verify(pair31["drafter"], target=str(chat_target), prompts=str(file), max_new_tokens=12, k=3).data
+        verified = api.verify(
+            pair31["drafter"], target=str(chat_target), prompts=str(file), max_new_tokens=12, k=3
+        ).data
         assert rows[name]["acceptance"]["trajectory"] == verified["trajectory"], name
         assert rows[name]["acceptance"]["every_position"] == verified["every_position"], name
-        assert rows[name]["tokens"] == [len(x) + continuation_length(12, 3) for x in ids]  # input + what the trajectory judges
+        assert rows[name]["tokens"] == [
+            len(x) + continuation_length(12, 3) for x in ids
+        ]  # input + what the trajectory judges
     als = [row["acceptance_length"] for row in rows.values()]
     spread = data["variants"]["spread"]["acceptance_length"]
     assert spread["min"] == min(als) and spread["max"] == max(als)
@@ -360,7 +433,9 @@ def test_variants_each_framing_is_its_own_run_and_the_spread_is_theirs(pair31, c
 
 
 def test_variants_need_text_prompts(pair31, chat_target, cli):
-    result = cli("drift", pair31["drafter"], "--target", chat_target, "--prompts", pair31["prompts"], "--variants", expect=2)
+    result = cli(
+        "drift", pair31["drafter"], "--target", chat_target, "--prompts", pair31["prompts"], "--variants", expect=2
+    )
     assert "--variants" in result.stderr and "input_ids" in result.stderr and "p0" in result.stderr
 
 
@@ -376,9 +451,16 @@ def test_built_in_inputs_fit_the_context_they_are_given_or_it_says_why(pair31, c
     tokenizer = AutoTokenizer.from_pretrained(str(chat_target))
     records = long_records(tokenizer, 400, 2, 44)
     assert records and all(len(chat_ids(tokenizer, r["messages"])) <= 400 - 44 for r in records)
-    for args, overhead in ((("--max-context", 100, "--max-new-tokens", 40), "continuation 44"), (("--max-new-tokens", 600), "continuation 604")):
+    for args, overhead in (
+        (("--max-context", 100, "--max-new-tokens", 40), "continuation 44"),
+        (("--max-new-tokens", 600), "continuation 604"),
+    ):
         result = cli("drift", pair31["drafter"], "--target", chat_target, *args, expect=2)
-        assert "leaves no room for a built-in input" in result.stderr and overhead in result.stderr and result.stderr.count("\n") == 1
+        assert (
+            "leaves no room for a built-in input" in result.stderr
+            and overhead in result.stderr
+            and result.stderr.count("\n") == 1
+        )
 
 
 def test_per_depth_figures_count_the_chains_acceptance_counts(pair31):
@@ -386,7 +468,10 @@ def test_per_depth_figures_count_the_chains_acceptance_counts(pair31):
     position counts: none whose K targets run past max_new_tokens (all were recorded: 2K - 1 more per prompt)."""
     from eaglekit.verify.drift import DriftOptions, drift
 
-    data = drift(str(pair31["drafter"]), DriftOptions(target=str(pair31["target"]), prompts=str(pair31["prompts"]), max_new_tokens=12, k=3))
+    data = drift(
+        str(pair31["drafter"]),
+        DriftOptions(target=str(pair31["target"]), prompts=str(pair31["prompts"]), max_new_tokens=12, k=3),
+    )
     judged = data["acceptance"]["every_position"]["num_drafts"]
     assert judged > 0 and [row["chains"] for row in data["per_depth"]] == [judged] * 3
     for bucket in data["by_context_length"]:
@@ -410,39 +495,82 @@ def test_a_report_replaces_the_earlier_one_as_a_whole(fast_pair, cli, tmp_path):
     and `push --report` published it with a report that has no sampling section."""
     pytest.importorskip("matplotlib")
     out = tmp_path / "report"
-    common = [fast_pair["drafter"], "--target", fast_pair["target"], "--prompts", fast_pair["prompts"], "--max-new-tokens", 8, "--report", out]
+    common = [
+        fast_pair["drafter"],
+        "--target",
+        fast_pair["target"],
+        "--prompts",
+        fast_pair["prompts"],
+        "--max-new-tokens",
+        8,
+        "--report",
+        out,
+    ]
     # a random pair: drift's findings fail the run (exit 1), the report is written all the same
     assert cli("drift", *common, "--temperature", "0.7", expect=None).exit_code == 1
     assert (out / "sampling.png").is_file()
     assert cli("drift", *common, expect=None).exit_code == 1
-    assert sorted(p.name for p in out.iterdir()) == ["by_context_length.png", "fc_input.png", "per_depth.png", "report.html", "report.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "by_context_length.png",
+        "fc_input.png",
+        "per_depth.png",
+        "report.html",
+        "report.json",
+    ]
     assert json.loads((out / "report.json").read_text()).get("sampling") is None
     assert [p.name for p in tmp_path.iterdir()] == ["report"]  # no hidden folder left beside it
 
 
-@pytest.mark.parametrize("where", ["drafter", "inside-drafter", "target", "file", "users-folder", "other-json", "holds-drafter"])
+@pytest.mark.parametrize(
+    "where", ["drafter", "inside-drafter", "target", "file", "users-folder", "other-json", "holds-drafter"]
+)
 def test_a_report_folder_that_is_not_an_earlier_report_is_refused_before_the_run(fast_pair, cli, tmp_path, where):
-    """drift --report wrote report.json and report.html into the drafter's (or the target's) own folder, and into a file's
-    path only failed after the whole run."""
+    """drift --report wrote report.json and report.html into the drafter's (or the target's) own folder, and into a
+    file's path only failed after the whole run."""
     drafter = tmp_path / "drafter"
     target = tmp_path / "target"
     import shutil
 
     shutil.copytree(fast_pair["drafter"], drafter)
     shutil.copytree(fast_pair["target"], target)
-    report = {"drafter": drafter, "inside-drafter": drafter / "drift", "target": target, "file": tmp_path / "notes.txt",
-              "users-folder": tmp_path / "project", "other-json": tmp_path / "other", "holds-drafter": tmp_path}[where]
+    report = {
+        "drafter": drafter,
+        "inside-drafter": drafter / "drift",
+        "target": target,
+        "file": tmp_path / "notes.txt",
+        "users-folder": tmp_path / "project",
+        "other-json": tmp_path / "other",
+        "holds-drafter": tmp_path,
+    }[where]
     (tmp_path / "notes.txt").write_text("mine\n")
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "main.py").write_text("print()\n")
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "report.json").write_text('{"loss": 1.5}\n')
     before = _tree(tmp_path)
-    result = cli("drift", drafter, "--target", target, "--prompts", fast_pair["prompts"], "--max-new-tokens", 8, "--report", report, expect=2)
+    result = cli(
+        "drift",
+        drafter,
+        "--target",
+        target,
+        "--prompts",
+        fast_pair["prompts"],
+        "--max-new-tokens",
+        8,
+        "--report",
+        report,
+        expect=2,
+    )
     assert _tree(tmp_path) == before
     assert str(report) in result.stderr and "\n" not in result.stderr.strip() and "Traceback" not in result.stderr
-    expected = {"drafter": "inside the source", "inside-drafter": "inside the source", "target": "inside the source",
-                "file": "not a directory", "users-folder": "main.py", "other-json": "report.json (not a drift report)",
-                "holds-drafter": "would contain the source"}[where]
+    expected = {
+        "drafter": "inside the source",
+        "inside-drafter": "inside the source",
+        "target": "inside the source",
+        "file": "not a directory",
+        "users-folder": "main.py",
+        "other-json": "report.json (not a drift report)",
+        "holds-drafter": "would contain the source",
+    }[where]
     assert expected in result.stderr, result.stderr
     assert "--force" not in result.stderr  # drift has no such option

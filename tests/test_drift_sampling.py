@@ -56,7 +56,9 @@ def test_top_p_from_the_largest_tokens_is_vllms_cut_to_the_bit():
     # both routes taken: some rows certain from the 64 largest, some (flat, edge) sorted
     mass = logits.softmax(-1).topk(64, dim=-1).values
     assert (mass.sum(-1) > 0.95).any() and (mass.sum(-1) < 0.95).any()
-    assert torch.equal(vllm_probs(logits[None], 1.0, 0.95)[0], sampling._cut_as_vllm(logits, 0.95))  # [..., V] in, the same out
+    assert torch.equal(
+        vllm_probs(logits[None], 1.0, 0.95)[0], sampling._cut_as_vllm(logits, 0.95)
+    )  # [..., V] in, the same out
 
 
 def test_chain_logits_equal_separate_runs_on_each_drafted_prefix(pair31):
@@ -86,9 +88,9 @@ def test_a_pass_kept_while_decoding_is_the_sequence_pass(pair31):
     a row stopping at its end-of-sequence token while the others go on) instead of one more pass over the sequence:
     the logits after every position from the prompt's last on, and the chain logits drawn from that cache, are the
     full pass's to fp32 noise, and the cache is the sequence's own (padding cut off, cropped back after use)."""
+    from eaglekit.io.prompts_file import read_prompt_records
     from eaglekit.target import read_target_config
     from eaglekit.target.runner import TargetModel
-    from eaglekit.io.prompts_file import read_prompt_records
 
     target = TargetModel.load(read_target_config(pair31["target"]))
     prompts = [r["input_ids"] for r in read_prompt_records(str(pair31["prompts"]))][:4]
@@ -107,7 +109,9 @@ def test_a_pass_kept_while_decoding_is_the_sequence_pass(pair31):
         assert kept.cache.get_seq_length() == S
         positions = torch.arange(P - 1, S)
         full_logits, full_cache = target.sequence_pass(d.tokens, positions)
-        assert torch.allclose(kept.logits_at(positions), full_logits, atol=1e-4), float((kept.logits_at(positions) - full_logits).abs().max())
+        assert torch.allclose(kept.logits_at(positions), full_logits, atol=1e-4), float(
+            (kept.logits_at(positions) - full_logits).abs().max()
+        )
         with pytest.raises(IndexError, match="outside the kept"):
             kept.logits_at(torch.tensor([P - 2]))  # inside the prompt: never computed
         starts = torch.arange(P - 2, S - 3)
@@ -145,8 +149,15 @@ def test_drift_sampling_makes_no_second_pass_and_gives_the_same_figures(pair31, 
     from eaglekit.target import runner
     from eaglekit.verify.drift import DriftOptions, drift
 
-    options = DriftOptions(target=str(pair31["target"]), prompts=str(pair31["prompts"]), max_new_tokens=16, chunk=7, temperature=0.8,
-                           top_p=0.9, compare=str(pair31["drafter"]))
+    options = DriftOptions(
+        target=str(pair31["target"]),
+        prompts=str(pair31["prompts"]),
+        max_new_tokens=16,
+        chunk=7,
+        temperature=0.8,
+        top_p=0.9,
+        compare=str(pair31["drafter"]),
+    )
     passes = []
     real = runner.TargetModel.sequence_pass
     monkeypatch.setattr(runner.TargetModel, "sequence_pass", lambda self, *a: passes.append(1) or real(self, *a))
@@ -171,19 +182,46 @@ def test_prefix_acceptance_is_the_product_of_target_probabilities():
 
 
 def test_drift_sampling_report_near_zero_temperature_is_greedy(pair31, cli):
-    common = ["--target", pair31["target"], "--prompts", pair31["prompts"], "--max-new-tokens", 20, "--chunk", 7, "--json"]
-    # below vLLM's floor of 0.01 (it raises a lower temperature to 0.01) no run samples: refused, not NaN figures (1e-39 gave them)
+    common = [
+        "--target",
+        pair31["target"],
+        "--prompts",
+        pair31["prompts"],
+        "--max-new-tokens",
+        20,
+        "--chunk",
+        7,
+        "--json",
+    ]
+    # below vLLM's floor of 0.01 (it raises a lower temperature to 0.01) no run samples: refused, not NaN figures (1e-39
+    # gave them)
     for below in ("1e-39", "0.005"):
         assert "--temperature" in cli("drift", pair31["drafter"], *common, "--temperature", below, expect=2).stderr
     cold = json.loads(cli("drift", pair31["drafter"], *common, "--temperature", "0.01").stdout)
-    warm = json.loads(cli("drift", pair31["drafter"], *common, "--temperature", "0.8", "--top-p", "0.9", "--compare", pair31["drafter"]).stdout)
+    warm = json.loads(
+        cli(
+            "drift",
+            pair31["drafter"],
+            *common,
+            "--temperature",
+            "0.8",
+            "--top-p",
+            "0.9",
+            "--compare",
+            pair31["drafter"],
+        ).stdout
+    )
     for data in (cold, warm):
         assert schemas.check(data, "drift.schema.json") == []
         assert data["sampling"]["num_drafts"] == data["acceptance"]["every_position"]["num_drafts"]
     # T -> 0: the target's distribution nears its argmax, acceptance the greedy one (at 0.01 the tiny target's
     # near-ties still spread ~1% of the mass)
-    assert cold["sampling"]["per_position_rate"] == pytest.approx(cold["acceptance"]["every_position"]["per_position_rate"], abs=0.02)
-    assert cold["sampling"]["acceptance_length"] == pytest.approx(cold["acceptance"]["every_position"]["acceptance_length"], abs=0.05)
+    assert cold["sampling"]["per_position_rate"] == pytest.approx(
+        cold["acceptance"]["every_position"]["per_position_rate"], abs=0.02
+    )
+    assert cold["sampling"]["acceptance_length"] == pytest.approx(
+        cold["acceptance"]["every_position"]["acceptance_length"], abs=0.05
+    )
     s = warm["sampling"]
     assert 0 < s["per_position_rate"][-1] <= s["per_position_rate"][0] < cold["sampling"]["per_position_rate"][0]
     assert s["acceptance_length"] == pytest.approx(1 + sum(s["per_position_rate"]), abs=1e-5)
@@ -273,16 +311,29 @@ def test_expected_acceptance_matches_vllms_rejection_sampler(pair31, tmp_path, m
     served = tmp_path / "served"
     convert(pair31["drafter"], served, ConvertOptions(to="vllm"))
     K, T, P, M = 3, 0.4, 0.9, 24
-    llm = LLM(model=str(pair31["target"]), dtype="float32", max_model_len=128, enforce_eager=True, max_num_seqs=8, skip_tokenizer_init=True,
-              kv_cache_memory_bytes=256 * 2**20, seed=0, disable_log_stats=False,
-              speculative_config={"method": "eagle3", "model": str(served), "num_speculative_tokens": K})
+    llm = LLM(
+        model=str(pair31["target"]),
+        dtype="float32",
+        max_model_len=128,
+        enforce_eager=True,
+        max_num_seqs=8,
+        skip_tokenizer_init=True,
+        kv_cache_memory_bytes=256 * 2**20,
+        seed=0,
+        disable_log_stats=False,
+        speculative_config={"method": "eagle3", "model": str(served), "num_speculative_tokens": K},
+    )
     engine = llm.llm_engine
     prompts = [json.loads(line)["input_ids"] for line in Path(pair31["prompts"]).read_text().splitlines()]
     history: dict[str, tuple[list[int], list[list[int]]]] = {}
     for seed in range(8):
         for i, p in enumerate(prompts):
             rid = f"{seed}-{i}"
-            engine.add_request(rid, TokensPrompt(prompt_token_ids=p), SamplingParams(temperature=T, top_p=P, seed=1000 * seed + i, max_tokens=M, detokenize=False))
+            engine.add_request(
+                rid,
+                TokensPrompt(prompt_token_ids=p),
+                SamplingParams(temperature=T, top_p=P, seed=1000 * seed + i, max_tokens=M, detokenize=False),
+            )
             history[rid] = (p, [])
     while engine.has_unfinished_requests():
         for out in engine.step():
@@ -315,8 +366,13 @@ def test_expected_acceptance_matches_vllms_rejection_sampler(pair31, tmp_path, m
     assert all_rounds == int(counters["vllm:spec_decode_num_drafts"].value)  # every verification round was seen
     assert rounds > 500 and observed[0] > 20  # enough rounds, and a drafter that gets accepted
     z = [(o - e) / math.sqrt(v) for o, e, v in zip(observed, expected, variance)]
-    report = {"rounds": rounds, "observed": observed, "expected": [round(e, 2) for e in expected], "z": [round(x, 2) for x in z],
-              "expected_if_greedy": [round(e, 2) for e in greedy_expected]}
+    report = {
+        "rounds": rounds,
+        "observed": observed,
+        "expected": [round(e, 2) for e in expected],
+        "z": [round(x, 2) for x in z],
+        "expected_if_greedy": [round(e, 2) for e in greedy_expected],
+    }
     (Path(os.environ.get("EAGLEKIT_TEST_OUT", tmp_path)) / "vllm_sampling.json").write_text(json.dumps(report))
     assert all(abs(x) < Z99 for x in z), report
     greedy_z = [(o - e) / math.sqrt(v) for o, e, v in zip(observed, greedy_expected, variance)]

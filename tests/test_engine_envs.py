@@ -1,4 +1,5 @@
-"""Engine environments: `eaglekit engines` and `verify --against vllm==X / --vllm-python`, the runner in another process."""
+"""Engine environments: `eaglekit engines` and `verify --against vllm==X / --vllm-python`, the runner in another
+process."""
 
 from __future__ import annotations
 
@@ -44,7 +45,15 @@ def test_list_install_refusal_and_remove(cli, engines_dir):
 def test_against_a_release_that_is_not_installed_says_how(cli, engines_dir, tmp_path):
     from drafters import Dims, write_vllm
 
-    result = cli("verify", write_vllm(tmp_path / "d", Dims()), "--target", tmp_path / "no-target-needed", "--against", "vllm==0.30.0", expect=2)
+    result = cli(
+        "verify",
+        write_vllm(tmp_path / "d", Dims()),
+        "--target",
+        tmp_path / "no-target-needed",
+        "--against",
+        "vllm==0.30.0",
+        expect=2,
+    )
     assert "run `eaglekit engines install vllm==0.30.0` first" in result.stderr
 
 
@@ -54,21 +63,46 @@ def test_the_runner_in_another_process_measures_what_the_in_process_one_does(cli
     """--vllm-python runs engines/vllm_runner.py as a file in that Python (here: this environment's): counters equal the
     simulation and the replayed drafter calls agree, exactly as in-process."""
     require("vllm", "the vLLM runner test")
-    from drafters import Dims, write_tiny_target, write_vllm
     from eaglekit.convert import ConvertOptions, convert
+
+    from drafters import Dims, write_tiny_target, write_vllm
 
     target = write_tiny_target(tmp_path / "target", layers=8, hidden=64, vocab=96, heads=2, attention_scale=0.3)
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("\n".join(json.dumps({"id": f"p{i}", "input_ids": p}) for i, p in enumerate(tiny_pair.prompts(2, 96, 3))) + "\n")
-    drafter = write_vllm(tmp_path / "drafter", Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96, embed=False, lm_head=True),
-                         ids=[2, 4, 5])
+    prompts.write_text(
+        "\n".join(json.dumps({"id": f"p{i}", "input_ids": p}) for i, p in enumerate(tiny_pair.prompts(2, 96, 3))) + "\n"
+    )
+    drafter = write_vllm(
+        tmp_path / "drafter",
+        Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96, embed=False, lm_head=True),
+        ids=[2, 4, 5],
+    )
     served = tmp_path / "served"
     convert(drafter, served, ConvertOptions(to="vllm"))
-    report = json.loads(cli("verify", served, "--target", target, "--prompts", prompts, "--max-new-tokens", 8, "--against", "vllm",
-                            "--vllm-python", sys.executable, "--json").stdout)
+    report = json.loads(
+        cli(
+            "verify",
+            served,
+            "--target",
+            target,
+            "--prompts",
+            prompts,
+            "--max-new-tokens",
+            8,
+            "--against",
+            "vllm",
+            "--vllm-python",
+            sys.executable,
+            "--json",
+        ).stdout
+    )
     against = report["against"]
     assert against["vllm"] == against["simulated"] and against["output_mismatches"] == 0
-    assert {c["name"]: c["passed"] for c in report["checks"]} == {"vllm_target_states": True, "vllm_logits": True, "vllm_acceptance": True}
+    assert {c["name"]: c["passed"] for c in report["checks"]} == {
+        "vllm_target_states": True,
+        "vllm_logits": True,
+        "vllm_acceptance": True,
+    }
 
 
 def test_the_runner_holds_gc_freezes_back_only_while_it_serves(monkeypatch):
@@ -85,7 +119,7 @@ def test_the_runner_holds_gc_freezes_back_only_while_it_serves(monkeypatch):
         seen["frozen"] = gc.get_freeze_count()
         gc.unfreeze()  # what vLLM's shutdown does: held back
         seen["after_unfreeze"] = gc.get_freeze_count()
-        young = [[] for _ in range(1000)]  # noqa: F841 (objects a real freeze would take)
+        _young = [[] for _ in range(1000)]
         gc.freeze()  # what vLLM does once its engine has started: held back
         seen["grew"] = gc.get_freeze_count() - seen["frozen"]
         if job.get("fail"):

@@ -8,11 +8,21 @@ import json
 
 import pytest
 
-from drafters import Dims, default_output_ids, edit_config, mla_dims, write_modelopt, write_specforge, write_tiny_target, write_vllm
 from eaglekit import engines, schemas
 from eaglekit.errors import UsageError
 from eaglekit.model import architectures
 from eaglekit.validate import validate
+
+from drafters import (
+    Dims,
+    default_output_ids,
+    edit_config,
+    mla_dims,
+    write_modelopt,
+    write_specforge,
+    write_tiny_target,
+    write_vllm,
+)
 
 
 def sglang(src, version, **kw):
@@ -29,8 +39,19 @@ def errors(src, version, **kw) -> set[str]:
 # -- versions ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version, row", [("0.4.4.post2", "0.4.4.post2"), ("0.4.8", "0.4.4.post2"), ("0.4.9", "0.4.9"), ("0.5.1.post3", "0.4.9"),
-                                          ("0.5.10.post1", "0.5.2"), ("0.5.13.post1", "0.5.13"), ("0.5.23", "0.5.17"), ("0.5.23rc1", "0.5.17")])
+@pytest.mark.parametrize(
+    "version, row",
+    [
+        ("0.4.4.post2", "0.4.4.post2"),
+        ("0.4.8", "0.4.4.post2"),
+        ("0.4.9", "0.4.9"),
+        ("0.5.1.post3", "0.4.9"),
+        ("0.5.10.post1", "0.5.2"),
+        ("0.5.13.post1", "0.5.13"),
+        ("0.5.23", "0.5.17"),
+        ("0.5.23rc1", "0.5.17"),
+    ],
+)
 def test_versions_as_pip_prints_them_pick_their_row(version, row):
     rel = engines.parse(f"sglang=={version}")
     assert rel.row == row and rel.label == f"sglang=={version}" and not rel.beyond_table and rel.evidence == "source"
@@ -46,7 +67,7 @@ def test_releases_before_eagle3_are_refused_and_newer_ones_are_assumed(tmp_path)
 
 def test_every_row_rests_on_source_and_names_its_files():
     table = engines.sglang.load_table(engines.sglang.TABLE)
-    for version, row in table["releases"].items():
+    for row in table["releases"].values():
         assert row["evidence"] == "source"
         assert set(row["facts"]) == set(table["keys"])
         for fact in row["facts"].values():
@@ -71,7 +92,11 @@ def test_the_mla_drafter_is_registered_from_0_5_12(tmp_path):
 
 def test_the_sglang_column_is_where_the_strings_come_from(tmp_path, monkeypatch):
     src = write_vllm(tmp_path / "s", Dims())
-    monkeypatch.setitem(architectures.ROWS, "Eagle3LlamaForCausalLM", {**architectures.ROWS["Eagle3LlamaForCausalLM"], "sglang": {"family": "llama", "since": "0.5.0"}})
+    monkeypatch.setitem(
+        architectures.ROWS,
+        "Eagle3LlamaForCausalLM",
+        {**architectures.ROWS["Eagle3LlamaForCausalLM"], "sglang": {"family": "llama", "since": "0.5.0"}},
+    )
     assert "engine.architecture" in errors(src, "0.4.9")
     assert "engine.architecture" not in errors(src, "0.5.1")
 
@@ -93,7 +118,9 @@ def test_layers_0_names_crash_the_first_release_are_skipped_silently_later_and_l
 
 
 def test_legacy_use_aux_norm_and_norm_output_are_read_from_0_5_12(tmp_path):
-    src = write_specforge(tmp_path / "s", Dims(fc_norm=True), legacy=True, norm_output=True)  # use_aux_norm, aux_norm_{low,mid,high}
+    src = write_specforge(
+        tmp_path / "s", Dims(fc_norm=True), legacy=True, norm_output=True
+    )  # use_aux_norm, aux_norm_{low,mid,high}
     on_old = errors(src, "0.5.11", norm_output_semantics="eagle31")
     assert {"engine.flag.fc_norm", "engine.flag.norm_output", "engine.unknown_tensor"} <= on_old
     assert not errors(src, "0.5.12", norm_output_semantics="eagle31")
@@ -123,7 +150,9 @@ def test_no_lm_head_with_a_number_runs_an_uninitialised_head(tmp_path):
 
 
 def test_no_lm_head_with_null_borrows_the_target_head_from_0_5_2(tmp_path):
-    src = edit_config(write_specforge(tmp_path / "s", Dims(Vd=64, lm_head=False)), lambda c: c.update(draft_vocab_size=None))
+    src = edit_config(
+        write_specforge(tmp_path / "s", Dims(Vd=64, lm_head=False)), lambda c: c.update(draft_vocab_size=None)
+    )
     report, found = sglang(src, "0.5.1")
     assert report.engine_view["loads"] is False and "engine.draft_vocab_size" in found
     assert not errors(src, "0.5.2")
@@ -205,7 +234,9 @@ def test_verify_engine_sglang_diverges_before_3_1_support_and_matches_after(pair
     convert(pair31["drafter"], out, ConvertOptions(to="sglang"))
 
     def parity(version):
-        opts = VerifyOptions(target=str(pair31["target"]), prompts=str(pair31["prompts"]), max_new_tokens=40, engine=f"sglang=={version}")
+        opts = VerifyOptions(
+            target=str(pair31["target"]), prompts=str(pair31["prompts"]), max_new_tokens=40, engine=f"sglang=={version}"
+        )
         report = verify(str(out), opts)
         return next(c for c in report["checks"] if c["name"] == "engine_parity"), report
 

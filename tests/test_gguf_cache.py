@@ -56,7 +56,9 @@ def test_prune_removes_entries_of_deleted_and_changed_files_and_keeps_the_rest(c
 
 def test_prune_removes_a_dead_writers_temporary_directory_but_not_a_live_ones(cache_home):
     root = gguf_cache.cache_root()
-    dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True).stdout.strip()
+    dead_pid = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     dead = root / f"model-abc.tmp{dead_pid}"
     alive = root / f"model-def.tmp{os.getpid()}"
     for d in (dead, alive):

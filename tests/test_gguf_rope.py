@@ -24,11 +24,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drafters import Dims, edit_config, write_vllm
 from eaglekit.errors import CheckpointError, UnsupportedError
 from eaglekit.io.gguf_metadata import read_metadata, read_vector
 from eaglekit.model.drafter import Rope
 from eaglekit.model.hf_config import frequency_divisors
+
+from drafters import Dims, edit_config, write_vllm
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gguf_rope" / "llama3-rope.gguf"
 YARN_FIXTURE = FIXTURE.with_name("yarn-rope.gguf")
@@ -38,7 +39,13 @@ YARN_THETA = 1000000.0
 # norm's input
 DRAFTER_DIMS = Dims(H=64, T=64, V=64, heads=2, kv_heads=1, head_dim=32, target_layers=2)
 # the original checkpoint's rope (make.py's ROPE and THETA)
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+LLAMA3 = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
 THETA = 500000.0
 HEAD_DIM = 32
 
@@ -69,7 +76,11 @@ def test_the_index_reads_as_ggufs_reader_does_and_the_divisors_are_llama3s():
     assert set(metadata.tensors) == {t.name for t in reader.tensors}
     for t in reader.tensors:
         info = metadata.tensors[t.name]
-        assert (info.shape, info.ggml_type, metadata.data_offset + info.offset) == (tuple(int(x) for x in t.shape), int(t.tensor_type), t.data_offset)
+        assert (info.shape, info.ggml_type, metadata.data_offset + info.offset) == (
+            tuple(int(x) for x in t.shape),
+            int(t.tensor_type),
+            t.data_offset,
+        )
     divisors = read_vector(FIXTURE, metadata, "rope_freqs.weight")
     assert list(divisors) == [float(x) for x in next(t for t in reader.tensors if t.name == "rope_freqs.weight").data]
     assert not any(key.startswith("llama.rope.scaling") for key in metadata.values)  # the tensor is all the file says
@@ -79,10 +90,9 @@ def test_the_index_reads_as_ggufs_reader_does_and_the_divisors_are_llama3s():
 
 
 def test_the_target_config_keeps_the_divisors_also_from_the_cache(target):
-    from eaglekit.target import read_target_config
+    from eaglekit.target import config as target_config
+    from eaglekit.target import gguf_cache, read_target_config
     from eaglekit.target.runner import TargetModel
-
-    from eaglekit.target import config as target_config, gguf_cache
 
     cfg = read_target_config(target, weights=True)
     assert cfg.rope_freqs == read_vector(FIXTURE, read_metadata(FIXTURE, tensors=True), "rope_freqs.weight")
@@ -123,8 +133,17 @@ def test_the_loaded_target_runs_the_original_rope_where_transformers_alone_runs_
 def _llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    return LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=64, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                        num_key_value_heads=1, rope_theta=THETA))
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=16,
+            hidden_size=64,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            rope_theta=THETA,
+        )
+    )
 
 
 def test_applying_the_divisors_refuses_what_it_cannot_tell(target):
@@ -150,19 +169,30 @@ def test_applying_the_divisors_refuses_what_it_cannot_tell(target):
     assert torch.equal(untouched.model.rotary_emb.inv_freq, default)
 
 
-@pytest.mark.parametrize("rope, same", [
-    ({"rope_theta": THETA, "rope_scaling": LLAMA3}, True),
-    ({"rope_theta": THETA, "rope_scaling": {**LLAMA3, "factor": 4.0}}, False),
-    ({"rope_theta": THETA, "rope_scaling": None}, False),
-    ({"rope_theta": 10000.0, "rope_scaling": LLAMA3}, False),
-    ({"rope_theta": THETA, "rope_scaling": {"rope_type": "linear"}}, False),
-    ({"rope_theta": THETA, "rope_scaling": {**LLAMA3, "factor": None}}, False),
-], ids=["the original llama3 rope", "another factor", "default rope", "another theta", "linear without a factor", "llama3 with a null factor"])
+@pytest.mark.parametrize(
+    "rope, same",
+    [
+        ({"rope_theta": THETA, "rope_scaling": LLAMA3}, True),
+        ({"rope_theta": THETA, "rope_scaling": {**LLAMA3, "factor": 4.0}}, False),
+        ({"rope_theta": THETA, "rope_scaling": None}, False),
+        ({"rope_theta": 10000.0, "rope_scaling": LLAMA3}, False),
+        ({"rope_theta": THETA, "rope_scaling": {"rope_type": "linear"}}, False),
+        ({"rope_theta": THETA, "rope_scaling": {**LLAMA3, "factor": None}}, False),
+    ],
+    ids=[
+        "the original llama3 rope",
+        "another factor",
+        "default rope",
+        "another theta",
+        "linear without a factor",
+        "llama3 with a null factor",
+    ],
+)
 def test_validate_compares_the_drafters_rope_with_the_files_divisors(rope, same, target, tmp_path):
     from eaglekit import api
 
     drafter = write_vllm(tmp_path / "drafter", DRAFTER_DIMS, ids=[0, 1, 2])
-    edit_config(drafter, lambda c: c.update(rope))
+    edit_config(drafter, lambda c, rope=rope: c.update(rope))
     findings = [f for f in api.validate(drafter, target=str(target)).findings if f.check == "rope.target"]
     assert (not findings) == same
     if findings:
@@ -188,10 +218,14 @@ def test_a_yarn_file_runs_its_own_rope_and_validate_compares_with_it(yarn_target
     from eaglekit.target.runner import TargetModel
 
     # the premise: transformers loads the file with the default rope and no attention scaling (YaRN's would be 1.14)
-    plain = AutoModelForCausalLM.from_pretrained(str(yarn_target.parent), gguf_file=yarn_target.name, dtype=torch.float32)
+    plain = AutoModelForCausalLM.from_pretrained(
+        str(yarn_target.parent), gguf_file=yarn_target.name, dtype=torch.float32
+    )
     rotary = plain.model.rotary_emb
     assert rotary.attention_scaling == 1.0
-    assert torch.equal(rotary.inv_freq, 1.0 / YARN_THETA ** (torch.arange(0, HEAD_DIM, 2, dtype=torch.float32) / HEAD_DIM))
+    assert torch.equal(
+        rotary.inv_freq, 1.0 / YARN_THETA ** (torch.arange(0, HEAD_DIM, 2, dtype=torch.float32) / HEAD_DIM)
+    )
     cfg = read_target_config(yarn_target, weights=True)
     assert cfg.rope == Rope(YARN_THETA, YARN) and cfg.rope_freqs is None
     ids = torch.randint(3, 64, (1, 300), generator=torch.Generator().manual_seed(0))
@@ -206,18 +240,30 @@ def test_a_yarn_file_runs_its_own_rope_and_validate_compares_with_it(yarn_target
     entry = json.loads((gguf_cache.cached(yarn_target) / "config.json").read_text())
     assert (entry.get("rope_parameters") or entry.get("rope_scaling"))["rope_type"] == "yarn"
     drafter = write_vllm(tmp_path / "drafter", DRAFTER_DIMS, ids=[0, 1, 2])
-    for rope, same in (({"rope_theta": YARN_THETA, "rope_scaling": YARN}, True), ({"rope_theta": YARN_THETA, "rope_scaling": None}, False)):
-        edit_config(drafter, lambda c: c.update(rope))
+    for rope, same in (
+        ({"rope_theta": YARN_THETA, "rope_scaling": YARN}, True),
+        ({"rope_theta": YARN_THETA, "rope_scaling": None}, False),
+    ):
+        edit_config(drafter, lambda c, rope=rope: c.update(rope))
         findings = [f for f in api.validate(drafter, target=str(yarn_target)).findings if f.check == "rope.target"]
         assert (not findings) == same, rope
 
 
-@pytest.mark.parametrize("keys, refusal", [
-    ({"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0, "rope.scaling.yarn_log_multiplier": 0.1},
-     "states rope scaling yarn \\(factor 4.0\\).*keys eaglekit does not map to transformers' \\(yarn_log_multiplier\\)"),
-    ({"rope.scaling.type": "longrope"}, "states rope scaling longrope, .*eaglekit applies linear and yarn only"),
-    ({"rope.scaling.type": "linear"}, "states rope scaling linear, .*no positive factor"),
-], ids=["an unmapped yarn key", "longrope", "no factor"])
+@pytest.mark.parametrize(
+    "keys, refusal",
+    [
+        (
+            {"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0, "rope.scaling.yarn_log_multiplier": 0.1},
+            (
+                "states rope scaling yarn \\(factor 4.0\\).*keys eaglekit does not map to transformers'"
+                " \\(yarn_log_multiplier\\)"
+            ),
+        ),
+        ({"rope.scaling.type": "longrope"}, "states rope scaling longrope, .*eaglekit applies linear and yarn only"),
+        ({"rope.scaling.type": "linear"}, "states rope scaling linear, .*no positive factor"),
+    ],
+    ids=["an unmapped yarn key", "longrope", "no factor"],
+)
 def test_a_scaling_eaglekit_cannot_set_is_refused_before_the_load(keys, refusal, tmp_path, monkeypatch):
     gguf = pytest.importorskip("gguf")
     from transformers import AutoModelForCausalLM
@@ -227,9 +273,25 @@ def test_a_scaling_eaglekit_cannot_set_is_refused_before_the_load(keys, refusal,
 
     path = tmp_path / "target.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")
-    for key, value in {"block_count": 2, "embedding_length": 32, "context_length": 4096, "vocab_size": 64, "rope.freq_base": 10000.0, **keys}.items():
-        writer.add_key_value(f"llama.{key}", value, gguf.GGUFValueType.STRING if isinstance(value, str) else
-                             gguf.GGUFValueType.FLOAT32 if isinstance(value, float) else gguf.GGUFValueType.UINT32)
+    for key, value in {
+        "block_count": 2,
+        "embedding_length": 32,
+        "context_length": 4096,
+        "vocab_size": 64,
+        "rope.freq_base": 10000.0,
+        **keys,
+    }.items():
+        writer.add_key_value(
+            f"llama.{key}",
+            value,
+            (
+                gguf.GGUFValueType.STRING
+                if isinstance(value, str)
+                else gguf.GGUFValueType.FLOAT32
+                if isinstance(value, float)
+                else gguf.GGUFValueType.UINT32
+            ),
+        )
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.close()
@@ -250,12 +312,32 @@ def test_a_scaling_of_some_layers_only_is_refused_before_the_load(yarn_target):
         check_loadable(dataclasses.replace(cfg, model_type="gemma3"))
 
 
-@pytest.mark.parametrize("keys, scaling", [
-    ({"type": "linear", "factor": 2.0}, {"rope_type": "linear", "factor": 2.0}),
-    ({"type": "yarn", "factor": 4.0, "original_context_length": 4096, "yarn_attn_factor": 1.5, "yarn_beta_fast": 16.0, "yarn_beta_slow": 2.0,
-      "finetuned": True},
-     {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "attention_factor": 1.5, "beta_fast": 16.0, "beta_slow": 2.0}),
-], ids=["linear", "yarn with every key the converter writes"])
+@pytest.mark.parametrize(
+    "keys, scaling",
+    [
+        ({"type": "linear", "factor": 2.0}, {"rope_type": "linear", "factor": 2.0}),
+        (
+            {
+                "type": "yarn",
+                "factor": 4.0,
+                "original_context_length": 4096,
+                "yarn_attn_factor": 1.5,
+                "yarn_beta_fast": 16.0,
+                "yarn_beta_slow": 2.0,
+                "finetuned": True,
+            },
+            {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 4096,
+                "attention_factor": 1.5,
+                "beta_fast": 16.0,
+                "beta_slow": 2.0,
+            },
+        ),
+    ],
+    ids=["linear", "yarn with every key the converter writes"],
+)
 def test_the_keys_map_back_and_the_rebuilt_rotary_is_transformers_own_for_them(keys, scaling, yarn_target):
     """Each key llama.cpp's converter writes goes back to the HF parameter it was written from, and the rotary module
     built anew runs what transformers builds for a checkpoint that states those parameters."""
@@ -266,30 +348,54 @@ def test_the_keys_map_back_and_the_rebuilt_rotary_is_transformers_own_for_them(k
     from eaglekit.target.gguf_config import ROPE_SCALING_KEY, stated_rope_scaling
     from eaglekit.target.gguf_rope import apply_stated_scaling
 
-    metadata = GGUFMetadata(3, 0, {"general.architecture": "llama", **{f"llama.rope.scaling.{k}": v for k, v in keys.items()}})
+    metadata = GGUFMetadata(
+        3, 0, {"general.architecture": "llama", **{f"llama.rope.scaling.{k}": v for k, v in keys.items()}}
+    )
     assert stated_rope_scaling(metadata) == (scaling, [])
     cfg = read_target_config(yarn_target)
     cfg = dataclasses.replace(cfg, config={**cfg.config, ROPE_SCALING_KEY: scaling}, rope=Rope(THETA, scaling))
     model = _llama()
     apply_stated_scaling(model, cfg)
-    dims = {k: getattr(model.config, k) for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                                                   "num_key_value_heads", "max_position_embeddings")}
+    dims = {
+        k: getattr(model.config, k)
+        for k in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "max_position_embeddings",
+        )
+    }
     own = LlamaForCausalLM(LlamaConfig(**dims, rope_parameters={**scaling, "rope_theta": THETA})).model.rotary_emb
     rotary = model.model.rotary_emb
     assert rotary.rope_type == scaling["rope_type"] and torch.equal(rotary.inv_freq, own.inv_freq)
-    assert rotary.attention_scaling == own.attention_scaling and not torch.equal(rotary.inv_freq, _llama().model.rotary_emb.inv_freq)
+    assert rotary.attention_scaling == own.attention_scaling and not torch.equal(
+        rotary.inv_freq, _llama().model.rotary_emb.inv_freq
+    )
     apply_stated_scaling(model, cfg)  # as a load from the cache entry: the config states it already, left as it is
     assert model.model.rotary_emb is rotary
 
 
-@pytest.mark.parametrize("rope", [
-    None,
-    {"rope_type": "linear", "factor": 4.0},
-    LLAMA3,
-    {**LLAMA3, "factor": 32.0},  # Llama 3.2's
-    {**LLAMA3, "factor": 16.0, "low_freq_factor": 2.0, "high_freq_factor": 8.0, "original_max_position_embeddings": 4096},
-    {**LLAMA3, "low_freq_factor": 1.5, "high_freq_factor": 6.0},
-], ids=["default", "linear", "llama 3.1", "llama 3.2", "other bands", "other band ratio"])
+@pytest.mark.parametrize(
+    "rope",
+    [
+        None,
+        {"rope_type": "linear", "factor": 4.0},
+        LLAMA3,
+        {**LLAMA3, "factor": 32.0},  # Llama 3.2's
+        {
+            **LLAMA3,
+            "factor": 16.0,
+            "low_freq_factor": 2.0,
+            "high_freq_factor": 8.0,
+            "original_max_position_embeddings": 4096,
+        },
+        {**LLAMA3, "low_freq_factor": 1.5, "high_freq_factor": 6.0},
+    ],
+    ids=["default", "linear", "llama 3.1", "llama 3.2", "other bands", "other band ratio"],
+)
 @pytest.mark.parametrize("dim", [HEAD_DIM, 64, 128])
 def test_the_rope_that_divides_by_a_files_divisors_is_recovered(rope, dim):
     """What vLLM is told to run for a rope_freqs file (--against vllm): a rope whose divisors are the file's. llama3's
@@ -298,7 +404,9 @@ def test_the_rope_that_divides_by_a_files_divisors_is_recovered(rope, dim):
     from eaglekit.model.hf_config import rope_from_divisors
 
     stated = Rope(THETA, rope)
-    divisors = [float(struct.unpack("<f", struct.pack("<f", d))[0]) for d in frequency_divisors(stated, dim)]  # as the file keeps them
+    divisors = [
+        float(struct.unpack("<f", struct.pack("<f", d))[0]) for d in frequency_divisors(stated, dim)
+    ]  # as the file keeps them
     recovered = rope_from_divisors(divisors, THETA)
     assert recovered is not None and recovered.rope_type == stated.rope_type
     assert all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(frequency_divisors(recovered, dim), divisors))
@@ -326,7 +434,9 @@ def test_against_vllm_tells_vllm_the_files_rope(target, tmp_path, monkeypatch):
 
     from eaglekit import api
 
-    against_vllm = importlib.import_module("eaglekit.verify.against_vllm")  # the package exports a function of that name
+    against_vllm = importlib.import_module(
+        "eaglekit.verify.against_vllm"
+    )  # the package exports a function of that name
     jobs = []
 
     def serve(job_list, python=None):
@@ -342,7 +452,9 @@ def test_against_vllm_tells_vllm_the_files_rope(target, tmp_path, monkeypatch):
     assert jobs[0]["hf_overrides"] == {"rope_parameters": {"rope_theta": THETA, **LLAMA3}}
 
 
-def test_against_vllm_is_refused_before_any_work_where_no_rope_divides_by_the_files_divisors(target, tmp_path, monkeypatch):
+def test_against_vllm_is_refused_before_any_work_where_no_rope_divides_by_the_files_divisors(
+    target, tmp_path, monkeypatch
+):
     from eaglekit import api
     from eaglekit.target import runner
 
@@ -350,11 +462,15 @@ def test_against_vllm_is_refused_before_any_work_where_no_rope_divides_by_the_fi
     info = metadata.tensors["rope_freqs.weight"]
     content = bytearray(target.read_bytes())
     start = metadata.data_offset + info.offset
-    content[start : start + 4 * info.shape[0]] = struct.pack(f"<{info.shape[0]}f", *[1.0 + (i % 3) for i in range(info.shape[0])])
+    content[start : start + 4 * info.shape[0]] = struct.pack(
+        f"<{info.shape[0]}f", *[1.0 + (i % 3) for i in range(info.shape[0])]
+    )
     target.write_bytes(bytes(content))
     monkeypatch.setattr(runner.TargetModel, "load", lambda *a, **k: pytest.fail("the target was loaded"))
     drafter = write_vllm(tmp_path / "drafter", DRAFTER_DIMS, ids=[0, 1, 2])
-    with pytest.raises(UnsupportedError, match="rope_freqs that no default, linear or llama3 rope divides by.*safetensors directory"):
+    with pytest.raises(
+        UnsupportedError, match="rope_freqs that no default, linear or llama3 rope divides by.*safetensors directory"
+    ):
         api.verify(drafter, target=str(target), against="vllm")
 
 
@@ -409,8 +525,11 @@ def test_a_damaged_tensor_index_is_a_one_line_error(tmp_path):
     five[index_start + 8 + len(names[0]) : index_start + 12 + len(names[0])] = struct.pack("<I", 5)
     many = bytearray(data)
     many[8:16] = struct.pack("<Q", 10**6)
-    for message, content in {f"names this tensor a second time at byte [0-9]+ \\(tensor '{first}'\\)": twice, "gives a tensor 5 dimensions": five,
-                             "claims 1000000 tensors": many}.items():
+    for message, content in {
+        f"names this tensor a second time at byte [0-9]+ \\(tensor '{first}'\\)": twice,
+        "gives a tensor 5 dimensions": five,
+        "claims 1000000 tensors": many,
+    }.items():
         broken.write_bytes(bytes(content))
         with pytest.raises(CheckpointError, match=message):
             read_metadata(broken, tensors=True)
@@ -434,10 +553,16 @@ def test_a_damaged_tensor_index_is_a_one_line_error(tmp_path):
     with_alignment("uint64", 64)
     with pytest.raises(ValueError, match="Bad type for general.alignment"):
         gguf.GGUFReader(str(broken))
-    with pytest.raises(CheckpointError, match="states general.alignment as uint64, not uint32 at byte [0-9]+ \\(key 'general.alignment'\\)"):
+    with pytest.raises(
+        CheckpointError,
+        match="states general.alignment as uint64, not uint32 at byte [0-9]+ \\(key 'general.alignment'\\)",
+    ):
         read_metadata(broken, tensors=True)
     entry = name_at("rope_freqs.weight") + 8 + len("rope_freqs.weight")  # u32 dims, u64 length, u32 type, u64 offset
-    for field, value in ((slice(entry + 4, entry + 12), 2**40), (slice(entry + 16, entry + 24), 2**63)):  # a damaged length, offset
+    for field, value in (
+        (slice(entry + 4, entry + 12), 2**40),
+        (slice(entry + 16, entry + 24), 2**63),
+    ):  # a damaged length, offset
         damaged = bytearray(data)
         damaged[field] = struct.pack("<Q", value)
         broken.write_bytes(bytes(damaged))

@@ -7,8 +7,9 @@ import pytest
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from drafters import write_tiny_target
 from eaglekit.target.gqa_attention import NAME, attention
+
+from drafters import write_tiny_target
 
 
 class Layer(torch.nn.Module):
@@ -52,7 +53,9 @@ def test_every_other_case_is_transformers_own(monkeypatch):
     assert attention(Layer(3), query, key, value, mask, output_attentions=True)[0] == "theirs"
     assert len(calls) == 3
     prefill = inputs(5, 5, groups=3, mask="bool")
-    assert attention(Layer(3), *prefill)[0] != "theirs" and len(calls) == 3  # a mask, several positions: transformers copies
+    assert (
+        attention(Layer(3), *prefill)[0] != "theirs" and len(calls) == 3
+    )  # a mask, several positions: transformers copies
     # a decode step: transformers 5.24 and later pack the groups (pack_gqa), copying nothing; before, they copied
     monkeypatch.setattr(module.transformers_sdpa, "pack_gqa", lambda *a: None, raising=False)
     assert attention(Layer(3), query, key, value, mask)[0] == "theirs" and len(calls) == 4
@@ -71,7 +74,11 @@ def test_a_cpu_target_uses_it_and_decodes_the_same_tokens_and_states(tmp_path):
     ours = target.decode_batch(prompts, 16, padding=float("inf"), capture=(2, 8))
     target.model.set_attn_implementation("sdpa")
     theirs = target.decode_batch(prompts, 16, padding=float("inf"), capture=(2, 8))
-    assert [d.tokens.tolist() for d in ours] == [d.tokens.tolist() for d in theirs] == [target.generate(p, 16).tolist() for p in prompts]
+    assert (
+        [d.tokens.tolist() for d in ours]
+        == [d.tokens.tolist() for d in theirs]
+        == [target.generate(p, 16).tolist() for p in prompts]
+    )
     assert all(torch.equal(a.states[k], b.states[k]) for a, b in zip(ours, theirs) for k in (2, 8))
 
 
@@ -80,7 +87,9 @@ def test_not_used_where_transformers_runs_another_attention(tmp_path):
 
     from eaglekit.target.gqa_attention import use_shared_kv_heads
 
-    model = AutoModelForCausalLM.from_pretrained(write_tiny_target(tmp_path / "eager", heads=4, kv_heads=2, hidden=32), attn_implementation="eager")
+    model = AutoModelForCausalLM.from_pretrained(
+        write_tiny_target(tmp_path / "eager", heads=4, kv_heads=2, hidden=32), attn_implementation="eager"
+    )
     assert use_shared_kv_heads(model) is False and model.config._attn_implementation == "eager"
 
 
@@ -89,7 +98,9 @@ def test_a_model_transformers_refuses_to_switch_keeps_sdpa(tmp_path, monkeypatch
 
     from eaglekit.target import gqa_attention
 
-    model = AutoModelForCausalLM.from_pretrained(write_tiny_target(tmp_path / "t", heads=4, kv_heads=2, hidden=32), attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_pretrained(
+        write_tiny_target(tmp_path / "t", heads=4, kv_heads=2, hidden=32), attn_implementation="sdpa"
+    )
     real = type(model).set_attn_implementation
 
     def refuse(self, name, **kwargs):

@@ -23,7 +23,8 @@ from eaglekit.hub import (
     resolve_endpoint,
     resolve_token,
 )
-from fakehub import TOKEN, FakeHub, fake_hub  # noqa: F401  (fake_hub is a pytest fixture)
+
+from fakehub import TOKEN, FakeHub
 
 REPO = "tester/drafter"
 CARD = b"---\nlicense: apache-2.0\ntags:\n- eagle3\n---\n# drafter\n"
@@ -40,7 +41,9 @@ def drafter_files(version: int = 1, tmp: Path | None = None) -> list[UploadFile]
         weight_file = UploadFile("model.safetensors", data=weights)
     return [
         UploadFile("README.md", data=CARD),
-        UploadFile("config.json", data=json.dumps({"architectures": ["LlamaForCausalLMEagle3"], "v": version}).encode()),
+        UploadFile(
+            "config.json", data=json.dumps({"architectures": ["LlamaForCausalLMEagle3"], "v": version}).encode()
+        ),
         weight_file,
     ]
 
@@ -117,7 +120,9 @@ def test_private_is_refused_for_an_existing_public_repo(fake_hub: FakeHub):
     """--private to a repo that exists and is public published it publicly, and push said "private"."""
     push()
     commits = fake_hub.state.commits_posted()
-    with pytest.raises(UsageError, match="exists and is public; --private only makes a repository that push creates private"):
+    with pytest.raises(
+        UsageError, match="exists and is public; --private only makes a repository that push creates private"
+    ):
         push(drafter_files(2), private=True)
     assert fake_hub.state.commits_posted() == commits and not fake_hub.state.repos[REPO].private
     fake_hub.state.repos[REPO].private = True
@@ -130,6 +135,7 @@ def test_a_push_to_an_endpoint_that_never_answers_ends(monkeypatch, tmp_path):
     from huggingface_hub import constants
 
     import eaglekit.hub as hub
+
     from fakehub import silent_server
 
     monkeypatch.setattr(constants, "HF_HUB_DOWNLOAD_TIMEOUT", 0.2)
@@ -281,7 +287,14 @@ def test_concurrent_push_is_refused_not_clobbered(fake_hub: FakeHub):
         ("POST", r"/commit/", 401, None, 1, "check --token / HF_TOKEN"),
         ("GET", r"/refs$", 403, "GatedRepo", 1, "access is gated (403 GatedRepo)"),
         ("POST", r"/commit/", 403, None, 1, "forbidden (403) while uploading and committing"),
-        ("POST", r"/preupload/", 404, "RepoNotFound", 1, "repository not found, or not visible to this token (404 RepoNotFound)"),
+        (
+            "POST",
+            r"/preupload/",
+            404,
+            "RepoNotFound",
+            1,
+            "repository not found, or not visible to this token (404 RepoNotFound)",
+        ),
         ("POST", r"/commit/", 404, "RevisionNotFound", 1, "revision 'main' not found (404 RevisionNotFound)"),
         ("POST", r"/preupload/", 429, None, 99, "rate limited by the Hub (429)"),
         ("POST", r"/preupload/", 500, None, 99, "Hub server error (500) while uploading and committing"),
@@ -452,13 +465,27 @@ def test_hub_module_imports_neither_torch_nor_the_rest_of_eaglekit():
     import subprocess
     import sys
 
-    light = ("eaglekit.hub", "eaglekit.errors", "eaglekit.upload", "eaglekit.io", "eaglekit.io.hub_ids", "eaglekit.io.jsonfile", "eaglekit.io.locate", "eaglekit.io.digests",
-             "eaglekit.io.cache_home")
+    light = (
+        "eaglekit.hub",
+        "eaglekit.errors",
+        "eaglekit.upload",
+        "eaglekit.io",
+        "eaglekit.io.hub_ids",
+        "eaglekit.io.jsonfile",
+        "eaglekit.io.locate",
+        "eaglekit.io.digests",
+        "eaglekit.io.cache_home",
+    )
     code = (
         "import sys, eaglekit.hub; "
         "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.') or m == 'huggingface_hub' "
         f"or (m.startswith('eaglekit.') and m not in {light!r})); print(bad)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parent.parent).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    ).stdout
     assert out.strip() == "[]"

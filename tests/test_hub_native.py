@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from drafters import Dims, canonical_tensors, default_input_ids, llama_keys, write_eagle, write_vllm
-from fakehub import FakeHub, fake_hub  # noqa: F401  (fake_hub is a pytest fixture)
+from fakehub import FakeHub
 
 DTYPE_CODES = {torch.bfloat16: "BF16", torch.float32: "F32", torch.int64: "I64", torch.bool: "BOOL"}
 
@@ -29,7 +29,18 @@ def seed(hub: FakeHub, repo_id: str, directory: Path, **kwargs) -> str:
 def sparse_sharded_drafter(directory: Path, shards: int = 3) -> tuple[Path, int]:
     """A ~1.4 GB vLLM-dialect drafter in ``shards`` safetensors files whose data areas are holes (truncate): real
     headers, no disk cost. Returns the directory and the total header bytes (8-byte lengths included)."""
-    d = Dims(H=2048, T=2048, V=262144, Vd=32768, I=8192, heads=16, kv_heads=4, head_dim=128, target_layers=32, dtype=torch.bfloat16)
+    d = Dims(
+        H=2048,
+        T=2048,
+        V=262144,
+        Vd=32768,
+        I=8192,
+        heads=16,
+        kv_heads=4,
+        head_dim=128,
+        target_layers=32,
+        dtype=torch.bfloat16,
+    )
     with torch.device("meta"):
         tensors = canonical_tensors(d)
     directory.mkdir(parents=True)
@@ -42,7 +53,11 @@ def sparse_sharded_drafter(directory: Path, shards: int = 3) -> tuple[Path, int]
         for name in group:
             t = tensors[name]
             size = t.numel() * t.element_size()
-            header[name] = {"dtype": DTYPE_CODES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + size]}
+            header[name] = {
+                "dtype": DTYPE_CODES[t.dtype],
+                "shape": list(t.shape),
+                "data_offsets": [offset, offset + size],
+            }
             offset += size
             weight_map[name] = file
         raw = json.dumps(header).encode()
@@ -52,10 +67,22 @@ def sparse_sharded_drafter(directory: Path, shards: int = 3) -> tuple[Path, int]
             f.truncate(8 + len(raw) + offset)
         header_bytes += 8 + len(raw)
     total = sum(t.numel() * t.element_size() for t in tensors.values())
-    (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))
-    cfg = {"architectures": ["Eagle3LlamaForCausalLM"], "model_type": "llama", **llama_keys(d), "draft_vocab_size": d.Vd,
-           "target_hidden_size": d.T, "fc_norm": False, "norm_output": False, "norm_before_fc": False, "norm_before_residual": False,
-           "eagle_aux_hidden_state_layer_ids": default_input_ids(d), "torch_dtype": "bfloat16"}
+    (directory / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map})
+    )
+    cfg = {
+        "architectures": ["Eagle3LlamaForCausalLM"],
+        "model_type": "llama",
+        **llama_keys(d),
+        "draft_vocab_size": d.Vd,
+        "target_hidden_size": d.T,
+        "fc_norm": False,
+        "norm_output": False,
+        "norm_before_fc": False,
+        "norm_before_residual": False,
+        "eagle_aux_hidden_state_layer_ids": default_input_ids(d),
+        "torch_dtype": "bfloat16",
+    }
     (directory / "config.json").write_text(json.dumps(cfg))
     return directory, header_bytes
 
@@ -72,18 +99,31 @@ def json_bytes(directory: Path) -> int:
 def test_a_1gb_sharded_drafter_is_inspected_and_validated_from_its_headers_alone(fake_hub: FakeHub, tmp_path, cli):
     src, header_bytes = sparse_sharded_drafter(tmp_path / "big")
     weights = sum(p.stat().st_size for p in src.glob("*.safetensors"))
-    assert weights >= 2**30 and sum(p.stat().st_blocks * 512 for p in src.iterdir()) < 2**20  # 1.4 GB apparent, tiny on disk
+    assert (
+        weights >= 2**30 and sum(p.stat().st_blocks * 512 for p in src.iterdir()) < 2**20
+    )  # 1.4 GB apparent, tiny on disk
     commit = seed(fake_hub, "org/big-eagle3", src)
     expected = header_bytes + json_bytes(src)
 
     result = cli("inspect", "org/big-eagle3", "--json")
     data = json.loads(result.stdout)
-    assert data["dialect"]["dialect"] == "vllm" and data["num_tensors"] == 16 and data["total_bytes"] == weights - header_bytes
+    assert (
+        data["dialect"]["dialect"] == "vllm"
+        and data["num_tensors"] == 16
+        and data["total_bytes"] == weights - header_bytes
+    )
     from eaglekit import schemas
 
     assert schemas.check(data, "inspect.schema.json") == []
-    assert data["origin"] == {"kind": "hub", "repo_id": "org/big-eagle3", "revision": "main", "commit": commit, "downloaded": False,
-                              "bytes_read": expected, "requests": 2 + 2 * 3}
+    assert data["origin"] == {
+        "kind": "hub",
+        "repo_id": "org/big-eagle3",
+        "revision": "main",
+        "commit": commit,
+        "downloaded": False,
+        "bytes_read": expected,
+        "requests": 2 + 2 * 3,
+    }
     assert fake_hub.state.bytes_served("org/big-eagle3") == expected  # the server's own count: headers and configs only
     for shard in src.glob("*.safetensors"):
         assert fake_hub.state.bytes_served("org/big-eagle3", shard.name) < 4096
@@ -238,7 +278,12 @@ def small(fake_hub: FakeHub, tmp_path) -> Path:
 
 def test_private_and_gated_repos(fake_hub: FakeHub, small, cli, monkeypatch):
     seed(fake_hub, "other/secret", small, private=True)
-    refused(cli, "repository not found, or private and not visible to this token (404 RepoNotFound)", "inspect", "other/secret")
+    refused(
+        cli,
+        "repository not found, or private and not visible to this token (404 RepoNotFound)",
+        "inspect",
+        "other/secret",
+    )
     monkeypatch.delenv("HF_TOKEN")
     refused(cli, "private or missing, and the Hub wants a token (401)", "inspect", "other/secret")
     assert "set HF_TOKEN" in refused(cli, "(401)", "convert", "other/secret", "/tmp/never", "--to", "vllm")
@@ -250,7 +295,12 @@ def test_missing_repo_revision_and_file(fake_hub: FakeHub, small, cli):
     refused(cli, "org/nothing: repository not found", "inspect", "org/nothing")
     refused(cli, "revision 'v9' not found (404 RevisionNotFound)", "inspect", "org/small@v9")
     fake_hub.state.fail("GET", r"/resolve/[0-9a-f]{40}/model\.safetensors$", 404, error_code="EntryNotFound")
-    refused(cli, "file not found at revision 'main' (404 EntryNotFound) while reading model.safetensors", "inspect", "org/small")
+    refused(
+        cli,
+        "file not found at revision 'main' (404 EntryNotFound) while reading model.safetensors",
+        "inspect",
+        "org/small",
+    )
 
 
 def test_rate_limits_and_server_errors_are_retried_then_said(fake_hub: FakeHub, small, cli):
@@ -258,7 +308,12 @@ def test_rate_limits_and_server_errors_are_retried_then_said(fake_hub: FakeHub, 
     assert json.loads(cli("inspect", "org/small", "--json").stdout)["ok"]  # retried through
     assert fake_hub.sleeps == [1, 2]
     fake_hub.state.fail("GET", r"^/api/models/", 429, times=99)
-    refused(cli, "rate limited by the Hub (429) while reading the repository's file list, still after 5 retries", "inspect", "org/small")
+    refused(
+        cli,
+        "rate limited by the Hub (429) while reading the repository's file list, still after 5 retries",
+        "inspect",
+        "org/small",
+    )
     assert fake_hub.sleeps[2:] == [1, 2, 4, 8, 8]
     fake_hub.state.faults.clear()
     fake_hub.state.fail("GET", r"/resolve/", 503, times=99)
@@ -273,20 +328,42 @@ def test_connection_refused(fake_hub: FakeHub, small, cli, monkeypatch):
     refused(cli, f"cannot reach the Hub at http://127.0.0.1:{port}", "inspect", "org/small")
 
 
-def test_a_mistyped_local_path_says_it_is_no_local_directory_and_what_the_hub_said(fake_hub: FakeHub, small, cli, tmp_path, monkeypatch):
+def test_a_mistyped_local_path_says_it_is_no_local_directory_and_what_the_hub_said(
+    fake_hub: FakeHub, small, cli, tmp_path, monkeypatch
+):
     """`inspect models/drafter` with no such folder went to the Hub (24 s of retries offline) and said only what the Hub
     said. A Hub id that is no local path says both; one whose first part is a folder here is asked of the Hub once."""
     (tmp_path / "cwd" / "models").mkdir(parents=True)
     monkeypatch.chdir(tmp_path / "cwd")
-    err = refused(cli, "models/drafter: no such local directory (models/ is a folder here, without drafter), and as a Hub repo id: "
-                  "models/drafter: repository not found", "inspect", "models/drafter")
+    err = refused(
+        cli,
+        "models/drafter: no such local directory (models/ is a folder here, without drafter), and as a Hub repo id: "
+        "models/drafter: repository not found",
+        "inspect",
+        "models/drafter",
+    )
     assert "internal error" not in err
-    refused(cli, "models/drafter: no such local directory (models/ is a folder here", "convert", "models/drafter", tmp_path / "out", "--to", "vllm")
+    refused(
+        cli,
+        "models/drafter: no such local directory (models/ is a folder here",
+        "convert",
+        "models/drafter",
+        tmp_path / "out",
+        "--to",
+        "vllm",
+    )
     fake_hub.state.fail("GET", r"^/api/models/", 503, times=99)
-    refused(cli, "models/drafter: no such local directory (models/ is a folder here, without drafter), and as a Hub repo id: "
-            f"{fake_hub.url}: Hub server error (503) while reading the repository's file list: retry later", "validate", "models/drafter")
+    refused(
+        cli,
+        "models/drafter: no such local directory (models/ is a folder here, without drafter), and as a Hub repo id: "
+        f"{fake_hub.url}: Hub server error (503) while reading the repository's file list: retry later",
+        "validate",
+        "models/drafter",
+    )
     assert fake_hub.sleeps == []  # asked once: no backoff
-    refused(cli, "org/small: no such local directory, and as a Hub repo id: ", "inspect", "org/small")  # still 503; no org/ here
+    refused(
+        cli, "org/small: no such local directory, and as a Hub repo id: ", "inspect", "org/small"
+    )  # still 503; no org/ here
     assert fake_hub.sleeps == [1, 2, 4, 8, 8]  # a Hub id: retried as before
 
 
@@ -321,7 +398,11 @@ def test_the_fake_hub_ignores_clients_that_hang_up_and_records_its_own_crashes(c
     CI failure of the retry test above); now a hang-up is ignored and any other failure is a recorded crash."""
     hub = FakeHub()
     try:
-        for exc in (ConnectionResetError(104, "Connection reset by peer"), BrokenPipeError(32, "Broken pipe"), ValueError("bad request line")):
+        for exc in (
+            ConnectionResetError(104, "Connection reset by peer"),
+            BrokenPipeError(32, "Broken pipe"),
+            ValueError("bad request line"),
+        ):
             try:
                 raise exc
             except Exception:
@@ -346,13 +427,21 @@ def test_an_endpoint_that_never_answers_ends_in_a_one_line_error(tmp_path, comma
     from fakehub import silent_server
 
     with silent_server() as (url, held):
-        env = dict(os.environ, HF_ENDPOINT=url, HF_HOME=str(tmp_path / "hf"), HF_HUB_DOWNLOAD_TIMEOUT="1", HF_TOKEN="hf_x")
+        env = dict(
+            os.environ, HF_ENDPOINT=url, HF_HOME=str(tmp_path / "hf"), HF_HUB_DOWNLOAD_TIMEOUT="1", HF_TOKEN="hf_x"
+        )
         env.pop("HF_HUB_OFFLINE", None)
         argv = [str(tmp_path / "out") if part == "OUT" else part for part in command]
-        result = subprocess.run([sys.executable, "-m", "eaglekit", *argv], env=env, capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            [sys.executable, "-m", "eaglekit", *argv], env=env, capture_output=True, text=True, timeout=120
+        )
     assert result.returncode == 2 and held, (result.returncode, result.stderr)
     last = result.stderr.strip().splitlines()[-1]  # after huggingface_hub's own retry warnings
-    assert last.startswith("error: org/name: no such local directory, and as a Hub repo id: cannot reach the Hub") and "Timeout" in last and "Traceback" not in result.stderr
+    assert (
+        last.startswith("error: org/name: no such local directory, and as a Hub repo id: cannot reach the Hub")
+        and "Timeout" in last
+        and "Traceback" not in result.stderr
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -383,21 +472,28 @@ def test_push_reads_a_hub_source_from_the_endpoint_it_names(fake_hub: FakeHub, s
     other = FakeHub(token="hf_OTHERtoken")
     try:
         seed(other, "org/only-there", small)
-        result = cli("push", "org/only-there", "tester/mirror", "--endpoint", other.url, "--token", other.token, "--dry-run")
+        result = cli(
+            "push", "org/only-there", "tester/mirror", "--endpoint", other.url, "--token", other.token, "--dry-run"
+        )
         assert "would publish" in result.stdout or "dry run" in result.stdout
         assert other.state.log and not fake_hub.state.log
     finally:
         other.close()
 
 
-@pytest.mark.parametrize("command, fragment", [
-    (["push", "org/small", "tester/bad id", "--dry-run"], "not a valid repository id"),
-    (["push", "org/small", "tester/x", "--base-model", "https://example.com/x", "--dry-run"], "--base-model"),
-    (["convert", "org/small", "OCCUPIED", "--to", "vllm"], "already exists"),
-    (["verify", "org/small", "--target", "/nonexistent/x.gguf"], "no such GGUF file"),
-    (["inspect", "org/small", "--revision", ""], "--revision: empty; give a branch, tag or commit"),
-])
-def test_bad_arguments_are_refused_before_a_hub_drafter_downloads(fake_hub: FakeHub, small, cli, tmp_path, command, fragment):
+@pytest.mark.parametrize(
+    "command, fragment",
+    [
+        (["push", "org/small", "tester/bad id", "--dry-run"], "not a valid repository id"),
+        (["push", "org/small", "tester/x", "--base-model", "https://example.com/x", "--dry-run"], "--base-model"),
+        (["convert", "org/small", "OCCUPIED", "--to", "vllm"], "already exists"),
+        (["verify", "org/small", "--target", "/nonexistent/x.gguf"], "no such GGUF file"),
+        (["inspect", "org/small", "--revision", ""], "--revision: empty; give a branch, tag or commit"),
+    ],
+)
+def test_bad_arguments_are_refused_before_a_hub_drafter_downloads(
+    fake_hub: FakeHub, small, cli, tmp_path, command, fragment
+):
     """Each was refused correctly, but only after the whole drafter had been fetched (its weights: GBs for a real
     one); `--revision ''` was read as not given."""
     occupied = tmp_path / "occupied"
@@ -415,5 +511,13 @@ def test_a_failing_hub_does_not_turn_into_a_cached_older_commit(fake_hub: FakeHu
     old = json.loads((tmp_path / "first" / "config.json").read_text())["eaglekit"]["source_commit"]
     fake_hub.state.advance_branch("org/small", files={"notes.txt": b"new head\n"})
     fake_hub.state.fail("GET", r"^/api/models/org/small", 500, times=99)
-    refused(cli, "Hub server error (500) while reading the repository's file list", "convert", "org/small", str(tmp_path / "second"), "--to", "speculators")
+    refused(
+        cli,
+        "Hub server error (500) while reading the repository's file list",
+        "convert",
+        "org/small",
+        str(tmp_path / "second"),
+        "--to",
+        "speculators",
+    )
     assert not (tmp_path / "second").exists() and old != fake_hub.state.head("org/small")

@@ -13,14 +13,33 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from drafters import same_bits
 from eaglekit.errors import CheckpointError, OutputExistsError, UsageError
-from eaglekit.io import Checkpoint, TensorPlan, atomic_directory, parse_size, write_checkpoint_tensors
-from eaglekit.io import dtypes
+from eaglekit.io import Checkpoint, TensorPlan, atomic_directory, dtypes, parse_size, write_checkpoint_tensors
 from eaglekit.io.writer import plan_shards
 
-ALL_CODES = ["F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E4M3FNUZ", "F8_E5M2", "F8_E5M2FNUZ", "F8_E8M0",
-             "C64", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL"]
+from drafters import same_bits
+
+ALL_CODES = [
+    "F64",
+    "F32",
+    "F16",
+    "BF16",
+    "F8_E4M3",
+    "F8_E4M3FNUZ",
+    "F8_E5M2",
+    "F8_E5M2FNUZ",
+    "F8_E8M0",
+    "C64",
+    "I64",
+    "I32",
+    "I16",
+    "I8",
+    "U64",
+    "U32",
+    "U16",
+    "U8",
+    "BOOL",
+]
 
 
 def every_dtype() -> dict[str, torch.Tensor]:
@@ -33,8 +52,6 @@ def every_dtype() -> dict[str, torch.Tensor]:
     out["scalar"] = torch.tensor(3.5)
     out["empty"] = torch.empty(0, 7)
     return out
-
-
 
 
 def plans(tensors: dict[str, torch.Tensor]) -> list[TensorPlan]:
@@ -93,7 +110,9 @@ def test_listing_reads_headers_only(tmp_path):
     root = tmp_path / "big"
     root.mkdir()
     nbytes = 4 * 2**30
-    header = json.dumps({"__metadata__": {"format": "pt"}, "huge": {"dtype": "BF16", "shape": [2**30, 2], "data_offsets": [0, nbytes]}}).encode()
+    header = json.dumps(
+        {"__metadata__": {"format": "pt"}, "huge": {"dtype": "BF16", "shape": [2**30, 2], "data_offsets": [0, nbytes]}}
+    ).encode()
     header += b" " * (-len(header) % 8)
     path = root / "model.safetensors"
     with open(path, "wb") as f:
@@ -113,7 +132,9 @@ def test_a_tensor_over_2_gib_reads_whole(tmp_path):
     root = tmp_path / "big"
     root.mkdir()
     nbytes = 2**31 + 16
-    header = json.dumps({"__metadata__": {"format": "pt"}, "big": {"dtype": "U8", "shape": [nbytes], "data_offsets": [0, nbytes]}}).encode()
+    header = json.dumps(
+        {"__metadata__": {"format": "pt"}, "big": {"dtype": "U8", "shape": [nbytes], "data_offsets": [0, nbytes]}}
+    ).encode()
     header += b" " * (-len(header) % 8)
     path = root / "model.safetensors"
     with open(path, "wb") as f:
@@ -122,7 +143,9 @@ def test_a_tensor_over_2_gib_reads_whole(tmp_path):
         f.write(bytes(range(1, 17)))
     with Checkpoint.open(root) as ckpt:
         tensor = ckpt.read("big")
-        assert tensor.numel() == nbytes and tensor[-16:].tolist() == list(range(1, 17)) and int(tensor[:4096].sum()) == 0
+        assert (
+            tensor.numel() == nbytes and tensor[-16:].tolist() == list(range(1, 17)) and int(tensor[:4096].sum()) == 0
+        )
         del tensor
         assert sum(piece.numel() for piece in ckpt.read_chunks("big", max_bytes=2**30)) == nbytes
 
@@ -155,7 +178,11 @@ def test_sharding_and_index(tmp_path):
     index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
     assert index["metadata"]["total_size"] == 200
     assert index["weight_map"] == {
-        "w0": files[0], "w1": files[0], "w2": files[1], "w3": files[1], "w4": files[2],
+        "w0": files[0],
+        "w1": files[0],
+        "w2": files[1],
+        "w3": files[1],
+        "w4": files[2],
     }
     ckpt = Checkpoint.open(tmp_path)
     assert all(same_bits(ckpt.read(n), t) for n, t in tensors.items())
@@ -170,17 +197,26 @@ def test_copied_bytes_are_exact_and_every_written_byte_is_handed_to_writeback(tm
     from eaglekit.io import writer
 
     g = torch.Generator().manual_seed(0)
-    tensors = {"big": torch.randn(5000, generator=g), "mid": torch.randn(1500, generator=g).to(torch.bfloat16),
-               "ids": torch.arange(700, dtype=torch.int64)}
+    tensors = {
+        "big": torch.randn(5000, generator=g),
+        "mid": torch.randn(1500, generator=g).to(torch.bfloat16),
+        "ids": torch.arange(700, dtype=torch.int64),
+    }
     (tmp_path / "src").mkdir()
     save_file(tensors, str(tmp_path / "src" / "model.safetensors"))
     with Checkpoint.open(tmp_path / "src") as src:
-        copy_plans = [TensorPlan(n, src.tensors[n].dtype, src.tensors[n].shape, lambda n=n: src.byte_range(n)) for n in tensors]
+        copy_plans = [
+            TensorPlan(n, src.tensors[n].dtype, src.tensors[n].shape, lambda n=n: src.byte_range(n)) for n in tensors
+        ]
         computed = [TensorPlan("made", torch.float32, (300,), lambda: torch.ones(300))]
         monkeypatch.setattr(writer, "_COPY_CHUNK", 4096)  # 20000 bytes of "big" in 5 copy calls
         calls = []
         real = os.posix_fadvise
-        monkeypatch.setattr(os, "posix_fadvise", lambda fd, off, n, advice: (calls.append((off, n, advice)), real(fd, off, n, advice))[1])
+        monkeypatch.setattr(
+            os,
+            "posix_fadvise",
+            lambda fd, off, n, advice: (calls.append((off, n, advice)), real(fd, off, n, advice))[1],
+        )
         with atomic_directory(tmp_path / "out") as tmp:
             write_checkpoint_tensors(tmp, copy_plans + computed)
     out = tmp_path / "out" / "model.safetensors"
@@ -223,8 +259,13 @@ def test_failure_mid_write_leaves_no_destination(tmp_path):
     dest = tmp_path / "out"
     with pytest.raises(RuntimeError):
         with atomic_directory(dest) as tmp:
-            write_checkpoint_tensors(tmp, [TensorPlan("a", torch.float32, (2,), lambda: torch.zeros(2)),
-                                           TensorPlan("b", torch.float32, (2,), boom)])
+            write_checkpoint_tensors(
+                tmp,
+                [
+                    TensorPlan("a", torch.float32, (2,), lambda: torch.zeros(2)),
+                    TensorPlan("b", torch.float32, (2,), boom),
+                ],
+            )
     assert not dest.exists()
     assert list(tmp_path.iterdir()) == []  # the hidden temporary is gone too
 
@@ -257,7 +298,8 @@ def test_force_never_replaces_a_directory_the_caller_does_not_recognise(tmp_path
 @pytest.mark.parametrize("force", [False, True])
 def test_a_destination_that_appears_during_the_write_is_refused_not_replaced(tmp_path, force):
     """The destination was checked only before the work: a folder made meanwhile (a user's, another run's) was moved
-    aside and deleted at the end, with or without --force. It is checked again right before the output takes its place."""
+    aside and deleted at the end, with or without --force. It is checked again right before the output takes its place.
+    """
     dest = tmp_path / "out"
     with pytest.raises(OutputExistsError):
         with atomic_directory(dest, force=force, replaceable=lambda d: sorted(p.name for p in d.iterdir())) as tmp:
@@ -269,13 +311,15 @@ def test_a_destination_that_appears_during_the_write_is_refused_not_replaced(tmp
 
 
 def test_the_last_check_is_of_the_folder_resolved_first_even_if_a_link_above_it_moved(tmp_path):
-    """The check before the rename resolved OUT again: with a symlink above OUT pointed elsewhere meanwhile, it looked at
-    the other folder and the rename replaced the first, a user's file in it included (with --force)."""
+    """The check before the rename resolved OUT again: with a symlink above OUT pointed elsewhere meanwhile, it looked
+    at the other folder and the rename replaced the first, a user's file in it included (with --force)."""
     (tmp_path / "A" / "o").mkdir(parents=True)
     (tmp_path / "B").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "A")
     with pytest.raises(OutputExistsError, match="notes.txt"):
-        with atomic_directory(tmp_path / "link" / "o", force=True, replaceable=lambda d: sorted(p.name for p in d.iterdir())) as tmp:
+        with atomic_directory(
+            tmp_path / "link" / "o", force=True, replaceable=lambda d: sorted(p.name for p in d.iterdir())
+        ) as tmp:
             (tmp / "new.txt").write_text("new")
             (tmp_path / "A" / "o" / "notes.txt").write_text("mine")
             (tmp_path / "link").unlink()
@@ -322,7 +366,8 @@ def test_a_name_with_no_room_for_the_hidden_sibling_is_refused_before_any_work(t
 
 
 def test_a_mount_point_is_refused_before_any_work(tmp_path, monkeypatch):
-    """--force on a mounted volume (a container's /out) wrote the whole output, then failed to rename the volume aside."""
+    """--force on a mounted volume (a container's /out) wrote the whole output, then failed to rename the volume
+    aside."""
     dest = tmp_path / "out"
     dest.mkdir()
     monkeypatch.setattr(os.path, "ismount", lambda p: Path(p) == dest)
@@ -425,27 +470,39 @@ def edit_index(root: Path, fn) -> None:
 def test_index_pointing_at_a_missing_shard(tmp_path):
     root = sharded(tmp_path)
     (root / "model-00002-of-00002.safetensors").unlink()
-    with pytest.raises(CheckpointError, match=r"model.safetensors.index.json: tensor '\w+' points at missing shard 'model-00002-of-00002.safetensors'"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"model.safetensors.index.json: tensor '\w+' points at missing shard 'model-00002-of-00002.safetensors'",
+    ):
         Checkpoint.open(root)
 
 
 def test_index_naming_an_absent_tensor(tmp_path):
     root = sharded(tmp_path)
     edit_index(root, lambda wm: wm.update({"ghost": "model-00001-of-00002.safetensors"}))
-    with pytest.raises(CheckpointError, match="tensor 'ghost' is indexed in 'model-00001-of-00002.safetensors', which does not contain it"):
+    with pytest.raises(
+        CheckpointError,
+        match="tensor 'ghost' is indexed in 'model-00001-of-00002.safetensors', which does not contain it",
+    ):
         Checkpoint.open(root)
 
 
 def test_tensor_present_but_not_indexed(tmp_path):
     root = sharded(tmp_path)
     edit_index(root, lambda wm: wm.pop("w0"))
-    with pytest.raises(CheckpointError, match="model-00001-of-00002.safetensors: tensor 'w0' is not listed in model.safetensors.index.json"):
+    with pytest.raises(
+        CheckpointError,
+        match="model-00001-of-00002.safetensors: tensor 'w0' is not listed in model.safetensors.index.json",
+    ):
         Checkpoint.open(root)
 
 
 def test_duplicate_names_across_shards(tmp_path):
     root = sharded(tmp_path)
-    save_file({"w0": torch.zeros(4, 8), **{n: small()[n] for n in ("w3", "w4", "w5", "d2t")}}, str(root / "model-00002-of-00002.safetensors"))
+    save_file(
+        {"w0": torch.zeros(4, 8), **{n: small()[n] for n in ("w3", "w4", "w5", "d2t")}},
+        str(root / "model-00002-of-00002.safetensors"),
+    )
     with pytest.raises(CheckpointError, match="tensor 'w0' is stored twice"):
         Checkpoint.open(root)
 
@@ -453,7 +510,10 @@ def test_duplicate_names_across_shards(tmp_path):
 def test_index_entry_in_the_wrong_shard(tmp_path):
     root = sharded(tmp_path)
     edit_index(root, lambda wm: wm.update({"w0": "model-00002-of-00002.safetensors"}))
-    with pytest.raises(CheckpointError, match="'w0' is indexed in 'model-00002-of-00002.safetensors' but stored in 'model-00001-of-00002.safetensors'"):
+    with pytest.raises(
+        CheckpointError,
+        match="'w0' is indexed in 'model-00002-of-00002.safetensors' but stored in 'model-00001-of-00002.safetensors'",
+    ):
         Checkpoint.open(root)
 
 
@@ -468,7 +528,12 @@ def test_truncated_file(tmp_path):
 def test_header_offsets_past_the_file(tmp_path):
     root = tmp_path / "ckpt"
     root.mkdir()
-    header = json.dumps({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}, "x": {"dtype": "F32", "shape": [1000], "data_offsets": [16, 4016]}}).encode()
+    header = json.dumps(
+        {
+            "w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+            "x": {"dtype": "F32", "shape": [1000], "data_offsets": [16, 4016]},
+        }
+    ).encode()
     (root / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 16)
     with pytest.raises(CheckpointError, match="model.safetensors: tensor 'x': data runs past the end of the file"):
         Checkpoint.open(root)
@@ -500,11 +565,17 @@ def test_malicious_pickle_is_refused_and_runs_nothing(tmp_path):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("text, refused", [
-    ("[" * 63 + "1" + "]" * 63, False), ("[" * 64 + "1" + "]" * 64, True),  # a value inside counts as a level
-    ("[" * 64 + "]" * 64, False), ("[" * 65 + "]" * 65, True),
-    ('{"a":' * 63 + "1" + "}" * 63, False), ('{"a":' * 64 + "1" + "}" * 64, True),
-])
+@pytest.mark.parametrize(
+    "text, refused",
+    [
+        ("[" * 63 + "1" + "]" * 63, False),
+        ("[" * 64 + "1" + "]" * 64, True),  # a value inside counts as a level
+        ("[" * 64 + "]" * 64, False),
+        ("[" * 65 + "]" * 65, True),
+        ('{"a":' * 63 + "1" + "}" * 63, False),
+        ('{"a":' * 64 + "1" + "}" * 64, True),
+    ],
+)
 def test_json_depth_limit(text, refused):
     """The depth walk was made to stack containers only; where the limit falls stays where it was (64 levels, a value
     inside the deepest container counting as one)."""

@@ -43,21 +43,34 @@ def _imports(path: Path) -> set[str]:
                 target = node.module.split(".")[1:]
             else:
                 continue
-            if not target or (node.level and node.module is None):  # from . import x / from eaglekit import x: x may be a module
+            if not target or (
+                node.level and node.module is None
+            ):  # from . import x / from eaglekit import x: x may be a module
                 for alias in node.names:
                     module = target + [alias.name]
-                    exists = PACKAGE.joinpath(*module).is_dir() or PACKAGE.joinpath(*module[:-1], alias.name + ".py").exists()
+                    exists = (
+                        PACKAGE.joinpath(*module).is_dir()
+                        or PACKAGE.joinpath(*module[:-1], alias.name + ".py").exists()
+                    )
                     found.add(_unit(module if exists else target))
             else:
                 found.add(_unit(target))
         elif isinstance(node, ast.Import):
-            found |= {_unit(a.name.split(".")[1:]) for a in node.names if a.name == "eaglekit" or a.name.startswith("eaglekit.")}
+            found |= {
+                _unit(a.name.split(".")[1:])
+                for a in node.names
+                if a.name == "eaglekit" or a.name.startswith("eaglekit.")
+            }
     return found
 
 
 def test_no_module_imports_one_above_it():
     layer_of = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
-    units = {p.relative_to(PACKAGE).parts[0].removesuffix(".py") for p in PACKAGE.glob("*") if p.suffix == ".py" or (p / "__init__.py").exists()}
+    units = {
+        p.relative_to(PACKAGE).parts[0].removesuffix(".py")
+        for p in PACKAGE.glob("*")
+        if p.suffix == ".py" or (p / "__init__.py").exists()
+    }
     assert units == set(layer_of), f"units README's Layout does not place: {sorted(units ^ set(layer_of))}"
     upward = []
     for path in PACKAGE.rglob("*.py"):

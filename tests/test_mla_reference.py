@@ -21,9 +21,21 @@ def hf_attention(rope_scaling):
     from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Attention, DeepseekV3RotaryEmbedding
 
     cfg = DeepseekV3Config(
-        hidden_size=H, num_attention_heads=HEADS, num_key_value_heads=HEADS, q_lora_rank=QL, kv_lora_rank=KL,
-        qk_nope_head_dim=NOPE, qk_rope_head_dim=ROPE, v_head_dim=V, max_position_embeddings=256, rope_theta=10000.0,
-        rope_scaling=rope_scaling, attention_bias=False, num_hidden_layers=2, vocab_size=32, intermediate_size=64,
+        hidden_size=H,
+        num_attention_heads=HEADS,
+        num_key_value_heads=HEADS,
+        q_lora_rank=QL,
+        kv_lora_rank=KL,
+        qk_nope_head_dim=NOPE,
+        qk_rope_head_dim=ROPE,
+        v_head_dim=V,
+        max_position_embeddings=256,
+        rope_theta=10000.0,
+        rope_scaling=rope_scaling,
+        attention_bias=False,
+        num_hidden_layers=2,
+        vocab_size=32,
+        intermediate_size=64,
     )
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
@@ -37,11 +49,28 @@ def hf_attention(rope_scaling):
 
 
 def reference_for(attn, rope_scaling) -> ReferenceDrafter:
-    scaling = None if rope_scaling is None else {"rope_type": "yarn", **{k: v for k, v in rope_scaling.items() if k not in ("type", "rope_type")}}
+    scaling = (
+        None
+        if rope_scaling is None
+        else {"rope_type": "yarn", **{k: v for k, v in rope_scaling.items() if k not in ("type", "rope_type")}}
+    )
     d = Drafter(
-        attention="mla", hidden_size=H, target_hidden_size=H, num_layers=2, num_heads=HEADS, num_kv_heads=HEADS, head_dim=NOPE + ROPE,
-        intermediate_size=64, vocab_size=32, draft_vocab_size=32, num_aux=3, aux=AuxLayers(None), flags=Flags(),
-        rope=Rope(10000.0, scaling), rms_norm_eps=attn.q_a_layernorm.variance_epsilon, mla=MLA(QL, KL, NOPE, ROPE, V),
+        attention="mla",
+        hidden_size=H,
+        target_hidden_size=H,
+        num_layers=2,
+        num_heads=HEADS,
+        num_kv_heads=HEADS,
+        head_dim=NOPE + ROPE,
+        intermediate_size=64,
+        vocab_size=32,
+        draft_vocab_size=32,
+        num_aux=3,
+        aux=AuxLayers(None),
+        flags=Flags(),
+        rope=Rope(10000.0, scaling),
+        rms_norm_eps=attn.q_a_layernorm.variance_epsilon,
+        mla=MLA(QL, KL, NOPE, ROPE, V),
     )
     w = {f"layers.1.self_attn.{name}": p.detach().clone() for name, p in attn.named_parameters()}
     w |= {"embed_tokens.weight": torch.zeros(32, H), "lm_head.weight": torch.zeros(32, H), "norm.weight": torch.ones(H)}
@@ -50,7 +79,18 @@ def reference_for(attn, rope_scaling) -> ReferenceDrafter:
 
 @pytest.mark.parametrize(
     "rope_scaling",
-    [None, {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}],
+    [
+        None,
+        {
+            "type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 32,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+        },
+    ],
     ids=["default rope", "yarn rope"],
 )
 def test_mla_attention_matches_transformers_deepseek_v3(rope_scaling):

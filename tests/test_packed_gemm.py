@@ -19,8 +19,16 @@ def _tiny_llama(dtype=torch.float32):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      vocab_size=256, max_position_embeddings=64, tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+    )
     return LlamaForCausalLM(cfg).to(dtype).eval()
 
 
@@ -57,7 +65,10 @@ def test_packed_linears_give_the_plain_products_and_give_the_forwards_back(count
     # MIN_ROWS to MAX_ROWS, whatever count the weights were laid out for
     assert counted == [MIN_ROWS] * (2 * 4 + 1) + [MAX_ROWS] * (2 * 4 + 1)
     for rows in steps:
-        assert torch.allclose(fast[rows], plain[rows], rtol=1e-5, atol=1e-5), (rows, (fast[rows] - plain[rows]).abs().max())
+        assert torch.allclose(fast[rows], plain[rows], rtol=1e-5, atol=1e-5), (
+            rows,
+            (fast[rows] - plain[rows]).abs().max(),
+        )
         if rows < MIN_ROWS or rows > MAX_ROWS:
             assert torch.equal(fast[rows], plain[rows])  # the plain GEMM itself
     assert prefill.shape == (MIN_ROWS, MAX_ROWS, 256)
@@ -99,7 +110,11 @@ def test_a_member_called_on_another_input_computes_its_own_product(counted):
 def test_only_linears_of_one_module_with_one_input_width_and_like_biases_share_a_gemm():
     def attention(k_in=8, v_bias=False):
         module = torch.nn.Module()
-        module.q_proj, module.k_proj, module.v_proj = torch.nn.Linear(8, 8, bias=False), torch.nn.Linear(k_in, 4, bias=False), torch.nn.Linear(8, 4, bias=v_bias)
+        module.q_proj, module.k_proj, module.v_proj = (
+            torch.nn.Linear(8, 8, bias=False),
+            torch.nn.Linear(k_in, 4, bias=False),
+            torch.nn.Linear(8, 4, bias=v_bias),
+        )
         return module
 
     model = torch.nn.ModuleList([attention(), attention(k_in=6), attention(v_bias=True)])
@@ -125,7 +140,10 @@ def test_not_packed_where_it_cannot_pay(case, monkeypatch, counted):
     hooked = model.lm_head
     if case == "hooked forward":
         hooked.forward = hooked.__class__.forward.__get__(hooked)
-    rows, steps = (MIN_ROWS - 1 if case == "few rows" else MIN_ROWS), (MIN_STEPS - 1 if case == "few steps" else MIN_STEPS)
+    rows, steps = (
+        (MIN_ROWS - 1 if case == "few rows" else MIN_ROWS),
+        (MIN_STEPS - 1 if case == "few steps" else MIN_STEPS),
+    )
     if case == "no memory":
         weights = sum(m.weight.numel() * 4 for m in model.modules() if type(m) is torch.nn.Linear)
         monkeypatch.setattr(packed_gemm, "_available_bytes", lambda: int(weights / packed_gemm.MEMORY_SHARE) - 1)

@@ -13,39 +13,102 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
-from drafters import Dims, mla_dims, same_bits, write_specforge, write_speculators, write_torchspec, write_vllm
 from eaglekit import dialects
 from eaglekit.convert import ConvertOptions, convert
 from eaglekit.errors import EaglekitError, UnsupportedError
 from eaglekit.validate import validate
 
-SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+from drafters import Dims, mla_dims, same_bits, write_specforge, write_speculators, write_torchspec, write_vllm
+
+SETTINGS = settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 
 KEYS = [
-    "architectures", "model_type", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-    "num_hidden_layers", "vocab_size", "draft_vocab_size", "target_hidden_size", "rms_norm_eps", "hidden_act", "rope_theta",
-    "rope_scaling", "rope_parameters", "fc_norm", "norm_output", "norm_before_fc", "norm_before_residual", "use_aux_norm",
-    "eagle_config", "eagle_aux_hidden_state_layer_ids", "num_aux_hidden_states", "speculators_model_type", "speculators_config",
-    "transformer_layer_config", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "_torchspec_version",
-    "eaglekit", "attention_bias", "max_position_embeddings",
+    "architectures",
+    "model_type",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "num_hidden_layers",
+    "vocab_size",
+    "draft_vocab_size",
+    "target_hidden_size",
+    "rms_norm_eps",
+    "hidden_act",
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "fc_norm",
+    "norm_output",
+    "norm_before_fc",
+    "norm_before_residual",
+    "use_aux_norm",
+    "eagle_config",
+    "eagle_aux_hidden_state_layer_ids",
+    "num_aux_hidden_states",
+    "speculators_model_type",
+    "speculators_config",
+    "transformer_layer_config",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "_torchspec_version",
+    "eaglekit",
+    "attention_bias",
+    "max_position_embeddings",
 ]
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-5, 200), st.integers(-(2**70), 2**70),
-    st.floats(allow_nan=False, allow_infinity=False, width=32), st.text(max_size=8),
-    st.sampled_from(["llama", "qwen3", "kimi_k2", "eagle3", "LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "yarn"]),
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 200),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False, width=32),
+    st.text(max_size=8),
+    st.sampled_from(
+        ["llama", "qwen3", "kimi_k2", "eagle3", "LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "yarn"]
+    ),
 )
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.sampled_from(KEYS + ["type", "factor"]), inner, max_size=4)), max_leaves=12)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.sampled_from(KEYS + ["type", "factor"]), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
 configs = st.dictionaries(st.sampled_from(KEYS), values, max_size=14)
 
 NAMES = [
-    "fc.weight", "norm.weight", "lm_head.weight", "embed_tokens.weight", "d2t", "t2d", "fc_norm.0.weight", "input_norm.weight",
-    "midlayer.self_attn.q_proj.weight", "layers.0.self_attn.q_proj.weight", "layers.0.hidden_norm.weight", "model.fc.weight",
-    "aux_norm_low.weight", "lm_head.down.weight", "layers.0.self_attn.kv_a_proj_with_mqa.weight", "layers.3.mlp.up_proj.weight",
-    "layers.0.self_attn.q_norm.weight", "mask_hidden", "fc.bias",
+    "fc.weight",
+    "norm.weight",
+    "lm_head.weight",
+    "embed_tokens.weight",
+    "d2t",
+    "t2d",
+    "fc_norm.0.weight",
+    "input_norm.weight",
+    "midlayer.self_attn.q_proj.weight",
+    "layers.0.self_attn.q_proj.weight",
+    "layers.0.hidden_norm.weight",
+    "model.fc.weight",
+    "aux_norm_low.weight",
+    "lm_head.down.weight",
+    "layers.0.self_attn.kv_a_proj_with_mqa.weight",
+    "layers.3.mlp.up_proj.weight",
+    "layers.0.self_attn.q_norm.weight",
+    "mask_hidden",
+    "fc.bias",
 ]
 tensor_sets = st.dictionaries(
     st.one_of(st.sampled_from(NAMES), st.text(alphabet="abcdefgh._0123", min_size=1, max_size=12)),
-    st.tuples(st.lists(st.integers(0, 6), max_size=3), st.sampled_from([torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.int32])),
+    st.tuples(
+        st.lists(st.integers(0, 6), max_size=3),
+        st.sampled_from([torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.int32]),
+    ),
     min_size=1,
     max_size=10,
 )
@@ -65,7 +128,11 @@ def test_arbitrary_configs_and_names_raise_only_eaglekit_errors(config, tensors)
         root.mkdir()
         (root / "config.json").write_text(json.dumps(config, allow_nan=False))
         save_file({n: make_tensor(tuple(s), dt) for n, (s, dt) in tensors.items()}, str(root / "model.safetensors"))
-        for attempt in (lambda: dialects.load(root).close(), lambda: validate(root, scan=True), lambda: validate(root, engine="vllm==0.33")):
+        for attempt in (
+            lambda: dialects.load(root).close(),
+            lambda: validate(root, scan=True),
+            lambda: validate(root, engine="vllm==0.33"),
+        ):
             try:
                 attempt()
             except EaglekitError:
@@ -115,8 +182,6 @@ def write_source(root: Path, dims: Dims, source: str, norm_output: bool) -> Path
     return write_torchspec(root, dims, norm_output=norm_output)
 
 
-
-
 @SETTINGS
 @given(case=drafters())
 def test_what_validates_converts_and_round_trips_bit_exactly(case):
@@ -150,8 +215,28 @@ def test_what_validates_converts_and_round_trips_bit_exactly(case):
 # -- the Hub's repo-id rules, kept in eaglekit so checking an id imports no huggingface_hub ---------------------------
 
 _ID_PARTS = st.text(alphabet="abcXYZ019_.-/ @:é\u0660", max_size=110)  # \u0660: a non-ASCII digit \w would take
-_ID_EDGES = st.sampled_from(["org/name", "a" * 96 + "/b", "a/" + "b" * 97, "a--b/c", "a/b..c", "x/y.git", "_a/_b", "-a/b",
-                             "a./b", "a/b-", "name", "", "/", "a/b/c", "datasets/a/b", "a_/b_", "1/2", "a b/c"])
+_ID_EDGES = st.sampled_from(
+    [
+        "org/name",
+        "a" * 96 + "/b",
+        "a/" + "b" * 97,
+        "a--b/c",
+        "a/b..c",
+        "x/y.git",
+        "_a/_b",
+        "-a/b",
+        "a./b",
+        "a/b-",
+        "name",
+        "",
+        "/",
+        "a/b/c",
+        "datasets/a/b",
+        "a_/b_",
+        "1/2",
+        "a b/c",
+    ]
+)
 
 
 def _hub_accepts(repo_id: str) -> bool:
@@ -185,16 +270,48 @@ def test_repo_id_rules_on_many_ids():
             repo_id = "".join(chars)
             assert (repo_id_problem(repo_id) is None) == _hub_accepts(repo_id), repo_id
             checked += 1
-    assert checked == sum(6 ** n for n in range(1, 6))
+    assert checked == sum(6**n for n in range(1, 6))
 
 
-_YAML_WORDS = st.sampled_from(["yes", "No", "TRUE", "off", "null", "Null", "y", "n", "~", "1.0", "1e3", "0x1f", "2024-01-01", "a: b", "#x",
-                               "-x", "x-", "a/b", "org/name-v1.2", ".inf", "_x", "@x", "é", "x y", "<<", "=", "vllm", "sglang"])
+_YAML_WORDS = st.sampled_from(
+    [
+        "yes",
+        "No",
+        "TRUE",
+        "off",
+        "null",
+        "Null",
+        "y",
+        "n",
+        "~",
+        "1.0",
+        "1e3",
+        "0x1f",
+        "2024-01-01",
+        "a: b",
+        "#x",
+        "-x",
+        "x-",
+        "a/b",
+        "org/name-v1.2",
+        ".inf",
+        "_x",
+        "@x",
+        "é",
+        "x y",
+        "<<",
+        "=",
+        "vllm",
+        "sglang",
+    ]
+)
 _YAML_TEXT = st.one_of(_YAML_WORDS, st.text(alphabet="aZ09_./-: #'\"é", min_size=1, max_size=12))
 
 
 @settings(max_examples=1500, deadline=None)  # cheap: strings only
-@given(base_model=st.one_of(st.none(), _YAML_TEXT), library=_YAML_TEXT, tags=st.lists(_YAML_TEXT, min_size=1, max_size=4))
+@given(
+    base_model=st.one_of(st.none(), _YAML_TEXT), library=_YAML_TEXT, tags=st.lists(_YAML_TEXT, min_size=1, max_size=4)
+)
 def test_card_metadata_matches_model_card_data(base_model, library, tags):
     """The card's YAML block, written directly for plain values, is byte for byte what huggingface_hub writes."""
     from huggingface_hub import ModelCardData

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from drafters import Dims, write_vllm
 from eaglekit.convert import ConvertOptions, convert
+
+from drafters import Dims, write_vllm
 from fakehub import TOKEN, serve
 
 
@@ -132,7 +133,10 @@ def test_a_failed_push_says_what_it_created_and_leaves_it(cli, hub, drafter):
     (drafter / "config.json").write_text((drafter / "config.json").read_text().replace('"silu"', '"silu" '))
     hub.state.fail("POST", r"/commit/", 500, times=10)
     second = push(cli, drafter, "tester/drafter", "--revision", "v2", expect=1)
-    assert "created the branch v2 (at the default branch's head), which stays" in second.stderr and "repository" not in second.stderr
+    assert (
+        "created the branch v2 (at the default branch's head), which stays" in second.stderr
+        and "repository" not in second.stderr
+    )
     assert hub.state.head("tester/drafter", "v2") == hub.state.head("tester/drafter")
     hub.state.faults.clear()
     push(cli, drafter, "tester/drafter", "--revision", "v2")
@@ -184,32 +188,58 @@ def test_dry_run_sends_nothing(cli, hub, drafter):
 
 
 def test_card_metadata_and_verify_figures(cli, hub, drafter):
-    report = {"target": "org/target", "acceptance_length": 2.345, "num_speculative_tokens": 3, "device": "cpu", "dtype": "float32",
-              "trajectory": {"per_position_rate": [0.7, 0.5, 0.3]}, "prompts": [{}, {}],
-              "checks": [{"name": "reference_parity", "passed": True, "detail": "bit-identical"}]}
+    report = {
+        "target": "org/target",
+        "acceptance_length": 2.345,
+        "num_speculative_tokens": 3,
+        "device": "cpu",
+        "dtype": "float32",
+        "trajectory": {"per_position_rate": [0.7, 0.5, 0.3]},
+        "prompts": [{}, {}],
+        "checks": [{"name": "reference_parity", "passed": True, "detail": "bit-identical"}],
+    }
     (drafter / "eaglekit-verify.json").write_text(json.dumps(report))
     push(cli, drafter, "tester/drafter", "--base-model", "org/target")
     card = hub.state.files("tester/drafter")["README.md"].decode()
     meta = card.split("---")[1]
-    assert "base_model: org/target" in meta and "eagle3" in meta and "speculative-decoding" in meta and "pipeline_tag: text-generation" in meta
+    assert (
+        "base_model: org/target" in meta
+        and "eagle3" in meta
+        and "speculative-decoding" in meta
+        and "pipeline_tag: text-generation" in meta
+    )
     assert "vllm serve org/target" in card and "**2.345**" in card and "passed: reference_parity" in card
     assert "eaglekit-verify.json" in hub.state.files("tester/drafter")
     assert "- converted from the vllm dialect by eaglekit" in card
 
 
-@pytest.mark.parametrize("edit, said", [
-    ({"eagle_version": "3.1"}, "it measured an EAGLE 3.1 reading, push reads this drafter as EAGLE 3"),
-    ({"aux_layer_ids": [1, 2, 3]}, "it fused target layers [1, 2, 3], this drafter records [2, 4, 5]"),
-    ({"aux_layer_ids": [3, 5, 6]}, None),  # the recorded ids read output-of-layer, as verify settles them with a target's depth
-    ({"passed": False}, "its verdict (passed: false) contradicts its checks"),
-    ({"eagle_version": "3", "aux_layer_ids": [5, 2, 4], "passed": True}, None),
-])
+@pytest.mark.parametrize(
+    "edit, said",
+    [
+        ({"eagle_version": "3.1"}, "it measured an EAGLE 3.1 reading, push reads this drafter as EAGLE 3"),
+        ({"aux_layer_ids": [1, 2, 3]}, "it fused target layers [1, 2, 3], this drafter records [2, 4, 5]"),
+        (
+            {"aux_layer_ids": [3, 5, 6]},
+            None,
+        ),  # the recorded ids read output-of-layer, as verify settles them with a target's depth
+        ({"passed": False}, "its verdict (passed: false) contradicts its checks"),
+        ({"eagle_version": "3", "aux_layer_ids": [5, 2, 4], "passed": True}, None),
+    ],
+)
 def test_a_verify_report_of_another_drafter_is_not_published_as_this_ones(cli, hub, drafter, edit, said):
     """A report left from earlier weights (another EAGLE version, other aux layers) or whose verdict contradicts its
     checks was published as this drafter's verification, its figures in the card."""
-    report = {"target": "org/target", "acceptance_length": 4.9, "num_speculative_tokens": 3, "device": "cpu", "dtype": "float32",
-              "trajectory": {"per_position_rate": [0.99, 0.98, 0.97]}, "prompts": [{}],
-              "checks": [{"name": "min_acceptance_length", "passed": True, "detail": "4.9 >= 4"}], **edit}
+    report = {
+        "target": "org/target",
+        "acceptance_length": 4.9,
+        "num_speculative_tokens": 3,
+        "device": "cpu",
+        "dtype": "float32",
+        "trajectory": {"per_position_rate": [0.99, 0.98, 0.97]},
+        "prompts": [{}],
+        "checks": [{"name": "min_acceptance_length", "passed": True, "detail": "4.9 >= 4"}],
+        **edit,
+    }
     (drafter / "eaglekit-verify.json").write_text(json.dumps(report))
     if said is None:
         assert "**4.900**" in push(cli, drafter, "tester/drafter", "--dry-run").stdout
@@ -228,15 +258,34 @@ def test_the_report_verify_wrote_for_a_drafter_is_published_with_it(cli, hub, tm
     drafter = write_specforge(tmp_path / "drafter", Dims(), ids=[2, 4, 8])
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"p{i}", "input_ids": [1 + i, 5, 7, 9]}) + "\n" for i in range(3)))
-    cli("verify", drafter, "--target", target, "--prompts", prompts, "--max-new-tokens", 8, "--report", drafter / "eaglekit-verify.json")
+    cli(
+        "verify",
+        drafter,
+        "--target",
+        target,
+        "--prompts",
+        prompts,
+        "--max-new-tokens",
+        8,
+        "--report",
+        drafter / "eaglekit-verify.json",
+    )
     assert json.loads((drafter / "eaglekit-verify.json").read_text())["aux_layer_ids"] == [2, 4, 8]
     assert "## Verification" in push(cli, drafter, "tester/drafter", "--dry-run").stdout
 
 
 def test_card_names_a_local_target_by_its_file_name_only(cli, hub, drafter, tmp_path):
     local = tmp_path / "private" / "models" / "target.Q4_1.gguf"
-    report = {"target": str(local), "acceptance_length": 2.0, "num_speculative_tokens": 3, "device": "cpu", "dtype": "float32",
-              "trajectory": {"per_position_rate": [0.5, 0.3, 0.2]}, "prompts": [{}], "checks": []}
+    report = {
+        "target": str(local),
+        "acceptance_length": 2.0,
+        "num_speculative_tokens": 3,
+        "device": "cpu",
+        "dtype": "float32",
+        "trajectory": {"per_position_rate": [0.5, 0.3, 0.2]},
+        "prompts": [{}],
+        "checks": [],
+    }
     (drafter / "eaglekit-verify.json").write_text(json.dumps(report))
     card = push(cli, drafter, "tester/drafter", "--dry-run", "--base-model", "org/target").stdout
     assert "on a local `target.Q4_1.gguf` (1 prompts" in card and "private" not in card
@@ -262,7 +311,9 @@ def test_an_untrained_upgrade_is_flagged_by_validate_and_refused_by_push(cli, hu
     report = json.loads(cli("validate", up, "--json").stdout)
     assert [f["check"] for f in report["findings"] if f["severity"] == "warning"] == ["flags.untrained_upgrade"]
     again = json.loads(cli("convert", up, tmp_path / "again", "--to", "speculators", "--json").stdout)
-    assert [f["check"] for f in again["findings"]] == ["flags.untrained_upgrade"]  # still untrained after another conversion
+    assert [f["check"] for f in again["findings"]] == [
+        "flags.untrained_upgrade"
+    ]  # still untrained after another conversion
     result = push(cli, up, "tester/drafter", "--dry-run", expect=1)
     assert "fine-tune it first, or pass --allow-untrained" in result.stderr
     assert "Serve it" in push(cli, up, "tester/drafter", "--dry-run", "--allow-untrained").stdout
@@ -276,7 +327,11 @@ def test_an_ambiguous_checkpoint_is_refused_until_decided(cli, hub, tmp_path):
 
     src = write_issue14_mla(tmp_path / "mla")
     result = push(cli, src, "tester/drafter", "--dry-run", expect=1)
-    assert "refusing to publish: ambiguous" in result.stderr and "[2, 4, 5]" in result.stderr and "[1, 3, 4]" in result.stderr
+    assert (
+        "refusing to publish: ambiguous" in result.stderr
+        and "[2, 4, 5]" in result.stderr
+        and "[1, 3, 4]" in result.stderr
+    )
     assert "--allow-ambiguous" in result.stderr and "--resolve" in result.stderr
     assert "Serve it" in push(cli, src, "tester/drafter", "--dry-run", "--allow-ambiguous").stdout
     decided = tmp_path / "decided"
@@ -294,9 +349,21 @@ def test_no_local_path_is_published(cli, hub, tmp_path):
     config = json.loads((out / "config.json").read_text())
     config["speculators_config"]["verifier"]["name_or_path"] = str(local_target)
     (out / "config.json").write_text(json.dumps(config))
-    (out / "eaglekit-verify.json").write_text(json.dumps({"drafter": str(out), "target": str(local_target), "acceptance_length": 2.0,
-                                                          "num_speculative_tokens": 3, "device": "cpu", "dtype": "float32",
-                                                          "trajectory": {"per_position_rate": [0.5]}, "prompts": [{}], "checks": []}))
+    (out / "eaglekit-verify.json").write_text(
+        json.dumps(
+            {
+                "drafter": str(out),
+                "target": str(local_target),
+                "acceptance_length": 2.0,
+                "num_speculative_tokens": 3,
+                "device": "cpu",
+                "dtype": "float32",
+                "trajectory": {"per_position_rate": [0.5]},
+                "prompts": [{}],
+                "checks": [],
+            }
+        )
+    )
     dry = push(cli, out, "tester/drafter", "--dry-run").stdout
     assert str(tmp_path) not in dry and "<target model>" in dry and "pass --base-model ORG/NAME" in dry
     push(cli, out, "tester/drafter", "--base-model", "HuggingFaceTB/SmolLM2-135M-Instruct")
@@ -305,51 +372,90 @@ def test_no_local_path_is_published(cli, hub, tmp_path):
         assert str(tmp_path).encode() not in published[name], name
     sent = json.loads(published["config.json"])
     assert sent["speculators_config"]["verifier"]["name_or_path"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
-    assert json.loads((out / "config.json").read_text())["speculators_config"]["verifier"]["name_or_path"] == str(local_target)  # source untouched
+    assert json.loads((out / "config.json").read_text())["speculators_config"]["verifier"]["name_or_path"] == str(
+        local_target
+    )  # source untouched
 
 
-@pytest.mark.parametrize("local, name", [("file:///home/alice/llama", "llama"), ("\\\\server\\share\\llama", "llama"),
-                                         ("$HOME/models/llama", "llama"), ("C:\\Users\\alice\\llama", "llama"), ("~/llama/", "llama")])
+@pytest.mark.parametrize(
+    "local, name",
+    [
+        ("file:///home/alice/llama", "llama"),
+        ("\\\\server\\share\\llama", "llama"),
+        ("$HOME/models/llama", "llama"),
+        ("C:\\Users\\alice\\llama", "llama"),
+        ("~/llama/", "llama"),
+    ],
+)
 def test_paths_of_every_form_are_scrubbed(local, name):
     """A file URL, a Windows share and a home variable were published as they were; a Windows path kept its folders
     (this machine's Path reads it as one name)."""
     from eaglekit.push import scrub_local_paths
 
     doc = {"eaglekit": {"source_repo": local}, "speculators_config": {"verifier": {"name_or_path": local}}}
-    assert scrub_local_paths(doc, "org/llama") == {"eaglekit": {"source_repo": name}, "speculators_config": {"verifier": {"name_or_path": "org/llama"}}}
-    assert scrub_local_paths(["org/llama", "https://example.com/x"], None) == ["org/llama", "https://example.com/x"]  # not paths
+    assert scrub_local_paths(doc, "org/llama") == {
+        "eaglekit": {"source_repo": name},
+        "speculators_config": {"verifier": {"name_or_path": "org/llama"}},
+    }
+    assert scrub_local_paths(["org/llama", "https://example.com/x"], None) == [
+        "org/llama",
+        "https://example.com/x",
+    ]  # not paths
 
 
-@pytest.mark.parametrize("text, published", [
-    ("converted from /home/alice/ckpt on 2026-11-20.", "converted from ckpt on 2026-11-20."),
-    ("speculators /home/alice/x", "speculators x"),
-    ("/home/alice/x/config.json: $.hidden_size = 'sixteen': not an integer", "config.json: $.hidden_size = 'sixteen': not an integer"),
-    ("path=~/runs/a, other=$HOME/m (C:\\Users\\bob\\x) \\\\srv\\share\\q file:///home/a/b", "path=a, other=m (x) q b"),
-    ("a drafter at '/home/alice/q' and ../up/x", "a drafter at 'q' and x"),
-    ("saved:/home/alice/ckpt, **/home/alice/b** and a dash—/home/alice/c", "saved:ckpt, **b** and a dash—c"),
-    # a space inside a path's part, scp's user@host:, another user's home, a share written with slashes
-    ("converted from /Users/Bob Smith/ckpts/run7 on a node", "converted from run7 on a node"),
-    ("/home/Bob Smith/ckpt/config.json: hidden_size must be 4096", "config.json: hidden_size must be 4096"),
-    ("copied via alice@gpu-node7.corp:/srv/models/llama from ~alice/models/x and //nas/alice/y", "copied via llama from x and y"),
-    # a command line is no path: each path in it is
-    ("./train.sh --data /home/alice/data --lr 1e-4", "train.sh --data data --lr 1e-4"),
-    ("contact alice@x.com: hi, /4 heads", "contact alice@x.com: hi, /4 heads"),
-    # typographic quotes and brackets; a host without a user; a home folder itself is a user's name
-    ("Saved in “/home/alice/ckpt”, «/home/alice/a» 「/home/alice/b」", "Saved in “ckpt”, «a» 「b」"),
-    ("trained on gpu01.corp.example.com:/data/run3", "trained on run3"),
-    ("see /home/alice, HOME=/home/alice and C:\\Users\\alice; /root/ckpt", "see ~, HOME=~ and ~; ckpt"),
-    # a message starts with its file's path, whatever folder it is in
-    ("/weird/custom/config.json: bad value", "config.json: bad value"),
-    # routes, relative links and dates inside a sentence are not paths
-    ("served via the /v1/chat/completions endpoint, [EAGLE-3](/abs/2503.01840), 2024/05/01 and /05/02",
-     "served via the /v1/chat/completions endpoint, [EAGLE-3](/abs/2503.01840), 2024/05/01 and /05/02"),
-    # not paths: URLs, Hub ids, ratios, a lone slash, units and prefix lengths, one part alone
-    ("see https://huggingface.co/org/x and hf://a/b s3://b/c/d http://localhost:8000/v1/x", "see https://huggingface.co/org/x and hf://a/b s3://b/c/d http://localhost:8000/v1/x"),
-    ("org/name and/or 1/2 of 8/16 GPUs, a / b", "org/name and/or 1/2 of 8/16 GPUs, a / b"),
-    ("acceptance 3.1 /4 drafts, subnet 10.0.0.0 /8, 120 tok/s, loss /s", "acceptance 3.1 /4 drafts, subnet 10.0.0.0 /8, 120 tok/s, loss /s"),
-    # only where the path stands: a short one is not replaced inside a Hub id or a URL that holds the same letters
-    ("mounted at /srv/model, from org/srv/model and https://example.com/srv/model", "mounted at model, from org/srv/model and https://example.com/srv/model"),
-])
+@pytest.mark.parametrize(
+    "text, published",
+    [
+        ("converted from /home/alice/ckpt on 2026-11-20.", "converted from ckpt on 2026-11-20."),
+        ("speculators /home/alice/x", "speculators x"),
+        (
+            "/home/alice/x/config.json: $.hidden_size = 'sixteen': not an integer",
+            "config.json: $.hidden_size = 'sixteen': not an integer",
+        ),
+        (
+            "path=~/runs/a, other=$HOME/m (C:\\Users\\bob\\x) \\\\srv\\share\\q file:///home/a/b",
+            "path=a, other=m (x) q b",
+        ),
+        ("a drafter at '/home/alice/q' and ../up/x", "a drafter at 'q' and x"),
+        ("saved:/home/alice/ckpt, **/home/alice/b** and a dash—/home/alice/c", "saved:ckpt, **b** and a dash—c"),
+        # a space inside a path's part, scp's user@host:, another user's home, a share written with slashes
+        ("converted from /Users/Bob Smith/ckpts/run7 on a node", "converted from run7 on a node"),
+        ("/home/Bob Smith/ckpt/config.json: hidden_size must be 4096", "config.json: hidden_size must be 4096"),
+        (
+            "copied via alice@gpu-node7.corp:/srv/models/llama from ~alice/models/x and //nas/alice/y",
+            "copied via llama from x and y",
+        ),
+        # a command line is no path: each path in it is
+        ("./train.sh --data /home/alice/data --lr 1e-4", "train.sh --data data --lr 1e-4"),
+        ("contact alice@x.com: hi, /4 heads", "contact alice@x.com: hi, /4 heads"),
+        # typographic quotes and brackets; a host without a user; a home folder itself is a user's name
+        ("Saved in “/home/alice/ckpt”, «/home/alice/a» 「/home/alice/b」", "Saved in “ckpt”, «a» 「b」"),
+        ("trained on gpu01.corp.example.com:/data/run3", "trained on run3"),
+        ("see /home/alice, HOME=/home/alice and C:\\Users\\alice; /root/ckpt", "see ~, HOME=~ and ~; ckpt"),
+        # a message starts with its file's path, whatever folder it is in
+        ("/weird/custom/config.json: bad value", "config.json: bad value"),
+        # routes, relative links and dates inside a sentence are not paths
+        (
+            "served via the /v1/chat/completions endpoint, [EAGLE-3](/abs/2503.01840), 2024/05/01 and /05/02",
+            "served via the /v1/chat/completions endpoint, [EAGLE-3](/abs/2503.01840), 2024/05/01 and /05/02",
+        ),
+        # not paths: URLs, Hub ids, ratios, a lone slash, units and prefix lengths, one part alone
+        (
+            "see https://huggingface.co/org/x and hf://a/b s3://b/c/d http://localhost:8000/v1/x",
+            "see https://huggingface.co/org/x and hf://a/b s3://b/c/d http://localhost:8000/v1/x",
+        ),
+        ("org/name and/or 1/2 of 8/16 GPUs, a / b", "org/name and/or 1/2 of 8/16 GPUs, a / b"),
+        (
+            "acceptance 3.1 /4 drafts, subnet 10.0.0.0 /8, 120 tok/s, loss /s",
+            "acceptance 3.1 /4 drafts, subnet 10.0.0.0 /8, 120 tok/s, loss /s",
+        ),
+        # only where the path stands: a short one is not replaced inside a Hub id or a URL that holds the same letters
+        (
+            "mounted at /srv/model, from org/srv/model and https://example.com/srv/model",
+            "mounted at model, from org/srv/model and https://example.com/srv/model",
+        ),
+    ],
+)
 def test_paths_inside_longer_strings_are_scrubbed(text, published):
     """A path inside a sentence (a note, a finding's message in eaglekit-verify.json) was published whole."""
     from eaglekit.push import scrub_local_paths
@@ -362,7 +468,10 @@ def test_a_path_with_a_space_is_still_one_path(local):
     """Told apart from sentences, a path with a space in it lost its target's base model and kept the user's name."""
     from eaglekit.push import scrub_local_paths
 
-    assert scrub_local_paths({"verifier": local, "source_repo": local}, "org/llama") == {"verifier": "org/llama", "source_repo": "llama"}
+    assert scrub_local_paths({"verifier": local, "source_repo": local}, "org/llama") == {
+        "verifier": "org/llama",
+        "source_repo": "llama",
+    }
 
 
 def test_the_card_replaces_a_path_only_where_it_stands(cli, hub, tmp_path):
@@ -375,27 +484,39 @@ def test_the_card_replaces_a_path_only_where_it_stands(cli, hub, tmp_path):
     (out / "config.json").write_text(json.dumps(config))
     card = push(cli, out, "srv/model-drafter", "--base-model", "srv/model", "--dry-run").stdout
     assert "weights mounted at model inside the container" in card and " /srv/model" not in card
-    assert "[srv/model](https://huggingface.co/srv/model)" in card and 'vllm serve srv/model --speculative-config \'{"model": "srv/model-drafter"' in card
+    assert (
+        "[srv/model](https://huggingface.co/srv/model)" in card
+        and 'vllm serve srv/model --speculative-config \'{"model": "srv/model-drafter"' in card
+    )
 
 
 def test_a_path_inside_a_note_is_scrubbed_in_the_files_and_the_card(cli, hub, tmp_path):
     out = tmp_path / "drafter"
     convert(write_vllm(tmp_path / "src", Dims()), out, ConvertOptions(to="vllm", aux_layers=(2, 4, 5)))
     config = json.loads((out / "config.json").read_text())
-    config["eaglekit"]["notes"] = ["trained on /home/alice/data/train.jsonl with lr 1e-4", "/home/alice/x/config.json: a message"]
+    config["eaglekit"]["notes"] = [
+        "trained on /home/alice/data/train.jsonl with lr 1e-4",
+        "/home/alice/x/config.json: a message",
+    ]
     (out / "config.json").write_text(json.dumps(config))
     push(cli, out, "tester/drafter")
     published = hub.state.files("tester/drafter")
     assert b"/home/alice" not in published["config.json"] and b"/home/alice" not in published["README.md"]
-    assert json.loads(published["config.json"])["eaglekit"]["notes"] == ["trained on train.jsonl with lr 1e-4", "config.json: a message"]
+    assert json.loads(published["config.json"])["eaglekit"]["notes"] == [
+        "trained on train.jsonl with lr 1e-4",
+        "config.json: a message",
+    ]
     assert "trained on train.jsonl with lr 1e-4" in published["README.md"].decode()
 
 
-@pytest.mark.parametrize("note, what", [
-    ("pushed with hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567", "a Hub token (hf_...)"),
-    ("mirror at https://alice:hunter2@example.com/x", "a password in a URL"),
-    ("token THE-PUSH-TOKEN-123", "the Hub token this push was given"),
-])
+@pytest.mark.parametrize(
+    "note, what",
+    [
+        ("pushed with hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567", "a Hub token (hf_...)"),
+        ("mirror at https://alice:hunter2@example.com/x", "a password in a URL"),
+        ("token THE-PUSH-TOKEN-123", "the Hub token this push was given"),
+    ],
+)
 def test_a_secret_in_a_published_file_is_refused(cli, hub, tmp_path, monkeypatch, note, what):
     """A Hub token (the push's own too) or a password in a URL, written into a note of config.json, was published in
     config.json and in the card's provenance, and printed by the dry run."""
@@ -407,7 +528,10 @@ def test_a_secret_in_a_published_file_is_refused(cli, hub, tmp_path, monkeypatch
     monkeypatch.setenv("HF_TOKEN", "THE-PUSH-TOKEN-123")
     for dry in (["--dry-run"], []):
         result = cli("push", out, "tester/drafter", *dry, expect=2)
-        assert f"config.json holds what looks like {what}" in result.stderr and "hunter2" not in result.stderr + result.stdout
+        assert (
+            f"config.json holds what looks like {what}" in result.stderr
+            and "hunter2" not in result.stderr + result.stdout
+        )
     assert "tester/drafter" not in hub.state.repos
 
 
@@ -442,11 +566,21 @@ def test_paths_the_card_quotes_are_scrubbed_as_the_files_are(cli, hub, tmp_path)
     convert(write_vllm(tmp_path / "src", Dims()), out, ConvertOptions(to="vllm", aux_layers=(2, 4, 5)))
     home = tmp_path / "home" / "alice"
     config = json.loads((out / "config.json").read_text())
-    config["eaglekit"].update(notes=[str(home / "data" / "train.jsonl")], source_repo=str(home / "ckpt"), verifier=str(home / "llama"))
+    config["eaglekit"].update(
+        notes=[str(home / "data" / "train.jsonl")], source_repo=str(home / "ckpt"), verifier=str(home / "llama")
+    )
     (out / "config.json").write_text(json.dumps(config))
-    card = push(cli, out, "tester/drafter", "--base-model", "org/llama").stdout and hub.state.files("tester/drafter")["README.md"].decode()
+    card = (
+        push(cli, out, "tester/drafter", "--base-model", "org/llama").stdout
+        and hub.state.files("tester/drafter")["README.md"].decode()
+    )
     # a source recorded as a path names no Hub repo: not called one (it said "Hub repo `ckpt`")
-    assert str(home) not in card and "Hub repo" not in card and "- train.jsonl" in card and "| verifier (target) | org/llama |" in card
+    assert (
+        str(home) not in card
+        and "Hub repo" not in card
+        and "- train.jsonl" in card
+        and "| verifier (target) | org/llama |" in card
+    )
     sent = json.loads(hub.state.files("tester/drafter")["config.json"])["eaglekit"]
     assert (sent["notes"], sent["source_repo"], sent["verifier"]) == (["train.jsonl"], "ckpt", "org/llama")
     # a path that names nothing (transformers writes `_name_or_path: ./` for a model saved from here) leaks nothing, and
@@ -457,7 +591,8 @@ def test_paths_the_card_quotes_are_scrubbed_as_the_files_are(cli, hub, tmp_path)
 
 
 def test_a_relative_local_path_is_not_published_as_the_target(cli, hub, tmp_path, monkeypatch):
-    """``models/target`` looks like a Hub id; where it names a folder here it is a local path, in the card and the files."""
+    """``models/target`` looks like a Hub id; where it names a folder here it is a local path, in the card and the
+    files."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "models" / "target").mkdir(parents=True)
     out = tmp_path / "drafter"
@@ -487,14 +622,26 @@ def test_card_metadata_is_what_huggingface_hubs_model_card_data_writes(base_mode
 
     from eaglekit.card import card_metadata
 
-    fields = dict(base_model=base_model, library_name=library, pipeline_tag="text-generation", tags=["eagle3", "speculative-decoding", library])
+    fields = dict(
+        base_model=base_model,
+        library_name=library,
+        pipeline_tag="text-generation",
+        tags=["eagle3", "speculative-decoding", library],
+    )
     assert card_metadata(**fields) == ModelCardData(**fields).to_yaml()
 
 
 def test_dry_run_names_what_is_wrong_with_the_repo_id(cli, drafter):
-    for repo, why in (("org/a--b", "'--' or '..'"), ("org/x.git", "'.git'"), ("a/b/c", "'namespace/name'"), ("org/-x", "letters, digits")):
+    for repo, why in (
+        ("org/a--b", "'--' or '..'"),
+        ("org/x.git", "'.git'"),
+        ("a/b/c", "'namespace/name'"),
+        ("org/-x", "letters, digits"),
+    ):
         err = push(cli, drafter, repo, "--dry-run", expect=2).stderr
-        assert err.startswith(f"error: {repo!r} is not a valid repository id: ") and why in err and err.count("\n") == 1, err
+        assert (
+            err.startswith(f"error: {repo!r} is not a valid repository id: ") and why in err and err.count("\n") == 1
+        ), err
 
 
 # -- push --report: a drift report's figures and plots into the card and the commit ------------------------------
@@ -502,10 +649,12 @@ def test_dry_run_names_what_is_wrong_with_the_repo_id(cli, drafter):
 
 @pytest.fixture
 def drift_report(tmp_path) -> Path:
-    """A real `eaglekit drift --report` directory, from a tiny random pair (fast; what it measures does not matter here)."""
+    """A real `eaglekit drift --report` directory, from a tiny random pair (fast; what it measures does not matter
+    here)."""
     pytest.importorskip("matplotlib")
-    from drafters import write_fast_pair
     from eaglekit import api
+
+    from drafters import write_fast_pair
 
     pair = write_fast_pair(tmp_path / "drift-pair")
     out = tmp_path / "drift-report"
@@ -555,7 +704,10 @@ def test_the_card_of_an_sglang_layout_drafter_gives_no_vllm_line(cli, hub, tmp_p
 
     src = write_specforge(tmp_path / "sf", Dims())
     card = push(cli, src, "tester/sf", "--dry-run", "--allow-untrained").stdout
-    assert "vllm serve" not in card and "For vLLM, convert it first: `eaglekit convert tester/sf ./sf-vllm --to vllm`" in card
+    assert (
+        "vllm serve" not in card
+        and "For vLLM, convert it first: `eaglekit convert tester/sf ./sf-vllm --to vllm`" in card
+    )
     assert "sglang" in card.lower()
 
 
@@ -590,11 +742,16 @@ def test_a_token_that_is_not_ascii_is_a_usage_error(cli, hub, drafter):
 
 
 def test_a_dry_run_refuses_a_commit_id_as_the_push_would(cli, hub, drafter):
-    result = push(cli, drafter, "tester/drafter", "--revision", "0123456789abcdef0123456789abcdef01234567", "--dry-run", expect=2)
+    result = push(
+        cli, drafter, "tester/drafter", "--revision", "0123456789abcdef0123456789abcdef01234567", "--dry-run", expect=2
+    )
     assert "is a commit id: commits go to a branch" in result.stderr and hub.state.log == []
 
 
-@pytest.mark.parametrize("branch, problem", [("a b", "it holds ' '"), ("../x", "it holds .."), ("v1.lock", "ends with '.lock'"), ("x/", "ends with '/'")])
+@pytest.mark.parametrize(
+    "branch, problem",
+    [("a b", "it holds ' '"), ("../x", "it holds .."), ("v1.lock", "ends with '.lock'"), ("x/", "ends with '/'")],
+)
 def test_a_branch_name_git_refuses_is_refused_by_the_dry_run_too(cli, hub, drafter, branch, problem):
     """`--revision 'a b'` was a dry run's "branch a b", exit 0; the Hub's git refuses such a name."""
     for dry in (["--dry-run"], []):
@@ -609,43 +766,59 @@ def test_a_card_pushed_to_a_branch_serves_that_branch(cli, hub, drafter, tmp_pat
 
     card = push(cli, drafter, "tester/drafter", "--revision", "v2", "--dry-run").stdout
     assert '"revision": "v2"' in card
-    sf = push(cli, write_specforge(tmp_path / "sf", Dims()), "tester/sf", "--revision", "v2", "--dry-run", "--allow-untrained").stdout
+    sf = push(
+        cli, write_specforge(tmp_path / "sf", Dims()), "tester/sf", "--revision", "v2", "--dry-run", "--allow-untrained"
+    ).stdout
     assert "eaglekit convert tester/sf@v2 ./sf-vllm --to vllm" in sf and "hf download tester/sf --revision v2" in sf
     assert '"revision"' not in push(cli, drafter, "tester/drafter", "--dry-run").stdout
 
 
-@pytest.mark.parametrize("content, fragment", [
-    ("{not json", "not valid JSON"),
-    ("[]", "$ = []: [] is not of type 'object'"),
-    ('{"trajectory": []}', "$.trajectory = []: [] is not of type 'object'"),
-    ('{"trajectory": {"per_position_rate": ["a"]}}', "$.trajectory.per_position_rate[0]"),
-    ('{"acceptance_length": "x"}', "$.acceptance_length"),
-    ('{"prompts": 3}', "$.prompts = 3"),
-    ('{"checks": [1]}', "$.checks[0] = 1"),
-    # typed by verify.schema.json itself (the card once restated a looser copy of it)
-    ('{"checks": [{"name": "x", "passed": "yes", "detail": ""}]}', "$.checks[0].passed"),
-    ('{"dtype": "float64"}', "$.dtype"),
-    ('{"acceptance_length": 0.5}', "$.acceptance_length = 0.5"),
-])
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        ("{not json", "not valid JSON"),
+        ("[]", "$ = []: [] is not of type 'object'"),
+        ('{"trajectory": []}', "$.trajectory = []: [] is not of type 'object'"),
+        ('{"trajectory": {"per_position_rate": ["a"]}}', "$.trajectory.per_position_rate[0]"),
+        ('{"acceptance_length": "x"}', "$.acceptance_length"),
+        ('{"prompts": 3}', "$.prompts = 3"),
+        ('{"checks": [1]}', "$.checks[0] = 1"),
+        # typed by verify.schema.json itself (the card once restated a looser copy of it)
+        ('{"checks": [{"name": "x", "passed": "yes", "detail": ""}]}', "$.checks[0].passed"),
+        ('{"dtype": "float64"}', "$.dtype"),
+        ('{"acceptance_length": 0.5}', "$.acceptance_length = 0.5"),
+    ],
+)
 def test_a_malformed_verify_report_in_the_drafter_is_a_one_line_error(cli, hub, drafter, content, fragment):
-    """eaglekit-verify.json with a list where the card reads an object (and the like) ended in 'internal error'; one that
-    was not a JSON object was left out of the card and published anyway."""
+    """eaglekit-verify.json with a list where the card reads an object (and the like) ended in 'internal error'; one
+    that was not a JSON object was left out of the card and published anyway."""
     (drafter / "eaglekit-verify.json").write_text(content)
     result = push(cli, drafter, "tester/drafter", "--dry-run", expect=2)
-    assert result.stderr.startswith(f"error: {drafter / 'eaglekit-verify.json'}: ") and fragment in result.stderr, result.stderr
+    assert result.stderr.startswith(f"error: {drafter / 'eaglekit-verify.json'}: ") and fragment in result.stderr, (
+        result.stderr
+    )
     assert result.stderr.count("\n") == 1 and "internal error" not in result.stderr
     assert hub.state.log == []
 
 
 @pytest.fixture(scope="module")
 def drift_document(tmp_path_factory) -> str:
-    """What `eaglekit drift --compare` reports (report.json's content, as JSON text), from a tiny random pair; no matplotlib needed."""
-    from drafters import write_fast_pair
+    """What `eaglekit drift --compare` reports (report.json's content, as JSON text), from a tiny random pair; no
+    matplotlib needed."""
     from eaglekit import api
 
+    from drafters import write_fast_pair
+
     pair = write_fast_pair(tmp_path_factory.mktemp("drift"))
-    return json.dumps(api.drift(pair["drafter"], target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=8,
-                                compare=str(pair["drafter"])).data)
+    return json.dumps(
+        api.drift(
+            pair["drafter"],
+            target=str(pair["target"]),
+            prompts=str(pair["prompts"]),
+            max_new_tokens=8,
+            compare=str(pair["drafter"]),
+        ).data
+    )
 
 
 def test_a_report_kept_inside_the_drafter_goes_up_once_and_scrubbed(cli, hub, drafter, drift_document):
@@ -656,41 +829,65 @@ def test_a_report_kept_inside_the_drafter_goes_up_once_and_scrubbed(cli, hub, dr
     (inside / "report.json").write_text(drift_document)
     local = json.loads(drift_document)["path"]  # the raw report names this machine's paths
     assert local.startswith("/")
-    listed = [f["path"] for f in json.loads(push(cli, drafter, "tester/drafter", "--report", inside, "--dry-run", "--json").stdout)["files"]]
+    listed = [
+        f["path"]
+        for f in json.loads(push(cli, drafter, "tester/drafter", "--report", inside, "--dry-run", "--json").stdout)[
+            "files"
+        ]
+    ]
     assert len(listed) == len(set(listed)) and listed.count("drift/report.json") == 1, listed
     push(cli, drafter, "tester/drafter", "--report", inside)
     assert local.encode() not in hub.state.files("tester/drafter")["drift/report.json"]
 
 
-@pytest.mark.parametrize("edit, fragment", [
-    (lambda r: r["inputs"].update(tokens=[]), "$.inputs.tokens = []: [] should be non-empty"),
-    (lambda r: r["by_context_length"][0].update(per_depth=[]), "per_depth = []: [] should be non-empty"),
-    (lambda r: r["compare"]["ratios"]["per_depth"][0].pop("sink_attention"), "'sink_attention' is a required property"),
-    (lambda r: r["compare"].update(per_depth=r["compare"]["per_depth"][:1]), "its tables cannot be built from it (IndexError"),
-])
-def test_a_drift_report_the_card_cannot_be_built_from_is_a_usage_error(cli, hub, drafter, tmp_path, drift_document, edit, fragment):
+@pytest.mark.parametrize(
+    "edit, fragment",
+    [
+        (lambda r: r["inputs"].update(tokens=[]), "$.inputs.tokens = []: [] should be non-empty"),
+        (lambda r: r["by_context_length"][0].update(per_depth=[]), "per_depth = []: [] should be non-empty"),
+        (
+            lambda r: r["compare"]["ratios"]["per_depth"][0].pop("sink_attention"),
+            "'sink_attention' is a required property",
+        ),
+        (
+            lambda r: r["compare"].update(per_depth=r["compare"]["per_depth"][:1]),
+            "its tables cannot be built from it (IndexError",
+        ),
+    ],
+)
+def test_a_drift_report_the_card_cannot_be_built_from_is_a_usage_error(
+    cli, hub, drafter, tmp_path, drift_document, edit, fragment
+):
     """inputs.tokens [] (and per-step lists of another length) passed the schema and ended in 'internal error' (min() of
     an empty list, an index out of range) when the card was built."""
     drift_data = json.loads(drift_document)
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "report.json").write_text(json.dumps(drift_data))
-    assert "## Drift report" in push(cli, drafter, "tester/drafter", "--report", bad, "--dry-run").stdout  # as drift wrote it
+    assert (
+        "## Drift report" in push(cli, drafter, "tester/drafter", "--report", bad, "--dry-run").stdout
+    )  # as drift wrote it
     edit(drift_data)
     (bad / "report.json").write_text(json.dumps(drift_data))
     result = push(cli, drafter, "tester/drafter", "--report", bad, "--dry-run", expect=2)
-    assert "is not a drift report as eaglekit drift writes it" in result.stderr and fragment in result.stderr, result.stderr
+    assert "is not a drift report as eaglekit drift writes it" in result.stderr and fragment in result.stderr, (
+        result.stderr
+    )
     assert result.stderr.count("\n") == 1 and "internal error" not in result.stderr
 
 
-@pytest.mark.parametrize("value, why", [
-    ("not a repo id!!", "use letters, digits"),
-    ("org/name/extra", "it must be 'name' or 'namespace/name'"),
-    ("gpt2", "give it as namespace/name"),
-    ("", "it is empty"),
-])
+@pytest.mark.parametrize(
+    "value, why",
+    [
+        ("not a repo id!!", "use letters, digits"),
+        ("org/name/extra", "it must be 'name' or 'namespace/name'"),
+        ("gpt2", "give it as namespace/name"),
+        ("", "it is empty"),
+    ],
+)
 def test_a_base_model_that_is_no_hub_id_is_refused(cli, hub, drafter, value, why):
-    """An invalid --base-model was dropped in silence: the card named no base model and told the user to pass --base-model."""
+    """An invalid --base-model was dropped in silence: the card named no base model and told the user to pass
+    --base-model."""
     result = push(cli, drafter, "tester/drafter", "--base-model", value, "--dry-run", expect=2)
     assert result.stderr.startswith(f"error: --base-model {value!r} is not a Hub repo id: {why}"), result.stderr
     assert result.stderr.count("\n") == 1 and hub.state.log == []

@@ -19,6 +19,7 @@ from eaglekit.reference.simulate import continuation_length
 from eaglekit.validate import validate
 from eaglekit.verify import Verifier, VerifyOptions, verify
 from eaglekit.verify.run import totals as _totals
+
 from parity import require
 
 pytestmark = [pytest.mark.real_target, pytest.mark.slow]
@@ -80,12 +81,27 @@ def edited(src: Path, dst: Path, *, config=None, tensors=None) -> Path:
 
 def test_the_whole_verify_path_on_the_real_target(target, tmp_path, cli):
     report_path = tmp_path / "report.json"
-    result = cli("verify", DRAFTERS / "smollm2-eagle3-specforge", "--target", target, "--num-prompts", 2, "--max-new-tokens", 24,
-                 "--report", report_path, "--json", expect=None)
+    result = cli(
+        "verify",
+        DRAFTERS / "smollm2-eagle3-specforge",
+        "--target",
+        target,
+        "--num-prompts",
+        2,
+        "--max-new-tokens",
+        24,
+        "--report",
+        report_path,
+        "--json",
+        expect=None,
+    )
     report = json.loads(report_path.read_text())
     assert schemas.check(report, "verify.schema.json") == []
     assert report["aux_layer_ids"] == [2, 15, 27] and report["prompts"][0]["category"] == "chat"
-    assert report["trajectory"]["num_drafts"] > 0 and json.loads(result.stdout)["acceptance_length"] == report["acceptance_length"]
+    assert (
+        report["trajectory"]["num_drafts"] > 0
+        and json.loads(result.stdout)["acceptance_length"] == report["acceptance_length"]
+    )
 
 
 def test_converted_drafter_reaches_its_acceptance_length(verifier, converted):
@@ -145,7 +161,9 @@ def test_dropped_fc_norm_tensors_are_caught_and_change_the_drafts(verifier, conv
     assert steps[0]["max_abs_logit_diff"] > 0.1 and steps[0]["token_agreement"] < 1.0
 
 
-def test_norm_output_flipped_changes_every_later_draft_step_and_costs_acceptance(verifier, converted, converted3, tmp_path):
+def test_norm_output_flipped_changes_every_later_draft_step_and_costs_acceptance(
+    verifier, converted, converted3, tmp_path
+):
     """validate cannot see it (the flag has no tensors); verify does: the first draft of every chain is the same,
     later ones are fed the pre-norm state instead of the post-norm one, and acceptance falls (measured on these 4
     prompts: 2.88 -> 2.16). The same happens the other way round to an EAGLE 3 drafter flagged norm_output: true
@@ -176,7 +194,10 @@ def test_shuffled_d2t_is_caught_and_collapses_acceptance(verifier, converted, tm
 
 def test_vllm_serving_the_real_pair_counts_what_verify_simulates(target, converted):
     require("vllm", "serving the real pair")
-    report = verify(str(converted), VerifyOptions(target=target, prompts=str(HELDOUT), num_prompts=4, max_new_tokens=48, against="vllm"))
+    report = verify(
+        str(converted),
+        VerifyOptions(target=target, prompts=str(HELDOUT), num_prompts=4, max_new_tokens=48, against="vllm"),
+    )
     against = report["against"]
     assert against["output_mismatches"] == 0
     assert against["vllm"] == against["simulated"], (against["vllm"], against["simulated"])
@@ -204,7 +225,12 @@ def test_batched_generation_matches_one_prompt_at_a_time(verifier):
     token. (A right-padded aux pass was tried and dropped: its states differ from one sequence's by fp32 noise.)"""
     target = verifier.target
     for prompt, tokens in verifier.sequences:
-        assert target.generate(prompt.ids, continuation_length(verifier.options.max_new_tokens, verifier.options.k)).tolist() == tokens.tolist(), prompt.id
+        assert (
+            target.generate(
+                prompt.ids, continuation_length(verifier.options.max_new_tokens, verifier.options.k)
+            ).tolist()
+            == tokens.tolist()
+        ), prompt.id
 
 
 def test_the_real_targets_config_read_from_its_metadata_is_transformers_reading(target, monkeypatch, tmp_path):
@@ -215,22 +241,31 @@ def test_the_real_targets_config_read_from_its_metadata_is_transformers_reading(
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no cache entry: the file itself is read
     fast = read_target_config(target)
-    monkeypatch.setattr(target_config, "_gguf_config", lambda directory, name, label, weights=False: target_config._transformers_gguf_config(directory, name, label))
+    monkeypatch.setattr(
+        target_config,
+        "_gguf_config",
+        lambda directory, name, label, weights=False: target_config._transformers_gguf_config(directory, name, label),
+    )
     slow = read_target_config(target)
-    assert (fast.num_layers, fast.hidden_size, fast.vocab_size, fast.rope, fast.model_type, fast.architectures) == (
-        slow.num_layers, slow.hidden_size, slow.vocab_size, slow.rope, slow.model_type, slow.architectures) == (30, 576, 49152, fast.rope, "llama", ())
+    assert (
+        (fast.num_layers, fast.hidden_size, fast.vocab_size, fast.rope, fast.model_type, fast.architectures)
+        == (slow.num_layers, slow.hidden_size, slow.vocab_size, slow.rope, slow.model_type, slow.architectures)
+        == (30, 576, 49152, fast.rope, "llama", ())
+    )
     assert fast.rope.theta == 100000.0 and fast.rope.scaling is None
-    assert {k: slow.config.get(k) for k in fast.config if k != "rope_theta"} == {k: v for k, v in fast.config.items() if k != "rope_theta"}
+    assert {k: slow.config.get(k) for k in fast.config if k != "rope_theta"} == {
+        k: v for k, v in fast.config.items() if k != "rope_theta"
+    }
     assert slow.config["rope_parameters"]["rope_theta"] == fast.config["rope_theta"]
 
 
 def test_the_gguf_cache_loads_the_same_target(target, tmp_path, monkeypatch):
-    """The first load parses the GGUF file (once) and saves the dequantised model to the cache (removing the entry of a copy
-    of the file that is gone); the next loads that: the same config dict, weights, tokenizer (chat template included)
-    and end-of-sequence ids."""
+    """The first load parses the GGUF file (once) and saves the dequantised model to the cache (removing the entry of a
+    copy of the file that is gone); the next loads that: the same config dict, weights, tokenizer (chat template
+    included) and end-of-sequence ids."""
+    from eaglekit.io.prompts_file import read_prompt_records
     from eaglekit.target import gguf_cache, read_target_config
     from eaglekit.target.runner import TargetModel
-    from eaglekit.io.prompts_file import read_prompt_records
     from eaglekit.verify.prompts import encode_prompts
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
@@ -263,5 +298,7 @@ def test_the_gguf_cache_loads_the_same_target(target, tmp_path, monkeypatch):
     a, b = direct.model.state_dict(), cached.model.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     records = read_prompt_records(str(HELDOUT))
-    assert [p.ids for p in encode_prompts(records, direct.tokenizer, None)] == [p.ids for p in encode_prompts(records, cached.tokenizer, None)]
+    assert [p.ids for p in encode_prompts(records, direct.tokenizer, None)] == [
+        p.ids for p in encode_prompts(records, cached.tokenizer, None)
+    ]
     assert direct.eos_token_ids() == cached.eos_token_ids()

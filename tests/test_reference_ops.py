@@ -8,18 +8,37 @@ import os
 import pytest
 import torch
 
-from drafters import Dims, write_vllm
 from eaglekit.model.drafter import Rope
 from eaglekit.reference.ops import apply_rope, rms_norm, rope_cos_sin
 
+from drafters import Dims, write_vllm
+
 SCALINGS = {
     "default": None,
-    "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
-    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "beta_fast": 32, "beta_slow": 1},
+    "llama3": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    },
+    "yarn": {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 64,
+        "beta_fast": 32,
+        "beta_slow": 1,
+    },
     "linear": {"rope_type": "linear", "factor": 2.0},
     # gpt-oss states truncate: false (an untruncated correction range) and the mscale pair (a ratio of magnitudes)
-    "yarn untruncated, mscale pair": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "truncate": False,
-                                      "mscale": 0.9, "mscale_all_dim": 0.5},
+    "yarn untruncated, mscale pair": {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 64,
+        "truncate": False,
+        "mscale": 0.9,
+        "mscale_all_dim": 0.5,
+    },
 }
 
 
@@ -29,7 +48,13 @@ def test_neox_rope_matches_transformers_llama(kind):
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
     head_dim, theta = 32, 500000.0
-    cfg = LlamaConfig(hidden_size=head_dim * 2, num_attention_heads=2, max_position_embeddings=1024, rope_theta=theta, rope_scaling=SCALINGS[kind])
+    cfg = LlamaConfig(
+        hidden_size=head_dim * 2,
+        num_attention_heads=2,
+        max_position_embeddings=1024,
+        rope_theta=theta,
+        rope_scaling=SCALINGS[kind],
+    )
     rotary = LlamaRotaryEmbedding(cfg)
     positions = torch.arange(300)  # past every original context above, so the scaled frequencies matter
     q = torch.randn(1, 2, 300, head_dim)
@@ -88,9 +113,20 @@ def test_an_mla_models_scaled_rope_is_deepseeks_yarn_whatever_its_stated_type():
     from eaglekit.errors import UnsupportedError
 
     positions = torch.arange(40)
-    llama3 = Rope(10000.0, {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 16})
+    llama3 = Rope(
+        10000.0,
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16,
+        },
+    )
     yarn = Rope(10000.0, {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 16})
-    for a, b in zip(rope_cos_sin(llama3, 64, positions, deepseek=True), rope_cos_sin(yarn, 64, positions, deepseek=True)):
+    for a, b in zip(
+        rope_cos_sin(llama3, 64, positions, deepseek=True), rope_cos_sin(yarn, 64, positions, deepseek=True)
+    ):
         assert torch.equal(a, b)
     as_llama3 = rope_cos_sin(llama3, 64, positions)  # on a Llama model it is llama3
     assert not torch.allclose(as_llama3[0], rope_cos_sin(yarn, 64, positions)[0])

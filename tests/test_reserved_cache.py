@@ -8,9 +8,10 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
-from drafters import write_tiny_target
 from eaglekit.target import reserved_cache
 from eaglekit.target.reserved_cache import ReservedLayer, reserve
+
+from drafters import write_tiny_target
 
 
 def states(n: int, seed: int):
@@ -65,15 +66,26 @@ def test_a_decode_through_it_is_the_plain_cache_decode_bit_for_bit(tmp_path, mon
     prompts = [torch.randint(1, 64, (n,), generator=g).tolist() for n in (9, 4, 7, 12)]  # unequal: left padding
     concatenated, caches = [], []
     plain_update, plain_reserve = DynamicLayer.update, reserved_cache.reserve
-    monkeypatch.setattr(DynamicLayer, "update", lambda self, *a, **k: concatenated.append(type(self)) or plain_update(self, *a, **k))
-    monkeypatch.setattr(reserved_cache, "reserve", lambda cache, capacity: caches.append(plain_reserve(cache, capacity)) or cache)
+    monkeypatch.setattr(
+        DynamicLayer, "update", lambda self, *a, **k: concatenated.append(type(self)) or plain_update(self, *a, **k)
+    )
+    monkeypatch.setattr(
+        reserved_cache, "reserve", lambda cache, capacity: caches.append(plain_reserve(cache, capacity)) or cache
+    )
     ours = target.decode_batch(prompts, 16, padding=float("inf"), capture=(2, 8), keep_bytes=2**30)
     assert len(caches) == 1 and all(type(layer) is ReservedLayer for layer in caches[0].layers)
     assert ReservedLayer not in concatenated  # every step wrote into the room: no layer fell back to concatenating
     monkeypatch.setattr(reserved_cache, "reserve", lambda cache, capacity: cache)
     theirs = target.decode_batch(prompts, 16, padding=float("inf"), capture=(2, 8), keep_bytes=2**30)
-    assert [d.tokens.tolist() for d in ours] == [d.tokens.tolist() for d in theirs] == [target.generate(p, 16).tolist() for p in prompts]
+    assert (
+        [d.tokens.tolist() for d in ours]
+        == [d.tokens.tolist() for d in theirs]
+        == [target.generate(p, 16).tolist() for p in prompts]
+    )
     for a, b in zip(ours, theirs):
         assert all(torch.equal(a.states[k], b.states[k]) for k in (2, 8))
         assert a.kept is not None and b.kept is not None and torch.equal(a.kept.logits, b.kept.logits)
-        assert all(torch.equal(x.keys, y.keys) and torch.equal(x.values, y.values) for x, y in zip(a.kept.cache.layers, b.kept.cache.layers))
+        assert all(
+            torch.equal(x.keys, y.keys) and torch.equal(x.values, y.values)
+            for x, y in zip(a.kept.cache.layers, b.kept.cache.layers)
+        )

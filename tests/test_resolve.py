@@ -34,13 +34,28 @@ def ambiguous_copy(pair: dict, directory: Path) -> Path:
 def test_the_copy_is_ambiguous(tmp_path, pair, cli):
     info = json.loads(cli("inspect", ambiguous_copy(pair, tmp_path / "amb"), "--json").stdout)
     assert info["ambiguous"]
-    assert {r["dialect"]: r["input_ids"] for r in info["ambiguity"]["readings"]} == {"sglang": [2, 4, 5], "vllm": [1, 3, 4]}
+    assert {r["dialect"]: r["input_ids"] for r in info["ambiguity"]["readings"]} == {
+        "sglang": [2, 4, 5],
+        "vllm": [1, 3, 4],
+    }
 
 
 def test_resolve_converts_with_the_reading_the_weights_were_trained_with(tmp_path, pair, cli):
     src = ambiguous_copy(pair, tmp_path / "amb")
     out = tmp_path / "out"
-    run = cli("convert", src, out, "--to", "vllm", "--target", pair["target"], "--prompts", pair["prompts"], "--resolve", "--json")
+    run = cli(
+        "convert",
+        src,
+        out,
+        "--to",
+        "vllm",
+        "--target",
+        pair["target"],
+        "--prompts",
+        pair["prompts"],
+        "--resolve",
+        "--json",
+    )
     data = json.loads(run.stdout)
     assert schemas.check(data, "convert.schema.json") == []
     resolved = data["resolved"]
@@ -50,7 +65,18 @@ def test_resolve_converts_with_the_reading_the_weights_were_trained_with(tmp_pat
     assert any(n["check"] == "convert.resolved" and "acceptance length" in n["message"] for n in data["notes"])
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]
-    text = cli("convert", src, tmp_path / "out2", "--to", "vllm", "--target", pair["target"], "--prompts", pair["prompts"], "--resolve").stdout
+    text = cli(
+        "convert",
+        src,
+        tmp_path / "out2",
+        "--to",
+        "vllm",
+        "--target",
+        pair["target"],
+        "--prompts",
+        pair["prompts"],
+        "--resolve",
+    ).stdout
     assert "--resolve measured" in text and "trained with sglang" in text  # the text output says what was measured
 
 
@@ -61,7 +87,19 @@ def test_resolve_refuses_when_no_reading_wins(tmp_path, pair, cli):
     t["fc.weight"].zero_()
     save_file(t, str(src / "model.safetensors"))
     out = tmp_path / "out"
-    run = cli("convert", src, out, "--to", "vllm", "--target", pair["target"], "--prompts", pair["prompts"], "--resolve", expect=2)
+    run = cli(
+        "convert",
+        src,
+        out,
+        "--to",
+        "vllm",
+        "--target",
+        pair["target"],
+        "--prompts",
+        pair["prompts"],
+        "--resolve",
+        expect=2,
+    )
     assert "no reading wins by the margin" in run.stderr and "every-position acceptance length" in run.stderr
     assert not out.exists()
 
@@ -83,8 +121,19 @@ def test_resolve_reads_its_prompts_before_the_target_loads(tmp_path, pair, cli, 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"input_ids": [1, "x"]}\n')
     out = tmp_path / "out"
-    run = cli("convert", ambiguous_copy(pair, tmp_path / "amb"), out, "--to", "vllm", "--target", pair["target"], "--prompts", bad,
-              "--resolve", expect=2)
+    run = cli(
+        "convert",
+        ambiguous_copy(pair, tmp_path / "amb"),
+        out,
+        "--to",
+        "vllm",
+        "--target",
+        pair["target"],
+        "--prompts",
+        bad,
+        "--resolve",
+        expect=2,
+    )
     assert "bad.jsonl line 1: input_ids should be a list of token ids" in run.stderr and not out.exists()
 
 
@@ -95,9 +144,17 @@ def test_verify_measures_the_aux_readings_and_reuses_the_one_it_read(tmp_path, p
 
     simulated = []
     real_simulate = verify_run.simulate
-    monkeypatch.setattr(verify_run, "simulate", lambda model, prompt, *rest: simulated.append(prompt.id) or real_simulate(model, prompt, *rest))
+    monkeypatch.setattr(
+        verify_run,
+        "simulate",
+        lambda model, prompt, *rest: simulated.append(prompt.id) or real_simulate(model, prompt, *rest),
+    )
     src = ambiguous_copy(pair, tmp_path / "amb")
-    report = json.loads(cli("verify", src, "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", 16, "--json").stdout)
+    report = json.loads(
+        cli(
+            "verify", src, "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", 16, "--json"
+        ).stdout
+    )
     measured = {m["reading"].split()[0]: m for m in report["readings"]["measured"]}
     assert set(measured) == {"sglang", "vllm"}
     read_as = "sglang" if report["aux_layer_ids"] == [2, 4, 5] else "vllm"
@@ -134,10 +191,27 @@ def test_an_unsettled_convention_is_measured_not_only_named(tmp_path, pair, cli)
     trained = measured["vllm ids [2, 4, 5] (input-of-layer)"]
     assert trained["every_position_acceptance_length"] == original["every_position"]["acceptance_length"]
     assert trained["acceptance_length"] == original["acceptance_length"]
-    assert measured["vllm ids [1, 3, 4] (input-of-layer)"]["every_position_acceptance_length"] == report["every_position"]["acceptance_length"]
+    assert (
+        measured["vllm ids [1, 3, 4] (input-of-layer)"]["every_position_acceptance_length"]
+        == report["every_position"]["acceptance_length"]
+    )
     assert report["readings"]["trained_with"] == "vllm ids [2, 4, 5] (input-of-layer)"
 
     out = tmp_path / "out"
-    data = json.loads(cli("convert", src, out, "--to", "vllm", "--target", pair["target"], "--prompts", pair["prompts"], "--resolve", "--json").stdout)
+    data = json.loads(
+        cli(
+            "convert",
+            src,
+            out,
+            "--to",
+            "vllm",
+            "--target",
+            pair["target"],
+            "--prompts",
+            pair["prompts"],
+            "--resolve",
+            "--json",
+        ).stdout
+    )
     assert data["resolved"]["aux_layers"] == [2, 4, 5]
     assert json.loads((out / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]

@@ -16,8 +16,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from drafters import Dims, edit_tensors as tensors_of, llama_gguf_writer, write_eagle, write_specforge, write_vllm
 from eaglekit import dialects
+
+from drafters import Dims, llama_gguf_writer, write_eagle, write_specforge, write_vllm
+from drafters import edit_tensors as tensors_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,7 +60,9 @@ def bin_checkpoint(root: Path, payloads: dict, sharded: bool = False) -> Path:
         second = {n: tensors[n] for n in names[5:]} | payloads
         torch.save(first, src / "pytorch_model-00001-of-00002.bin")
         torch.save(second, src / "pytorch_model-00002-of-00002.bin")
-        weight_map = {n: "pytorch_model-00001-of-00002.bin" for n in first} | {n: "pytorch_model-00002-of-00002.bin" for n in second}
+        weight_map = {n: "pytorch_model-00001-of-00002.bin" for n in first} | {
+            n: "pytorch_model-00002-of-00002.bin" for n in second
+        }
         (src / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": weight_map}))
     else:
         torch.save(tensors | payloads, src / "pytorch_model.bin")
@@ -88,22 +92,32 @@ def test_a_pickle_of_another_protocol_is_refused_in_one_line(tmp_path):
     (src / "model.safetensors").unlink()
     with open(src / "pytorch_model.bin", "wb") as f:
         pickle.dump({"fc.weight": Evil(str(tmp_path / "pwned"))}, f, protocol=4)
-    done = subprocess.run([sys.executable, "-m", "eaglekit", "inspect", str(src)], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    done = subprocess.run(
+        [sys.executable, "-m", "eaglekit", "inspect", str(src)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    )
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "refused to unpickle" in done.stderr, done.stderr
     assert not (tmp_path / "pwned").exists()
 
 
 @pytest.mark.parametrize("layout", ["coo", "csr"])
 def test_a_sparse_tensor_in_a_pickled_checkpoint_is_a_one_line_error(tmp_path, cli, layout):
-    """torch.save of a sparse tensor loads weights-only, and reading it ended in 'internal error: RuntimeError' (validate
+    """torch.save of a sparse tensor loads weights-only, and reading it ended in 'internal error: RuntimeError'
+    (validate
     --scan, convert)."""
     src = bin_checkpoint(tmp_path / "src", {})
     tensors = torch.load(src / "pytorch_model.bin", weights_only=True)
     tensors["fc.weight"] = tensors["fc.weight"].to_sparse() if layout == "coo" else tensors["fc.weight"].to_sparse_csr()
     torch.save(tensors, src / "pytorch_model.bin")
     for args in (("inspect", src), ("validate", src, "--scan"), ("convert", src, tmp_path / "out", "--to", "vllm")):
-        assert_clean_failure(cli(*args, expect=None), "pytorch_model.bin: tensor 'fc.weight' is stored in the sparse_", "expected a dense tensor")
+        assert_clean_failure(
+            cli(*args, expect=None),
+            "pytorch_model.bin: tensor 'fc.weight' is stored in the sparse_",
+            "expected a dense tensor",
+        )
     nothing_written(tmp_path, "src")
 
 
@@ -122,29 +136,92 @@ def raw_safetensors(root: Path, header: bytes | dict, data: bytes = b"", length:
 
 HEADERS = {
     # "\ud800" is half a character: the safetensors library refuses it, and printing the name failed ("internal error")
-    "a name that is half a character": (lambda r: raw_safetensors(r, {"x\ud800": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}}),
-                                         "a string holds a lone surrogate escape (\\ud800), which is not text"),
-    "offsets past EOF": (lambda r: raw_safetensors(r, {"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, b"\0" * 8), "data runs past the end of the file"),
+    "a name that is half a character": (
+        lambda r: raw_safetensors(r, {"x\ud800": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}}),
+        "a string holds a lone surrogate escape (\\ud800), which is not text",
+    ),
+    "offsets past EOF": (
+        lambda r: raw_safetensors(r, {"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, b"\0" * 8),
+        "data runs past the end of the file",
+    ),
     "overlapping ranges": (
-        lambda r: raw_safetensors(r, {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, b"\0" * 12),
+        lambda r: raw_safetensors(
+            r,
+            {
+                "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]},
+            },
+            b"\0" * 12,
+        ),
         "overlaps",
     ),
     "huge header length": (lambda r: raw_safetensors(r, b"{}", length=2**62), "exceeds the"),
     "header longer than file": (lambda r: raw_safetensors(r, b"{}", length=4096), "truncated"),
-    "non-UTF-8 name": (lambda r: raw_safetensors(r, b'{"\xff\xfe": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', b"\0" * 4), "not valid UTF-8"),
-    "unknown dtype": (lambda r: raw_safetensors(r, {"w": {"dtype": "F128", "shape": [1], "data_offsets": [0, 16]}}, b"\0" * 16), "unknown dtype 'F128'"),
-    "shape/bytes mismatch": (lambda r: raw_safetensors(r, {"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, b"\0" * 8), "needs 12"),
-    "negative shape": (lambda r: raw_safetensors(r, {"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 0]}}), "non-negative integers"),
+    "non-UTF-8 name": (
+        lambda r: raw_safetensors(
+            r, b'{"\xff\xfe": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', b"\0" * 4
+        ),
+        "not valid UTF-8",
+    ),
+    "unknown dtype": (
+        lambda r: raw_safetensors(r, {"w": {"dtype": "F128", "shape": [1], "data_offsets": [0, 16]}}, b"\0" * 16),
+        "unknown dtype 'F128'",
+    ),
+    "shape/bytes mismatch": (
+        lambda r: raw_safetensors(r, {"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, b"\0" * 8),
+        "needs 12",
+    ),
+    "negative shape": (
+        lambda r: raw_safetensors(r, {"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 0]}}),
+        "non-negative integers",
+    ),
     "header not an object": (lambda r: raw_safetensors(r, b"[1, 2]"), "header is not a JSON object"),
     # the safetensors library (and so every engine) refuses these; they used to validate OK
-    "gap before a tensor": (lambda r: raw_safetensors(r, {"w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, b"\0" * 8), "leaving a gap"),
-    "bytes no tensor uses": (lambda r: raw_safetensors(r, {"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 68), "cover 4 of the data area's 68 bytes"),
-    "__metadata__ a list": (lambda r: raw_safetensors(r, {"__metadata__": [], "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 4), "__metadata__ must map"),
+    "gap before a tensor": (
+        lambda r: raw_safetensors(r, {"w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, b"\0" * 8),
+        "leaving a gap",
+    ),
+    "bytes no tensor uses": (
+        lambda r: raw_safetensors(r, {"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 68),
+        "cover 4 of the data area's 68 bytes",
+    ),
+    "__metadata__ a list": (
+        lambda r: raw_safetensors(
+            r, {"__metadata__": [], "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 4
+        ),
+        "__metadata__ must map",
+    ),
     # took minutes and ended in an internal error (Python's int-to-str digit limit)
-    "thousands of dimensions": (lambda r: raw_safetensors(r, {"w": {"dtype": "F32", "shape": [2**62] * 5000, "data_offsets": [0, 4]}}, b"\0" * 4), "5000 dimensions"),
-    "an integer of 5000 digits": (lambda r: raw_safetensors(r, b'{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, ' + b"9" * 5000 + b']}}', b"\0" * 4), "not valid JSON here"),
-    "zero-byte file": (lambda r: (r.mkdir(parents=True), (r / "model.safetensors").write_bytes(b""), (r / "config.json").write_text("{}"), r)[-1], "file is empty (0 bytes)"),
-    "shorter than the length": (lambda r: (r.mkdir(parents=True), (r / "model.safetensors").write_bytes(b"\1\0"), (r / "config.json").write_text("{}"), r)[-1], "truncated"),
+    "thousands of dimensions": (
+        lambda r: raw_safetensors(
+            r, {"w": {"dtype": "F32", "shape": [2**62] * 5000, "data_offsets": [0, 4]}}, b"\0" * 4
+        ),
+        "5000 dimensions",
+    ),
+    "an integer of 5000 digits": (
+        lambda r: raw_safetensors(
+            r, b'{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, ' + b"9" * 5000 + b"]}}", b"\0" * 4
+        ),
+        "not valid JSON here",
+    ),
+    "zero-byte file": (
+        lambda r: (
+            r.mkdir(parents=True),
+            (r / "model.safetensors").write_bytes(b""),
+            (r / "config.json").write_text("{}"),
+            r,
+        )[-1],
+        "file is empty (0 bytes)",
+    ),
+    "shorter than the length": (
+        lambda r: (
+            r.mkdir(parents=True),
+            (r / "model.safetensors").write_bytes(b"\1\0"),
+            (r / "config.json").write_text("{}"),
+            r,
+        )[-1],
+        "truncated",
+    ),
 }
 
 
@@ -161,7 +238,9 @@ def test_truncated_real_checkpoint(tmp_path, cli):
     src = write_vllm(tmp_path / "src", Dims())
     path = src / "model.safetensors"
     os.truncate(path, path.stat().st_size // 2)
-    assert_clean_failure(cli("convert", src, tmp_path / "out", "--to", "speculators", expect=None), "data runs past the end of the file")
+    assert_clean_failure(
+        cli("convert", src, tmp_path / "out", "--to", "speculators", expect=None), "data runs past the end of the file"
+    )
     nothing_written(tmp_path, "src")
 
 
@@ -176,9 +255,19 @@ def test_a_fifo_in_the_checkpoint_is_refused_not_waited_on(tmp_path, name):
     (src / name).unlink()
     os.mkfifo(src / name)
     for args in (["inspect", src], ["convert", src, tmp_path / "out", "--to", "vllm"]):
-        done = subprocess.run([sys.executable, "-m", "eaglekit", *map(str, args)], capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
-        assert done.returncode == 2 and done.stderr == f"error: {src / name}: not a regular file, expected {'a JSON file' if name.endswith('.json') else 'a safetensors file'}\n", done.stderr
+        done = subprocess.run(
+            [sys.executable, "-m", "eaglekit", *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+        )
+        assert (
+            done.returncode == 2
+            and done.stderr
+            == f"error: {src / name}: not a regular file, expected"
+            f" {'a JSON file' if name.endswith('.json') else 'a safetensors file'}\n"
+        ), done.stderr
     assert not (tmp_path / "out").exists()
 
 
@@ -239,8 +328,12 @@ def test_a_rope_factor_past_floats_range_is_a_finding(tmp_path, cli):
     cfg["rope_scaling"] = {"rope_type": "linear", "factor": 10**400}
     (src / "config.json").write_text(json.dumps(cfg))
     said = json.loads(cli("validate", src, "--json", expect=1).stdout)["findings"]
-    assert any(f["check"] == "rope.parameters" and "factor is 1000000000" in f["message"] and f["message"].endswith("expected a number above 0")
-               for f in said), said
+    assert any(
+        f["check"] == "rope.parameters"
+        and "factor is 1000000000" in f["message"]
+        and f["message"].endswith("expected a number above 0")
+        for f in said
+    ), said
     refused = cli("convert", src, tmp_path / "out", "--to", "vllm", expect=1)
     assert refused.stderr.startswith("error: refusing to write") and "internal error" not in refused.stderr
     nothing_written(tmp_path, "src")
@@ -256,7 +349,9 @@ def test_enormous_config_is_refused_without_reading_it(tmp_path, cli):
 
 
 def test_enormous_declared_tensor_is_refused_in_bounded_time_and_memory(tmp_path):
-    src = raw_safetensors(tmp_path / "src", {"w": {"dtype": "F32", "shape": [2**40, 2**40], "data_offsets": [0, 16]}}, b"\0" * 16)
+    src = raw_safetensors(
+        tmp_path / "src", {"w": {"dtype": "F32", "shape": [2**40, 2**40], "data_offsets": [0, 16]}}, b"\0" * 16
+    )
     code = f"""
 import resource, sys, time
 resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
@@ -308,8 +403,19 @@ def run_and_kill(cmd: list[str], when) -> bool:
 def test_sigkill_mid_write_never_leaves_a_complete_looking_output(tmp_path):
     src = big_source(tmp_path / "src")
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "eaglekit", "convert", str(src), str(out), "--to", "speculators", "--max-shard-size", "2MB"]
-    files_in_temp = lambda n: lambda own: any(len(list(t.iterdir())) >= n for t in own)  # noqa: E731
+    cmd = [
+        sys.executable,
+        "-m",
+        "eaglekit",
+        "convert",
+        str(src),
+        str(out),
+        "--to",
+        "speculators",
+        "--max-shard-size",
+        "2MB",
+    ]
+    files_in_temp = lambda n: lambda own: any(len(list(t.iterdir())) >= n for t in own)
     moments = {
         "temporary directory just created": files_in_temp(0),
         "first shard being written": files_in_temp(1),
@@ -332,7 +438,8 @@ def test_sigkill_mid_write_never_leaves_a_complete_looking_output(tmp_path):
 
 def test_sigterm_mid_write_unwinds_and_leaves_nothing(tmp_path):
     """SIGTERM (`timeout`, `docker stop`) killed the process where it stood: its ~100 MB hidden temporary stayed until a
-    later run to the same OUT swept it. It now unwinds as Ctrl-C does: exit 143, "terminated", nothing left beside OUT."""
+    later run to the same OUT swept it. It now unwinds as Ctrl-C does: exit 143, "terminated", nothing left beside OUT.
+    """
     src = write_vllm(tmp_path / "src", Dims())
     out = tmp_path / "out"
     script = f"""
@@ -378,7 +485,11 @@ def test_a_base_model_is_called_one(tmp_path, cli):
 
     base = write_tiny_target(tmp_path / "base", layers=12)
     for command in ("inspect", "validate"):
-        assert_clean_failure(cli(command, base, expect=None), "is a base model (LlamaForCausalLM, 12 layers", "did you mean to pass it as --target?")
+        assert_clean_failure(
+            cli(command, base, expect=None),
+            "is a base model (LlamaForCausalLM, 12 layers",
+            "did you mean to pass it as --target?",
+        )
 
 
 def test_a_base_model_with_a_malformed_config_is_still_called_one(tmp_path, cli):
@@ -386,16 +497,20 @@ def test_a_base_model_with_a_malformed_config_is_still_called_one(tmp_path, cli)
     base = tmp_path / "base"
     base.mkdir()
     save_file({"layers.3.mlp.up_proj.weight": torch.zeros(2)}, str(base / "model.safetensors"))
-    for config, said in (({"architectures": {"architectures": None}}, "(a causal LM, many layers"),
-                         ({"architectures": [7], "num_hidden_layers": "30"}, "(a causal LM, many layers"),
-                         ({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 30}, "(LlamaForCausalLM, 30 layers")):
+    for config, said in (
+        ({"architectures": {"architectures": None}}, "(a causal LM, many layers"),
+        ({"architectures": [7], "num_hidden_layers": "30"}, "(a causal LM, many layers"),
+        ({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 30}, "(LlamaForCausalLM, 30 layers"),
+    ):
         (base / "config.json").write_text(json.dumps(config))
         assert_clean_failure(cli("inspect", base, expect=None), "is a base model " + said)
 
 
 def test_pointing_at_a_file_suggests_what_to_give(tmp_path, cli):
     src = write_vllm(tmp_path / "src", Dims())
-    assert_clean_failure(cli("inspect", src / "model.safetensors", expect=None), f"got a file (give its directory: {src})")
+    assert_clean_failure(
+        cli("inspect", src / "model.safetensors", expect=None), f"got a file (give its directory: {src})"
+    )
     (tmp_path / "t.gguf").write_bytes(b"GGUF")
     assert_clean_failure(cli("inspect", tmp_path / "t.gguf", expect=None), "a GGUF file is a target model", "--target?")
 
@@ -403,30 +518,42 @@ def test_pointing_at_a_file_suggests_what_to_give(tmp_path, cli):
 def test_a_drafter_list_that_is_not_utf8_is_a_usage_error(tmp_path, cli):
     listing = tmp_path / "drafters.txt"
     listing.write_bytes(b"./a\n\xff\xfe latin-1 \xe9\n")
-    assert_clean_failure(cli("validate", "--from-file", listing, expect=None), f"--from-file {listing}: not UTF-8 text (byte 0xff at offset 4)")
+    assert_clean_failure(
+        cli("validate", "--from-file", listing, expect=None),
+        f"--from-file {listing}: not UTF-8 text (byte 0xff at offset 4)",
+    )
 
 
 def test_a_misspelt_dialect_gets_a_suggestion(tmp_path, cli):
     src = write_vllm(tmp_path / "src", Dims())
-    assert_clean_failure(cli("convert", src, tmp_path / "o", "--to", "speculator", expect=None), "did you mean 'speculators'?")
+    assert_clean_failure(
+        cli("convert", src, tmp_path / "o", "--to", "speculator", expect=None), "did you mean 'speculators'?"
+    )
 
 
 def test_option_values_are_checked_before_anything_loads(tmp_path, cli):
     src = write_vllm(tmp_path / "src", Dims())
     assert_clean_failure(cli("verify", src, "--target", tmp_path, "--device", "gpu", expect=None), "--device 'gpu'")
-    assert_clean_failure(cli("verify", src, "--target", tmp_path, "--num-prompts", "0", expect=None), "--num-prompts", "see `eaglekit verify --help`")
+    assert_clean_failure(
+        cli("verify", src, "--target", tmp_path, "--num-prompts", "0", expect=None),
+        "--num-prompts",
+        "see `eaglekit verify --help`",
+    )
     assert_clean_failure(cli("verify", src, expect=None), "Missing option '--target'")
 
 
-@pytest.mark.parametrize("args, named", [
-    (["validate", "SRC", "--target", ""], "--target: empty; give a path or a Hub id"),
-    (["validate", ""], "PATHS: empty"),
-    (["inspect", " "], "PATH: empty"),
-    (["convert", "SRC", "", "--to", "vllm"], "OUT: empty"),
-    (["push", "", "me/x", "--dry-run"], "PATH: empty"),
-    (["verify", "SRC", "--target", "T", "--prompts", ""], "--prompts: empty; give a path"),
-    (["drift", "SRC", "--target", "T", "--compare", ""], "--compare: empty"),
-])
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["validate", "SRC", "--target", ""], "--target: empty; give a path or a Hub id"),
+        (["validate", ""], "PATHS: empty"),
+        (["inspect", " "], "PATH: empty"),
+        (["convert", "SRC", "", "--to", "vllm"], "OUT: empty"),
+        (["push", "", "me/x", "--dry-run"], "PATH: empty"),
+        (["verify", "SRC", "--target", "T", "--prompts", ""], "--prompts: empty; give a path"),
+        (["drift", "SRC", "--target", "T", "--compare", ""], "--compare: empty"),
+    ],
+)
 def test_an_empty_path_is_refused_not_read_as_none_or_here(tmp_path, cli, args, named):
     """`--target ''` was read as no target (validate said OK without the target's checks), `--prompts ''` as the
     built-in prompts, and an empty PATH or OUT as the current directory."""
@@ -445,7 +572,10 @@ def test_forcing_a_dialect_that_the_files_contradict_is_said(tmp_path, cli):
 
 def test_upgrade_3_on_an_eagle_3_drafter_has_nothing_to_do(tmp_path, cli):
     src = write_vllm(tmp_path / "src", Dims())
-    assert_clean_failure(cli("convert", src, tmp_path / "o", "--to", "vllm", "--upgrade", "3", expect=None), "already EAGLE 3, nothing to do")
+    assert_clean_failure(
+        cli("convert", src, tmp_path / "o", "--to", "vllm", "--upgrade", "3", expect=None),
+        "already EAGLE 3, nothing to do",
+    )
 
 
 # -- a config.json alone as --target (issue 20, item 17) --------------------------------------------------------------
@@ -466,9 +596,14 @@ def test_a_config_file_is_a_config_only_target(tmp_path, cli, target_dir):
     assert json.dumps(written).count(str(config)) == 0 and str(target_dir) in json.dumps(written["eaglekit"])
     assert f"vllm serve {target_dir} " in result.stdout and "config.json --spec" not in result.stdout
     # a mistyped config file is one line naming it, not a Hub lookup; one that is not a JSON object names the file too
-    assert_clean_failure(cli("validate", far, "--target", target_dir / "confg.json", expect=None), f"--target {target_dir / 'confg.json'}: no such config file")
+    assert_clean_failure(
+        cli("validate", far, "--target", target_dir / "confg.json", expect=None),
+        f"--target {target_dir / 'confg.json'}: no such config file",
+    )
     (tmp_path / "list.json").write_text("[1, 2]")
-    assert_clean_failure(cli("validate", far, "--target", tmp_path / "list.json", expect=None), str(tmp_path / "list.json"))
+    assert_clean_failure(
+        cli("validate", far, "--target", tmp_path / "list.json", expect=None), str(tmp_path / "list.json")
+    )
 
 
 @pytest.mark.parametrize("command", ["verify", "drift"])
@@ -476,8 +611,12 @@ def test_running_the_target_needs_its_weights(tmp_path, cli, target_dir, command
     src = write_vllm(tmp_path / "src", Dims())
     started = time.perf_counter()
     result = cli(command, src, "--target", target_dir / "config.json", expect=None)
-    assert_clean_failure(result, "is a config file, with no weights", f"{command} runs the target model, so it needs the weights",
-                         "give the model's directory")
+    assert_clean_failure(
+        result,
+        "is a config file, with no weights",
+        f"{command} runs the target model, so it needs the weights",
+        "give the model's directory",
+    )
     assert time.perf_counter() - started < 5  # refused before anything loads
     result = cli(command, src, "--target", target_dir, expect=None)  # a directory with config.json alone
     assert_clean_failure(result, f"--target {target_dir}: holds no weights", f"{command} runs the target model")
@@ -493,8 +632,10 @@ def test_a_target_that_cannot_run_is_told_before_it_loads(tmp_path, cli, target_
     (broken / "config.json").write_bytes((target_dir / "config.json").read_bytes())
     (broken / "model.safetensors").write_text("junk\n")
     started = time.perf_counter()
-    assert_clean_failure(cli(command, src, "--target", broken, expect=None),
-                         f"--target {broken}: model.safetensors: truncated (5 bytes, shorter than the 8-byte header length)")
+    assert_clean_failure(
+        cli(command, src, "--target", broken, expect=None),
+        f"--target {broken}: model.safetensors: truncated (5 bytes, shorter than the 8-byte header length)",
+    )
     assert_clean_failure(cli(command, src, "--target", src, expect=None), f"--target {src}: this is an EAGLE drafter")
     assert time.perf_counter() - started < 5  # refused before anything loads
 
@@ -506,24 +647,48 @@ def test_a_drafter_given_as_the_target_is_told_by_every_command_that_reads_a_tar
     other = write_specforge(tmp_path / "other", Dims())
     for target in (other, other / "config.json"):
         for args in (["validate", src], ["convert", src, tmp_path / "out", "--to", "sglang"]):
-            assert_clean_failure(cli(*args, "--target", target, expect=None), f"--target {target}: this is an EAGLE drafter (its config states")
+            assert_clean_failure(
+                cli(*args, "--target", target, expect=None),
+                f"--target {target}: this is an EAGLE drafter (its config states",
+            )
     bare = tmp_path / "bare"  # a drafter's tensors under a config that states nothing a drafter's does
     bare.mkdir()
     (bare / "model.safetensors").write_bytes((other / "model.safetensors").read_bytes())
-    (bare / "config.json").write_text(json.dumps({k: v for k, v in json.loads((other / "config.json").read_text()).items()
-                                                  if k not in ("draft_vocab_size", "eagle_config")}))
-    assert_clean_failure(cli("validate", src, "--target", bare, expect=None), "this is an EAGLE drafter (a fusion layer and no decoder stack)")
+    (bare / "config.json").write_text(
+        json.dumps(
+            {
+                k: v
+                for k, v in json.loads((other / "config.json").read_text()).items()
+                if k not in ("draft_vocab_size", "eagle_config")
+            }
+        )
+    )
+    assert_clean_failure(
+        cli("validate", src, "--target", bare, expect=None),
+        "this is an EAGLE drafter (a fusion layer and no decoder stack)",
+    )
     assert not (tmp_path / "out").exists()
     # a target of its own MTP head (Qwen3.5: mtp.fc.weight, its layers under model.language_model.) is no drafter, nor
     # is a small one with an MTP head, nor GPT-2's c_fc
-    for name, names in (("qwen35", [f"model.language_model.layers.{i}.mlp.up_proj.weight" for i in range(8)] + ["mtp.fc.weight"]),
-                        ("tiny-mtp", ["model.layers.0.mlp.up_proj.weight", "model.layers.1.mlp.up_proj.weight", "mtp.fc.weight"]),
-                        ("gpt2", [f"h.{i}.mlp.c_fc.weight" for i in range(2)])):
+    for name, names in (
+        ("qwen35", [f"model.language_model.layers.{i}.mlp.up_proj.weight" for i in range(8)] + ["mtp.fc.weight"]),
+        ("tiny-mtp", ["model.layers.0.mlp.up_proj.weight", "model.layers.1.mlp.up_proj.weight", "mtp.fc.weight"]),
+        ("gpt2", [f"h.{i}.mlp.c_fc.weight" for i in range(2)]),
+    ):
         target = tmp_path / name
         target.mkdir()
         save_file({n: torch.zeros(2, 2) for n in names}, target / "model.safetensors")
-        (target / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 8, "hidden_size": 16,
-                                                        "vocab_size": 64, "num_attention_heads": 2}))
+        (target / "config.json").write_text(
+            json.dumps(
+                {
+                    "model_type": "llama",
+                    "num_hidden_layers": 8,
+                    "hidden_size": 16,
+                    "vocab_size": 64,
+                    "num_attention_heads": 2,
+                }
+            )
+        )
         assert "EAGLE drafter" not in cli("validate", src, "--target", target, expect=None).stderr, name
 
 
@@ -546,15 +711,34 @@ def _cache_config_only(tmp_path, monkeypatch, target_dir) -> Path:
 def test_hub_id_hint_asks_only_for_what_the_command_needs(tmp_path, monkeypatch, cli, target_dir):
     snapshot = _cache_config_only(tmp_path, monkeypatch, target_dir)
     src = write_vllm(tmp_path / "src", Dims())
-    for args in (("validate", src), ("convert", src, tmp_path / "o", "--to", "speculators")):  # the config is all they read
-        assert_clean_failure(cli(*args, "--target", "org/missing", expect=None), "fetch it first with `hf download org/missing config.json`")
-    assert_clean_failure(cli("verify", src, "--target", "org/missing", expect=None), "fetch it first with `hf download org/missing`)")
-    # after `hf download org/target config.json`: the Hub id serves validate and convert, and verify says what is missing
+    for args in (
+        ("validate", src),
+        ("convert", src, tmp_path / "o", "--to", "speculators"),
+    ):  # the config is all they read
+        assert_clean_failure(
+            cli(*args, "--target", "org/missing", expect=None),
+            "fetch it first with `hf download org/missing config.json`",
+        )
+    assert_clean_failure(
+        cli("verify", src, "--target", "org/missing", expect=None), "fetch it first with `hf download org/missing`)"
+    )
+    # after `hf download org/target config.json`: the Hub id serves validate and convert, and verify says what is
+    # missing
     assert "with target org/target" in cli("validate", src, "--target", "org/target", expect=None).stdout
-    assert_clean_failure(cli("verify", src, "--target", "org/target", expect=None), "holds no weights", "`hf download org/target`")
+    assert_clean_failure(
+        cli("verify", src, "--target", "org/target", expect=None), "holds no weights", "`hf download org/target`"
+    )
     # the path hf download prints, given as the target: the drafter records the Hub id, not a cache path
     out = tmp_path / "out"
-    cli("convert", write_eagle(tmp_path / "eagle", Dims(), bin_file=False), out, "--to", "vllm", "--target", snapshot / "config.json")
+    cli(
+        "convert",
+        write_eagle(tmp_path / "eagle", Dims(), bin_file=False),
+        out,
+        "--to",
+        "vllm",
+        "--target",
+        snapshot / "config.json",
+    )
     assert json.loads((out / "config.json").read_text())["eaglekit"]["verifier"] == "org/target"
 
 
@@ -593,7 +777,8 @@ def test_a_mount_point_output_is_refused_and_leaves_nothing(tmp_path, cli, monke
 
 
 def test_an_output_under_a_file_is_refused_by_the_dry_run_too(tmp_path, cli):
-    """OUT below a file: the dry run said the conversion would create it, then the run failed with 'File exists' (exit 1)."""
+    """OUT below a file: the dry run said the conversion would create it, then the run failed with 'File exists'
+    (exit 1)."""
     src = write_vllm(tmp_path / "src", Dims())
     (tmp_path / "afile").write_text("x")
     out = tmp_path / "afile" / "out"
@@ -634,7 +819,9 @@ def test_a_tokenizer_that_is_there_but_does_not_load_is_one_line(tmp_path, cli):
     from tiny_pair import add_char_tokenizer
 
     target = write_tiny_target(tmp_path / "target", layers=8, hidden=64, vocab=96, heads=2)
-    drafter = write_vllm(tmp_path / "drafter", Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96), ids=[2, 4, 5])
+    drafter = write_vllm(
+        tmp_path / "drafter", Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96), ids=[2, 4, 5]
+    )
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"input_ids": [3, 4, 5]}\n')
     base = ("verify", drafter, "--target", target, "--prompts", prompts, "--max-new-tokens", 2)
@@ -642,12 +829,17 @@ def test_a_tokenizer_that_is_there_but_does_not_load_is_one_line(tmp_path, cli):
     add_char_tokenizer(target)
     (target / "tokenizer_config.json").rename(tmp_path / "tokenizer_config.json")
     assert cli(*base).exit_code == 0  # a tokenizer.json alone loads
-    for name, text, said in (("tokenizer.json", '{"version": "1.0"}', "KeyError"), ("tokenizer.json", "{not json", "JSONDecodeError"),
-                             ("tokenizer_config.json", "[1, 2]", "AttributeError")):
+    for name, text, said in (
+        ("tokenizer.json", '{"version": "1.0"}', "KeyError"),
+        ("tokenizer.json", "{not json", "JSONDecodeError"),
+        ("tokenizer_config.json", "[1, 2]", "AttributeError"),
+    ):
         broken = tmp_path / f"broken-{said}"
         shutil.copytree(target, broken)
         (broken / name).write_text(text)
-        assert_clean_failure(cli(*base[:3], broken, *base[4:], expect=None), f"--target {broken}: its tokenizer does not load ({said}")
+        assert_clean_failure(
+            cli(*base[:3], broken, *base[4:], expect=None), f"--target {broken}: its tokenizer does not load ({said}"
+        )
 
 
 def test_a_gguf_target_without_the_gguf_package_is_one_line(tmp_path, monkeypatch):
@@ -681,7 +873,9 @@ def test_a_truncated_gguf_target_is_refused_before_it_loads(tmp_path, cli, monke
     writer = llama_gguf_writer(whole, d)
     embed = np.random.default_rng(0).standard_normal((d.V, d.T)).astype(np.float32)
     up = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)  # Q8_0 packs blocks of 32 values
-    writer.add_tensor("blk.0.ffn_up.weight", quantize(up, gguf.GGMLQuantizationType.Q8_0), raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.add_tensor(
+        "blk.0.ffn_up.weight", quantize(up, gguf.GGMLQuantizationType.Q8_0), raw_dtype=gguf.GGMLQuantizationType.Q8_0
+    )
     writer.add_tensor("output_norm.weight", np.ones(d.T, dtype=np.float16))
     writer.add_tensor("token_embd.weight", embed)  # F32, the last: the one a cut reaches first
     writer.write_header_to_file()
@@ -692,7 +886,9 @@ def test_a_truncated_gguf_target_is_refused_before_it_loads(tmp_path, cli, monke
     data = whole.read_bytes()
     reader = gguf.GGUFReader(str(whole))
     last = max(reader.tensors, key=lambda t: t.data_offset)
-    assert last.data_offset + last.n_bytes == len(data)  # the file ends where its last tensor does, as the check computes
+    assert last.data_offset + last.n_bytes == len(
+        data
+    )  # the file ends where its last tensor does, as the check computes
 
     def never(*a, **kw):
         raise AssertionError("the target was loaded")
@@ -703,7 +899,10 @@ def test_a_truncated_gguf_target_is_refused_before_it_loads(tmp_path, cli, monke
         short = tmp_path / f"short-{cut}.gguf"
         short.write_bytes(data[:-cut])
         for command in ("verify", "drift"):
-            assert_clean_failure(cli(command, drafter, "--target", short, expect=None), f"{short}: GGUF tensor '{tensor}' runs past the end of the file")
+            assert_clean_failure(
+                cli(command, drafter, "--target", short, expect=None),
+                f"{short}: GGUF tensor '{tensor}' runs past the end of the file",
+            )
 
 
 def test_names_from_a_checkpoint_cannot_forge_or_steer_the_output(tmp_path, cli):
@@ -717,7 +916,9 @@ def test_names_from_a_checkpoint_cannot_forge_or_steer_the_output(tmp_path, cli)
     assert "\\x1b[2J" in cli("inspect", src).stdout
     err = cli("convert", src, tmp_path / "out", "--to", "vllm", expect=1).stderr
     assert err.count("\n") == 1 and "\\x1b[2J" in err and "\x1b" not in err
-    assert json.loads(cli("validate", src, "--json", expect=1).stdout)["findings"][0]["subject"] == name  # JSON keeps it exact
+    assert (
+        json.loads(cli("validate", src, "--json", expect=1).stdout)["findings"][0]["subject"] == name
+    )  # JSON keeps it exact
 
 
 def test_config_keys_and_notes_cannot_forge_lines_in_convert_or_push(tmp_path, cli):
@@ -751,7 +952,8 @@ def test_config_keys_and_notes_cannot_forge_lines_in_convert_or_push(tmp_path, c
 
 @pytest.mark.parametrize("command", ["inspect", "convert", "validate", "verify", "drift", "push", "engines"])
 def test_help_never_shows_an_unset_bound(cli, command):
-    """`verify --help` showed `[x<=None]` after --min-acceptance-length: a finite float with no bounds has no range to show."""
+    """`verify --help` showed `[x<=None]` after --min-acceptance-length: a finite float with no bounds has no range
+    to show."""
     text = cli(command, "--help").stdout
     assert "None" not in text
 
@@ -775,7 +977,9 @@ def _indexed(tmp_path: Path, entry: str) -> Path:
 @pytest.mark.parametrize("entry, said", [("a\x00b", "a NUL byte"), ("a" * 5000, "longer than 255 bytes")])
 def test_an_index_entry_no_file_system_names_is_a_clean_refusal_and_a_survey_row(tmp_path, cli, entry, said):
     src = _indexed(tmp_path, entry)
-    assert_clean_failure(cli("validate", src, expect=None), "model.safetensors.index.json: tensor 'd2t': refers to", said)
+    assert_clean_failure(
+        cli("validate", src, expect=None), "model.safetensors.index.json: tensor 'd2t': refers to", said
+    )
     other = write_vllm(tmp_path / "other", Dims())
     rows = [json.loads(line) for line in cli("validate", src, other, "--json", expect=None).stdout.splitlines()]
     assert [r["ok"] for r in rows] == [False, True]  # a row, not the end of the survey
@@ -792,7 +996,9 @@ def test_a_bin_without_data_or_without_a_pickle_is_told_as_what_it_is(tmp_path, 
     garbage = write_vllm(tmp_path / "garbage", Dims())
     (garbage / "model.safetensors").unlink()
     (garbage / "pytorch_model.bin").write_bytes(bytes(100))
-    assert_clean_failure(cli("validate", garbage, expect=None), "torch's weights-only loader does not read its bytes (corrupt, truncated")
+    assert_clean_failure(
+        cli("validate", garbage, expect=None), "torch's weights-only loader does not read its bytes (corrupt, truncated"
+    )
 
 
 def test_checking_many_unknown_tensors_does_not_scan_a_list_per_tensor(tmp_path):
@@ -815,19 +1021,31 @@ def test_push_refuses_a_symlink_loop_a_name_that_is_not_utf8_and_a_report_withou
     assert_clean_failure(cli("push", src, "me/x", "--dry-run", "--no-validate", expect=None), "a symlink loop")
     named = write_vllm(tmp_path / "named", Dims())
     (named / os.fsdecode(b"a\xff.txt")).write_text("x")
-    assert_clean_failure(cli("push", named, "me/x", "--dry-run", "--no-validate", expect=None), "a file name that is not UTF-8")
+    assert_clean_failure(
+        cli("push", named, "me/x", "--dry-run", "--no-validate", expect=None), "a file name that is not UTF-8"
+    )
     fake = write_vllm(tmp_path / "fake", Dims())
     (fake / "eaglekit-verify.json").write_text('{"a": 1}')  # the card said "mean acceptance length 0.000" of it
-    assert_clean_failure(cli("push", fake, "me/x", "--dry-run", "--no-validate", expect=None), "has no acceptance_length")
+    assert_clean_failure(
+        cli("push", fake, "me/x", "--dry-run", "--no-validate", expect=None), "has no acceptance_length"
+    )
 
 
 def test_scan_reads_float64_values_as_they_are(tmp_path, cli):
     """--scan cast every piece to float32: a float64 weight of 1e300 was "NaN/Inf", one of 1e-60 "entirely zero"."""
-    src = tensors_of(write_vllm(tmp_path / "src", Dims()), lambda t: (t.update({"norm.weight": torch.full_like(t["norm.weight"], 1e-60, dtype=torch.float64)}),
-                                                                       t.update({"fc.weight": t["fc.weight"].double()})))
+    src = tensors_of(
+        write_vllm(tmp_path / "src", Dims()),
+        lambda t: (
+            t.update({"norm.weight": torch.full_like(t["norm.weight"], 1e-60, dtype=torch.float64)}),
+            t.update({"fc.weight": t["fc.weight"].double()}),
+        ),
+    )
     checks = {f["check"] for f in json.loads(cli("validate", src, "--scan", "--json", expect=None).stdout)["findings"]}
     assert "scan.zero" not in checks and "scan.nonfinite" not in checks
-    huge = tensors_of(write_vllm(tmp_path / "huge", Dims()), lambda t: t.update({"norm.weight": torch.full_like(t["norm.weight"], 1e300, dtype=torch.float64)}))
+    huge = tensors_of(
+        write_vllm(tmp_path / "huge", Dims()),
+        lambda t: t.update({"norm.weight": torch.full_like(t["norm.weight"], 1e300, dtype=torch.float64)}),
+    )
     checks = {f["check"] for f in json.loads(cli("validate", huge, "--scan", "--json", expect=None).stdout)["findings"]}
     assert "scan.nonfinite" not in checks and "scan.uninitialised" in checks  # finite, and far past any trained weight
 
@@ -835,7 +1053,9 @@ def test_scan_reads_float64_values_as_they_are(tmp_path, cli):
 def test_an_error_line_is_cut_and_an_aux_list_past_the_limit_is_refused_before_it_is_read(tmp_path, cli):
     from drafters import edit_config
 
-    src = edit_config(write_vllm(tmp_path / "src", Dims()), lambda c: c.update(eagle_aux_hidden_state_layer_ids=list(range(5000))))
+    src = edit_config(
+        write_vllm(tmp_path / "src", Dims()), lambda c: c.update(eagle_aux_hidden_state_layer_ids=list(range(5000)))
+    )
     assert_clean_failure(cli("inspect", src, expect=None), "lists 5000 layer ids; a drafter fuses at most 1024")
     # a header value quoted whole in its error made a 500 KB line: every error line is cut
     bad = write_vllm(tmp_path / "bad", Dims())

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from drafters import Dims, mla_dims, write_specforge, write_speculators, write_torchspec, write_vllm
 from eaglekit import api, schemas
+
+from drafters import Dims, mla_dims, write_specforge, write_speculators, write_torchspec, write_vllm
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,7 +68,21 @@ def test_every_writer_output_follows_its_dialect_schema(tmp_path):
 
 def test_schemas_ship_in_the_wheel(tmp_path):
     pytest.importorskip("hatchling")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+    )
     wheel = next(tmp_path.glob("eaglekit-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     for name in schemas.all_schema_files():
@@ -123,5 +138,9 @@ def test_under_json_a_failure_prints_an_error_document(tmp_path, cli):
     result = cli("validate", tmp_path / "typo-dir", "--json", expect=2)
     doc = json.loads(result.stdout)
     jsonschema.validate(doc, json.loads((ROOT / "schemas" / "error.schema.json").read_text()))
-    assert doc["error"] == {"message": f"{tmp_path / 'typo-dir'}: no such checkpoint directory", "type": "CheckpointError", "exit_code": 2}
+    assert doc["error"] == {
+        "message": f"{tmp_path / 'typo-dir'}: no such checkpoint directory",
+        "type": "CheckpointError",
+        "exit_code": 2,
+    }
     assert result.stderr.startswith("error: ")

@@ -64,7 +64,9 @@ def test_an_end_of_sequence_token_stops_the_trajectory_as_before():
 
     eos = prompt_len + 9
     full = counters(tokens, perfect, prompt_len, k, max_new, eos)
-    assert counters(tokens[: prompt_len + continuation_length(max_new, k)], perfect, prompt_len, k, max_new, eos) == full
+    assert (
+        counters(tokens[: prompt_len + continuation_length(max_new, k)], perfect, prompt_len, k, max_new, eos) == full
+    )
     assert full[0]["num_drafts"] < counters(tokens, perfect, prompt_len, k, max_new)[0]["num_drafts"]
 
 
@@ -102,7 +104,9 @@ def test_drafts_accepted_past_the_end_of_sequence_are_judged_by_the_tokens_after
     starts = chain_starts(prompt_len, cut.shape[0])
     chains = Chains(starts, perfect(starts), None, None)
     past = tokens[eos + 1 : eos + k]
-    traj, _ = count(accepted_lengths(chains, judged_tokens(cut, past)), starts, k, prompt_len, cut.shape[0], max_new, eos)
+    traj, _ = count(
+        accepted_lengths(chains, judged_tokens(cut, past)), starts, k, prompt_len, cut.shape[0], max_new, eos
+    )
     assert (traj.num_drafts, traj.num_accepted_tokens) == (1, k)
     assert traj.to_dict() == counters(tokens, perfect, prompt_len, k, max_new, eos)[0]
     unjudged, _ = count(accepted_lengths(chains, cut), starts, k, prompt_len, cut.shape[0], max_new, eos)

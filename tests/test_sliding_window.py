@@ -10,13 +10,23 @@ from pathlib import Path
 import pytest
 import torch
 
-from drafters import Dims, edit_config, write_automodel, write_modelopt, write_specforge, write_speculators, write_torchspec, write_vllm
 from eaglekit import dialects, schemas
 from eaglekit.convert import ConvertOptions, convert
 from eaglekit.model.drafter import Window
 from eaglekit.reference.model import ReferenceDrafter, weights_for
 from eaglekit.reference.simulate import draft_chains, first_pass
 from eaglekit.validate import validate
+
+from drafters import (
+    Dims,
+    edit_config,
+    write_automodel,
+    write_modelopt,
+    write_specforge,
+    write_speculators,
+    write_torchspec,
+    write_vllm,
+)
 
 SPECULATORS_DEFAULTS = {"sliding_window": 2048, "use_sliding_window": True, "layer_types": ["sliding_attention"]}
 KEYS = ("sliding_window", "use_sliding_window", "layer_types")
@@ -29,6 +39,7 @@ def windowed_speculators(path: Path, dims: Dims = Dims(), **window) -> Path:
 
 def layer_config(config: dict) -> dict:
     return config["transformer_layer_config"] if "transformer_layer_config" in config else config
+
 
 @pytest.mark.parametrize("to", ["vllm", "speculators", "sglang", "eagle"])
 def test_every_writer_keeps_the_window_and_reads_it_back(tmp_path, to):
@@ -43,16 +54,28 @@ def test_every_writer_keeps_the_window_and_reads_it_back(tmp_path, to):
         assert loaded.dialect == to and loaded.drafter.window == Window(2048, ("sliding_attention",))
     back = tmp_path / "back"
     convert(out, back, ConvertOptions(to="speculators"))
-    assert {k: json.loads((back / "config.json").read_text())["transformer_layer_config"][k] for k in KEYS} == SPECULATORS_DEFAULTS
+    assert {
+        k: json.loads((back / "config.json").read_text())["transformer_layer_config"][k] for k in KEYS
+    } == SPECULATORS_DEFAULTS
+
+
 def test_a_window_that_windows_no_layer_still_round_trips(tmp_path):
     """speculators' --full-attention-indices 0 on a one-layer drafter: the keys stay, no layer is windowed."""
-    src = windowed_speculators(tmp_path / "src", sliding_window=2048, use_sliding_window=False, layer_types=["full_attention"])
+    src = windowed_speculators(
+        tmp_path / "src", sliding_window=2048, use_sliding_window=False, layer_types=["full_attention"]
+    )
     out = tmp_path / "out"
     convert(src, out, ConvertOptions(to="vllm"))
     config = json.loads((out / "config.json").read_text())
-    assert config["sliding_window"] == 2048 and config["layer_types"] == ["full_attention"] and config["use_sliding_window"] is False
+    assert (
+        config["sliding_window"] == 2048
+        and config["layer_types"] == ["full_attention"]
+        and config["use_sliding_window"] is False
+    )
     with dialects.load(out) as loaded:
         assert loaded.drafter.windowed_layers == ()
+
+
 @pytest.mark.parametrize(
     "make",
     [
@@ -65,7 +88,10 @@ def test_a_window_that_windows_no_layer_still_round_trips(tmp_path):
     ids=["vllm", "specforge", "torchspec", "modelopt", "automodel"],
 )
 def test_every_flat_dialect_reads_the_keys(tmp_path, make):
-    src = edit_config(make(tmp_path / "src"), lambda c: c.update(sliding_window=16, use_sliding_window=True, layer_types=["sliding_attention"]))
+    src = edit_config(
+        make(tmp_path / "src"),
+        lambda c: c.update(sliding_window=16, use_sliding_window=True, layer_types=["sliding_attention"]),
+    )
     with dialects.load(src) as loaded:
         assert loaded.drafter.window == Window(16, ("sliding_attention",))
 
@@ -82,18 +108,26 @@ def test_drafters_without_a_window_write_no_window_keys(tmp_path):
 
 def test_qwen3_configs_are_read_as_transformers_qwen3config_reads_them(tmp_path):
     dims = Dims(qwen3=True)
-    off = windowed_speculators(tmp_path / "off", dims, sliding_window=8, use_sliding_window=False, layer_types=["sliding_attention"])
+    off = windowed_speculators(
+        tmp_path / "off", dims, sliding_window=8, use_sliding_window=False, layer_types=["sliding_attention"]
+    )
     with dialects.load(off) as loaded:
         assert loaded.drafter.windowed_layers == ()  # Qwen3Config sets sliding_window None
-    derived = windowed_speculators(tmp_path / "derived", dims, sliding_window=8, use_sliding_window=True, max_window_layers=0)
+    derived = windowed_speculators(
+        tmp_path / "derived", dims, sliding_window=8, use_sliding_window=True, max_window_layers=0
+    )
     with dialects.load(derived) as loaded:
         assert loaded.drafter.window == Window(8, ("sliding_attention",))
     default = windowed_speculators(tmp_path / "default", dims, sliding_window=8, use_sliding_window=True)
     with dialects.load(default) as loaded:
         assert loaded.drafter.windowed_layers == ()  # max_window_layers 28: layer 0 is full attention
-    llama = windowed_speculators(tmp_path / "llama", sliding_window=8, use_sliding_window=False, layer_types=["sliding_attention"])
+    llama = windowed_speculators(
+        tmp_path / "llama", sliding_window=8, use_sliding_window=False, layer_types=["sliding_attention"]
+    )
     with dialects.load(llama) as loaded:
-        assert loaded.drafter.windowed_layers == (0,)  # LlamaConfig keeps the keys; vLLM and speculators read layer_types
+        assert loaded.drafter.windowed_layers == (
+            0,
+        )  # LlamaConfig keeps the keys; vLLM and speculators read layer_types
 
 
 def test_inspect_shows_the_window(tmp_path, cli):
@@ -130,14 +164,18 @@ def config_schema_ok(src: Path) -> bool:
 def test_layer_types_shorter_than_the_layers_is_an_error_and_vllm_refuses(tmp_path, cli):
     src = windowed_speculators(tmp_path / "src", Dims(layers=2))
     report = validate(src, engine="vllm==0.32")
-    assert {"attention.layer_types", "engine.layer_types"} <= {f.check for f in report.findings if f.severity == "error"}
+    assert {"attention.layer_types", "engine.layer_types"} <= {
+        f.check for f in report.findings if f.severity == "error"
+    }
     assert cli("validate", src, expect=1).exit_code == 1
 
 
 def test_layer_types_copied_from_the_target_is_refused_by_vllm(tmp_path):
     """A one-layer drafter whose layer_types lists the target's 8 layers: transformers' config validation (which vLLM's
     config loading runs) refuses any length other than num_hidden_layers, longer too; it was predicted to load."""
-    src = windowed_speculators(tmp_path / "src", sliding_window=2048, layer_types=["sliding_attention"] + ["full_attention"] * 7)
+    src = windowed_speculators(
+        tmp_path / "src", sliding_window=2048, layer_types=["sliding_attention"] + ["full_attention"] * 7
+    )
     report = validate(src, engine="vllm==0.32")
     finding = next(f for f in report.findings if f.check == "engine.layer_types")
     assert "names 8 layer(s) for 1 decoder layers" in finding.message and report.engine_view["loads"] is False
@@ -148,7 +186,9 @@ def test_writing_a_windowed_drafter_as_eagle_says_eagle_runs_full_attention(tmp_
     plan = convert(src, tmp_path / "eagle", ConvertOptions(to="eagle"))
     notes = [n for n in plan.notes if n.check == "window.writer"]
     assert len(notes) == 1 and "EAGLE's own code" in notes[0].message
-    assert not [n for n in convert(src, tmp_path / "vllm", ConvertOptions(to="vllm")).notes if n.check == "window.writer"]
+    assert not [
+        n for n in convert(src, tmp_path / "vllm", ConvertOptions(to="vllm")).notes if n.check == "window.writer"
+    ]
 
 
 # -- the reference --------------------------------------------------------------------------------------------------
@@ -156,7 +196,9 @@ def test_writing_a_windowed_drafter_as_eagle_says_eagle_runs_full_attention(tmp_
 
 def reference(tmp_path: Path, window: Window, *, layers: int = 2, chain_window: str = "position") -> ReferenceDrafter:
     dims = Dims(H=32, T=32, V=64, Vd=64, heads=2, kv_heads=1, head_dim=16, I=48, layers=layers)
-    src = write_vllm(tmp_path / f"d{layers}", dims) if not (tmp_path / f"d{layers}").exists() else tmp_path / f"d{layers}"
+    src = (
+        write_vllm(tmp_path / f"d{layers}", dims) if not (tmp_path / f"d{layers}").exists() else tmp_path / f"d{layers}"
+    )
     with dialects.load(src) as loaded:
         return ReferenceDrafter(loaded.drafter.with_(window=window), weights_for(loaded), chain_window=chain_window)
 
@@ -171,7 +213,9 @@ def test_a_window_larger_than_the_sequence_changes_nothing_bit_for_bit(tmp_path,
     tokens, aux = inputs()
     full = reference(tmp_path, Window())
     # every position the chains reach (up to S-2 + K-1) is within the window
-    wide = reference(tmp_path, Window(len(tokens) + 1, ("sliding_attention", "sliding_attention")), chain_window=chain_window)
+    wide = reference(
+        tmp_path, Window(len(tokens) + 1, ("sliding_attention", "sliding_attention")), chain_window=chain_window
+    )
     starts = torch.arange(len(tokens) - 1)
     a, b = draft_chains(full, tokens, aux, starts, 3), draft_chains(wide, tokens, aux, starts, 3)
     assert torch.equal(a.y, b.y) and torch.equal(a.drafts, b.drafts) and torch.equal(a.first.feedback, b.first.feedback)

@@ -25,6 +25,7 @@ from eaglekit import dialects
 from eaglekit.convert import ConvertOptions, convert
 from eaglekit.reference.model import ReferenceDrafter, weights_for
 from eaglekit.reference.simulate import draft_chains
+
 from parity import require
 
 pytestmark = pytest.mark.specforge
@@ -55,9 +56,18 @@ def _save_specforge(directory: Path, case: dict) -> Path:
     """A checkpoint as SpecForge's training leaves it: its model class, its save_pretrained."""
     _, LlamaConfig = _model_class()
     config = LlamaConfig(
-        hidden_size=H, intermediate_size=96, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
-        num_hidden_layers=1, vocab_size=V, max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=10000.0,
-        pad_token_id=0, architectures=["LlamaForCausalLMEagle3"],
+        hidden_size=H,
+        intermediate_size=96,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        num_hidden_layers=1,
+        vocab_size=V,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        pad_token_id=0,
+        architectures=["LlamaForCausalLMEagle3"],
     )
     config.draft_vocab_size = VD
     config.target_hidden_size = H
@@ -80,7 +90,9 @@ def _save_specforge(directory: Path, case: dict) -> Path:
     return directory
 
 
-def _specforge_forward(directory: Path, tokens: torch.Tensor, aux: torch.Tensor, embed: torch.Tensor | None = None) -> list[torch.Tensor]:
+def _specforge_forward(
+    directory: Path, tokens: torch.Tensor, aux: torch.Tensor, embed: torch.Tensor | None = None
+) -> list[torch.Tensor]:
     """SpecForge's training-time test, as its Eagle3 training loop runs it: backbone, then compute_logits; the
     backbone's (pre-norm) output is the next step's hidden state; step k's inputs are shifted by k. ``embed``: the
     target's embedding, where the checkpoint ships none (SpecForge loads it from the target)."""
@@ -96,7 +108,10 @@ def _specforge_forward(directory: Path, tokens: torch.Tensor, aux: torch.Tensor,
     assert not unexpected and all("rotary" in m or m.endswith("inv_freq") for m in missing), (missing, unexpected)
     n = S - 1
     mask = model.prepare_decoder_attention_mask(
-        attention_mask=torch.ones(1, n, dtype=torch.bool), hidden_states=aux[None, :n], batch_size=1, seq_length=n,
+        attention_mask=torch.ones(1, n, dtype=torch.bool),
+        hidden_states=aux[None, :n],
+        batch_size=1,
+        seq_length=n,
         past_key_values_length=0,
     )
     cache = [[], []]

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from drafters import Dims, write_tiny_target, write_vllm
 from eaglekit import dialects
 from eaglekit.convert import ConvertOptions, convert
 from eaglekit.reference.model import ReferenceDrafter, weights_for
 from eaglekit.reference.simulate import draft_chains
+
+from drafters import Dims, write_tiny_target, write_vllm
 from parity import require
 
 pytestmark = pytest.mark.speculators
@@ -24,7 +25,10 @@ CASES = {
     "eagle3.1 + d2t": (Dims(**BASE, Vd=48, fc_norm=True), {"norm_output": True}),
     "norm_before_fc": (Dims(**BASE, Vd=48, norm_before_fc=True), {}),
     "norm_before_residual": (Dims(**BASE, Vd=48), {"norm_before_residual": True}),
-    "2 layers, 4 aux layers, qwen3": (Dims(**BASE, Vd=48, layers=2, n=4, qwen3=True, fc_norm=True), {"norm_output": True, "ids": [1, 3, 5, 7]}),
+    "2 layers, 4 aux layers, qwen3": (
+        Dims(**BASE, Vd=48, layers=2, n=4, qwen3=True, fc_norm=True),
+        {"norm_output": True, "ids": [1, 3, 5, 7]},
+    ),
 }
 
 
@@ -40,7 +44,9 @@ def test_reference_matches_speculators_eagle3_draft_model(tmp_path, target, case
     from speculators.models.eagle3.config import Eagle3SpeculatorConfig
 
     dims, extra = CASES[case]
-    src = write_vllm(tmp_path / "src", dims, ids=extra.get("ids", [2, 4, 5]), norm_output=extra.get("norm_output", False))
+    src = write_vllm(
+        tmp_path / "src", dims, ids=extra.get("ids", [2, 4, 5]), norm_output=extra.get("norm_output", False)
+    )
     if extra.get("norm_before_residual"):
         import json
 
@@ -71,7 +77,9 @@ def test_reference_matches_speculators_eagle3_draft_model(tmp_path, target, case
 
     with dialects.load(out) as loaded:
         ours = ReferenceDrafter(loaded.drafter, weights_for(loaded))
-    chains = draft_chains(ours, tokens, aux, torch.arange(S - 1), K, teacher=True)  # training-time test, as speculators runs
+    chains = draft_chains(
+        ours, tokens, aux, torch.arange(S - 1), K, teacher=True
+    )  # training-time test, as speculators runs
     assert len(logits) == K
     for step in range(K):
         valid = S - 1 - step  # speculators pads the shifted inputs at the end
@@ -101,7 +109,9 @@ def test_reference_matches_speculators_with_a_sliding_window(tmp_path, target, q
     convert(src, out, ConvertOptions(to="speculators", target=str(target)))
     cfg = json.loads((out / "config.json").read_text())
     # as speculators' create_transformer_layer_config writes it: layer 1 full (--full-attention-indices 1)
-    cfg["transformer_layer_config"].update(sliding_window=W, use_sliding_window=True, layer_types=["sliding_attention", "full_attention"])
+    cfg["transformer_layer_config"].update(
+        sliding_window=W, use_sliding_window=True, layer_types=["sliding_attention", "full_attention"]
+    )
     (out / "config.json").write_text(json.dumps(cfg))
 
     config = Eagle3SpeculatorConfig.from_pretrained(str(out))
@@ -116,8 +126,13 @@ def test_reference_matches_speculators_with_a_sliding_window(tmp_path, target, q
     tokens = torch.randint(0, dims.V, (S,), generator=g)
     aux = torch.randn(S, dims.n * dims.T, generator=g)
     with torch.no_grad():
-        theirs(hidden_states=aux[None, : S - 1], input_ids=tokens[None, 1:], document_ids=torch.zeros(1, S - 1, dtype=torch.long),
-               position_ids=torch.arange(S - 1)[None], ttt_steps=K)
+        theirs(
+            hidden_states=aux[None, : S - 1],
+            input_ids=tokens[None, 1:],
+            document_ids=torch.zeros(1, S - 1, dtype=torch.long),
+            position_ids=torch.arange(S - 1)[None],
+            ttt_steps=K,
+        )
 
     with dialects.load(out) as loaded:
         d, weights = loaded.drafter, weights_for(loaded)
@@ -133,8 +148,13 @@ def test_reference_matches_speculators_with_a_sliding_window(tmp_path, target, q
         valid = S - 1 - step
         mine = trained.draft_logits(ours.y[:valid, step])
         scale = mine.abs().max()
-        assert (mine - logits[step][0, :valid]).abs().max() <= 1e-5 * scale, (step + 1, float((mine - logits[step][0, :valid]).abs().max()))
-        assert (full.draft_logits(plain.y[:valid, step]) - logits[step][0, :valid]).abs().max() > 1e-3 * scale  # the window matters
+        assert (mine - logits[step][0, :valid]).abs().max() <= 1e-5 * scale, (
+            step + 1,
+            float((mine - logits[step][0, :valid]).abs().max()),
+        )
+        assert (
+            full.draft_logits(plain.y[:valid, step]) - logits[step][0, :valid]
+        ).abs().max() > 1e-3 * scale  # the window matters
         if step == 0:
             assert torch.equal(engine.y[:, 0], ours.y[:, 0])  # the first pass is the same either way
         else:

@@ -34,16 +34,26 @@ except SystemExit as exc:
 else:
     code = 0
 with open(out, "w") as f:
-    json.dump({"exit": code, "modules": sorted(m for m in %r if m in sys.modules)}, f)
-""" % (HEAVY + HUB_CLIENT,)
+    json.dump({"exit": code, "modules": sorted(m for m in MODULES if m in sys.modules)}, f)
+""".replace("MODULES", repr(HEAVY + HUB_CLIENT))
 
 
 def run(tmp_path: Path, *args, env: dict | None = None) -> dict:
     record = tmp_path / "imports.json"
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-                   "HF_HUB_OFFLINE": "1", **(env or {})}
-    proc = subprocess.run([sys.executable, "-c", WRAPPER, str(record), *map(str, args)], capture_output=True, text=True,
-                          env=environment, cwd=tmp_path, timeout=300)
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "HF_HUB_OFFLINE": "1",
+        **(env or {}),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", WRAPPER, str(record), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert record.exists(), proc.stderr
     result = json.loads(record.read_text())
     result["stdout"], result["stderr"] = proc.stdout, proc.stderr
@@ -60,10 +70,20 @@ def drafter(tmp_path_factory) -> Path:
 def config_only_target(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("startup") / "target"
     d.mkdir()
-    d.joinpath("config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 16, "num_hidden_layers": 8,
-        "num_attention_heads": 2, "vocab_size": 64, "intermediate_size": 32, "rope_theta": 10000.0,
-    }))
+    d.joinpath("config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": 16,
+                "num_hidden_layers": 8,
+                "num_attention_heads": 2,
+                "vocab_size": 64,
+                "intermediate_size": 32,
+                "rope_theta": 10000.0,
+            }
+        )
+    )
     return d
 
 
@@ -75,7 +95,17 @@ HEADER_ONLY = {
     "validate --engine": lambda d, t, out: ["validate", d, "--engine", "vllm==0.32"],
     "validate --target (config only)": lambda d, t, out: ["validate", d, "--target", t, "--engine", "vllm==0.32"],
     "convert vllm -> speculators": lambda d, t, out: ["convert", d, out, "--to", "speculators"],
-    "convert --dry-run --target": lambda d, t, out: ["convert", d, out, "--to", "sglang", "--target", t, "--dry-run", "--json"],
+    "convert --dry-run --target": lambda d, t, out: [
+        "convert",
+        d,
+        out,
+        "--to",
+        "sglang",
+        "--target",
+        t,
+        "--dry-run",
+        "--json",
+    ],
     "convert --list": lambda d, t, out: ["convert", "--list"],
     "push --dry-run": lambda d, t, out: ["push", d, "someone/drafter", "--dry-run"],
 }
@@ -117,18 +147,27 @@ def gguf_target(request, tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("command", ["validate", "convert"])
-def test_a_gguf_target_read_for_its_config_imports_neither_torch_nor_transformers(command, drafter, gguf_target, tmp_path):
+def test_a_gguf_target_read_for_its_config_imports_neither_torch_nor_transformers(
+    command, drafter, gguf_target, tmp_path
+):
     """validate --target and convert --target read a GGUF target's metadata alone (target/gguf_config.py): transformers'
     reading imported torch and transformers and parsed the whole file (~10 s for SmolLM2 on 2 cores)."""
-    args = (["validate", drafter, "--target", gguf_target, "--json"] if command == "validate"
-            else ["convert", drafter, tmp_path / "out", "--to", "sglang", "--target", gguf_target, "--dry-run", "--json"])
+    args = (
+        ["validate", drafter, "--target", gguf_target, "--json"]
+        if command == "validate"
+        else ["convert", drafter, tmp_path / "out", "--to", "sglang", "--target", gguf_target, "--dry-run", "--json"]
+    )
     result = run(tmp_path, *args, env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
     assert result["exit"] in (0, 1, None), result["stderr"]
     assert "error" not in result["stderr"].lower(), result["stderr"]
     assert [m for m in result["modules"] if m in HEAVY] == []
     if command == "validate":  # the drafter's default rope is not the file's: the scaling was read
-        assert ("divided by the file's rope_freqs (1 to 8)" if _has_rope_freqs(gguf_target) else "theta 10000, yarn") in result["stdout"]
-    assert '"target.hidden"' not in result["stdout"] and '"target.vocab"' not in result["stdout"]  # the target's dims were read
+        assert (
+            "divided by the file's rope_freqs (1 to 8)" if _has_rope_freqs(gguf_target) else "theta 10000, yarn"
+        ) in result["stdout"]
+    assert (
+        '"target.hidden"' not in result["stdout"] and '"target.vocab"' not in result["stdout"]
+    )  # the target's dims were read
 
 
 def _has_rope_freqs(path: Path) -> bool:
@@ -151,12 +190,23 @@ def test_push_dry_run_imports_no_hub_client(drafter, tmp_path):
 
 def test_a_command_imports_only_its_own_cli_module(drafter, tmp_path):
     """The CLI imports a subcommand's module when that subcommand runs: push does not load verify's or drift's."""
-    code = ("import sys; from eaglekit.cli import main\n"
-            "try:\n    main(args=sys.argv[1:], prog_name='eaglekit')\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in sys.modules if m.startswith('eaglekit.cli.') and not m.startswith('eaglekit.cli._')), file=sys.stderr)")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-c", code, "push", str(drafter), "someone/drafter", "--dry-run"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    code = (
+        "import sys; from eaglekit.cli import main\ntry:\n    main(args=sys.argv[1:], prog_name='eaglekit')\nexcept"
+        " SystemExit:\n    pass\nprint(sorted(m for m in sys.modules if m.startswith('eaglekit.cli.') and not"
+        " m.startswith('eaglekit.cli._')), file=sys.stderr)"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "HF_HUB_OFFLINE": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "push", str(drafter), "someone/drafter", "--dry-run"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == "['eaglekit.cli.push']"
 
@@ -200,7 +250,9 @@ def test_verify_still_runs(drafter, tmp_path):
     target = write_tiny_target(tmp_path / "tiny-target")
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"input_ids": [1 + i, 7, 3 + i, 9]}) + "\n" for i in range(2)))
-    result = run(tmp_path, "verify", drafter, "--target", target, "--prompts", prompts, "--max-new-tokens", "6", "--json")
+    result = run(
+        tmp_path, "verify", drafter, "--target", target, "--prompts", prompts, "--max-new-tokens", "6", "--json"
+    )
     assert result["exit"] in (0, None), result["stderr"]
     report = json.loads(result["stdout"])
     assert report["acceptance_length"] >= 1.0
@@ -213,8 +265,27 @@ def test_verify_still_runs(drafter, tmp_path):
 def test_dtype_table_agrees_with_torch():
     from eaglekit.io import dtypes
 
-    for code in ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E4M3FNUZ", "F8_E5M2", "F8_E5M2FNUZ", "F8_E8M0", "C64",
-                 "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL"):
+    for code in (
+        "F64",
+        "F32",
+        "F16",
+        "BF16",
+        "F8_E4M3",
+        "F8_E4M3FNUZ",
+        "F8_E5M2",
+        "F8_E5M2FNUZ",
+        "F8_E8M0",
+        "C64",
+        "I64",
+        "I32",
+        "I16",
+        "I8",
+        "U64",
+        "U32",
+        "U16",
+        "U8",
+        "BOOL",
+    ):
         ours, theirs = dtypes.by_code(code), dtypes.from_code(code)
         assert ours.torch is theirs and ours == theirs and theirs == ours and not ours != theirs
         assert ours.itemsize == theirs.itemsize and ours.is_floating_point == theirs.is_floating_point
@@ -269,7 +340,9 @@ def test_vocab_checks_on_ints_match_torch(dtype, tmp_path):
         save_file({"d2t": d2t.contiguous(), "t2d": t2d}, str(path / "model.safetensors"))
         with Checkpoint.open(path) as ckpt:
             present = {n: (i.shape, i.dtype) for n, i in ckpt.tensors.items()}
-            drafter = type("D", (), {"pruned_vocab": draft_vocab != vocab, "vocab_size": vocab, "draft_vocab_size": draft_vocab})()
+            drafter = type(
+                "D", (), {"pruned_vocab": draft_vocab != vocab, "vocab_size": vocab, "draft_vocab_size": draft_vocab}
+            )()
             ours = check_vocab(CheckInput(drafter, present, values=ckpt.read_values))
         got = set()
         for f in ours:
@@ -306,8 +379,14 @@ run()
 
 
 def _probe(mode: str, *args) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-c", EXIT_PROBE, mode, *map(str, args)], capture_output=True, text=True, env=env, timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "HF_HUB_OFFLINE": "1",
+    }
+    return subprocess.run(
+        [sys.executable, "-c", EXIT_PROBE, mode, *map(str, args)], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def test_a_light_command_exits_without_teardown_and_keeps_its_output_and_code(drafter):
@@ -324,7 +403,11 @@ def test_a_light_command_exits_without_teardown_and_keeps_its_output_and_code(dr
     args = ["validate", str(drafter), "--engine", "vllm==0.32"]
     in_process = CliRunner().invoke(main, args)  # click's own exit code, no exit_now
     findings = _probe("plain", *args)
-    assert findings.returncode == in_process.exit_code and findings.stdout == in_process.output and "torn down" not in findings.stdout
+    assert (
+        findings.returncode == in_process.exit_code
+        and findings.stdout == in_process.output
+        and "torn down" not in findings.stdout
+    )
 
 
 def test_exit_handlers_still_run(drafter):
@@ -350,10 +433,19 @@ def test_pythons_own_exit_for_a_debug_run(drafter, monkeypatch):
 
 def test_cprofile_of_a_command_writes_its_profile(drafter, tmp_path):
     """cProfile (like pdb and trace) runs eaglekit in-process and writes its results after it returns."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), "HF_HUB_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "HF_HUB_OFFLINE": "1",
+    }
     out = tmp_path / "inspect.prof"
-    done = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(out), "-m", "eaglekit", "inspect", str(drafter)],
-                          capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "cProfile", "-o", str(out), "-m", "eaglekit", "inspect", str(drafter)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert out.stat().st_size > 0
 
@@ -369,13 +461,19 @@ def test_a_wrong_path_is_told_before_torch_is_imported(command, drafter, tmp_pat
     for result in (missing, no_target):
         assert [m for m in result["modules"] if m in HEAVY] == [], result["modules"]
     if command == "drift":
-        compared = run(tmp_path, command, drafter, "--target", tmp_path / "target.gguf", "--compare", tmp_path / "no-other")
-        assert compared["exit"] == 2 and "no-other: no such checkpoint directory" in compared["stderr"], compared["stderr"]
+        compared = run(
+            tmp_path, command, drafter, "--target", tmp_path / "target.gguf", "--compare", tmp_path / "no-other"
+        )
+        assert compared["exit"] == 2 and "no-other: no such checkpoint directory" in compared["stderr"], compared[
+            "stderr"
+        ]
         assert [m for m in compared["modules"] if m in HEAVY] == []
 
 
 @pytest.mark.parametrize("command", ["verify", "drift"])
-def test_a_target_without_weights_and_a_chain_of_nothing_are_told_before_torch_is_imported(command, drafter, config_only_target, tmp_path):
+def test_a_target_without_weights_and_a_chain_of_nothing_are_told_before_torch_is_imported(
+    command, drafter, config_only_target, tmp_path
+):
     """A config-only target, and K or the continuation's length below 1 (verify reported AL 1.000 over 0 drafts for
     ``--max-new-tokens 0`` after loading its target), are refused in one line with nothing heavy imported."""
     weightless = run(tmp_path, command, drafter, "--target", config_only_target)
@@ -387,5 +485,7 @@ def test_a_target_without_weights_and_a_chain_of_nothing_are_told_before_torch_i
         assert nothing["exit"] == 2 and option in nothing["stderr"] and "x>=1" in nothing["stderr"], nothing["stderr"]
         assert [m for m in nothing["modules"] if m in HEAVY] == [], nothing["modules"]
     if command == "verify":  # --hidden-states runs no target: a config is all it needs, so it is not refused for that
-        stored = run(tmp_path, command, drafter, "--target", config_only_target, "--hidden-states", tmp_path / "no-states.pt")
+        stored = run(
+            tmp_path, command, drafter, "--target", config_only_target, "--hidden-states", tmp_path / "no-states.pt"
+        )
         assert "holds no weights" not in stored["stderr"], stored["stderr"]

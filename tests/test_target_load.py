@@ -146,8 +146,11 @@ def test_a_cuda_targets_forwards_run_without_cudnn_attention_and_leave_the_switc
 
         @_without_cudnn_attention
         def switches(self, fail=False):
-            seen = (torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled(),
-                    torch.backends.cuda.mem_efficient_sdp_enabled())
+            seen = (
+                torch.backends.cuda.cudnn_sdp_enabled(),
+                torch.backends.cuda.flash_sdp_enabled(),
+                torch.backends.cuda.mem_efficient_sdp_enabled(),
+            )
             if fail:
                 raise RuntimeError("the forward failed")
             return seen

@@ -13,12 +13,13 @@ import json
 import pytest
 import torch
 
-from drafters import Dims, edit_config, write_specforge, write_speculators
 from eaglekit import dialects
 from eaglekit.convert import ConvertOptions, convert
 from eaglekit.errors import UnsupportedError
 from eaglekit.reference.model import ReferenceDrafter, weights_for
 from eaglekit.validate import validate
+
+from drafters import Dims, edit_config, write_specforge, write_speculators
 
 
 def specforge_false(path):
@@ -44,7 +45,9 @@ def test_norm_output_false_is_ambiguous_and_both_readings_are_named(tmp_path):
     # uncertain: a warning, not an error (the only error is SGLang-style ids, which vLLM misreads)
     assert checks(report.findings, "error") == {"engine.aux_ids"}
     engine = next(f for f in report.findings if f.check == "engine.norm_output_reading")
-    assert engine.severity == "warning" and "SpecForge" in engine.effect and "cannot be served as trained" in engine.effect
+    assert (
+        engine.severity == "warning" and "SpecForge" in engine.effect and "cannot be served as trained" in engine.effect
+    )
 
 
 def test_specforge_reading_of_norm_output_false_is_an_error_for_vllm(tmp_path, cli):
@@ -77,7 +80,10 @@ def test_reference_skips_the_final_norm_where_specforge_does(tmp_path):
     outs = {}
     for semantics in ("eagle31", "specforge"):
         with dialects.load(src, norm_output_semantics=semantics) as loaded:
-            ref = ReferenceDrafter(loaded.drafter, weights_for(loaded, target_embed=torch.randn(64, 16, generator=torch.Generator().manual_seed(1))))
+            ref = ReferenceDrafter(
+                loaded.drafter,
+                weights_for(loaded, target_embed=torch.randn(64, 16, generator=torch.Generator().manual_seed(1))),
+            )
             outs[semantics] = ref.decode(ids, ref.combine(aux), torch.arange(5), ref.causal_attend())
     sf, e31 = outs["specforge"], outs["eagle31"]
     assert torch.equal(sf.y, sf.pre) and torch.equal(sf.feedback, sf.pre)  # lm_head and feedback: pre-norm
@@ -139,7 +145,8 @@ def test_specforge_norm_output_true_read_as_specforge_is_eagle3(tmp_path):
 
 
 def eagle_layout_31(path):
-    """An original-EAGLE-layout pytorch_model.bin whose config states fc_norm and norm_output, with fc_norm.* tensors."""
+    """An original-EAGLE-layout pytorch_model.bin whose config states fc_norm and norm_output, with fc_norm.*
+    tensors."""
     from drafters import write_eagle
 
     src = write_eagle(path, Dims(fc_norm=True))
@@ -156,7 +163,12 @@ def test_eagle_layout_31_is_read_with_the_flags_its_config_states(tmp_path, cli)
     report = validate(src)
     assert "flags.fc_norm_without_flag" not in checks(report.findings)
     report = validate(src, engine="vllm==0.32")
-    assert not checks(report.findings) & {"flags.fc_norm_without_flag", "engine.flag.fc_norm", "engine.flag.norm_output", "engine.unknown_tensor"}
+    assert not checks(report.findings) & {
+        "flags.fc_norm_without_flag",
+        "engine.flag.fc_norm",
+        "engine.flag.norm_output",
+        "engine.unknown_tensor",
+    }
     assert "3.1 (fc_norm, norm_output)" in cli("inspect", src).stdout
 
 

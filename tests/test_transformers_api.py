@@ -26,9 +26,11 @@ def forward_taking(keyword: str, original, original_keyword: str, seen: list):
         return original(input_ids=input_ids, **kwargs)
 
     named = ["attention_mask", "position_ids", keyword, "use_cache", "logits_to_keep"]
-    forward.__signature__ = inspect.Signature([inspect.Parameter("input_ids", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)]
-                                              + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in named]
-                                              + [inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)])
+    forward.__signature__ = inspect.Signature(
+        [inspect.Parameter("input_ids", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)]
+        + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in named]
+        + [inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
+    )
     return forward
 
 
@@ -55,7 +57,9 @@ def test_the_decode_passes_the_cache_by_the_keyword_the_forward_declares(tmp_pat
     # the chains' pass over a kept cache goes through the same keyword
     seen.clear()
     sequence = ours[0]
-    target.chain_logits(sequence.kept.cache, sequence.tokens.shape[0], torch.tensor([0, 1]), torch.tensor([[3, 4, 5], [6, 7, 8]]))
+    target.chain_logits(
+        sequence.kept.cache, sequence.tokens.shape[0], torch.tensor([0, 1]), torch.tensor([[3, 4, 5], [6, 7, 8]])
+    )
     assert seen == [[keyword]]
 
 
@@ -63,5 +67,7 @@ def test_the_cache_a_forward_returned_is_read_under_either_name():
     from eaglekit.target.runner import _returned_cache
 
     new, old = object(), object()
-    assert _returned_cache(SimpleNamespace(cache=new, past_key_values=old)) is new  # 5.24: past_key_values is a deprecated alias
+    assert (
+        _returned_cache(SimpleNamespace(cache=new, past_key_values=old)) is new
+    )  # 5.24: past_key_values is a deprecated alias
     assert _returned_cache(SimpleNamespace(past_key_values=old)) is old  # before 5.24

@@ -28,7 +28,8 @@ FACTS = textwrap.dedent("""
     folders = sum(1 for _ in os.walk(models, topdown=True)
                   if "__pycache__" not in _[0].split(os.sep))
     init = str(models / "__init__.py")
-    served = import_utils.define_import_structure(init)  # what transformers.models was built from (cached under that key)
+    # what transformers.models was built from (cached under that key)
+    served = import_utils.define_import_structure(init)
     import_utils.define_import_structure.cache_clear()
     read_folder.cache_clear()
     fresh = import_utils.define_import_structure(init)  # the folder read afresh, as transformers alone reads it
@@ -36,7 +37,8 @@ FACTS = textwrap.dedent("""
     read_folder.cache_clear()
     read_folder(models)
     read_folder(init)
-    print(json.dumps({"reads": reads, "folders": folders, "same_table": served == fresh, "model_loads": "LlamaConfig" in dir(transformers),
+    print(json.dumps({"reads": reads, "folders": folders, "same_table": served == fresh,
+                      "model_loads": "LlamaConfig" in dir(transformers),
                       "reads_alone": read_folder.cache_info().misses,
                       "patched_back": import_utils.create_import_structure_from_path is read_folder}))
 """)
@@ -44,7 +46,9 @@ FACTS = textwrap.dedent("""
 
 def run(script: str, cache: Path | None = None) -> dict:
     env = {**os.environ, **({"XDG_CACHE_HOME": str(cache)} if cache is not None else {})}
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -116,7 +120,8 @@ def test_the_entry_follows_the_installation(tmp_path, monkeypatch):
 
 
 def test_already_imported_and_other_transformers_import_as_they_are():
-    facts = run(textwrap.dedent("""
+    facts = run(
+        textwrap.dedent("""
         import json, sys
         import transformers
         from transformers.utils import import_utils
@@ -128,6 +133,8 @@ def test_already_imported_and_other_transformers_import_as_they_are():
         imported = "transformers.models" in sys.modules
         untouched = import_utils.create_import_structure_from_path is uncached
         import_transformers_models()  # imported already: nothing to do
-        print(json.dumps({"imported": imported, "untouched": untouched and import_utils.create_import_structure_from_path is uncached}))
-    """))
+        untouched = untouched and import_utils.create_import_structure_from_path is uncached
+        print(json.dumps({"imported": imported, "untouched": untouched}))
+    """)
+    )
     assert facts == {"imported": True, "untouched": True}

@@ -12,8 +12,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from eaglekit import schemas
-from eaglekit.errors import CheckpointError
 from eaglekit.convert import ConvertOptions, convert
+from eaglekit.errors import CheckpointError
 from eaglekit.target.runner import PADDING, length_groups
 from eaglekit.verify import VerifyOptions, verify
 
@@ -37,18 +37,43 @@ def test_trained_drafter_accepts_and_report_follows_schema(pair, cli, tmp_path):
     assert report["passed"]
     assert report["aux_layer_ids"] == [2, 4, 5]  # (2, L//2, L-3) for the 8-layer target
     assert report["every_position"]["acceptance_length"] > 1.2
-    assert report["trajectory"]["num_drafts"] > 0 and report["trajectory"]["num_draft_tokens"] == 3 * report["trajectory"]["num_drafts"]
+    assert (
+        report["trajectory"]["num_drafts"] > 0
+        and report["trajectory"]["num_draft_tokens"] == 3 * report["trajectory"]["num_drafts"]
+    )
     assert schemas.check(report, "verify.schema.json") == []
     path = tmp_path / "r.json"
-    result = cli("verify", pair["drafter"], "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", 40, "--report", path)
+    result = cli(
+        "verify",
+        pair["drafter"],
+        "--target",
+        pair["target"],
+        "--prompts",
+        pair["prompts"],
+        "--max-new-tokens",
+        40,
+        "--report",
+        path,
+    )
     assert "acceptance, as a greedy vLLM run would count it" in result.stdout
     assert "result: measured; no thresholds requested" in result.stdout  # not PASSED: nothing was asked
     assert json.loads(path.read_text())["acceptance_length"] == report["acceptance_length"]
 
 
 def test_min_acceptance_length_fails_loudly(pair, cli):
-    result = cli("verify", pair["drafter"], "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", 40,
-                 "--min-acceptance-length", 3.9, expect=1)
+    result = cli(
+        "verify",
+        pair["drafter"],
+        "--target",
+        pair["target"],
+        "--prompts",
+        pair["prompts"],
+        "--max-new-tokens",
+        40,
+        "--min-acceptance-length",
+        3.9,
+        expect=1,
+    )
     assert "FAIL  min_acceptance_length" in result.stdout and "result: FAILED" in result.stdout
 
 
@@ -57,7 +82,9 @@ def test_lossless_conversion_is_bit_identical(pair, tmp_path):
     convert(pair["drafter"], out, ConvertOptions(to="vllm"))
     report = verify(str(out), options(pair, reference=str(pair["drafter"])))
     ref = report["reference"]
-    assert ref["bit_identical"] and all(s["max_abs_logit_diff"] == 0.0 and s["token_agreement"] == 1.0 for s in ref["steps"])
+    assert ref["bit_identical"] and all(
+        s["max_abs_logit_diff"] == 0.0 and s["token_agreement"] == 1.0 for s in ref["steps"]
+    )
     assert report["passed"]
 
 
@@ -176,10 +203,18 @@ def stored_states(pair, directory: Path, layout: str) -> list:
             write_sequence(directory / f"seq{i}.safetensors", tokens, aux, ids, len(prompt))
         elif layout == "specforge":  # a padded batch row: prompt masked out, response in the loss, zero padding
             pad = 5
-            mask = torch.cat([torch.zeros(len(prompt)), torch.ones(tokens.shape[0] - len(prompt)), torch.zeros(pad)]).long()
-            torch.save({"input_ids": torch.cat([tokens, torch.zeros(pad, dtype=torch.long)]), "loss_mask": mask,
-                        "aux_hidden_state": torch.cat([aux, torch.zeros(pad, aux.shape[1])])[None],
-                        "hidden_state": torch.zeros(1, tokens.shape[0] + pad, 64)}, directory / f"data_{i}.ckpt")
+            mask = torch.cat(
+                [torch.zeros(len(prompt)), torch.ones(tokens.shape[0] - len(prompt)), torch.zeros(pad)]
+            ).long()
+            torch.save(
+                {
+                    "input_ids": torch.cat([tokens, torch.zeros(pad, dtype=torch.long)]),
+                    "loss_mask": mask,
+                    "aux_hidden_state": torch.cat([aux, torch.zeros(pad, aux.shape[1])])[None],
+                    "hidden_state": torch.zeros(1, tokens.shape[0] + pad, 64),
+                },
+                directory / f"data_{i}.ckpt",
+            )
         else:  # speculators: [S, layers, T], the aux layers then the last one; no prompt length recorded
             last, _ = target.aux_states(tokens, (8,))
             states = torch.stack([*aux.split(64, dim=-1), last], dim=1)
@@ -200,7 +235,9 @@ def test_verify_from_stored_hidden_states(pair, tmp_path, layout):
     report = verify(str(pair["drafter"]), VerifyOptions(target=str(pair["target"]), hidden_states=str(tmp_path / "hs")))
     target = TargetModel.load(read_target_config(pair["target"]))
     with dialects.load(pair["drafter"]) as loaded:
-        model = ReferenceDrafter(loaded.drafter, weights_for(loaded, target_embed=target.embed_weight, target_lm_head=target.lm_head_weight))
+        model = ReferenceDrafter(
+            loaded.drafter, weights_for(loaded, target_embed=target.embed_weight, target_lm_head=target.lm_head_weight)
+        )
     for (prompt, tokens, aux), got in zip(stored, report["prompts"]):
         p = len(prompt) if layout in ("eaglekit", "specforge") else 1
         expected = simulate(model, Prompt("x", "x", tokens[:p].tolist()), tokens, aux, 3, tokens.shape[0] - p, None)
@@ -215,8 +252,20 @@ def test_stored_states_of_other_layers_are_refused(pair, tmp_path, cli):
     write_sequence(tmp_path / "hs" / "a.safetensors", torch.arange(6), torch.zeros(6, 192), (1, 2, 3), 2)
     result = cli("verify", pair["drafter"], "--target", pair["target"], "--hidden-states", tmp_path / "hs", expect=2)
     assert "holds target layers [1, 2, 3], the drafter fuses [2, 4, 5]" in result.stderr
-    assert "cannot use --hidden-states" in cli("verify", pair["drafter"], "--target", pair["target"], "--hidden-states", tmp_path / "hs",
-                                                "--against", "vllm", expect=2).stderr
+    assert (
+        "cannot use --hidden-states"
+        in cli(
+            "verify",
+            pair["drafter"],
+            "--target",
+            pair["target"],
+            "--hidden-states",
+            tmp_path / "hs",
+            "--against",
+            "vllm",
+            expect=2,
+        ).stderr
+    )
 
 
 @pytest.mark.parametrize("key,value", [("prompt_len", "twelve"), ("prompt_len", "3,4"), ("aux_layer_ids", "2,four,5")])
@@ -225,7 +274,11 @@ def test_stored_states_with_unreadable_metadata_are_refused_by_name(tmp_path, ke
 
     (tmp_path / "hs").mkdir()
     metadata = {"format": "pt", "aux_layer_ids": "2,4,5", "prompt_len": "2", key: value}
-    save_file({"input_ids": torch.arange(6), "aux_hidden_states": torch.zeros(6, 192)}, tmp_path / "hs" / "a.safetensors", metadata)
+    save_file(
+        {"input_ids": torch.arange(6), "aux_hidden_states": torch.zeros(6, 192)},
+        tmp_path / "hs" / "a.safetensors",
+        metadata,
+    )
     with pytest.raises(CheckpointError, match=rf"a\.safetensors: metadata {key} '{value}' should be"):
         read_sequences(tmp_path / "hs", num_aux=3, hidden=64)
 
@@ -236,10 +289,16 @@ def test_a_sparse_tensor_in_a_specforge_states_file_is_refused_by_name(tmp_path,
     from eaglekit.verify.stored import read_sequences
 
     (tmp_path / "hs").mkdir()
-    data = {"input_ids": torch.arange(1, 7)[None], "loss_mask": torch.tensor([[0, 0, 1, 1, 1, 1]]), "aux_hidden_state": torch.ones(1, 6, 192)}
+    data = {
+        "input_ids": torch.arange(1, 7)[None],
+        "loss_mask": torch.tensor([[0, 0, 1, 1, 1, 1]]),
+        "aux_hidden_state": torch.ones(1, 6, 192),
+    }
     data[key] = data[key].to_sparse()
     torch.save(data, tmp_path / "hs" / "data_0.ckpt")
-    with pytest.raises(CheckpointError, match=rf"data_0\.ckpt: {key} is stored in the sparse_coo layout; expected a dense tensor"):
+    with pytest.raises(
+        CheckpointError, match=rf"data_0\.ckpt: {key} is stored in the sparse_coo layout; expected a dense tensor"
+    ):
         read_sequences(tmp_path / "hs", num_aux=3, hidden=64)
 
 
@@ -254,8 +313,10 @@ def test_stored_states_in_another_layer_order_are_fused_in_ascending_order(pair,
         t = load_file(str(file))
         meta_prompt = int(safe_open(str(file), "pt").metadata()["prompt_len"])
         a2, a4, a5 = t["aux_hidden_states"].split(64, dim=1)
-        write_sequence(tmp_path / "shuffled" / file.name, t["input_ids"], torch.cat([a5, a2, a4], dim=1), (5, 2, 4), meta_prompt)
-    run = lambda d: verify(str(pair["drafter"]), VerifyOptions(target=str(pair["target"]), hidden_states=str(d)))  # noqa: E731
+        write_sequence(
+            tmp_path / "shuffled" / file.name, t["input_ids"], torch.cat([a5, a2, a4], dim=1), (5, 2, 4), meta_prompt
+        )
+    run = lambda d: verify(str(pair["drafter"]), VerifyOptions(target=str(pair["target"]), hidden_states=str(d)))
     assert run(tmp_path / "shuffled")["every_position"] == run(tmp_path / "asc")["every_position"]
 
 
@@ -289,8 +350,12 @@ def test_the_report_never_overwrites_an_input_and_its_folder_is_checked_first(pa
     weights = sorted(drafter.glob("*.safetensors"))[0]
     before = weights.read_bytes()
     base = ("verify", drafter, "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", 4)
-    for report, expected in ((weights, "would overwrite a file of the input"), (pair["prompts"], "would overwrite the input"),
-                             (tmp_path / "missing" / "r.json", "does not exist"), (tmp_path, "is a directory")):
+    for report, expected in (
+        (weights, "would overwrite a file of the input"),
+        (pair["prompts"], "would overwrite the input"),
+        (tmp_path / "missing" / "r.json", "does not exist"),
+        (tmp_path, "is a directory"),
+    ):
         result = cli(*base, "--report", report, expect=2)
         assert expected in result.stderr and result.stderr.count("\n") == 1, result.stderr
     assert weights.read_bytes() == before
@@ -298,8 +363,15 @@ def test_the_report_never_overwrites_an_input_and_its_folder_is_checked_first(pa
     assert json.loads((drafter / "eaglekit-verify.json").read_text())["aux_layer_ids"] == [2, 4, 5]
 
 
-@pytest.mark.parametrize("args", [("verify", "--min-acceptance-length", "nan"), ("verify", "--atol", "inf"), ("drift", "--temperature", "nan"),
-                                  ("drift", "--top-p", "nan")])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("verify", "--min-acceptance-length", "nan"),
+        ("verify", "--atol", "inf"),
+        ("drift", "--temperature", "nan"),
+        ("drift", "--top-p", "nan"),
+    ],
+)
 def test_numbers_that_are_not_finite_are_usage_errors(cli, tmp_path, args):
     result = cli(args[0], tmp_path, "--target", tmp_path, *args[1:], expect=2)
     assert "is not a finite number" in result.stderr or "not in the range" in result.stderr
@@ -310,10 +382,17 @@ def test_verify_refuses_what_it_cannot_use_in_one_line(pair, tmp_path, cli):
     target's positions: each a usage error naming what is wrong, before any decoding."""
     base = ("verify", pair["drafter"], "--target", pair["target"])
     (tmp_path / "hs").mkdir()
-    assert "--prompts would be ignored" in cli(*base, "--hidden-states", tmp_path / "hs", "--prompts", pair["prompts"], expect=2).stderr
-    cases = {'{"input_ids": [5, 500]}': "outside the target's vocabulary 0..95", '{"input_ids": [1.5, 2.0]}': "input_ids should be a list of token ids",
-             '{"prompt": 5}': "prompt should be a string", '{"messages": "hello"}': "messages should be a list",
-             '{"input_ids": ' + str(list(range(2, 90)) * 6) + '}': "max_position_embeddings 512"}
+    assert (
+        "--prompts would be ignored"
+        in cli(*base, "--hidden-states", tmp_path / "hs", "--prompts", pair["prompts"], expect=2).stderr
+    )
+    cases = {
+        '{"input_ids": [5, 500]}': "outside the target's vocabulary 0..95",
+        '{"input_ids": [1.5, 2.0]}': "input_ids should be a list of token ids",
+        '{"prompt": 5}': "prompt should be a string",
+        '{"messages": "hello"}': "messages should be a list",
+        '{"input_ids": ' + str(list(range(2, 90)) * 6) + "}": "max_position_embeddings 512",
+    }
     for i, (line, expected) in enumerate(cases.items()):
         (tmp_path / f"p{i}.jsonl").write_text(line + "\n")
         result = cli(*base, "--prompts", tmp_path / f"p{i}.jsonl", expect=2)
@@ -343,16 +422,21 @@ def test_nothing_accepted_is_said(pair, cli, tmp_path):
     """A drafter that always drafts one token, on stored sequences that never contain it: AL 1.0 and a warning."""
     from safetensors.torch import load_file
 
-    from drafters import edit_tensors
     from eaglekit.verify.stored import write_sequence
+
+    from drafters import edit_tensors
 
     broken = tmp_path / "broken"
     shutil.copytree(pair["drafter"], broken)
-    edit_tensors(broken, lambda t: t.update({"lm_head.weight": torch.zeros_like(t["lm_head.weight"])}))  # argmax: draft id 0
+    edit_tensors(
+        broken, lambda t: t.update({"lm_head.weight": torch.zeros_like(t["lm_head.weight"])})
+    )  # argmax: draft id 0
     weights = load_file(broken / "model.safetensors")
     drafted = int(weights["d2t"][0]) if "d2t" in weights else 0  # the target token draft id 0 stands for
     (tmp_path / "hs").mkdir()
-    write_sequence(tmp_path / "hs" / "a.safetensors", torch.full((24,), drafted + 1), torch.zeros(24, 192), (2, 4, 5), 4)
+    write_sequence(
+        tmp_path / "hs" / "a.safetensors", torch.full((24,), drafted + 1), torch.zeros(24, 192), (2, 4, 5), 4
+    )
     result = cli("verify", broken, "--target", pair["target"], "--hidden-states", tmp_path / "hs", "--json")
     report = json.loads(result.stdout)
     assert report["every_position"]["num_accepted_tokens"] == 0 and report["acceptance_length"] == 1.0
@@ -360,11 +444,15 @@ def test_nothing_accepted_is_said(pair, cli, tmp_path):
 
 
 @pytest.mark.parametrize("as_reference", [False, True])
-def test_a_narrower_drafter_without_embedding_is_refused_before_the_target_loads(pair, cli, tmp_path, monkeypatch, as_reference):
+def test_a_narrower_drafter_without_embedding_is_refused_before_the_target_loads(
+    pair, cli, tmp_path, monkeypatch, as_reference
+):
     """A drafter of hidden size 32 on a 64-wide target, shipping no embed_tokens (SpecForge's layout): the target's
-    embedding cannot stand in. verify ran the target, then failed in the forward's first norm (internal error, exit 1)."""
-    from drafters import Dims, write_specforge
+    embedding cannot stand in. verify ran the target, then failed in the forward's first norm (internal error, exit 1).
+    """
     from eaglekit.target.runner import TargetModel
+
+    from drafters import Dims, write_specforge
 
     narrow = write_specforge(tmp_path / "narrow", Dims(H=32, T=64, V=96, Vd=64, heads=2, kv_heads=2, head_dim=16, I=64))
 
@@ -373,15 +461,32 @@ def test_a_narrower_drafter_without_embedding_is_refused_before_the_target_loads
 
     monkeypatch.setattr(TargetModel, "load", never)
     args = [pair["drafter"], "--reference", narrow] if as_reference else [narrow]
-    result = cli("verify", *args, "--target", pair["target"], "--prompts", pair["prompts"], expect=2 if as_reference else 1)
-    assert "cannot run on the target" in result.stderr and "embed_tokens.weight" in result.stderr and "internal error" not in result.stderr
+    result = cli(
+        "verify", *args, "--target", pair["target"], "--prompts", pair["prompts"], expect=2 if as_reference else 1
+    )
+    assert (
+        "cannot run on the target" in result.stderr
+        and "embed_tokens.weight" in result.stderr
+        and "internal error" not in result.stderr
+    )
 
 
 def test_acceptance_along_the_trajectory_is_not_called_nothing_accepted(pair, cli):
     """With fewer new tokens than K, no position has a whole chain to count (every_position: 0 drafts), while the
     trajectory's shorter chains were accepted: verify warned that nothing was accepted anywhere."""
-    result = cli("verify", pair["drafter"], "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", 3,
-                 "--min-acceptance-length", "1.5", "--json")
+    result = cli(
+        "verify",
+        pair["drafter"],
+        "--target",
+        pair["target"],
+        "--prompts",
+        pair["prompts"],
+        "--max-new-tokens",
+        3,
+        "--min-acceptance-length",
+        "1.5",
+        "--json",
+    )
     report = json.loads(result.stdout)
     assert report["every_position"]["num_drafts"] == 0 and report["trajectory"]["num_accepted_tokens"] > 0
     assert [f["check"] for f in report["findings"] if f["check"].startswith("verify.")] == []
@@ -390,8 +495,20 @@ def test_acceptance_along_the_trajectory_is_not_called_nothing_accepted(pair, cl
 def test_a_run_that_drafts_nothing_passes_no_threshold(pair, cli):
     """With one new token per prompt no chain is drafted: AL printed 1.000 of no drafts, and --min-acceptance-length 1.0
     passed on it."""
-    result = cli("verify", pair["drafter"], "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", 1,
-                 "--min-acceptance-length", "1.0", "--json", expect=1)
+    result = cli(
+        "verify",
+        pair["drafter"],
+        "--target",
+        pair["target"],
+        "--prompts",
+        pair["prompts"],
+        "--max-new-tokens",
+        1,
+        "--min-acceptance-length",
+        "1.0",
+        "--json",
+        expect=1,
+    )
     report = json.loads(result.stdout)
     assert report["trajectory"]["num_drafts"] == 0 and not report["passed"]
     assert [c for c in report["checks"] if c["name"] == "min_acceptance_length"][0]["passed"] is False
@@ -411,17 +528,45 @@ def test_readings_the_files_cannot_tell_apart_are_measured(pair31, cli, tmp_path
 
     simulated = []
     real_simulate = verify_run.simulate
-    monkeypatch.setattr(verify_run, "simulate", lambda model, prompt, *rest: simulated.append(prompt.id) or real_simulate(model, prompt, *rest))
-    report = json.loads(cli("verify", specforge_style, "--target", pair31["target"], "--prompts", pair31["prompts"],
-                            "--max-new-tokens", 40, "--json").stdout)
+    monkeypatch.setattr(
+        verify_run,
+        "simulate",
+        lambda model, prompt, *rest: simulated.append(prompt.id) or real_simulate(model, prompt, *rest),
+    )
+    report = json.loads(
+        cli(
+            "verify",
+            specforge_style,
+            "--target",
+            pair31["target"],
+            "--prompts",
+            pair31["prompts"],
+            "--max-new-tokens",
+            40,
+            "--json",
+        ).stdout
+    )
     readings = {m["reading"]: m["every_position_acceptance_length"] for m in report["readings"]["measured"]}
     assert set(readings) == {"norm_output read as EAGLE 3.1's", "norm_output read as SpecForge's"}
     assert readings["norm_output read as EAGLE 3.1's"] == round(report["every_position"]["acceptance_length"], 6)
     assert len(simulated) == 2 * len(report["prompts"]) and len(set(simulated)) == len(report["prompts"])
     assert report["readings"]["trained_with"] in (None, "norm_output read as EAGLE 3.1's"), readings
     assert schemas.check(report, "verify.schema.json") == []
-    said = json.loads(cli("verify", specforge_style, "--target", pair31["target"], "--prompts", pair31["prompts"],
-                          "--max-new-tokens", 8, "--norm-output-semantics", "eagle31", "--json").stdout)
+    said = json.loads(
+        cli(
+            "verify",
+            specforge_style,
+            "--target",
+            pair31["target"],
+            "--prompts",
+            pair31["prompts"],
+            "--max-new-tokens",
+            8,
+            "--norm-output-semantics",
+            "eagle31",
+            "--json",
+        ).stdout
+    )
     assert said["readings"] is None  # the user said which: nothing to measure
 
 
@@ -444,15 +589,21 @@ def test_prompts_are_grouped_by_length_with_bounded_padding():
 def test_batched_target_runs_match_one_prompt_at_a_time(pair):
     """verify decodes every prompt in one left-padded batch: the tokens must be the one-prompt greedy run's, token
     for token."""
+    from eaglekit.io.prompts_file import read_prompt_records
     from eaglekit.target import read_target_config
     from eaglekit.target.runner import TargetModel
-    from eaglekit.io.prompts_file import read_prompt_records
 
     target = TargetModel.load(read_target_config(pair["target"]))
     prompts = [r["input_ids"] for r in read_prompt_records(str(pair["prompts"]))]
     one = [target.generate(p, 44) for p in prompts]
-    for batch_size, padding in ((16, float("inf")), (4, float("inf")), (16, PADDING)):  # all padded together; and as grouped by length
-        assert [t.tolist() for t in target.generate_batch(prompts, 44, batch_size=batch_size, padding=padding)] == [t.tolist() for t in one]
+    for batch_size, padding in (
+        (16, float("inf")),
+        (4, float("inf")),
+        (16, PADDING),
+    ):  # all padded together; and as grouped by length
+        assert [t.tolist() for t in target.generate_batch(prompts, 44, batch_size=batch_size, padding=padding)] == [
+            t.tolist() for t in one
+        ]
 
 
 def test_states_captured_while_decoding_are_the_full_pass_states(pair):
@@ -460,9 +611,9 @@ def test_states_captured_while_decoding_are_the_full_pass_states(pair):
     one KV-cached step per token) instead of a second pass over each sequence: every slot 0..L, the prompt and the
     last token included, matches one unpadded full-sequence pass to fp32 noise, and the tokens stay generate's,
     also for a row that stops at its end-of-sequence token while the others go on."""
+    from eaglekit.io.prompts_file import read_prompt_records
     from eaglekit.target import read_target_config
     from eaglekit.target.runner import TargetModel
-    from eaglekit.io.prompts_file import read_prompt_records
 
     target = TargetModel.load(read_target_config(pair["target"]))
     prompts = [r["input_ids"] for r in read_prompt_records(str(pair["prompts"]))][:5]
@@ -487,10 +638,12 @@ def test_states_captured_while_decoding_are_the_full_pass_states(pair):
     stop = len(prompts[0]) + 6
 
     def stops(tokens, prompt):  # an end-of-sequence token among the new ones
-        return target.model.generation_config.eos_token_id in tokens[len(prompt):].tolist()
+        return target.model.generation_config.eos_token_id in tokens[len(prompt) :].tolist()
 
     for batch_size in (16, 2):
-        going_on = target.decode_batch(prompts, 20, batch_size=batch_size, padding=float("inf"), capture=slots, past_stop=2)
+        going_on = target.decode_batch(
+            prompts, 20, batch_size=batch_size, padding=float("inf"), capture=slots, past_stop=2
+        )
         assert [d.tokens.tolist() for d in going_on] == [t.tolist() for t in one]
         assert going_on[0].after_stop.tolist() == first[stop : stop + 2].tolist()
         assert [d.after_stop is None for d in going_on] == [not stops(t, p) for t, p in zip(one, prompts)]
@@ -506,7 +659,9 @@ def test_states_captured_while_decoding_are_the_full_pass_states(pair):
     assert [t.tolist() for t in penalised] != [t.tolist() for t in one]
     decoded = target.decode_batch(prompts, 20, capture=(2, L))
     assert [d.tokens.tolist() for d in decoded] == [t.tolist() for t in penalised]
-    assert all(torch.equal(torch.cat([s[2], s[L]], dim=-1), target.aux_states(t, (2, L))[0][:-1]) for t, s, *_ in decoded)
+    assert all(
+        torch.equal(torch.cat([s[2], s[L]], dim=-1), target.aux_states(t, (2, L))[0][:-1]) for t, s, *_ in decoded
+    )
     going_on = target.decode_batch(prompts, 20, capture=(2, L), past_stop=2)  # generate decodes every row to the end
     assert [d.tokens.tolist() for d in going_on] == [t.tolist() for t in penalised]
     assert [d.after_stop is None for d in going_on] == [not stops(t, p) for t, p in zip(penalised, prompts)]
@@ -517,9 +672,9 @@ def test_a_prefix_every_prompt_starts_with_is_run_once(pair, monkeypatch):
     batch of one row, and its keys, values and states are every row's: the tokens stay generate's one prompt at a time,
     the states the full pass's, each row's kept pass (logits after each position, cache) its own sequence's, also for a
     prompt that is the prefix and one token of its own; and all of them as without the sharing, to fp32 noise."""
+    from eaglekit.io.prompts_file import read_prompt_records
     from eaglekit.target import read_target_config, reserved_cache, runner
     from eaglekit.target.runner import TargetModel, shared_prefix
-    from eaglekit.io.prompts_file import read_prompt_records
 
     target = TargetModel.load(read_target_config(pair["target"]))
     base = [r["input_ids"] for r in read_prompt_records(str(pair["prompts"]))][:4]
@@ -551,7 +706,11 @@ def test_a_prefix_every_prompt_starts_with_is_run_once(pair, monkeypatch):
         assert torch.allclose(d.kept.logits_at(positions), full_logits, atol=1e-4)
         starts = torch.arange(P - 1, S - 3)
         drafts = torch.randint(1, 96, (starts.shape[0], 3), generator=torch.Generator().manual_seed(P))
-        assert torch.allclose(target.chain_logits(d.kept.cache, S, starts, drafts), target.chain_logits(full_cache, S, starts, drafts), atol=1e-4)
+        assert torch.allclose(
+            target.chain_logits(d.kept.cache, S, starts, drafts),
+            target.chain_logits(full_cache, S, starts, drafts),
+            atol=1e-4,
+        )
     # a cache whose layers cannot take the prefix's keys as they are (transformers' own, here standing in for a sliding
     # window): nothing shared, the same tokens
     with monkeypatch.context() as m:
@@ -617,7 +776,9 @@ def test_vllm_target_states_compare_only_rows_on_verifys_sequence():
 
     import torch
 
-    against_vllm = importlib.import_module("eaglekit.verify.against_vllm")  # the package exports a function of that name
+    against_vllm = importlib.import_module(
+        "eaglekit.verify.against_vllm"
+    )  # the package exports a function of that name
     Call = against_vllm.Call
     prompt = SimpleNamespace(ids=[5, 6, 7])
     tokens = torch.tensor([5, 6, 7, 8, 9, 10, 11, 12, 13])  # prompt 5 6 7, decoded 8 .. 13
@@ -628,8 +789,13 @@ def test_vllm_target_states_compare_only_rows_on_verifys_sequence():
         positions = torch.tensor(positions)
         if first and aux is None:
             aux = ours[positions].clone()
-        return Call(ids=torch.tensor(ids), positions=positions, hidden=torch.zeros(len(positions), 2), aux=aux if first else None,
-                    y=torch.zeros(len(positions), 2))
+        return Call(
+            ids=torch.tensor(ids),
+            positions=positions,
+            hidden=torch.zeros(len(positions), 2),
+            aux=aux if first else None,
+            y=torch.zeros(len(positions), 2),
+        )
 
     prefill = call([0, 1, 2], [6, 7, 8])
     prefill.aux[1, 0] += 0.01  # layer 0, position 1: 1% of that layer's magnitude (0.01% of the whole row's)
@@ -658,7 +824,9 @@ def test_vllm_target_states_compare_only_rows_on_verifys_sequence():
     run["generated"] = [8, 77]  # at position 4: position 4 is out too
     assert against_vllm.target_states({"prompts": [run]}, verifier, (0, 1))["rows"] == 4
     nothing = call([0], [1])
-    assert against_vllm.target_states({"prompts": [{"calls": [nothing], "generated": []}]}, verifier, (0, 1))["rows"] == 0
+    assert (
+        against_vllm.target_states({"prompts": [{"calls": [nothing], "generated": []}]}, verifier, (0, 1))["rows"] == 0
+    )
     wide = call([0], [6], aux=torch.zeros(1, 6))
     states = against_vllm.target_states({"prompts": [{"calls": [wide], "generated": []}]}, verifier, (0, 1))
     check = against_vllm._states_check(states, 1e-4)
@@ -683,13 +851,19 @@ def _no_target_load(monkeypatch):
 
 
 def test_a_drafter_that_cannot_run_is_an_error_finding_and_refused_in_one_line(pair, cli, tmp_path, monkeypatch):
-    """Repeated aux layer ids (vLLM 0.32 keeps sorted(set(ids)), its source: fc would get 2 states for 3) and a yarn rope
-    stating no factor (vLLM's get_rope reads it without a default, its source): validate reports each as an error; verify,
-    as drafter or as --reference, refuses each in one line before the target loads (an internal RuntimeError and KeyError
-    before)."""
+    """Repeated aux layer ids (vLLM 0.32 keeps sorted(set(ids)), its source: fc would get 2 states for 3) and a yarn
+    rope stating no factor (vLLM's get_rope reads it without a default, its source): validate reports each as an error;
+    verify, as drafter or as --reference, refuses each in one line before the target loads (an internal RuntimeError and
+    KeyError before)."""
     cases = {
-        "aux.duplicate": (lambda c: c["eagle_config"].update(eagle_aux_hidden_state_layer_ids=[1, 1, 4]), "fc would get 2 target states where it fuses 3"),
-        "rope.parameters": (lambda c: c.update(rope_scaling={"rope_type": "yarn", "original_max_position_embeddings": 256}), "states no factor"),
+        "aux.duplicate": (
+            lambda c: c["eagle_config"].update(eagle_aux_hidden_state_layer_ids=[1, 1, 4]),
+            "fc would get 2 target states where it fuses 3",
+        ),
+        "rope.parameters": (
+            lambda c: c.update(rope_scaling={"rope_type": "yarn", "original_max_position_embeddings": 256}),
+            "states no factor",
+        ),
     }
     for check, (edit, said) in cases.items():
         drafter = _edited_copy(pair["drafter"], tmp_path / check, edit)
@@ -697,11 +871,15 @@ def test_a_drafter_that_cannot_run_is_an_error_finding_and_refused_in_one_line(p
         _no_target_load(monkeypatch)
         for args, code in ((("verify", drafter), 1), (("verify", pair["drafter"], "--reference", drafter), 2)):
             result = cli(*args, "--target", pair["target"], "--prompts", pair["prompts"], expect=code)
-            assert said in result.stderr and result.stderr.count("\n") == 1 and "internal error" not in result.stderr, result.stderr
+            assert said in result.stderr and result.stderr.count("\n") == 1 and "internal error" not in result.stderr, (
+                result.stderr
+            )
         monkeypatch.undo()
 
 
-def test_a_drafter_with_a_tensor_of_another_shape_is_refused_naming_it_as_its_file_does(pair, cli, tmp_path, monkeypatch):
+def test_a_drafter_with_a_tensor_of_another_shape_is_refused_naming_it_as_its_file_does(
+    pair, cli, tmp_path, monkeypatch
+):
     """A tensor of another shape than the config gives ended verify in an internal RuntimeError from the forward; it is
     refused in one line before the target loads, naming the tensor as the file does (SGLang's midlayer.*). A missing
     weight is refused by the forward, named so too."""
@@ -716,19 +894,38 @@ def test_a_drafter_with_a_tensor_of_another_shape_is_refused_naming_it_as_its_fi
         save_file(t, str(out / "model.safetensors"))
         return out
 
-    short = edited("short", lambda t: t.update({"midlayer.self_attn.k_proj.weight": t["midlayer.self_attn.k_proj.weight"][:3].contiguous()}))
+    short = edited(
+        "short",
+        lambda t: t.update(
+            {"midlayer.self_attn.k_proj.weight": t["midlayer.self_attn.k_proj.weight"][:3].contiguous()}
+        ),
+    )
     _no_target_load(monkeypatch)
     result = cli("verify", short, "--target", pair["target"], "--prompts", pair["prompts"], expect=1)
-    assert "cannot run on the target" in result.stderr and "midlayer.self_attn.k_proj.weight (eaglekit's layers.0.self_attn.k_proj.weight) has shape [3," in result.stderr
+    assert (
+        "cannot run on the target" in result.stderr
+        and "midlayer.self_attn.k_proj.weight (eaglekit's layers.0.self_attn.k_proj.weight) has shape [3,"
+        in result.stderr
+    )
     assert result.stderr.count("\n") == 1 and "internal error" not in result.stderr, result.stderr
     # a d2t mapping past the target's vocabulary: an IndexError once the target had loaded
     far = edited("far", lambda t: t.update({"d2t": t["d2t"] + 1000}))
     result = cli("verify", far, "--target", pair["target"], "--prompts", pair["prompts"], expect=1)
-    assert "cannot run on the target" in result.stderr and "d2t spans" in result.stderr and "outside [0, " in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert (
+        "cannot run on the target" in result.stderr
+        and "d2t spans" in result.stderr
+        and "outside [0, " in result.stderr
+        and result.stderr.count("\n") == 1
+    ), result.stderr
     monkeypatch.undo()
     missing = edited("missing", lambda t: t.pop("midlayer.mlp.up_proj.weight"))
-    result = cli("verify", missing, "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", "4", expect=2)
-    assert "cannot run the drafter: tensor midlayer.mlp.up_proj.weight is missing" in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    result = cli(
+        "verify", missing, "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", "4", expect=2
+    )
+    assert (
+        "cannot run the drafter: tensor midlayer.mlp.up_proj.weight is missing" in result.stderr
+        and result.stderr.count("\n") == 1
+    ), result.stderr
 
 
 def test_a_reference_with_other_draft_logits_is_refused_naming_both_shapes(pair, cli, tmp_path, monkeypatch):
@@ -742,8 +939,21 @@ def test_a_reference_with_other_draft_logits_is_refused_naming_both_shapes(pair,
     t["t2d"] = t2d
     save_file(t, str(other / "model.safetensors"))
     _no_target_load(monkeypatch)
-    result = cli("verify", pair["drafter"], "--target", pair["target"], "--prompts", pair["prompts"], "--reference", other, "--json", expect=2)
-    assert "lm_head [32, 64]" in result.stderr and "lm_head [64, 64]" in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    result = cli(
+        "verify",
+        pair["drafter"],
+        "--target",
+        pair["target"],
+        "--prompts",
+        pair["prompts"],
+        "--reference",
+        other,
+        "--json",
+        expect=2,
+    )
+    assert (
+        "lm_head [32, 64]" in result.stderr and "lm_head [64, 64]" in result.stderr and result.stderr.count("\n") == 1
+    ), result.stderr
     assert json.loads(result.stdout)["error"]["type"] == "UsageError"
 
 
@@ -765,13 +975,20 @@ def test_one_token_prompts_run_with_their_first_chain_at_position_0(pair, tmp_pa
     firsts = [json.loads(line)["input_ids"][0] for line in Path(pair["prompts"]).read_text().splitlines()[:3]]
     prompts.write_text("".join(json.dumps({"id": f"one{i}", "input_ids": [t]}) + "\n" for i, t in enumerate(firsts)))
     results = captured_results(monkeypatch)
-    report = verify(str(pair["drafter"]), VerifyOptions(target=str(pair["target"]), prompts=str(prompts), max_new_tokens=12))
+    report = verify(
+        str(pair["drafter"]), VerifyOptions(target=str(pair["target"]), prompts=str(prompts), max_new_tokens=12)
+    )
     assert [p["prompt_tokens"] for p in report["prompts"]] == [1, 1, 1]
     for r in results:
         assert int(r.chains.starts[0]) == 0
         by_start, j, produced, drafts, accepted = dict(zip(r.chains.starts.tolist(), r.accepted.tolist())), 0, 1, 0, 0
         while produced < 12:  # no eos on this target
-            drafts, accepted, j, produced = drafts + 1, accepted + by_start[j], j + by_start[j] + 1, produced + by_start[j] + 1
+            drafts, accepted, j, produced = (
+                drafts + 1,
+                accepted + by_start[j],
+                j + by_start[j] + 1,
+                produced + by_start[j] + 1,
+            )
         assert (r.trajectory.num_drafts, r.trajectory.num_accepted_tokens) == (drafts, accepted)
     (tmp_path / "empty.jsonl").write_text('{"id": "nothing", "input_ids": []}\n')
     result = cli("verify", pair["drafter"], "--target", pair["target"], "--prompts", tmp_path / "empty.jsonl", expect=2)
@@ -788,15 +1005,23 @@ def test_drafts_accepted_past_the_end_of_sequence_token_are_counted(pair, tmp_pa
     results = captured_results(monkeypatch)
     verify(str(pair["drafter"]), VerifyOptions(target=str(target), prompts=str(pair["prompts"]), max_new_tokens=20))
     r = next(r for r in results if r.prompt.id == prompt_id)
-    assert r.tokens.shape[0] == len(r.prompt.ids) + 2  # the sequence stops at the eos, the first step's first draft target
-    assert (r.trajectory.num_drafts, r.trajectory.num_accepted_tokens) == (1, a)  # 1 before: the drafts past the eos went unjudged
+    assert (
+        r.tokens.shape[0] == len(r.prompt.ids) + 2
+    )  # the sequence stops at the eos, the first step's first draft target
+    assert (r.trajectory.num_drafts, r.trajectory.num_accepted_tokens) == (
+        1,
+        a,
+    )  # 1 before: the drafts past the eos went unjudged
 
 
-@pytest.mark.parametrize("edit, message", [
-    ("nan", "the aux hidden states hold non-finite values"),
-    ("short_mask", "loss_mask holds 5 values for 6 input_ids"),
-    ("zero_mask", "loss_mask is 0 at every token"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ("nan", "the aux hidden states hold non-finite values"),
+        ("short_mask", "loss_mask holds 5 values for 6 input_ids"),
+        ("zero_mask", "loss_mask is 0 at every token"),
+    ],
+)
 def test_stored_states_that_would_mislead_are_refused_by_name(tmp_path, edit, message):
     """One NaN in a stored sequence made every draft miss (AL 1.000 and the wrong-target hint, exit 0); a SpecForge
     file whose loss_mask was shorter than its input_ids, or 0 everywhere, was read with the prompt ending at token 1."""
@@ -809,7 +1034,10 @@ def test_stored_states_that_would_mislead_are_refused_by_name(tmp_path, edit, me
         write_sequence(tmp_path / "hs" / "a.safetensors", torch.arange(1, 7), aux, (2, 4, 5), 2)
     else:
         mask = torch.tensor([[0, 0, 1, 1, 1]]) if edit == "short_mask" else torch.zeros(1, 6, dtype=torch.long)
-        torch.save({"input_ids": torch.arange(1, 7)[None], "loss_mask": mask, "aux_hidden_state": torch.ones(1, 6, 192)}, tmp_path / "hs" / "data_0.ckpt")
+        torch.save(
+            {"input_ids": torch.arange(1, 7)[None], "loss_mask": mask, "aux_hidden_state": torch.ones(1, 6, 192)},
+            tmp_path / "hs" / "data_0.ckpt",
+        )
     with pytest.raises(CheckpointError, match=message):
         read_sequences(tmp_path / "hs", num_aux=3, hidden=64)
 
@@ -819,13 +1047,19 @@ def test_a_prompts_file_is_read_as_json_lines_are_written(tmp_path):
     JSON"); a UTF-8 byte order mark is skipped; a null id or category is not shown as "None"."""
     from eaglekit.io.prompts_file import read_prompt_records
 
-    lines = [json.dumps({"prompt": "a\u2028b\u2029c\u0085d"}, ensure_ascii=False), json.dumps({"id": None, "category": None, "prompt": "x"}),
-             json.dumps({"id": 7, "prompt": "y"}), json.dumps({"id": {"n": 1}, "prompt": "z"})]
+    lines = [
+        json.dumps({"prompt": "a\u2028b\u2029c\u0085d"}, ensure_ascii=False),
+        json.dumps({"id": None, "category": None, "prompt": "x"}),
+        json.dumps({"id": 7, "prompt": "y"}),
+        json.dumps({"id": {"n": 1}, "prompt": "z"}),
+    ]
     path = tmp_path / "p.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode("utf-8") + b"\r\n")
     records = read_prompt_records(str(path))
     assert [r["prompt"] for r in records] == ["a\u2028b\u2029c\u0085d", "x", "y", "z"]
-    assert [r["id"] for r in records] == ["prompt-1", "prompt-2", "7", '{"n": 1}'] and records[1]["category"] == "custom"
+    assert [r["id"] for r in records] == ["prompt-1", "prompt-2", "7", '{"n": 1}'] and records[1][
+        "category"
+    ] == "custom"
 
 
 @pytest.mark.parametrize("kind", ["fifo", "device", "bad-line"])
@@ -847,7 +1081,11 @@ def test_a_prompts_file_that_cannot_be_read_is_refused_before_the_target_loads(p
         prompts = Path("/dev/zero")
     else:
         prompts.write_text('{"prompt": "a"}\n{"prompt": 3}\n')
-    said = {"fifo": "not a regular file", "device": "not a regular file", "bad-line": "line 2: prompt should be a string"}[kind]
+    said = {
+        "fifo": "not a regular file",
+        "device": "not a regular file",
+        "bad-line": "line 2: prompt should be a string",
+    }[kind]
     for command in ("verify", "drift"):
         result = cli(command, pair["drafter"], "--target", pair["target"], "--prompts", prompts, expect=2)
         assert said in result.stderr and result.stderr.count("\n") == 1, result.stderr
@@ -862,7 +1100,9 @@ def test_messages_a_target_cannot_render_are_named(pair, cli, tmp_path):
     shutil.copytree(pair["target"], target)
     tiny_pair.add_char_tokenizer(target)
     prompts = tmp_path / "parts.jsonl"
-    prompts.write_text(json.dumps({"id": "parts", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}) + "\n")
+    prompts.write_text(
+        json.dumps({"id": "parts", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}) + "\n"
+    )
     result = cli("verify", pair["drafter"], "--target", target, "--prompts", prompts, "--max-new-tokens", 4, expect=2)
     assert "prompt parts: the target's chat template cannot render its messages (TypeError" in result.stderr
     config = json.loads((target / "tokenizer_config.json").read_text())

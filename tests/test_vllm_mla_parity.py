@@ -29,12 +29,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import tiny_pair
-from drafters import Dims, mla_dims, write_tiny_mla_target, write_vllm
 from eaglekit.engines import envs, vllm_cpu_mla, vllm_runner
 from eaglekit.reference.model import ReferenceDrafter
 from eaglekit.validate import validate
 from eaglekit.verify import VerifyOptions, verify
+
+import tiny_pair
+from drafters import Dims, mla_dims, write_tiny_mla_target, write_vllm
 from parity import require
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -43,8 +44,12 @@ AGAINST = os.environ.get("EAGLEKIT_AGAINST", "vllm")
 RELEASE = AGAINST.split("==")[1] if "==" in AGAINST else (vllm_cpu_mla.served_version("vllm", None) or "0.32.0")
 # whether this release runs MLA on a CPU at all (vllm_releases.json, cpu_mla_rotary_bug: run on 0.27.1 and 0.28.0)
 MLA_ON_CPU = vllm_cpu_mla.rotary_bug(RELEASE)["mla_on_cpu"] is True
-needs_cpu_mla = pytest.mark.skipif(not MLA_ON_CPU, reason=f"vllm-cpu {RELEASE} does not run MLA on a CPU (test_a_release_without_cpu_mla_refuses_it)")
-ROUNDING_FACTOR = 4  # vLLM's float32 error may be this many times the reference's own (measured: at most 1.5x random, 1.04x trained)
+needs_cpu_mla = pytest.mark.skipif(
+    not MLA_ON_CPU, reason=f"vllm-cpu {RELEASE} does not run MLA on a CPU (test_a_release_without_cpu_mla_refuses_it)"
+)
+ROUNDING_FACTOR = (
+    4  # vLLM's float32 error may be this many times the reference's own (measured: at most 1.5x random, 1.04x trained)
+)
 against_vllm = importlib.import_module("eaglekit.verify.against_vllm")  # the package exports a function of that name
 
 
@@ -66,15 +71,26 @@ def target(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def prompts(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("p") / "prompts.jsonl"
-    path.write_text("\n".join(json.dumps({"id": f"p{i}", "input_ids": p}) for i, p in enumerate(tiny_pair.prompts(2, 96, 3))) + "\n")
+    path.write_text(
+        "\n".join(json.dumps({"id": f"p{i}", "input_ids": p}) for i, p in enumerate(tiny_pair.prompts(2, 96, 3))) + "\n"
+    )
     return path
 
 
 MLA = mla_dims(q_lora_rank=64, kv_lora_rank=512, qk_nope_head_dim=32, qk_rope_head_dim=64, v_head_dim=32)
 
 
-def mla_drafter(directory: Path, *, eagle31: bool = False, model_type: str = "kimi_k2", rope: str = "yarn", ids=(2, 4, 5), n: int = 3,
-                nested_only: bool = False, edit=None) -> Path:
+def mla_drafter(
+    directory: Path,
+    *,
+    eagle31: bool = False,
+    model_type: str = "kimi_k2",
+    rope: str = "yarn",
+    ids=(2, 4, 5),
+    n: int = 3,
+    nested_only: bool = False,
+    edit=None,
+) -> Path:
     d = Dims(H=64, T=64, V=96, Vd=48, heads=2, kv_heads=2, head_dim=96, I=96, n=n, mla=MLA, fc_norm=eagle31)
     drafter = write_vllm(directory, d, ids=list(ids), norm_output=eagle31, nested_only=nested_only)
     cfg = json.loads((drafter / "config.json").read_text())
@@ -89,8 +105,14 @@ def mla_drafter(directory: Path, *, eagle31: bool = False, model_type: str = "ki
 
 # vLLM's DeepSeek models read every scaled rope as DeepSeek's YaRN (models/deepseek_v2.py): a llama3 rope too, its
 # factor and original context taken as YaRN's, betas and magnitudes defaulted (Rope.reading)
-LLAMA3_ROPE = {"rope_type": "llama3", "type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 16}
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
 LLAMA3_ROPE_UNSTATED = {k: v for k, v in LLAMA3_ROPE.items() if k != "original_max_position_embeddings"}
 
 
@@ -104,12 +126,17 @@ CASES = {
     "eagle3, kimi_k2, llama3 rope read as DeepSeek's YaRN": dict(edit=lambda cfg: cfg.update(rope_scaling=LLAMA3_ROPE)),
     # no original context: transformers gives vLLM max_position_embeddings (Rope.with_original_context)
     "eagle3, kimi_k2, llama3 rope without its original context": dict(
-        edit=lambda cfg: cfg.update(max_position_embeddings=24, rope_scaling=LLAMA3_ROPE_UNSTATED)),
-    "eagle3.1 (fc_norm + norm_output), deepseek_v2, default rope": dict(eagle31=True, model_type="deepseek_v2", rope="default"),
+        edit=lambda cfg: cfg.update(max_position_embeddings=24, rope_scaling=LLAMA3_ROPE_UNSTATED)
+    ),
+    "eagle3.1 (fc_norm + norm_output), deepseek_v2, default rope": dict(
+        eagle31=True, model_type="deepseek_v2", rope="default"
+    ),
     # stating neither: transformers takes the config class's max_position_embeddings (model/drafter.py
     # CONFIG_CLASS_MAX_POSITIONS: kimi_k2 4096, deepseek_v2 2048; with the two swapped vLLM was 7% off the reference)
     "eagle3, kimi_k2, llama3 rope, neither its original context nor max_position_embeddings": dict(edit=_neither),
-    "eagle3, deepseek_v2, llama3 rope, neither its original context nor max_position_embeddings": dict(model_type="deepseek_v2", edit=_neither),
+    "eagle3, deepseek_v2, llama3 rope, neither its original context nor max_position_embeddings": dict(
+        model_type="deepseek_v2", edit=_neither
+    ),
 }
 
 
@@ -136,7 +163,9 @@ def _rounding(seen: list) -> tuple[float, float, float]:
     ref_err = vllm_err = vllm_vs_ref = 0.0
     for model, calls in seen:
         exact = ReferenceDrafter(model.d, model.w, dtype=torch.float64)
-        for (call, ours, _), (_, truth, _) in zip(against_vllm.replay_outputs(model, calls), against_vllm.replay_outputs(exact, calls)):
+        for (call, ours, _), (_, truth, _) in zip(
+            against_vllm.replay_outputs(model, calls), against_vllm.replay_outputs(exact, calls)
+        ):
             ref_err, vllm_err = max(ref_err, _rel(ours, truth)), max(vllm_err, _rel(call.y, truth))
             vllm_vs_ref = max(vllm_vs_ref, _rel(call.y, ours))
     return ref_err, vllm_err, vllm_vs_ref
@@ -147,12 +176,17 @@ def _rounding(seen: list) -> tuple[float, float, float]:
 def test_reference_matches_vllms_live_mla_drafter(tmp_path, target, prompts, case, monkeypatch):
     drafter = mla_drafter(tmp_path / "drafter", **CASES[case])
     seen = _record(monkeypatch)
-    report = verify(str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against=AGAINST))
+    report = verify(
+        str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against=AGAINST)
+    )
     against = report["against"]
     assert {int(k) for k in against["logits"]} == {1, 2, 3}, "first pass and both later draft steps were compared"
     # the tolerance, from the same calls: each side's float32 error against the float64 reference
     ref_err, vllm_err, vllm_vs_ref = _rounding(seen)
-    print(f"{case}: reference fp32 vs fp64 {ref_err:.2e}, vLLM fp32 vs fp64 {vllm_err:.2e}, vLLM vs reference {vllm_vs_ref:.2e}")
+    print(
+        f"{case}: reference fp32 vs fp64 {ref_err:.2e}, vLLM fp32 vs fp64 {vllm_err:.2e}, vLLM vs reference"
+        f" {vllm_vs_ref:.2e}"
+    )
     assert 0 < ref_err < 1e-5, ref_err  # float32 rounding, nothing more
     assert vllm_err <= ROUNDING_FACTOR * ref_err, (vllm_err, ref_err)
     assert against["output_mismatches"] == 0  # the target served by vLLM gives transformers' greedy tokens
@@ -165,7 +199,8 @@ def test_reference_matches_vllms_live_mla_drafter(tmp_path, target, prompts, cas
 
 # Trained MLA drafters (tiny_pair.build_mla: examples/train_drafter.py's loop, 60 steps, on the suite's target and on
 # the very prompts verified), so that drafts are accepted: what exercises vLLM's bookkeeping after acceptance (the
-# positions, the drafter KV cache of accepted tokens, the state handed to the next step), which random drafters never do.
+# positions, the drafter KV cache of accepted tokens, the state handed to the next step), which random drafters never
+# do.
 TRAINED = {
     "eagle3, kimi_k2": dict(eagle="3", model_type="kimi_k2"),
     "eagle3.1 (fc_norm + norm_output), deepseek_v2": dict(eagle="3.1", model_type="deepseek_v2"),
@@ -177,20 +212,29 @@ TRAINED = {
 def test_trained_mla_drafter_accepts_and_vllms_counters_equal_eaglekits(tmp_path, target, case, monkeypatch):
     pair = tiny_pair.build_mla(tmp_path, steps=60, target=target, **TRAINED[case])
     seen = _record(monkeypatch)
-    report = verify(str(pair["drafter"]), VerifyOptions(target=str(target), prompts=str(pair["prompts"]), max_new_tokens=30, against=AGAINST))
+    report = verify(
+        str(pair["drafter"]),
+        VerifyOptions(target=str(target), prompts=str(pair["prompts"]), max_new_tokens=30, against=AGAINST),
+    )
     against = report["against"]
     ours, theirs = against["simulated"], against["vllm"]
     ref_err, vllm_err, vllm_vs_ref = _rounding(seen)
-    # where each first pass after a draft starts: one position on when nothing was accepted, 1 + accepted when drafts were
+    # where each first pass after a draft starts: one position on when nothing was accepted, 1 + accepted when
+    # drafts were
     jumps = []
     for _, calls in seen:
         starts = [int(call.positions[0]) for call in calls if call.step == 1][1:]
         jumps += [b - a for a, b in zip(starts, starts[1:])]
-    print(f"{case}: eaglekit AL {ours['acceptance_length']:.3f} per position {ours['accepted_per_position']} of {ours['num_drafts']} drafts; "
-          f"vLLM AL {theirs['acceptance_length']:.3f} per position {theirs['accepted_per_position']} of {theirs['num_drafts']} drafts; "
-          f"first passes past accepted drafts: {sum(j > 1 for j in jumps)} of {len(jumps)}; reference fp32 vs fp64 {ref_err:.2e}, "
-          f"vLLM fp32 vs fp64 {vllm_err:.2e}, vLLM vs reference {vllm_vs_ref:.2e}")
-    assert report["trajectory"]["acceptance_length"] >= 2.0, report["trajectory"]  # measured 2.61 (EAGLE 3) and 2.45 (3.1)
+    print(
+        f"{case}: eaglekit AL {ours['acceptance_length']:.3f} per position {ours['accepted_per_position']} of"
+        f" {ours['num_drafts']} drafts; vLLM AL {theirs['acceptance_length']:.3f} per position"
+        f" {theirs['accepted_per_position']} of {theirs['num_drafts']} drafts; first passes past accepted drafts:"
+        f" {sum(j > 1 for j in jumps)} of {len(jumps)}; reference fp32 vs fp64 {ref_err:.2e}, vLLM fp32 vs fp64"
+        f" {vllm_err:.2e}, vLLM vs reference {vllm_vs_ref:.2e}"
+    )
+    assert report["trajectory"]["acceptance_length"] >= 2.0, report[
+        "trajectory"
+    ]  # measured 2.61 (EAGLE 3) and 2.45 (3.1)
     assert sum(j > 1 for j in jumps) >= len(jumps) // 2, jumps  # vLLM's drafter went on after accepted tokens, often
     assert against["output_mismatches"] == 0
     # drafts, draft tokens, accepted tokens and accepted tokens per position, along vLLM's own trajectory
@@ -206,11 +250,15 @@ def test_without_the_rotary_workaround_vllms_cpu_mla_is_wrong(tmp_path, target, 
     transformers' and the default-rope drafter leaves the reference by far more than rounding."""
     monkeypatch.setattr(vllm_cpu_mla, "job_entry", lambda version: {"cpu_rotary_bug": False, "release": version})
     drafter = mla_drafter(tmp_path / "drafter", **CASES["eagle3.1 (fc_norm + norm_output), deepseek_v2, default rope"])
-    report = verify(str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against=AGAINST))
+    report = verify(
+        str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against=AGAINST)
+    )
     against = report["against"]
     assert not any("-rotary_embedding" in w for w in against["workarounds"])
     worst = max(v["max_rel_state_diff"] for v in against["logits"].values())
-    print(f"without the workaround: {against['output_mismatches']} target tokens differ, drafter state off by {worst:.3g}")
+    print(
+        f"without the workaround: {against['output_mismatches']} target tokens differ, drafter state off by {worst:.3g}"
+    )
     assert against["output_mismatches"] > 0 and worst > 1e-2
     assert not report["passed"]
 
@@ -220,16 +268,20 @@ import json, torch, vllm
 from vllm.config import VllmConfig, set_current_vllm_config
 from vllm.model_executor.layers.rotary_embedding import get_rope
 with set_current_vllm_config(VllmConfig()):
-    rope = get_rope(64, max_position=64, is_neox_style=False, rope_parameters={"rope_theta": 10000.0, "rope_type": "default"}, dtype=torch.float32)
+    rope = get_rope(64, max_position=64, is_neox_style=False,
+                    rope_parameters={"rope_theta": 10000.0, "rope_type": "default"}, dtype=torch.float32)
 torch.manual_seed(0)
 q, kv, pos = torch.randn(5, 2, 32 + 64), torch.randn(5, 512 + 64), torch.arange(5)
 qn, kn = rope.forward_native(pos, q.clone()[..., 32:], kv.clone()[..., 512:].unsqueeze(1))
 qa, ka = q.clone(), kv.clone()
-qc, kc = rope.forward_cpu(pos, qa[..., 32:], ka[..., 512:].unsqueeze(1))  # MLA's layout: a 3-D strided slice, k_pe unsqueezed
+# MLA's layout: a 3-D strided slice, k_pe unsqueezed
+qc, kc = rope.forward_cpu(pos, qa[..., 32:], ka[..., 512:].unsqueeze(1))
 q2, k2 = q[..., 32:].contiguous().reshape(5, 128), kv[..., 512:].contiguous()
 rope.forward_cpu(pos, q2, k2)
-print(json.dumps({"version": vllm.__version__, "mla_layout_query": float((qc - qn).abs().max()), "mla_layout_key_after_0": float((kc[1:] - kn[1:]).abs().max()),
-                  "key_at_0": float((kc[0] - kn[0]).abs().max()), "contiguous": float(max((q2.view(5, 2, 64) - qn).abs().max(), (k2 - kn[:, 0]).abs().max()))}))
+contiguous = max((q2.view(5, 2, 64) - qn).abs().max(), (k2 - kn[:, 0]).abs().max())
+print(json.dumps({"version": vllm.__version__, "mla_layout_query": float((qc - qn).abs().max()),
+                  "mla_layout_key_after_0": float((kc[1:] - kn[1:]).abs().max()),
+                  "key_at_0": float((kc[0] - kn[0]).abs().max()), "contiguous": float(contiguous)}))
 """
 
 
@@ -243,12 +295,22 @@ def test_cpu_rotary_kernel_on_mlas_layout():
     assert found["contiguous"] < 1e-5 and found["key_at_0"] < 1e-5
     assert found["mla_layout_query"] > 0.1 and found["mla_layout_key_after_0"] > 0.1
     row = vllm_cpu_mla.rotary_bug(found["version"])
-    assert row["affected"] or row["mla_on_cpu"] is not True  # the table: every release that runs MLA on a CPU is affected
+    assert (
+        row["affected"] or row["mla_on_cpu"] is not True
+    )  # the table: every release that runs MLA on a CPU is affected
 
 
 def _serve(drafter: Path, target: Path) -> dict:
-    job = {"target": str(target), "drafter": str(drafter), "dtype": "float32", "k": 3, "max_new_tokens": 4, "max_model_len": 40,
-           "prompts": [[5, 7, 9, 11, 13]], "mla": vllm_cpu_mla.job_entry(RELEASE)}
+    job = {
+        "target": str(target),
+        "drafter": str(drafter),
+        "dtype": "float32",
+        "k": 3,
+        "max_new_tokens": 4,
+        "max_model_len": 40,
+        "prompts": [[5, 7, 9, 11, 13]],
+        "mla": vllm_cpu_mla.job_entry(RELEASE),
+    }
     if AGAINST == "vllm":
         with against_vllm.stdout_to_stderr():
             return vllm_runner.run(job)
@@ -256,9 +318,18 @@ def _serve(drafter: Path, target: Path) -> dict:
 
 
 RULES = {
-    # case: (drafter options, the validate finding predicted, what vLLM does: "refused"/"crashed" with a phrase, or "served")
-    "model_type deepseek_v3": (dict(model_type="deepseek_v3"), "engine.mla_model_type", ("refused", "Eagle3DeepSeekMTPModel")),
-    "model_type deepseek_v32": (dict(model_type="deepseek_v32"), "engine.mla_model_type", ("refused", "MTPModel")),  # V32MTP from 0.29
+    # case: (drafter options, the validate finding predicted, what vLLM does: "refused"/"crashed" with a phrase, or
+    # "served")
+    "model_type deepseek_v3": (
+        dict(model_type="deepseek_v3"),
+        "engine.mla_model_type",
+        ("refused", "Eagle3DeepSeekMTPModel"),
+    ),
+    "model_type deepseek_v32": (
+        dict(model_type="deepseek_v32"),
+        "engine.mla_model_type",
+        ("refused", "MTPModel"),
+    ),  # V32MTP from 0.29
     "model_type glm_moe_dsa": (dict(model_type="glm_moe_dsa"), "engine.mla_model_type", ("refused", "MTPModel")),
     "model_type deepseek_v2": (dict(model_type="deepseek_v2"), None, ("served", "")),
     "no q_lora_rank": (dict(edit=lambda c: c.pop("q_lora_rank")), "engine.mla_q_lora_rank", ("refused", "1536")),
@@ -273,7 +344,11 @@ RULES = {
 def test_validate_predicts_what_vllm_does_with_an_mla_drafter(tmp_path, target, case):
     options, finding, (outcome, phrase) = RULES[case]
     drafter = mla_drafter(tmp_path / "drafter", **options)
-    predicted = {f.check for f in validate(drafter, engine=f"vllm=={RELEASE}").findings if f.severity == "error" and f.check.startswith("engine.")}
+    predicted = {
+        f.check
+        for f in validate(drafter, engine=f"vllm=={RELEASE}").findings
+        if f.severity == "error" and f.check.startswith("engine.")
+    }
     served = _serve(drafter, target)
     happened = "refused" if "refused" in served else "crashed" if "crashed" in served else "served"
     print(case, happened, served.get(happened, "")[:300])
@@ -309,4 +384,7 @@ def test_a_release_without_cpu_mla_refuses_it(tmp_path, target):
     served = _serve(mla_drafter(tmp_path / "drafter", model_type="deepseek_v2"), target)
     happened = "refused" if "refused" in served else "crashed" if "crashed" in served else "served"
     print(RELEASE, happened, served.get(happened, "")[:300])
-    assert happened != "served" and expected.startswith("refuses" if happened == "refused" else "crashes"), (expected, served)
+    assert happened != "served" and expected.startswith("refuses" if happened == "refused" else "crashes"), (
+        expected,
+        served,
+    )

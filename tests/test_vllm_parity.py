@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-import tiny_pair
-from drafters import Dims, write_tiny_target, write_vllm
 from eaglekit.convert import ConvertOptions, convert
 from eaglekit.verify import VerifyOptions, verify
+
+import tiny_pair
+from drafters import Dims, write_tiny_target, write_vllm
 from parity import require
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -30,46 +31,71 @@ def _vllm():
     else:
         from eaglekit.engines import vllm as vllm_rules
 
-        if vllm_rules.release(AGAINST.split("==")[1]).rules["cpu_drafting_crash"]:  # observed by tests/engines, which checks it
+        if vllm_rules.release(AGAINST.split("==")[1]).rules[
+            "cpu_drafting_crash"
+        ]:  # observed by tests/engines, which checks it
             pytest.skip(f"{AGAINST} crashes when it drafts on a CPU (cpu_drafting_crash): nothing to compare")
 
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory) -> Path:
     # head_dim 32: the smallest vLLM's CPU attention supports; 8 layers: default aux layers (2, 4, 5)
-    return write_tiny_target(tmp_path_factory.mktemp("t") / "target", layers=8, hidden=64, vocab=96, heads=2, attention_scale=0.3)
+    return write_tiny_target(
+        tmp_path_factory.mktemp("t") / "target", layers=8, hidden=64, vocab=96, heads=2, attention_scale=0.3
+    )
 
 
 @pytest.fixture(scope="module")
 def prompts(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("p") / "prompts.jsonl"
-    path.write_text("\n".join(json.dumps({"id": f"p{i}", "input_ids": p}) for i, p in enumerate(tiny_pair.prompts(2, 96, 3))) + "\n")
+    path.write_text(
+        "\n".join(json.dumps({"id": f"p{i}", "input_ids": p}) for i, p in enumerate(tiny_pair.prompts(2, 96, 3))) + "\n"
+    )
     return path
 
 
 # Each case is one vLLM engine. Together they turn every flag on and off, alone and combined.
 CASES = {
-    "eagle3": dict(dims=Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96, embed=False, lm_head=True)),
-    "eagle3.1 + d2t": dict(dims=Dims(H=64, T=64, V=96, Vd=48, heads=2, kv_heads=1, head_dim=32, I=96, fc_norm=True), norm_output=True),
-    "norm_output only": dict(dims=Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96, embed=False), norm_output=True),
-    "norm_before_fc + norm_before_residual": dict(dims=Dims(H=64, T=64, V=96, Vd=48, heads=2, kv_heads=2, head_dim=32, I=96, norm_before_fc=True),
-                                                   edit=lambda cfg: cfg.update(norm_before_residual=True)),
+    "eagle3": dict(
+        dims=Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96, embed=False, lm_head=True)
+    ),
+    "eagle3.1 + d2t": dict(
+        dims=Dims(H=64, T=64, V=96, Vd=48, heads=2, kv_heads=1, head_dim=32, I=96, fc_norm=True), norm_output=True
+    ),
+    "norm_output only": dict(
+        dims=Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96, embed=False), norm_output=True
+    ),
+    "norm_before_fc + norm_before_residual": dict(
+        dims=Dims(H=64, T=64, V=96, Vd=48, heads=2, kv_heads=2, head_dim=32, I=96, norm_before_fc=True),
+        edit=lambda cfg: cfg.update(norm_before_residual=True),
+    ),
     "target hidden != hidden, 4 aux layers, 2 layers": dict(
-        dims=Dims(H=32, T=64, V=96, Vd=48, heads=1, kv_heads=1, head_dim=32, I=64, n=4, layers=2, fc_norm=True), ids=[1, 3, 5, 7], norm_output=True
+        dims=Dims(H=32, T=64, V=96, Vd=48, heads=1, kv_heads=1, head_dim=32, I=64, n=4, layers=2, fc_norm=True),
+        ids=[1, 3, 5, 7],
+        norm_output=True,
     ),
     # served as written (a conversion states max_position_embeddings): a llama3 rope stating no original context in a
     # config stating no max_position_embeddings runs with LlamaConfig's default, 2048 (Drafter.rope_as_loaded)
     "llama3 rope, no original context, no max_position_embeddings": dict(
-        dims=Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96), as_written=True,
-        edit=lambda cfg: (cfg.pop("max_position_embeddings", None),
-                          cfg.update(rope_theta=10000.0, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}))),
+        dims=Dims(H=64, T=64, V=96, Vd=96, heads=2, kv_heads=1, head_dim=32, I=96),
+        as_written=True,
+        edit=lambda cfg: (
+            cfg.pop("max_position_embeddings", None),
+            cfg.update(
+                rope_theta=10000.0,
+                rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+            ),
+        ),
+    ),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_reference_matches_vllms_live_drafter(tmp_path, target, prompts, case):
     spec = CASES[case]
-    drafter = write_vllm(tmp_path / "drafter", spec["dims"], ids=spec.get("ids", [2, 4, 5]), norm_output=spec.get("norm_output", False))
+    drafter = write_vllm(
+        tmp_path / "drafter", spec["dims"], ids=spec.get("ids", [2, 4, 5]), norm_output=spec.get("norm_output", False)
+    )
     if spec.get("edit"):
         cfg = json.loads((drafter / "config.json").read_text())
         spec["edit"](cfg)
@@ -79,7 +105,9 @@ def test_reference_matches_vllms_live_drafter(tmp_path, target, prompts, case):
         served = drafter
     else:
         convert(drafter, served, ConvertOptions(to="vllm"))  # what eaglekit writes for vLLM
-    report = verify(str(served), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against=AGAINST))
+    report = verify(
+        str(served), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against=AGAINST)
+    )
     against = report["against"]
     logits = {int(k): v for k, v in against["logits"].items()}
     assert set(logits) == {1, 2, 3}, "first pass and both later draft steps were compared"
@@ -101,7 +129,10 @@ def test_simulated_acceptance_equals_vllms_counters_on_a_trained_pair(tmp_path, 
     pair = pairs[eagle]
     out = tmp_path / "vllm"
     convert(pair["drafter"], out, ConvertOptions(to="vllm"))
-    report = verify(str(out), VerifyOptions(target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=30, against=AGAINST))
+    report = verify(
+        str(out),
+        VerifyOptions(target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=30, against=AGAINST),
+    )
     against = report["against"]
     assert against["vllm"]["num_accepted_tokens"] > 0  # a drafter that accepts: the comparison means something
     assert against["vllm"] == against["simulated"]
@@ -112,11 +143,20 @@ def test_vllm_reads_specforge_ids_one_layer_early_as_eaglekit_predicts(pairs):
     """The engine rule for nested output-of-layer ids (validate/verify --engine vllm==0.32), confirmed on vLLM itself:
     served as-is, the SpecForge layout's acceptance is what eaglekit's vllm==0.32 interpretation predicts."""
     pair = pairs["3"]
-    predicted = verify(str(pair["drafter"]), VerifyOptions(target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=30, engine="vllm==0.32"))
-    actual = verify(str(pair["drafter"]), VerifyOptions(target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=30, against=AGAINST))
+    predicted = verify(
+        str(pair["drafter"]),
+        VerifyOptions(target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=30, engine="vllm==0.32"),
+    )
+    actual = verify(
+        str(pair["drafter"]),
+        VerifyOptions(target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=30, against=AGAINST),
+    )
     assert predicted["engine"]["aux_layer_ids"] == [1, 3, 4]
     assert actual["against"]["vllm"] == predicted["engine"]["served"]
-    assert actual["against"]["vllm"] != actual["against"]["simulated"] or predicted["engine"]["served"] == predicted["trajectory"]
+    assert (
+        actual["against"]["vllm"] != actual["against"]["simulated"]
+        or predicted["engine"]["served"] == predicted["trajectory"]
+    )
 
 
 def test_missing_fc_norm_tensors_load_silently_with_unit_weights(tmp_path, target, prompts):
@@ -128,10 +168,16 @@ def test_missing_fc_norm_tensors_load_silently_with_unit_weights(tmp_path, targe
     for i in range(3):
         t.pop(f"fc_norm.{i}.weight")
     save_file(t, str(drafter / "model.safetensors"))
-    predicted = verify(str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, engine="vllm==0.32"))
-    actual = verify(str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against=AGAINST))
+    predicted = verify(
+        str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, engine="vllm==0.32")
+    )
+    actual = verify(
+        str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against=AGAINST)
+    )
     assert actual["against"]["vllm"] == predicted["engine"]["served"]
-    assert all(v["max_rel_logit_diff"] <= 1e-5 for v in actual["against"]["logits"].values())  # the reference also ran with ones
+    assert all(
+        v["max_rel_logit_diff"] <= 1e-5 for v in actual["against"]["logits"].values()
+    )  # the reference also ran with ones
 
 
 def test_vllm_54526_four_top_level_ids_fail_to_load_as_predicted(tmp_path, target, prompts):
@@ -139,9 +185,16 @@ def test_vllm_54526_four_top_level_ids_fail_to_load_as_predicted(tmp_path, targe
     as `validate --engine` says; eaglekit's vllm output loads (previous test)."""
     from eaglekit.validate import validate
 
-    drafter = write_vllm(tmp_path / "drafter", CASES["target hidden != hidden, 4 aux layers, 2 layers"]["dims"], ids=[1, 3, 5, 7], norm_output=True)
+    drafter = write_vllm(
+        tmp_path / "drafter",
+        CASES["target hidden != hidden, 4 aux layers, 2 layers"]["dims"],
+        ids=[1, 3, 5, 7],
+        norm_output=True,
+    )
     assert "engine.aux_count" in {f.check for f in validate(drafter, engine="vllm==0.32").findings}
-    report = verify(str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=8, against=AGAINST))
+    report = verify(
+        str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=8, against=AGAINST)
+    )
     check = next(c for c in report["checks"] if c["name"] == "vllm_load")
     assert not check["passed"] and "size" in check["detail"]
 
@@ -161,9 +214,21 @@ def test_run_hands_the_frozen_heap_back(tmp_path, target):
         pytest.skip("in-process: the vLLM installed beside eaglekit")
     freeze, unfreeze = gc.freeze, gc.unfreeze
     ids = tiny_pair.prompts(1, 96, 3)
-    job = {"target": str(target), "dtype": "float32", "k": 2, "max_new_tokens": 4, "max_model_len": len(ids[0]) + 4 + 2 + 16, "prompts": ids}
+    job = {
+        "target": str(target),
+        "dtype": "float32",
+        "k": 2,
+        "max_new_tokens": 4,
+        "max_model_len": len(ids[0]) + 4 + 2 + 16,
+        "prompts": ids,
+    }
     served = write_vllm(tmp_path / "served", CASES["eagle3"]["dims"], ids=[2, 4, 5])
-    refused = write_vllm(tmp_path / "refused", CASES["target hidden != hidden, 4 aux layers, 2 layers"]["dims"], ids=[1, 3, 5, 7], norm_output=True)
+    refused = write_vllm(
+        tmp_path / "refused",
+        CASES["target hidden != hidden, 4 aux layers, 2 layers"]["dims"],
+        ids=[1, 3, 5, 7],
+        norm_output=True,
+    )
     assert gc.get_freeze_count() == 0
     alive = []
     for drafter, outcome in ((served, "prompts"), (refused, "refused"), (served, "prompts"), (served, "prompts")):
@@ -171,7 +236,9 @@ def test_run_hands_the_frozen_heap_back(tmp_path, target):
         assert outcome in result, result
         assert gc.get_freeze_count() == 0 and gc.isenabled()
         assert gc.freeze is freeze and gc.unfreeze is unfreeze
-        alive.append(sum(type(o).__name__ == "LLM" and type(o).__module__ == "vllm.entrypoints.llm" for o in gc.get_objects()))
+        alive.append(
+            sum(type(o).__name__ == "LLM" and type(o).__module__ == "vllm.entrypoints.llm" for o in gc.get_objects())
+        )
     assert alive[-1] == alive[0] <= 1, alive
 
 
@@ -183,8 +250,27 @@ def test_against_vllm_json_is_json(tmp_path, target, prompts):
     drafter = write_vllm(tmp_path / "drafter", CASES["eagle3"]["dims"], ids=[2, 4, 5])
     served = tmp_path / "served"
     convert(drafter, served, ConvertOptions(to="vllm"))
-    run = subprocess.run([sys.executable, "-m", "eaglekit", "verify", str(served), "--target", str(target), "--prompts", str(prompts),
-                          "--max-new-tokens", "8", "--against", AGAINST, "--json"], capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eaglekit",
+            "verify",
+            str(served),
+            "--target",
+            str(target),
+            "--prompts",
+            str(prompts),
+            "--max-new-tokens",
+            "8",
+            "--against",
+            AGAINST,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     report = json.loads(run.stdout)  # nothing but the report
     assert report["against"]["vllm"] == report["against"]["simulated"]
@@ -194,12 +280,16 @@ def test_against_vllm_json_is_json(tmp_path, target, prompts):
 def test_vllm_applies_the_drafters_sliding_window_as_the_reference_does(tmp_path, target, prompts, monkeypatch):
     """A drafter whose layer is windowed (window 4, sequences up to 20 positions): vLLM 0.32's live drafter equals the
     reference with the window (first pass and draft steps 2-3, where the window counts back from the draft token's own
-    position), and the same calls replayed without the window differ: vLLM applies it (the 'run' in vllm_releases.json)."""
-    from eaglekit.model.drafter import Window
-    from eaglekit.reference.model import ReferenceDrafter
+    position), and the same calls replayed without the window differ: vLLM applies it (the 'run' in vllm_releases.json).
+    """
     import importlib
 
-    against_vllm = importlib.import_module("eaglekit.verify.against_vllm")  # the package exports a function of that name
+    from eaglekit.model.drafter import Window
+    from eaglekit.reference.model import ReferenceDrafter
+
+    against_vllm = importlib.import_module(
+        "eaglekit.verify.against_vllm"
+    )  # the package exports a function of that name
     dims = CASES["eagle3.1 + d2t"]["dims"]
     drafter = write_vllm(tmp_path / "drafter", dims, ids=[2, 4, 5], norm_output=True)
     cfg = json.loads((drafter / "config.json").read_text())
@@ -218,7 +308,9 @@ def test_vllm_applies_the_drafters_sliding_window_as_the_reference_does(tmp_path
         return replay(model, calls)
 
     monkeypatch.setattr(against_vllm, "replay", both)
-    report = verify(str(served), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against="vllm"))
+    report = verify(
+        str(served), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against="vllm")
+    )
     against = report["against"]
     logits = {int(k): v for k, v in against["logits"].items()}
     assert set(logits) == {1, 2, 3}
@@ -232,10 +324,10 @@ def test_vllm_applies_the_drafters_sliding_window_as_the_reference_does(tmp_path
 def test_vllm_runs_a_gguf_targets_rope_as_verify_does(tmp_path, monkeypatch):
     """The two GGUF ropes transformers does not load (tests/test_gguf_rope.py), served by vLLM from eaglekit's
     transformers copy: the YaRN file's rope stated in that copy's config, the llama3 file's told to vLLM (hf_overrides:
-    the rope its rope_freqs divide by). vLLM's target states equal verify's at every prompt position and the decoded ones (the prompts are
-    120 tokens long: default rope there differs from YaRN's by >20% of the states' magnitude). Without the override,
-    the llama3 file's states differ (vLLM runs the default rope) while counters and greedy tokens of this tiny random
-    model still agree: only the state check tells the two runs apart."""
+    the rope its rope_freqs divide by). vLLM's target states equal verify's at every prompt position and the decoded
+    ones (the prompts are 120 tokens long: default rope there differs from YaRN's by >20% of the states' magnitude).
+    Without the override, the llama3 file's states differ (vLLM runs the default rope) while counters and greedy tokens
+    of this tiny random model still agree: only the state check tells the two runs apart."""
     import importlib
     import shutil
 
@@ -244,22 +336,36 @@ def test_vllm_runs_a_gguf_targets_rope_as_verify_does(tmp_path, monkeypatch):
     from eaglekit.engines import envs
 
     monkeypatch.setenv("EAGLEKIT_ENGINES_DIR", str(envs.engines_dir()))  # the engine environments stay where they are,
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the GGUF files' dequantised entries go to a cache of this test's
-    against_vllm = importlib.import_module("eaglekit.verify.against_vllm")  # the package exports a function of that name
+    monkeypatch.setenv(
+        "XDG_CACHE_HOME", str(tmp_path / "cache")
+    )  # the GGUF files' dequantised entries go to a cache of this test's
+    against_vllm = importlib.import_module(
+        "eaglekit.verify.against_vllm"
+    )  # the package exports a function of that name
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("\n".join(json.dumps({"id": f"p{i}", "input_ids": [(7 * i + 3 * j) % 60 + 3 for j in range(120)]}) for i in range(2)) + "\n")
+    prompts.write_text(
+        "\n".join(
+            json.dumps({"id": f"p{i}", "input_ids": [(7 * i + 3 * j) % 60 + 3 for j in range(120)]}) for i in range(2)
+        )
+        + "\n"
+    )
     drafter = write_vllm(tmp_path / "drafter", DRAFTER_DIMS, ids=[0, 1, 2])
 
     def served(fixture: Path) -> dict:
         target = tmp_path / fixture.stem / fixture.name
         target.parent.mkdir(exist_ok=True)
         shutil.copy(fixture, target)
-        return verify(str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against=AGAINST))
+        return verify(
+            str(drafter), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against=AGAINST)
+        )
 
     for fixture in (FIXTURE, YARN_FIXTURE):
         report = served(fixture)
         checks = {check["name"]: check["passed"] for check in report["checks"]}
-        assert checks["vllm_target_states"] and checks["vllm_logits"] and checks["vllm_acceptance"], (fixture.name, report["checks"])
+        assert checks["vllm_target_states"] and checks["vllm_logits"] and checks["vllm_acceptance"], (
+            fixture.name,
+            report["checks"],
+        )
         states = report["against"]["target_states"]
         # every prompt position, and the decoded ones vLLM accepted (its decoding reads the rope at new positions too)
         assert states["rows"] - states["decoded_rows"] == 240 and states["decoded_rows"] > 0, (fixture.name, states)
@@ -280,8 +386,12 @@ def test_drafts_accepted_past_a_stop_token_count_as_vllm_counts_them(tmp_path, p
     pair = pairs["3"]
     out = tmp_path / "vllm"
     convert(pair["drafter"], out, ConvertOptions(to="vllm"))
-    target, prompt_id, a = tiny_pair.target_stopping_inside_a_step({**pair, "drafter": out}, tmp_path, max_new_tokens=30)
-    report = verify(str(out), VerifyOptions(target=str(target), prompts=str(pair["prompts"]), max_new_tokens=30, against=AGAINST))
+    target, prompt_id, a = tiny_pair.target_stopping_inside_a_step(
+        {**pair, "drafter": out}, tmp_path, max_new_tokens=30
+    )
+    report = verify(
+        str(out), VerifyOptions(target=str(target), prompts=str(pair["prompts"]), max_new_tokens=30, against=AGAINST)
+    )
     against = report["against"]
     row = next(p for p in against["prompts"] if p["id"] == prompt_id)
     assert (row["vllm"]["num_drafts"], row["vllm"]["num_accepted_tokens"]) == (1, a), row
@@ -291,7 +401,8 @@ def test_drafts_accepted_past_a_stop_token_count_as_vllm_counts_them(tmp_path, p
 
 def test_one_token_prompts_count_as_vllm_counts_them(tmp_path, pairs):
     """vLLM serves one-token prompts (it refuses only an empty one): their first chain drafts from position 0, and the
-    counters and the drafter's logits there agree with vLLM's. The three one-token prompts the drafter accepts most on."""
+    counters and the drafter's logits there agree with vLLM's. The three one-token prompts the drafter accepts most on.
+    """
     pair = pairs["3"]
     out = tmp_path / "vllm"
     convert(pair["drafter"], out, ConvertOptions(to="vllm"))
@@ -301,7 +412,11 @@ def test_one_token_prompts_count_as_vllm_counts_them(tmp_path, pairs):
     best = sorted(scan["prompts"], key=lambda p: -p["trajectory"]["num_accepted_tokens"])[:3]
     prompts = tmp_path / "one.jsonl"
     prompts.write_text("".join(json.dumps({"id": p["id"], "input_ids": [int(p["id"][1:])]}) + "\n" for p in best))
-    report = verify(str(out), VerifyOptions(target=str(pair["target"]), prompts=str(prompts), max_new_tokens=12, against=AGAINST))
+    report = verify(
+        str(out), VerifyOptions(target=str(pair["target"]), prompts=str(prompts), max_new_tokens=12, against=AGAINST)
+    )
     against = report["against"]
     assert against["vllm"]["num_accepted_tokens"] > 0 and against["vllm"] == against["simulated"]
-    assert against["output_mismatches"] == 0 and all(v["max_rel_logit_diff"] <= 1e-5 for v in against["logits"].values())
+    assert against["output_mismatches"] == 0 and all(
+        v["max_rel_logit_diff"] <= 1e-5 for v in against["logits"].values()
+    )

@@ -9,18 +9,29 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from drafters import Dims, _save, canonical_tensors, edit_config, llama_keys, rename, write_specforge, write_vllm
 from eaglekit import api, dialects
 from eaglekit.errors import UsageError
+
+from drafters import Dims, _save, canonical_tensors, edit_config, llama_keys, rename, write_specforge, write_vllm
 
 
 def target_config(directory: Path, layers: int) -> Path:
     """A target's config.json alone (what convert/validate read): hidden 16, vocab 64, ``layers`` decoder layers."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 16, "num_hidden_layers": layers,
-        "num_attention_heads": 2, "vocab_size": 64, "intermediate_size": 32, "rope_theta": 10000.0,
-    }))
+    (directory / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": 16,
+                "num_hidden_layers": layers,
+                "num_attention_heads": 2,
+                "vocab_size": 64,
+                "intermediate_size": 32,
+                "rope_theta": 10000.0,
+            }
+        )
+    )
     return directory
 
 
@@ -32,8 +43,14 @@ def write_nvidia_gpt_oss(directory: Path, ids: list[int]) -> Path:
     t = canonical_tensors(d)
     t.pop("embed_tokens.weight")
     t.pop("t2d")
-    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", **llama_keys(d), "draft_vocab_size": d.Vd,
-           "norm_before_fc": True, "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}}
+    cfg = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        **llama_keys(d),
+        "draft_vocab_size": d.Vd,
+        "norm_before_fc": True,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True},
+    }
     return _save(directory, t, cfg)
 
 
@@ -45,11 +62,19 @@ def test_gpt_oss_v3_boundary_ids_read_by_the_target(tmp_path, cli):
     report = json.loads(cli("validate", src, "--target", target, "--json").stdout)
     assert report["ok"], report["findings"]
     note = next(f for f in report["findings"] if f["check"] == "aux.impossible_reading")
-    assert "[25, 31, 37]" in note["message"] and "0..36" in note["message"] and "[24, 30, 36] (input-of-layer)" in note["message"]
+    assert (
+        "[25, 31, 37]" in note["message"]
+        and "0..36" in note["message"]
+        and "[24, 30, 36] (input-of-layer)" in note["message"]
+    )
     assert not report["ambiguous"]
     cli("convert", src, tmp_path / "out", "--to", "vllm", "--target", target)
     cfg = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert cfg["eagle_aux_hidden_state_layer_ids"] == [24, 30, 36] == cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    assert (
+        cfg["eagle_aux_hidden_state_layer_ids"]
+        == [24, 30, 36]
+        == cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    )
 
 
 def test_gpt_oss_v3_without_a_target_reports_both_readings_and_convert_refuses(tmp_path, cli):
@@ -139,7 +164,9 @@ def test_sglang_writer_keeps_draft_vocab_null_for_a_drafter_without_lm_head(tmp_
     src = write_headless(tmp_path / "src", draft_vocab_size=declared)
     cli("convert", src, tmp_path / "out", "--to", "sglang")
     cfg = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert cfg["draft_vocab_size"] is None and "lm_head.weight" not in load_file(str(tmp_path / "out" / "model.safetensors"))
+    assert cfg["draft_vocab_size"] is None and "lm_head.weight" not in load_file(
+        str(tmp_path / "out" / "model.safetensors")
+    )
     report = json.loads(cli("validate", tmp_path / "out", "--json").stdout)
     assert _borrowed(report)["sglang"]["severity"] == "info"
     # and read back, the drafter is the same full-vocabulary drafter
@@ -187,8 +214,14 @@ def write_issue14_mla(directory: Path) -> Path:
 
     d = Dims(mla=mla_dims())
     t = rename(canonical_tensors(d), [("layers.0.", "midlayer.")])
-    cfg = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "model_type": "kimi_k2", **llama_keys(d), "draft_vocab_size": d.Vd,
-           "target_hidden_size": d.T, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 4], "use_aux_hidden_state": True}}
+    cfg = {
+        "architectures": ["Eagle3DeepseekV2ForCausalLM"],
+        "model_type": "kimi_k2",
+        **llama_keys(d),
+        "draft_vocab_size": d.Vd,
+        "target_hidden_size": d.T,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 4], "use_aux_hidden_state": True},
+    }
     return _save(directory, t, cfg)
 
 
@@ -219,7 +252,9 @@ def test_from_torchspec_decides_the_plus_one_reading(tmp_path, cli):
     src = write_issue14_mla(tmp_path / "mla")
     cli("convert", src, tmp_path / "out", "--to", "vllm", "--from", "torchspec")
     cfg = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert cfg["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5] == cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    assert (
+        cfg["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5] == cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    )
 
 
 def test_aux_layers_decides_too(tmp_path, cli):

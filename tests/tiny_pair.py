@@ -31,25 +31,72 @@ def prompts(n: int, vocab: int, seed: int) -> list[list[int]]:
     return [[rng.randrange(1, vocab) for _ in range(rng.randrange(4, 9))] for _ in range(n)]
 
 
-def build(root: Path, *, eagle: str = "3", steps: int = 120, seed: int = 0, vocab: int = 96, hidden: int = 64, layers: int = 8, draft_vocab: int = 64,
-          attention_scale: float = 0.3) -> dict:
+def build(
+    root: Path,
+    *,
+    eagle: str = "3",
+    steps: int = 120,
+    seed: int = 0,
+    vocab: int = 96,
+    hidden: int = 64,
+    layers: int = 8,
+    draft_vocab: int = 64,
+    attention_scale: float = 0.3,
+) -> dict:
     """Target dir, drafter dir (SpecForge layout), prompts file and the training figures."""
     # head_dim 32: the smallest vLLM's CPU attention kernels support
-    target_dir = write_tiny_target(root / "target", layers=layers, hidden=hidden, vocab=vocab, heads=2, seed=seed, attention_scale=attention_scale)
+    target_dir = write_tiny_target(
+        root / "target", layers=layers, hidden=hidden, vocab=vocab, heads=2, seed=seed, attention_scale=attention_scale
+    )
     return _train(root, target_dir, eagle=eagle, steps=steps, seed=seed, draft_vocab=draft_vocab)
 
 
-def build_mla(root: Path, *, eagle: str = "3", steps: int = 60, seed: int = 0, vocab: int = 96, hidden: int = 64, layers: int = 8,
-              draft_vocab: int = 64, model_type: str = "kimi_k2", target: Path | None = None, n_prompts: int = 6) -> dict:
-    """An MLA drafter trained on a tiny DeepSeek-V3 target (``target``, or a new one: kv_lora_rank 512 + qk_rope_head_dim
-    64, q_lora_rank 64, the dimensions vLLM's CPU MLA takes), with the target's MLA dimensions, saved in vLLM's native
-    layout (``Eagle3DeepseekV2ForCausalLM``, ``model_type``). Same loop, same data recipe as ``build``."""
-    target_dir = target or write_tiny_mla_target(root / "target", layers=layers, hidden=hidden, vocab=vocab, heads=2, seed=seed)
-    return _train(root, target_dir, eagle=eagle, steps=steps, seed=seed, draft_vocab=draft_vocab, mla=True, model_type=model_type, n_prompts=n_prompts)
+def build_mla(
+    root: Path,
+    *,
+    eagle: str = "3",
+    steps: int = 60,
+    seed: int = 0,
+    vocab: int = 96,
+    hidden: int = 64,
+    layers: int = 8,
+    draft_vocab: int = 64,
+    model_type: str = "kimi_k2",
+    target: Path | None = None,
+    n_prompts: int = 6,
+) -> dict:
+    """An MLA drafter trained on a tiny DeepSeek-V3 target (``target``, or a new one: kv_lora_rank 512 +
+    qk_rope_head_dim 64, q_lora_rank 64, the dimensions vLLM's CPU MLA takes), with the target's MLA dimensions, saved
+    in vLLM's native layout (``Eagle3DeepseekV2ForCausalLM``, ``model_type``). Same loop, same data recipe as
+    ``build``."""
+    target_dir = target or write_tiny_mla_target(
+        root / "target", layers=layers, hidden=hidden, vocab=vocab, heads=2, seed=seed
+    )
+    return _train(
+        root,
+        target_dir,
+        eagle=eagle,
+        steps=steps,
+        seed=seed,
+        draft_vocab=draft_vocab,
+        mla=True,
+        model_type=model_type,
+        n_prompts=n_prompts,
+    )
 
 
-def _train(root: Path, target_dir: Path, *, eagle: str, steps: int, seed: int, draft_vocab: int, mla: bool = False, model_type: str | None = None,
-           n_prompts: int = 6) -> dict:
+def _train(
+    root: Path,
+    target_dir: Path,
+    *,
+    eagle: str,
+    steps: int,
+    seed: int,
+    draft_vocab: int,
+    mla: bool = False,
+    model_type: str | None = None,
+    n_prompts: int = 6,
+) -> dict:
     from eaglekit.model.drafter import default_aux_ids
     from eaglekit.target import read_target_config
     from eaglekit.target.runner import TargetModel
@@ -69,7 +116,9 @@ def _train(root: Path, target_dir: Path, *, eagle: str, steps: int, seed: int, d
         aux, _ = target.aux_states(seq, aux_ids)
         data.append((seq, aux, len(p)))
     d2t, t2d = tm.build_vocab([s for s, _, _ in data], [p for _, _, p in data], vocab, draft_vocab)
-    d = tm.drafter_spec(cfg, eagle, draft_vocab, aux_ids, mla=tm.target_mla(cfg) if mla else None, model_type=model_type)
+    d = tm.drafter_spec(
+        cfg, eagle, draft_vocab, aux_ids, mla=tm.target_mla(cfg) if mla else None, model_type=model_type
+    )
     weights = tm.init_weights(d, target, d2t, seed)
     frozen = {"embed_tokens.weight": target.embed_weight.float(), "d2t": d2t}
     tm.train(d, weights, frozen, data, t2d, d2t, steps, 3, 5e-3, seed, log_every=10**9)
@@ -77,12 +126,16 @@ def _train(root: Path, target_dir: Path, *, eagle: str, steps: int, seed: int, d
     save = tm.save_vllm if mla else tm.save_specforge
     save(drafter_dir, d, weights, d2t, t2d, torch.float32, "tests/tiny_pair.py", seed)
     prompts_file = root / "prompts.jsonl"
-    prompts_file.write_text("\n".join(json.dumps({"id": f"p{i}", "input_ids": p}) for i, p in enumerate(eval_prompts)) + "\n")
+    prompts_file.write_text(
+        "\n".join(json.dumps({"id": f"p{i}", "input_ids": p}) for i, p in enumerate(eval_prompts)) + "\n"
+    )
     return {"target": target_dir, "drafter": drafter_dir, "prompts": prompts_file}
 
 
-CHAT_TEMPLATE = ("{% for m in messages %}{{ '[' + m['role'] + ']' + m['content'] + '|' }}{% endfor %}"
-                 "{% if add_generation_prompt %}{{ '[assistant]' }}{% endif %}")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ '[' + m['role'] + ']' + m['content'] + '|' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '[assistant]' }}{% endif %}"
+)
 
 
 def add_char_tokenizer(target_dir: Path) -> None:
@@ -125,7 +178,10 @@ def target_stopping_inside_a_step(pair: dict, root: Path, max_new_tokens: int) -
 
     with pytest.MonkeyPatch.context() as mp:
         results = captured_results(mp)
-        verify(str(pair["drafter"]), VerifyOptions(target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=max_new_tokens))
+        verify(
+            str(pair["drafter"]),
+            VerifyOptions(target=str(pair["target"]), prompts=str(pair["prompts"]), max_new_tokens=max_new_tokens),
+        )
     for r in results:
         P, tokens = len(r.prompt.ids), r.tokens.tolist()
         if int(r.accepted[0]) >= 2 and tokens[P + 1] != tokens[P]:  # the chain at P - 1: the first step's

@@ -42,7 +42,9 @@ class LazyGroup(EaglekitGroup):
         module, attribute = COMMANDS[cmd_name]
         command = getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
         if command.name != cmd_name:
-            raise AssertionError(f"eaglekit.cli.{module}.{attribute} is named {command.name!r}, COMMANDS says {cmd_name!r}")
+            raise AssertionError(
+                f"eaglekit.cli.{module}.{attribute} is named {command.name!r}, COMMANDS says {cmd_name!r}"
+            )
         return command
 
 
@@ -74,9 +76,9 @@ def exit_now(code: object) -> None:
     Tearing the interpreter down (every module and object freed one by one) takes ~15 ms after a header-only command,
     a tenth of its whole run, and ~0.6 s after ``verify`` (torch, transformers and a model in memory); a process about
     to end gains nothing from it. mypy ends with ``os._exit`` after flushing stdout and stderr too (``mypy/util.py``
-    ``hard_exit``, read in its source; it does not run the exit handlers first, this does). What Python's exit does before
-    that teardown still happens, in its order: no other non-daemon thread may be running (else this is Python's own
-    exit, which waits for it), the ``atexit`` handlers run (torch's, logging's flush, multiprocessing's, tempfile's
+    ``hard_exit``, read in its source; it does not run the exit handlers first, this does). What Python's exit does
+    before that teardown still happens, in its order: no other non-daemon thread may be running (else this is Python's
+    own exit, which waits for it), the ``atexit`` handlers run (torch's, logging's flush, multiprocessing's, tempfile's
     finalizers), then stdout and stderr are flushed. Every file eaglekit writes is closed before this.
 
     Python's own exit is kept where something may still want the process: a profiler or tracer is running eaglekit
@@ -85,7 +87,9 @@ def exit_now(code: object) -> None:
     runs the CLI in-process calls ``main``.
     """
     run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)  # CPython's, what its own exit calls
-    waited_for = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    waited_for = [
+        t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()
+    ]
     watched = sys.getprofile() is not None or sys.gettrace() is not None or debugging()
     if code is None:
         code = 0

@@ -1,8 +1,8 @@
 """The one place where failures become messages and exit codes.
 
-0 ok; 1 ran and found problems, or the system failed it (disk full); 2 could not run (bad options or input, missing files, missing optional
-dependency); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM: `kill`, `timeout`, `docker stop`).
-No traceback reaches the user unless EAGLEKIT_DEBUG=1.
+0 ok; 1 ran and found problems, or the system failed it (disk full); 2 could not run (bad options or input, missing
+files, missing optional dependency); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM: `kill`, `timeout`, `docker
+stop`). No traceback reaches the user unless EAGLEKIT_DEBUG=1.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import NoReturn
 
 import click
 
@@ -44,10 +45,12 @@ def _traceback_if_debugging() -> None:
 
 def _cut(text: str) -> str:
     """A value quoted whole (a 100,000-item list) must not become a 500 KB line: ``MAX_LINE`` characters at most."""
-    return text if len(text) <= MAX_LINE else text[: MAX_LINE - 40] + f"... ({len(text) - MAX_LINE + 40} characters more)"
+    return (
+        text if len(text) <= MAX_LINE else text[: MAX_LINE - 40] + f"... ({len(text) - MAX_LINE + 40} characters more)"
+    )
 
 
-def fail(message: str, code: int, *, json_mode: bool = False, kind: str = "EaglekitError") -> "NoReturn":  # noqa: F821
+def fail(message: str, code: int, *, json_mode: bool = False, kind: str = "EaglekitError") -> NoReturn:
     """One line on stderr; under --json also the error document (schemas/error.schema.json) on stdout."""
     line = _cut(" ".join(str(message).split()))
     click.echo(f"error: {_cut(printable(line))}", err=True)  # cut again once escaped: an escape is 4 characters for 1
@@ -66,7 +69,11 @@ class EaglekitGroup(click.Group):
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:  # a bad option or argument: the same one-line style as every other error
-            hint = f" (see `eaglekit {exc.ctx.info_name} --help`)" if exc.ctx is not None and exc.ctx.parent is not None else ""
+            hint = (
+                f" (see `eaglekit {exc.ctx.info_name} --help`)"
+                if exc.ctx is not None and exc.ctx.parent is not None
+                else ""
+            )
             fail(exc.format_message() + hint, EXIT_USAGE, json_mode=json_mode, kind="UsageError")
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise
@@ -86,5 +93,9 @@ class EaglekitGroup(click.Group):
             fail(f"{where}{exc.strerror or exc}", EXIT_FAILURE, json_mode=json_mode, kind=type(exc).__name__)
         except Exception as exc:  # a bug in eaglekit: still one line, with a way to see more
             _traceback_if_debugging()
-            fail(f"internal error: {type(exc).__name__}: {exc} (set EAGLEKIT_DEBUG=1 for the traceback)", EXIT_FAILURE,
-                 json_mode=json_mode, kind="InternalError")
+            fail(
+                f"internal error: {type(exc).__name__}: {exc} (set EAGLEKIT_DEBUG=1 for the traceback)",
+                EXIT_FAILURE,
+                json_mode=json_mode,
+                kind="InternalError",
+            )

@@ -9,7 +9,6 @@ from ..errors import UsageError
 from ..io import dtypes
 from ..model.drafter import NORM_OUTPUT_SEMANTICS
 
-
 # -- option types: parse and check once, where the option is read; a bad value is a one-line usage error (exit 2)
 
 
@@ -67,7 +66,9 @@ class DeviceType(click.ParamType):
     name = "device"
 
     def convert(self, value, param, ctx):
-        if value in ("cpu", "cuda", "auto") or (isinstance(value, str) and value.startswith("cuda:") and value[5:].isdigit()):
+        if value in ("cpu", "cuda", "auto") or (
+            isinstance(value, str) and value.startswith("cuda:") and value[5:].isdigit()
+        ):
             return value
         raise UsageError(f"--device {value!r}: one of cpu, cuda, cuda:N, auto")
 
@@ -121,7 +122,13 @@ class NamedPlaceType(click.ParamType):
 
     def convert(self, value, param, ctx):
         if isinstance(value, str) and not value.strip():
-            where = param.opts[0] if isinstance(param, click.Option) else (param.metavar or param.name.upper()) if param else "a value"
+            where = (
+                param.opts[0]
+                if isinstance(param, click.Option)
+                else (param.metavar or param.name.upper())
+                if param
+                else "a value"
+            )
             raise UsageError(f"{where}: empty; give {self.what}")
         return value
 
@@ -145,17 +152,25 @@ revision_option = click.option(
 download_option = click.option(
     "--download",
     is_flag=True,
-    help="For a Hub id: download the files into the Hub cache (so checks that need tensor values run) instead of "
-    "reading headers only by HTTP range requests.",
+    help=(
+        "For a Hub id: download the files into the Hub cache (so checks that need tensor values run) instead of "
+        "reading headers only by HTTP range requests."
+    ),
 )
 json_option = click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON (schema in schemas/).")
-force_option = click.option("--force", is_flag=True, help="Replace OUT if it is empty or an earlier eaglekit output (never a directory with other files).")
+force_option = click.option(
+    "--force",
+    is_flag=True,
+    help="Replace OUT if it is empty or an earlier eaglekit output (never a directory with other files).",
+)
 target_option = click.option(
     "--target",
     metavar="MODEL",
     type=NAMED_PLACE,
-    help="The target (verifier) model: a local directory, a Hub id in the local cache, a .gguf file, or its config.json alone "
-    "(only the config is read).",
+    help=(
+        "The target (verifier) model: a local directory, a Hub id in the local cache, a .gguf file, or its config.json"
+        " alone (only the config is read)."
+    ),
 )
 engine_option = click.option(
     "--engine",
@@ -173,9 +188,16 @@ dtype_option = click.option(
 
 
 # verify and drift: where and in which float type the target and the reference drafter run
-device_option = click.option("--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or auto.")
-run_dtype_option = click.option("--dtype", default="float32", show_default=True, type=click.Choice(list(dtypes.CAST_TARGETS)),
-                                help="The float type the target and the drafter run in.")
+device_option = click.option(
+    "--device", type=DEVICE, default="cpu", show_default=True, help="cpu, cuda, cuda:N or auto."
+)
+run_dtype_option = click.option(
+    "--dtype",
+    default="float32",
+    show_default=True,
+    type=click.Choice(list(dtypes.CAST_TARGETS)),
+    help="The float type the target and the drafter run in.",
+)
 
 norm_output_option = click.option(
     "--norm-output-semantics",
@@ -183,9 +205,11 @@ norm_output_option = click.option(
     default="auto",
     show_default=True,
     metavar="auto|eagle31|specforge",
-    help="How to read norm_output in a SpecForge-style (sglang) config, where the checkpoint cannot tell: eagle31 = "
-    "the post-norm state feeds the next step; specforge = SpecForge 0.2.0's (false: lm_head reads the un-normalised "
-    "state; pre-norm feedback either way); auto = as the checkpoint records, else eagle31 with a warning.",
+    help=(
+        "How to read norm_output in a SpecForge-style (sglang) config, where the checkpoint cannot tell: eagle31 = the"
+        " post-norm state feeds the next step; specforge = SpecForge 0.2.0's (false: lm_head reads the un-normalised"
+        " state; pre-norm feedback either way); auto = as the checkpoint records, else eagle31 with a warning."
+    ),
 )
 
 

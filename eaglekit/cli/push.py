@@ -13,7 +13,8 @@ from ._output import Output, findings_text, human_bytes, table
 
 def render(r: dict) -> str:
     t = r["target"]
-    where = f"{t['repo_id']} ({'a pull request against main' if t['create_pr'] else 'branch ' + t['revision']}{', private' if t['private'] else ''})"
+    place = "a pull request against main" if t["create_pr"] else "branch " + t["revision"]
+    where = f"{t['repo_id']} ({place}{', private' if t['private'] else ''})"
     lines = []
     if r["dry_run"]:
         lines.append(f"dry run: would publish to {where}, in one commit:")
@@ -22,7 +23,10 @@ def render(r: dict) -> str:
     rows = [(f"  {f['path']}", human_bytes(f["size"]), f["sha256"]) for f in r["files"]]
     if r["dry_run"]:
         lines.append(table(rows))
-        lines.append("README.md: " + ("the checkpoint's own (kept; --overwrite-card replaces it)" if r["card_kept"] else "generated:"))
+        lines.append(
+            "README.md: "
+            + ("the checkpoint's own (kept; --overwrite-card replaces it)" if r["card_kept"] else "generated:")
+        )
         if not r["card_kept"]:
             lines.append(r["card"])
         lines.append("nothing sent (--dry-run)")
@@ -48,17 +52,55 @@ def render(r: dict) -> str:
 @click.option("--commit-message", metavar="MSG", help="Commit message.")
 @click.option("--token", metavar="TOKEN", help="Hub token (default: HF_TOKEN, then the stored login). Never printed.")
 @click.option("--endpoint", metavar="URL", help="Hub endpoint (default: HF_ENDPOINT, then https://huggingface.co).")
-@click.option("--dry-run", is_flag=True, help="Show the target, each file with size and sha256, and the card; send nothing.")
+@click.option(
+    "--dry-run", is_flag=True, help="Show the target, each file with size and sha256, and the card; send nothing."
+)
 @click.option("--no-validate", "skip_validate", is_flag=True, help="Publish without validating (recorded in the card).")
 @click.option("--overwrite-card", is_flag=True, help="Replace a README.md already in PATH with the generated card.")
-@click.option("--allow-untrained", is_flag=True, help="Publish a drafter that `convert --upgrade 3.1` produced and nobody trained since.")
-@click.option("--allow-ambiguous", is_flag=True, help="Publish a checkpoint whose files fit two readings of its aux layers (validate's *.ambiguous).")
-@click.option("--base-model", metavar="ID", help="The verifier's Hub id for the card, when the drafter records a local path or none.")
-@click.option("--report", "report_dir", metavar="DIR", type=NAMED_FILE,
-              help="An `eaglekit drift --report DIR` directory: its tables go into the card, its plots and report.json into the same commit (under drift/).")
+@click.option(
+    "--allow-untrained",
+    is_flag=True,
+    help="Publish a drafter that `convert --upgrade 3.1` produced and nobody trained since.",
+)
+@click.option(
+    "--allow-ambiguous",
+    is_flag=True,
+    help="Publish a checkpoint whose files fit two readings of its aux layers (validate's *.ambiguous).",
+)
+@click.option(
+    "--base-model",
+    metavar="ID",
+    help="The verifier's Hub id for the card, when the drafter records a local path or none.",
+)
+@click.option(
+    "--report",
+    "report_dir",
+    metavar="DIR",
+    type=NAMED_FILE,
+    help=(
+        "An `eaglekit drift --report DIR` directory: its tables go into the card, its plots and report.json into the"
+        " same commit (under drift/)."
+    ),
+)
 @click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON (schema in schemas/).")
-def push_command(path, repo_id, private, revision, create_pr, commit_message, token, endpoint, dry_run, skip_validate, overwrite_card, allow_untrained,
-                 allow_ambiguous, base_model, report_dir, json_mode):
+def push_command(
+    path,
+    repo_id,
+    private,
+    revision,
+    create_pr,
+    commit_message,
+    token,
+    endpoint,
+    dry_run,
+    skip_validate,
+    overwrite_card,
+    allow_untrained,
+    allow_ambiguous,
+    base_model,
+    report_dir,
+    json_mode,
+):
     """Validate the drafter PATH and publish it to the Hub repository REPO_ID in one commit (stale shards removed in
     the same commit; a concurrent push is refused, not clobbered), with a model card generated from the drafter.
 
@@ -70,9 +112,21 @@ def push_command(path, repo_id, private, revision, create_pr, commit_message, to
       eaglekit push ./for-vllm my-org/drafter --report ./drift-report --dry-run
     """
     published = api.push(
-        path, repo_id, private=private, revision=revision, create_pr=create_pr, commit_message=commit_message, token=token,
-        endpoint=endpoint, dry_run=dry_run, validate=not skip_validate, overwrite_card=overwrite_card, base_model=base_model,
-        allow_untrained=allow_untrained, allow_ambiguous=allow_ambiguous, report=report_dir,
+        path,
+        repo_id,
+        private=private,
+        revision=revision,
+        create_pr=create_pr,
+        commit_message=commit_message,
+        token=token,
+        endpoint=endpoint,
+        dry_run=dry_run,
+        validate=not skip_validate,
+        overwrite_card=overwrite_card,
+        base_model=base_model,
+        allow_untrained=allow_untrained,
+        allow_ambiguous=allow_ambiguous,
+        report=report_dir,
     )
     output = Output(json_mode)
     note = origin_note(published.data.get("origin"))

@@ -28,21 +28,33 @@ _ALIASES = {alias: d.name for d in DIALECTS.values() for alias in d.aliases}
 
 # keys of the dialects' own structure that every reader reads and every writer writes its own way (not flags or ids,
 # which the dialects' ConfigRules name)
-_STRUCTURE_KEYS = ("eaglekit", "speculators_config", "speculators_model_type", "speculators_version", "embed_requires_grad",
-                   "_torchspec_version")
+_STRUCTURE_KEYS = (
+    "eaglekit",
+    "speculators_config",
+    "speculators_model_type",
+    "speculators_version",
+    "embed_requires_grad",
+    "_torchspec_version",
+)
 
 
 def unplaced_keys(source: dict, base: str | None, written: dict) -> list[str]:
     """The source config's keys (top level, and its HF block ``base`` for speculators' transformer_layer_config) that
     the written config holds nowhere under their name and that no dialect's rules read: a custom or newer key a
-    conversion would drop in silence. Keys without effect on a served drafter (``WITHOUT_EFFECT_KEYS``) are not named."""
+    conversion would drop in silence. Keys without effect on a served drafter (``WITHOUT_EFFECT_KEYS``) are not named.
+    """
     from ..model.hf_config import REWRITTEN_KEYS, WITHOUT_EFFECT_KEYS
 
     read = set(_STRUCTURE_KEYS) | set(WITHOUT_EFFECT_KEYS) | set(REWRITTEN_KEYS)
     for dialect in DIALECTS.values():
         rules = dialect.rules
-        paths = [*(p for key in rules.flags.values() for p in key.locations), *(p for p, _ in rules.aux_ids), *rules.num_aux,
-                 *rules.target_hidden, *([rules.base] if rules.base else [])]
+        paths = [
+            *(p for key in rules.flags.values() for p in key.locations),
+            *(p for p, _ in rules.aux_ids),
+            *rules.num_aux,
+            *rules.target_hidden,
+            *([rules.base] if rules.base else []),
+        ]
         read |= {p.split(".")[0] for p in paths}
     held: set[str] = set()
     stack: list = [written]
@@ -77,7 +89,9 @@ def get(name: str) -> Dialect:
 def get_writer(name: str) -> Dialect:
     dialect = get(name)
     if not dialect.can_write:
-        raise UsageError(f"the {dialect.name} dialect can be read but not written (writable: {', '.join(names(writable=True))})")
+        raise UsageError(
+            f"the {dialect.name} dialect can be read but not written (writable: {', '.join(names(writable=True))})"
+        )
     return dialect
 
 
@@ -97,12 +111,22 @@ AMBIGUITY_MARGIN = 10
 
 def _reading(loaded: LoadedDrafter, detection: Detection) -> Reading:
     aux = loaded.drafter.aux
-    return Reading(loaded.dialect, aux.convention if aux.ids is not None else None, aux.ids,
-                   f"score {detection.score}: {'; '.join(detection.evidence)}", detection.score)
+    return Reading(
+        loaded.dialect,
+        aux.convention if aux.ids is not None else None,
+        aux.ids,
+        f"score {detection.score}: {'; '.join(detection.evidence)}",
+        detection.score,
+    )
 
 
-def _dialect_ambiguity(ckpt: Checkpoint, detections: list[Detection], chosen: LoadedDrafter, target_num_layers: int | None,
-                       norm_output_semantics: str = "auto") -> Ambiguity | None:
+def _dialect_ambiguity(
+    ckpt: Checkpoint,
+    detections: list[Detection],
+    chosen: LoadedDrafter,
+    target_num_layers: int | None,
+    norm_output_semantics: str = "auto",
+) -> Ambiguity | None:
     """Dialects scoring within AMBIGUITY_MARGIN of the best whose readings name other target layers."""
     best = detections[0]
     readings = [_reading(chosen, best)]
@@ -110,7 +134,9 @@ def _dialect_ambiguity(ckpt: Checkpoint, detections: list[Detection], chosen: Lo
         if det.score <= 0 or best.score - det.score > AMBIGUITY_MARGIN:
             break
         try:
-            other = DIALECTS[det.dialect].read(ckpt, det, norm_output_semantics=norm_output_semantics, target_num_layers=target_num_layers)
+            other = DIALECTS[det.dialect].read(
+                ckpt, det, norm_output_semantics=norm_output_semantics, target_num_layers=target_num_layers
+            )
         except EaglekitError:
             continue  # this dialect cannot read the checkpoint at all: not a reading
         ids = other.drafter.aux.as_input()
@@ -166,11 +192,19 @@ def _refuse_base_model(ckpt: Checkpoint) -> None:
         arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "a causal LM"
         count = (ckpt.config or {}).get("num_hidden_layers")
         count = count if isinstance(count, int) else "many"
-        raise NotADrafterError(f"{ckpt.label}: this is a base model ({arch}, {count} layers, no fc fusion layer), not an EAGLE "
-                               "drafter; did you mean to pass it as --target?")
+        raise NotADrafterError(
+            f"{ckpt.label}: this is a base model ({arch}, {count} layers, no fc fusion layer), not an EAGLE "
+            "drafter; did you mean to pass it as --target?"
+        )
 
 
-def load(source: str | Path, dialect: str = "auto", *, norm_output_semantics: str = "auto", target_num_layers: int | None = None) -> LoadedDrafter:
+def load(
+    source: str | Path,
+    dialect: str = "auto",
+    *,
+    norm_output_semantics: str = "auto",
+    target_num_layers: int | None = None,
+) -> LoadedDrafter:
     """Open a drafter checkpoint and read it into the canonical model (detecting its dialect unless given).
 
     ``norm_output_semantics``: how to read a ``norm_output`` key whose meaning depends on the producer
@@ -189,24 +223,51 @@ def load(source: str | Path, dialect: str = "auto", *, norm_output_semantics: st
         if dialect == "auto":
             best = detections[0]
             if best.score <= 0:
-                raise ConfigError(f"{ckpt.label}: cannot tell which dialect this is; pass --from (one of {', '.join(DIALECTS)})")
-            loaded = DIALECTS[best.dialect].read(ckpt, best, norm_output_semantics=norm_output_semantics, target_num_layers=target_num_layers)
-            loaded.ambiguity = _dialect_ambiguity(ckpt, detections, loaded, target_num_layers, norm_output_semantics) or loaded.ambiguity
+                raise ConfigError(
+                    f"{ckpt.label}: cannot tell which dialect this is; pass --from (one of {', '.join(DIALECTS)})"
+                )
+            loaded = DIALECTS[best.dialect].read(
+                ckpt, best, norm_output_semantics=norm_output_semantics, target_num_layers=target_num_layers
+            )
+            loaded.ambiguity = (
+                _dialect_ambiguity(ckpt, detections, loaded, target_num_layers, norm_output_semantics)
+                or loaded.ambiguity
+            )
             return loaded
         chosen = get(dialect)
         given = next(d for d in detections if d.dialect == chosen.name)
-        loaded = chosen.read(ckpt, given, norm_output_semantics=norm_output_semantics, target_num_layers=target_num_layers, given=True)
+        loaded = chosen.read(
+            ckpt, given, norm_output_semantics=norm_output_semantics, target_num_layers=target_num_layers, given=True
+        )
         detected = detections[0]
         if detected.dialect != chosen.name and detected.score - given.score > AMBIGUITY_MARGIN:
-            loaded.notes.append(Finding(
-                "dialect.override", "warning",
-                f"read as {chosen.name}, as asked, though the files look like {detected.dialect} (score {detected.score}: "
-                f"{'; '.join(detected.evidence)}) and fit {chosen.name} less (score {given.score})"
-                + (f"; {len(loaded.unknown)} tensors mean nothing in {chosen.name}" if loaded.unknown else ""), "dialect"))
+            loaded.notes.append(
+                Finding(
+                    "dialect.override",
+                    "warning",
+                    f"read as {chosen.name}, as asked, though the files look like {detected.dialect} (score"
+                    f" {detected.score}: {'; '.join(detected.evidence)}) and fit {chosen.name} less (score"
+                    f" {given.score})"
+                    + (f"; {len(loaded.unknown)} tensors mean nothing in {chosen.name}" if loaded.unknown else ""),
+                    "dialect",
+                )
+            )
         return loaded
     except BaseException:
         ckpt.close()
         raise
 
 
-__all__ = ["AMBIGUITY_MARGIN", "Ambiguity", "DIALECTS", "Detection", "Dialect", "LoadedDrafter", "detect", "get", "get_writer", "load", "names"]
+__all__ = [
+    "AMBIGUITY_MARGIN",
+    "Ambiguity",
+    "DIALECTS",
+    "Detection",
+    "Dialect",
+    "LoadedDrafter",
+    "detect",
+    "get",
+    "get_writer",
+    "load",
+    "names",
+]

@@ -23,7 +23,11 @@ class AutomodelDialect(Dialect):
     )
     schema = "config/automodel.schema.json"
     evidence = (
-        Clue("tensor names carry the model. prefix", 80, lambda c, n, k: "model.fc.weight" in n or has_prefix(n, "model.layers.")),
+        Clue(
+            "tensor names carry the model. prefix",
+            80,
+            lambda c, n, k: "model.fc.weight" in n or has_prefix(n, "model.layers."),
+        ),
         architecture_clue("automodel", 20),
     )
 

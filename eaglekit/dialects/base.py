@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, UnsupportedError
 from ..findings import Finding
 from ..io import dtypes
 from ..io.reader import Checkpoint
+from ..model import architectures as arch_table
 from ..model.config_view import ConfigView, shown
 from ..model.drafter import INPUT, OUTPUT, AuxLayers, Convention, Drafter, Flags, Provenance
-from ..model import architectures as arch_table
 from ..model.hf_config import MLA_MODEL_TYPES, base_fields, read_rope
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,10 +67,16 @@ def _carried_keys(config: dict, base: str | None) -> dict:
     block = lookup(config, base) if base else None
     nested = {k: block[k] for k in CARRIED_HF_KEYS if k in block} if isinstance(block, dict) else {}
     return {**nested, **{k: config[k] for k in CARRIED_HF_KEYS if k in config}}
+
+
 # Aliases every reader accepts, by family: SGLang's legacy per-aux norm names and a third-party converter's name (a
 # file names its norms by one family: ``LoadedDrafter.stored_name`` names a missing one by the family the file uses).
 LEGACY_FC_NORM_FAMILIES = (
-    {"aux_norm_low.weight": "fc_norm.0.weight", "aux_norm_mid.weight": "fc_norm.1.weight", "aux_norm_high.weight": "fc_norm.2.weight"},
+    {
+        "aux_norm_low.weight": "fc_norm.0.weight",
+        "aux_norm_mid.weight": "fc_norm.1.weight",
+        "aux_norm_high.weight": "fc_norm.2.weight",
+    },
     {f"fcs.{i}.weight": f"fc_norm.{i}.weight" for i in range(8)},
 )
 LEGACY_FC_NORM_ALIASES = {alias: ours for family in LEGACY_FC_NORM_FAMILIES for alias, ours in family.items()}
@@ -183,8 +190,16 @@ class Ambiguity:
     decide: str
 
     def message(self) -> str:
-        what = "two dialects fit within the detection margin" if self.kind == "dialect" else "the aux ids' convention is not settled"
-        return f"ambiguous: {what}, and they name different target layers: " + "; ".join(r.text() for r in self.readings) + f"; {self.decide}"
+        what = (
+            "two dialects fit within the detection margin"
+            if self.kind == "dialect"
+            else "the aux ids' convention is not settled"
+        )
+        return (
+            f"ambiguous: {what}, and they name different target layers: "
+            + "; ".join(r.text() for r in self.readings)
+            + f"; {self.decide}"
+        )
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "readings": [r.to_dict() for r in self.readings], "decide": self.decide}
@@ -232,14 +247,16 @@ class LoadedDrafter:
     unknown: list[str]  # checkpoint names that map to no canonical name
     notes: list[Finding] = field(default_factory=list)  # what reading noticed (defaults assumed, ambiguities)
     ambiguity: Ambiguity | None = None  # two readings the evidence cannot choose between (see ``Ambiguity``)
-    # with a target: two id conventions that its depth rules neither out of; the dialect's is read (aux.unsettled_convention),
+    # with a target: two id conventions that its depth rules neither out of; the dialect's is read
+    # (aux.unsettled_convention),
     # verify measures both and convert --resolve converts with the one the weights were trained with
     unsettled: Ambiguity | None = None
     name_map: NameMap | None = None  # the dialect's name rules, for tensors the checkpoint lacks (``stored_name``)
 
     @functools.cached_property
     def _unknown(self) -> frozenset[str]:
-        """``unknown`` as a set: a header may list 300,000 of them, and every tensor's finding asks (list: quadratic)."""
+        """``unknown`` as a set: a header may list 300,000 of them, and every tensor's finding asks (list:
+        quadratic)."""
         return frozenset(self.unknown)
 
     @property
@@ -271,7 +288,7 @@ class LoadedDrafter:
                     return alias
         for theirs, ours in self.name_map.rules:
             if canonical.startswith(ours) and any(s.startswith(theirs) for s in stored):
-                return theirs + canonical[len(ours):]
+                return theirs + canonical[len(ours) :]
         return canonical
 
     def read(self, canonical: str) -> torch.Tensor:
@@ -284,7 +301,7 @@ class LoadedDrafter:
     def close(self) -> None:
         self.checkpoint.close()
 
-    def __enter__(self) -> "LoadedDrafter":
+    def __enter__(self) -> LoadedDrafter:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -313,7 +330,8 @@ class Dialect:
     drops_full_vocab_maps: bool = True
     carries_extra_config: bool = True  # harmless HF keys (token ids) ride along in the written config
     holds_unnormed_lm_head: bool = False  # its config can say "lm_head reads the un-normalised state" (SpecForge)
-    # every writer writes sliding_window / use_sliding_window / layer_types (flat HF keys); where the format's own readers
+    # every writer writes sliding_window / use_sliding_window / layer_types (flat HF keys); where the format's own
+    # readers
     # are not known to apply them, what to tell the user when a windowed drafter is written (convert's note)
     window_caveat: str | None = None
 
@@ -328,7 +346,9 @@ class Dialect:
         if not self.can_write:
             return self.evidence
         name = self.name
-        return self.evidence + (Clue(f"written by eaglekit as {name}", 60, lambda c, n, k: written_by_eaglekit(c, name)),)
+        return self.evidence + (
+            Clue(f"written by eaglekit as {name}", 60, lambda c, n, k: written_by_eaglekit(c, name)),
+        )
 
     def detect(self, config: dict, names: frozenset[str], ckpt: Checkpoint) -> Detection:
         score, evidence = 0, []
@@ -354,7 +374,8 @@ class Dialect:
             ours = aliases.get(source) or self.names.to_canonical(source)
             if ours in canonical:
                 raise ConfigError(
-                    f"{ckpt.label}: tensors {canonical[ours]!r} and {source!r} both map to {ours!r} in the {self.name} dialect"
+                    f"{ckpt.label}: tensors {canonical[ours]!r} and {source!r} both map to {ours!r} in the {self.name}"
+                    " dialect"
                 )
             if is_known_name(ours):
                 canonical[ours] = source
@@ -362,18 +383,28 @@ class Dialect:
                 unknown.append(source)
         return canonical, unknown
 
-    def read(self, ckpt: Checkpoint, detection: Detection | None = None, *, norm_output_semantics: str = "auto",
-             target_num_layers: int | None = None, given: bool = False) -> LoadedDrafter:
+    def read(
+        self,
+        ckpt: Checkpoint,
+        detection: Detection | None = None,
+        *,
+        norm_output_semantics: str = "auto",
+        target_num_layers: int | None = None,
+        given: bool = False,
+    ) -> LoadedDrafter:
         """Read ``ckpt`` in this dialect. ``norm_output_semantics``: how to read a producer-dependent ``norm_output``
-        key ("eagle31", "specforge", "auto"). ``target_num_layers`` (L, from ``--target``) lets the boundary rule discard
-        an aux-id reading outside 0..L; ``given``: the user named this dialect (``--from``), which settles the ids'
-        convention the way the dialect reads them."""
+        key ("eagle31", "specforge", "auto"). ``target_num_layers`` (L, from ``--target``) lets the boundary rule
+        discard an aux-id reading outside 0..L; ``given``: the user named this dialect (``--from``), which settles the
+        ids' convention the way the dialect reads them."""
         if ckpt.config is None:
             raise ConfigError(f"{ckpt.label}: no config.json")
         label = f"{ckpt.label}/config.json"
         nested = ckpt.config.get("eagle_config")
         if nested is not None and not isinstance(nested, dict):
-            raise ConfigError(f"{label}: eagle_config must be an object (its aux layer ids and flags), got {nested!r}", key="eagle_config")
+            raise ConfigError(
+                f"{label}: eagle_config must be an object (its aux layer ids and flags), got {nested!r}",
+                key="eagle_config",
+            )
         top = ConfigView(ckpt.config, label)
         names, unknown = self.map_names(ckpt)
         notes: list[Finding] = []
@@ -381,11 +412,20 @@ class Dialect:
         if self.rules.base:
             base_view = top.sub(self.rules.base)
             if base_view is None:
-                raise ConfigError(f"{label}: {self.rules.base} is missing (the {self.name} dialect keeps dimensions there)")
+                raise ConfigError(
+                    f"{label}: {self.rules.base} is missing (the {self.name} dialect keeps dimensions there)"
+                )
         fields = base_fields(base_view)
         _, theta_given = read_rope(base_view)
         if not theta_given:
-            notes.append(Finding("rope.defaulted", "warning", "config has no rope_theta: 10000 assumed (EAGLE's default)", "rope_theta"))
+            notes.append(
+                Finding(
+                    "rope.defaulted",
+                    "warning",
+                    "config has no rope_theta: 10000 assumed (EAGLE's default)",
+                    "rope_theta",
+                )
+            )
 
         flags = self.read_flags(ckpt.config, top, notes)
         aux = self.read_aux_ids(ckpt.config, top, names, notes)
@@ -403,10 +443,11 @@ class Dialect:
                         Finding(
                             "aux.unsettled_convention",
                             "warning",
-                            f"{location} {list(aux.ids)}: read {aux.convention}-of-layer = target layers {list(aux.as_input())}, but "
-                            f"read {other.convention}-of-layer they would be {list(other_layers)}, "
-                            f"also within the target's 0..{target_num_layers}, and nothing in the checkpoint says which its producer "
-                            "meant: verify measures both; convert --resolve (or --aux-layers) if it is the other",
+                            f"{location} {list(aux.ids)}: read {aux.convention}-of-layer = target layers"
+                            f" {list(aux.as_input())}, but read {other.convention}-of-layer they would be"
+                            f" {list(other_layers)}, also within the target's 0..{target_num_layers}, and nothing in"
+                            " the checkpoint says which its producer meant: verify measures both; convert --resolve"
+                            " (or --aux-layers) if it is the other",
                             location,
                         )
                     )
@@ -418,7 +459,9 @@ class Dialect:
 
         attention = "mla" if fields["mla"] is not None or fields["model_type"] in MLA_MODEL_TYPES else "llama"
         if attention == "mla" and fields["mla"] is None:
-            raise ConfigError(f"{label}: model_type {fields['model_type']!r} is MLA but kv_lora_rank/qk_rope_head_dim are missing")
+            raise ConfigError(
+                f"{label}: model_type {fields['model_type']!r} is MLA but kv_lora_rank/qk_rope_head_dim are missing"
+            )
         if attention == "mla":
             fields["mla"] = _q_lora_rank_from_tensors(fields["mla"], base_view, infos, notes)
         if attention == "llama":
@@ -428,7 +471,9 @@ class Dialect:
                 fields["model_type"] = "llama"  # the tensors decide; the label was wrong
 
         num_layers = base_view.int("num_hidden_layers", 1, minimum=1)
-        found = 1 + max((int(c.split(".")[1]) for c in infos if c.startswith("layers.")), default=0)  # decoder layers the tensors hold
+        found = 1 + max(
+            (int(c.split(".")[1]) for c in infos if c.startswith("layers.")), default=0
+        )  # decoder layers the tensors hold
         if self.single_layer_model:
             if found != num_layers:
                 notes.append(
@@ -463,9 +508,17 @@ class Dialect:
         if drafter.verifier is None and isinstance(block.get("verifier"), str):
             # formats with no verifier field: eaglekit kept it in its own block
             archs = block.get("verifier_architectures")
-            drafter = drafter.with_(verifier=block["verifier"], verifier_architectures=tuple(archs) if isinstance(archs, list) else ())
-        if isinstance(block.get("model_type"), str) and block["model_type"] in MLA_MODEL_TYPES and drafter.attention == "mla":
-            drafter = drafter.with_(model_type=block["model_type"])  # a writer had to spell it differently for its engine
+            drafter = drafter.with_(
+                verifier=block["verifier"], verifier_architectures=tuple(archs) if isinstance(archs, list) else ()
+            )
+        if (
+            isinstance(block.get("model_type"), str)
+            and block["model_type"] in MLA_MODEL_TYPES
+            and drafter.attention == "mla"
+        ):
+            drafter = drafter.with_(
+                model_type=block["model_type"]
+            )  # a writer had to spell it differently for its engine
         # what a format with no place for it left to eaglekit's block: speculators' proposal methods, HF token ids
         if not drafter.proposals and isinstance(block.get("speculators_proposals"), dict):
             drafter = drafter.with_(proposals=dict(block["speculators_proposals"]))
@@ -473,7 +526,9 @@ class Dialect:
         missing = {k: v for k, v in kept.items() if k in CARRIED_HF_KEYS and k not in drafter.extra_config}
         if missing:
             drafter = drafter.with_(extra_config={**drafter.extra_config, **missing})
-        return LoadedDrafter(drafter, ckpt, self.name, detection, names, unknown, notes, ambiguity, unsettled, self.names)
+        return LoadedDrafter(
+            drafter, ckpt, self.name, detection, names, unknown, notes, ambiguity, unsettled, self.names
+        )
 
     # hooks a dialect may override --------------------------------------------------------------------
 
@@ -484,16 +539,28 @@ class Dialect:
         for flag, key in self.rules.flags.items():
             stated = [(location, lookup(config, location)) for location in key.locations]
             stated = [(location, value) for location, value in stated if value is not None]
-            for location, value in stated:  # every place the flag may be, also those a value elsewhere takes precedence over
+            for (
+                location,
+                value,
+            ) in stated:  # every place the flag may be, also those a value elsewhere takes precedence over
                 if not isinstance(value, bool):
                     raise ConfigError(f"{top.label}: {location} must be true or false, got {value!r}", key=location)
             values[flag] = stated[0][1] if stated else key.default
             differing = [(location, value) for location, value in stated[1:] if value != stated[0][1]]
             if differing and notes is not None:
-                (used, value), others = stated[0], ", ".join(f"{location} {str(v).lower()}" for location, v in differing)
-                notes.append(Finding("flags.conflicting_locations", "warning",
-                                     f"{used} {str(value).lower()} and {others} disagree; {used} is used (an engine reading the other place "
-                                     "first runs the other value: convert writes one)", used))
+                (used, value), others = (
+                    stated[0],
+                    ", ".join(f"{location} {str(v).lower()}" for location, v in differing),
+                )
+                notes.append(
+                    Finding(
+                        "flags.conflicting_locations",
+                        "warning",
+                        f"{used} {str(value).lower()} and {others} disagree; {used} is used (an engine reading the"
+                        " other place first runs the other value: convert writes one)",
+                        used,
+                    )
+                )
         return Flags(**values)
 
     def read_aux_ids(self, config: dict, top: ConfigView, names: dict, notes: list[Finding]) -> AuxLayers:
@@ -503,9 +570,14 @@ class Dialect:
             if value is None:
                 continue
             if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-                raise ConfigError(f"{top.label}: {location} must be a list of integers, got {shown(value)}", key=location)
+                raise ConfigError(
+                    f"{top.label}: {location} must be a list of integers, got {shown(value)}", key=location
+                )
             if len(value) > MAX_AUX_STATES:  # said before the list is read (or printed) whole
-                raise ConfigError(f"{top.label}: {location} lists {len(value)} layer ids; a drafter fuses at most {MAX_AUX_STATES}", key=location)
+                raise ConfigError(
+                    f"{top.label}: {location} lists {len(value)} layer ids; a drafter fuses at most {MAX_AUX_STATES}",
+                    key=location,
+                )
             if value:
                 found.append((location, tuple(value), convention))
         if not found:
@@ -543,14 +615,14 @@ class Dialect:
         return None
 
     def convention_ambiguity(self, aux: AuxLayers, location: str | None, ckpt: Checkpoint) -> Ambiguity | None:
-        """Without a target: ids in ``eagle_config`` alone, whose convention no evidence confirms, are reported with both
-        readings instead of one being chosen. NVIDIA's gpt-oss-120b v3 drafter writes input-of-layer ids there
-        ([24, 30, 36] on 36 layers, sglang#32334) and its long-context variant output-of-layer ones ([1, 17, 32]); SGLang's
-        and SpecForge's MLA drafters carry vLLM's architecture string with output-of-layer ids there, so the location
-        and the producer alone do not decide. Evidence that does: the ids are the default of the convention read (1,
-        L//2-1, L-4 output-of-layer; 2, L//2, L-3 input-of-layer) for some L; for output-of-layer ids, SpecForge's/EAGLE's
-        own ``midlayer.*`` tensor names; the same layers recorded at the top level too; an eaglekit block naming them;
-        the dialect's producer metadata (``pins_convention``)."""
+        """Without a target: ids in ``eagle_config`` alone, whose convention no evidence confirms, are reported with
+        both readings instead of one being chosen. NVIDIA's gpt-oss-120b v3 drafter writes input-of-layer ids there
+        ([24, 30, 36] on 36 layers, sglang#32334) and its long-context variant output-of-layer ones ([1, 17, 32]);
+        SGLang's and SpecForge's MLA drafters carry vLLM's architecture string with output-of-layer ids there, so the
+        location and the producer alone do not decide. Evidence that does: the ids are the default of the convention
+        read (1, L//2-1, L-4 output-of-layer; 2, L//2, L-3 input-of-layer) for some L; for output-of-layer ids,
+        SpecForge's/EAGLE's own ``midlayer.*`` tensor names; the same layers recorded at the top level too; an eaglekit
+        block naming them; the dialect's producer metadata (``pins_convention``)."""
         if aux.ids is None or location is None or not location.startswith("eagle_config."):
             return None
         config = ckpt.config or {}
@@ -562,18 +634,27 @@ class Dialect:
             return None
         if isinstance(config.get("eagle_aux_hidden_state_layer_ids"), list):
             return None  # both locations recorded: aux.conflicting_locations speaks if they disagree
-        recorded = (config.get("eaglekit") or {}).get("aux_layer_ids_input_convention") if isinstance(config.get("eaglekit"), dict) else None
+        recorded = (
+            (config.get("eaglekit") or {}).get("aux_layer_ids_input_convention")
+            if isinstance(config.get("eaglekit"), dict)
+            else None
+        )
         if isinstance(recorded, list) and tuple(recorded) == aux.as_input():
             return None
-        as_read = Reading(self.name, aux.convention, aux.ids, f"{location} read as {self.name} does: {aux.convention}-of-layer")
+        as_read = Reading(
+            self.name, aux.convention, aux.ids, f"{location} read as {self.name} does: {aux.convention}-of-layer"
+        )
         if aux.convention == OUTPUT:
             other = Reading(self.name, INPUT, aux.ids, "the same ids already input-of-layer (boundary ids)")
         else:
-            other = Reading(self.name, OUTPUT, aux.ids, "the same ids output-of-layer, as SGLang and SpecForge write them there")
+            other = Reading(
+                self.name, OUTPUT, aux.ids, "the same ids output-of-layer, as SGLang and SpecForge write them there"
+            )
         return Ambiguity(
             "convention",
             (as_read, other),
-            "pass --target to validate or convert (a reading naming a layer outside the target's 0..L is discarded) or --aux-layers",
+            "pass --target to validate or convert (a reading naming a layer outside the target's 0..L is discarded) or"
+            " --aux-layers",
         )
 
     def adjust(self, drafter: Drafter, top: ConfigView, ckpt: Checkpoint, notes: list[Finding]) -> Drafter:
@@ -598,8 +679,9 @@ class Dialect:
         """Refuse a drafter whose math this format has no way to say (checked for every writer)."""
         if not drafter.flags.norm_before_lm_head and not self.holds_unnormed_lm_head:
             raise UnsupportedError(
-                f"the {self.name} format cannot hold a drafter whose lm_head reads the un-normalised state (SpecForge's "
-                "norm_output: false): its readers always apply the final norm before lm_head; write sglang (SpecForge) instead"
+                f"the {self.name} format cannot hold a drafter whose lm_head reads the un-normalised state (SpecForge's"
+                " norm_output: false): its readers always apply the final norm before lm_head; write sglang"
+                " (SpecForge) instead"
             )
 
     def output_names(self, drafter: Drafter) -> dict[str, str]:
@@ -646,8 +728,12 @@ class Dialect:
 
     def _num_aux(self, top: ConfigView, aux: AuxLayers, infos: dict, T: int) -> int:
         declared = self._first_int(top, self.rules.num_aux)
-        if declared and declared > MAX_AUX_STATES:  # one fc_norm and one aux slot expected per state: refuse, not allocate
-            raise ConfigError(f"{top.label}: {declared} fused target states declared; a drafter fuses at most {MAX_AUX_STATES}")
+        if (
+            declared and declared > MAX_AUX_STATES
+        ):  # one fc_norm and one aux slot expected per state: refuse, not allocate
+            raise ConfigError(
+                f"{top.label}: {declared} fused target states declared; a drafter fuses at most {MAX_AUX_STATES}"
+            )
         if declared:
             return declared
         if aux.ids is not None:
@@ -685,7 +771,8 @@ def within_boundaries(ids: tuple[int, ...] | None, L: int) -> bool:
 def apply_boundaries(aux: AuxLayers, location: str | None, L: int | None, notes: list[Finding]) -> AuxLayers:
     """The impossible-reading rule, the same for every dialect and id location: with the target's depth L known, a
     reading that names a layer outside 0..L cannot be what the producer meant. It is discarded, with a note, in
-    favour of the other convention when that one fits; when neither fits, the reading stays and ``aux.range`` says so."""
+    favour of the other convention when that one fits; when neither fits, the reading stays and ``aux.range`` says so.
+    """
     if aux.ids is None or L is None or within_boundaries(aux.as_input(), L):
         return aux
     other = AuxLayers(aux.ids, INPUT if aux.convention == OUTPUT else OUTPUT)
@@ -695,9 +782,9 @@ def apply_boundaries(aux: AuxLayers, location: str | None, L: int | None, notes:
         Finding(
             "aux.impossible_reading",
             "warning",
-            f"{location or 'aux ids'} {list(aux.ids)} read {aux.convention}-of-layer would be target layers "
-            f"{list(aux.as_input())} (input-of-layer), past the target's boundaries 0..{L}: impossible, so they are read "
-            f"{other.convention}-of-layer = {list(other.as_input())} (input-of-layer)",
+            f"{location or 'aux ids'} {list(aux.ids)} read {aux.convention}-of-layer would be target layers"
+            f" {list(aux.as_input())} (input-of-layer), past the target's boundaries 0..{L}: impossible, so they are"
+            f" read {other.convention}-of-layer = {list(other.as_input())} (input-of-layer)",
             location,
         )
     )
@@ -718,26 +805,38 @@ def attention_from_tensors(config: dict, model_type: str | None, infos: Mapping)
         return "llama", None
     if not has_q:
         return "qwen3", None  # no attention tensors to judge by: tensor.missing will speak
-    said = " / ".join(([f"architectures {labels[0]}"] if labels else []) + (["model_type qwen3"] if model_type == "qwen3" else []))
-    return "llama", (
-        f"{said} says Qwen3 attention (q_norm/k_norm), but the tensors are Llama-shaped (q/k/v projections, no "
-        "q_norm/k_norm): read as a Llama drafter. Engines trust the label: SGLang builds its Qwen3 model and fails "
-        "(KeyError 'midlayer.self_attn.qkv_proj.weight', sglang#9135); vLLM builds its Qwen3 drafter and runs q/k norms "
-        "the drafter never had, with unit weights. `eaglekit convert` writes the class the tensors fit"
+    said = " / ".join(
+        ([f"architectures {labels[0]}"] if labels else []) + (["model_type qwen3"] if model_type == "qwen3" else [])
+    )
+    return (
+        "llama",
+        (
+            f"{said} says Qwen3 attention (q_norm/k_norm), but the tensors are Llama-shaped (q/k/v projections, no"
+            " q_norm/k_norm): read as a Llama drafter. Engines trust the label: SGLang builds its Qwen3 model and fails"
+            " (KeyError 'midlayer.self_attn.qkv_proj.weight', sglang#9135); vLLM builds its Qwen3 drafter and runs q/k"
+            " norms the drafter never had, with unit weights. `eaglekit convert` writes the class the tensors fit"
+        ),
     )
 
 
 def _q_lora_rank_from_tensors(mla, view: ConfigView, infos: Mapping, notes: list[Finding]):
-    """An MLA config without the ``q_lora_rank`` key (not an explicit null: that is a q_proj drafter) whose checkpoint has
-    ``q_a_proj``: the rank is that tensor's row count. Said as an error (no engine loads the checkpoint as it is; vLLM's
-    config class defaults the rank to 1536), and read from the tensor so that nothing else is misreported (a "missing
-    q_proj") and ``convert`` writes the key."""
+    """An MLA config without the ``q_lora_rank`` key (not an explicit null: that is a q_proj drafter) whose checkpoint
+    has ``q_a_proj``: the rank is that tensor's row count. Said as an error (no engine loads the checkpoint as it is;
+    vLLM's config class defaults the rank to 1536), and read from the tensor so that nothing else is misreported (a
+    "missing q_proj") and ``convert`` writes the key."""
     q_a = infos.get("layers.0.self_attn.q_a_proj.weight")
     if mla.q_lora_rank is not None or "q_lora_rank" in view.data or q_a is None or len(q_a.shape) != 2:
         return mla
     rows = q_a.shape[0]
-    notes.append(Finding("mla.q_lora_rank", "error", f"config.json has no q_lora_rank, which vLLM and SGLang need to load an MLA drafter; "
-                         f"q_a_proj.weight has {rows} rows, so {rows} is read (`eaglekit convert` writes it)", "q_lora_rank"))
+    notes.append(
+        Finding(
+            "mla.q_lora_rank",
+            "error",
+            "config.json has no q_lora_rank, which vLLM and SGLang need to load an MLA drafter; "
+            f"q_a_proj.weight has {rows} rows, so {rows} is read (`eaglekit convert` writes it)",
+            "q_lora_rank",
+        )
+    )
     return replace(mla, q_lora_rank=rows)
 
 
@@ -757,7 +856,7 @@ def _eaglekit_block(top: ConfigView) -> dict:
 def _provenance(dialect: str, framework: str | None, block: dict) -> Provenance:
     """Where the checkpoint comes from; an eaglekit output also says what it was converted from and any numerics
     change it recorded (the 3.0 -> 3.1 upgrade), so a further conversion keeps them."""
-    text = lambda key: block.get(key) if isinstance(block.get(key), str) else None  # noqa: E731
+    text = lambda key: block.get(key) if isinstance(block.get(key), str) else None
     notes = block.get("notes") if isinstance(block.get("notes"), list) else []
     return Provenance(
         source_dialect=dialect,

@@ -13,10 +13,10 @@ from __future__ import annotations
 from ..errors import UnsupportedError
 from ..findings import Finding
 from ..io.reader import Checkpoint
+from ..model.architectures import written_as
 from ..model.config_view import ConfigView
 from ..model.drafter import INPUT, AuxLayers, Drafter, default_aux_ids
 from ..model.hf_config import base_config
-from ..model.architectures import written_as
 from .base import MIDLAYER, Clue, ConfigRules, Dialect, Key, NameMap, architecture_clue, has_prefix
 
 NO_FLAGS = {
@@ -48,13 +48,21 @@ class EagleDialect(Dialect):
         Clue("pytorch_model.bin", 30, lambda c, n, k: k.format == "bin"),
         architecture_clue("eagle", 20, alone=True),
         Clue("tensors named midlayer.*", 20, lambda c, n, k: has_prefix(n, "midlayer.")),
-        Clue("no eagle_config, no EAGLE 3.1 flags", 10, lambda c, n, k: not any(x in c for x in ("eagle_config", "fc_norm", "norm_output", "speculators_config"))),
-        Clue("no rope_theta (EAGLE assumes 10000)", 5, lambda c, n, k: "rope_theta" not in c and "rope_parameters" not in c),
+        Clue(
+            "no eagle_config, no EAGLE 3.1 flags",
+            10,
+            lambda c, n, k: not any(x in c for x in ("eagle_config", "fc_norm", "norm_output", "speculators_config")),
+        ),
+        Clue(
+            "no rope_theta (EAGLE assumes 10000)",
+            5,
+            lambda c, n, k: "rope_theta" not in c and "rope_parameters" not in c,
+        ),
     )
     single_layer_model = True
     window_caveat = (
-        "EAGLE's own code (cnets.py) builds full attention and reads neither key: run by EAGLE, the drafter attends past "
-        "its window, unlike training (engines reading the keys apply them)"
+        "EAGLE's own code (cnets.py) builds full attention and reads neither key: run by EAGLE, the drafter attends"
+        " past its window, unlike training (engines reading the keys apply them)"
     )
 
     def adjust(self, d: Drafter, top: ConfigView, ckpt: Checkpoint, notes: list[Finding]) -> Drafter:
@@ -64,7 +72,8 @@ class EagleDialect(Dialect):
                 Finding(
                     "config.head_dim",
                     "warning",
-                    f"config head_dim {d.head_dim} is ignored by EAGLE's code, which uses hidden_size // heads = {computed}",
+                    f"config head_dim {d.head_dim} is ignored by EAGLE's code, which uses hidden_size // heads ="
+                    f" {computed}",
                     "head_dim",
                 )
             )

@@ -31,7 +31,10 @@ MODELOPT_EAGLE_KEYS = (
 NORM_LAYOUT = {
     "use_last_layernorm": (True, "trained without the final norm before lm_head; engines apply norm.weight"),
     "use_input_layernorm_in_first_layer": (True, "trained without layer 0's input_layernorm; engines apply it"),
-    "use_mtp_layernorm": (False, "trained with MTP-style norms on the embedding and hidden state (enorm/hnorm); engines have none"),
+    "use_mtp_layernorm": (
+        False,
+        "trained with MTP-style norms on the embedding and hidden state (enorm/hnorm); engines have none",
+    ),
 }
 
 
@@ -49,7 +52,11 @@ class ModeloptDialect(Dialect):
             lambda c, n, k: any(key in (c.get("eagle_config") or {}) for key in MODELOPT_EAGLE_KEYS),
         ),
         Clue("d2t without t2d", 15, lambda c, n, k: "d2t" in n and "t2d" not in n),
-        Clue("tensors named layers.N.*, no embeddings", 10, lambda c, n, k: has_prefix(n, "layers.") and not has_prefix(n, "embed_tokens")),
+        Clue(
+            "tensors named layers.N.*, no embeddings",
+            10,
+            lambda c, n, k: has_prefix(n, "layers.") and not has_prefix(n, "embed_tokens"),
+        ),
         architecture_clue("modelopt", 5),
     )
 
@@ -60,8 +67,14 @@ class ModeloptDialect(Dialect):
         for key, (runs, what) in NORM_LAYOUT.items():
             value = nested.get(key)
             if isinstance(value, bool) and value != runs:
-                notes.append(Finding("flags.modelopt_norm_layout", "warning", f"eagle_config.{key} is {str(value).lower()}: {what}",
-                                     f"eagle_config.{key}"))
+                notes.append(
+                    Finding(
+                        "flags.modelopt_norm_layout",
+                        "warning",
+                        f"eagle_config.{key} is {str(value).lower()}: {what}",
+                        f"eagle_config.{key}",
+                    )
+                )
         return d
 
 

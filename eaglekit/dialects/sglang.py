@@ -22,11 +22,23 @@ from dataclasses import replace
 from ..errors import UnsupportedError
 from ..findings import Finding
 from ..io.reader import Checkpoint
+from ..model.architectures import written_as
 from ..model.config_view import ConfigView
 from ..model.drafter import NORM_OUTPUT_SEMANTICS, Drafter
-from ..model.architectures import written_as
 from ..model.hf_config import base_config, model_type_for
-from .base import INPUT, MIDLAYER, OUTPUT, Clue, ConfigRules, Dialect, Key, NameMap, architecture_clue, has_prefix, written_by_eaglekit
+from .base import (
+    INPUT,
+    MIDLAYER,
+    OUTPUT,
+    Clue,
+    ConfigRules,
+    Dialect,
+    Key,
+    NameMap,
+    architecture_clue,
+    has_prefix,
+    written_by_eaglekit,
+)
 
 SGLANG_FLAGS = {
     "fc_norm": Key(("fc_norm", "use_aux_norm"), False),
@@ -58,8 +70,8 @@ class SglangDialect(Dialect):
     drops_full_vocab_maps = False
     holds_unnormed_lm_head = True  # SpecForge's norm_output: false
     window_caveat = (
-        "SGLang is not known to apply them: its llama_eagle3.py reads neither key for the draft layer (source, not run); "
-        "SpecForge 0.2.0's EAGLE 3 draft model (llama3_eagle.py) reads neither and runs full attention (source)"
+        "SGLang is not known to apply them: its llama_eagle3.py reads neither key for the draft layer (source, not"
+        " run); SpecForge 0.2.0's EAGLE 3 draft model (llama3_eagle.py) reads neither and runs full attention (source)"
     )
     evidence = (
         architecture_clue("sglang", 30),
@@ -67,11 +79,21 @@ class SglangDialect(Dialect):
         Clue(
             "aux layer ids only in eagle_config",
             20,
-            lambda c, n, k: bool((c.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids"))
-            and "eagle_aux_hidden_state_layer_ids" not in c,
+            lambda c, n, k: (
+                bool((c.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids"))
+                and "eagle_aux_hidden_state_layer_ids" not in c
+            ),
         ),
-        Clue("SGLang's legacy use_aux_norm / aux_norm_* names", 40, lambda c, n, k: "use_aux_norm" in c or has_prefix(n, "aux_norm_")),
-        Clue("safetensors file, no embeddings, t2d shipped", 10, lambda c, n, k: k.format == "safetensors" and "t2d" in n and not has_prefix(n, "embed_tokens")),
+        Clue(
+            "SGLang's legacy use_aux_norm / aux_norm_* names",
+            40,
+            lambda c, n, k: "use_aux_norm" in c or has_prefix(n, "aux_norm_"),
+        ),
+        Clue(
+            "safetensors file, no embeddings, t2d shipped",
+            10,
+            lambda c, n, k: k.format == "safetensors" and "t2d" in n and not has_prefix(n, "embed_tokens"),
+        ),
     )
     single_layer_model = True
 
@@ -86,7 +108,9 @@ class SglangDialect(Dialect):
         if not isinstance(raw, bool):
             return d  # absent: SGLang and SpecForge agree (EAGLE 3); a non-boolean was refused by read_flags
         block = top.data.get("eaglekit") if isinstance(top.data.get("eaglekit"), dict) else {}
-        recorded = block.get("norm_output_semantics") if block.get("norm_output_semantics") in NORM_OUTPUT_SEMANTICS else None
+        recorded = (
+            block.get("norm_output_semantics") if block.get("norm_output_semantics") in NORM_OUTPUT_SEMANTICS else None
+        )
         if recorded is None and written_by_eaglekit(top.data, self.name):
             recorded = "eagle31"  # eaglekit wrote it before it recorded the reading: always EAGLE 3.1's
         chosen = semantics if semantics in NORM_OUTPUT_SEMANTICS else recorded
@@ -103,8 +127,8 @@ class SglangDialect(Dialect):
                 Finding(
                     "flags.lm_head_unnormed",
                     "warning",
-                    "norm_output: false read as SpecForge's: lm_head reads the un-normalised state (no final norm before "
-                    "lm_head); vLLM and SGLang always apply the final norm, so no engine serves it as trained",
+                    "norm_output: false read as SpecForge's: lm_head reads the un-normalised state (no final norm"
+                    " before lm_head); vLLM and SGLang always apply the final norm, so no engine serves it as trained",
                     "norm_output",
                 )
             )
@@ -112,7 +136,10 @@ class SglangDialect(Dialect):
 
     def check_writable(self, d: Drafter) -> None:
         if d.attention == "qwen3":
-            raise UnsupportedError("SGLang's EAGLE 3 Llama drafter has no q_norm/k_norm: a qwen3-attention drafter cannot be written as sglang")
+            raise UnsupportedError(
+                "SGLang's EAGLE 3 Llama drafter has no q_norm/k_norm: a qwen3-attention drafter cannot be written as"
+                " sglang"
+            )
         if d.flags.norm_before_fc:
             raise UnsupportedError("SGLang's EAGLE 3 drafter has no norm_before_fc (input_norm) path")
         if d.flags.norm_output and not d.flags.norm_before_lm_head:
@@ -125,7 +152,9 @@ class SglangDialect(Dialect):
 
     def tensor_names(self, d: Drafter) -> dict[str, str]:
         # midlayer.* loads in every SGLang; multi-layer and MLA drafters need layers.N.* (newer SGLang)
-        rename = (lambda c: self.names.from_canonical(c)) if d.num_layers == 1 and d.attention != "mla" else (lambda c: c)
+        rename = (
+            (lambda c: self.names.from_canonical(c)) if d.num_layers == 1 and d.attention != "mla" else (lambda c: c)
+        )
         names = {c: rename(c) for c in sorted(d.tensors)}
         if d.hidden_size == d.target_hidden_size:
             names.pop("embed_tokens.weight", None)  # SGLang shares the target's embedding
@@ -174,8 +203,8 @@ def ambiguity(raw: bool) -> str:
         )
     else:
         readings = (
-            "EAGLE 3.1's (plain EAGLE 3; read so) or SpecForge 0.2.0's (lm_head reads the un-normalised state, no final "
-            "norm: vLLM and SGLang always apply it, so the drafter could not be served as trained)"
+            "EAGLE 3.1's (plain EAGLE 3; read so) or SpecForge 0.2.0's (lm_head reads the un-normalised state, no final"
+            " norm: vLLM and SGLang always apply it, so the drafter could not be served as trained)"
         )
     return (
         f"norm_output: {str(raw).lower()} in a SpecForge-style config has two readings: {readings}; pass "

@@ -10,10 +10,10 @@ from __future__ import annotations
 from ..errors import ConfigError, UnsupportedError
 from ..findings import Finding
 from ..io.reader import Checkpoint
+from ..model.architectures import written_as
 from ..model.config_view import ConfigView
 from ..model.drafter import Drafter
 from ..model.hf_config import base_config
-from ..model.architectures import written_as
 from .base import INPUT, MIDLAYER, Clue, ConfigRules, Dialect, Key, NameMap, architecture_clue
 
 SPECULATORS_FORMAT_VERSION = "0.9.0"  # the speculators release whose schema the writer follows
@@ -49,7 +49,9 @@ class SpeculatorsDialect(Dialect):
     def adjust(self, d: Drafter, top: ConfigView, ckpt: Checkpoint, notes: list[Finding]) -> Drafter:
         kind = top.raw("speculators_model_type")
         if kind is not None and kind != "eagle3":
-            raise ConfigError(f"{top.label}: speculators_model_type {kind!r} is not an EAGLE 3 drafter", key="speculators_model_type")
+            raise ConfigError(
+                f"{top.label}: speculators_model_type {kind!r} is not an EAGLE 3 drafter", key="speculators_model_type"
+            )
         if "norm_before_residual" not in top.data:
             notes.append(
                 Finding(
@@ -75,7 +77,9 @@ class SpeculatorsDialect(Dialect):
 
     def check_writable(self, d: Drafter) -> None:
         if d.attention == "mla":
-            raise UnsupportedError("the speculators format has no MLA drafter (vLLM's speculators loader maps only llama and qwen3)")
+            raise UnsupportedError(
+                "the speculators format has no MLA drafter (vLLM's speculators loader maps only llama and qwen3)"
+            )
         if d.flags.fc_norm and d.flags.norm_before_fc:
             raise UnsupportedError("speculators refuses fc_norm together with norm_before_fc")
         if not d.flags.use_aux_hidden_state:
@@ -118,7 +122,9 @@ class SpeculatorsDialect(Dialect):
 
 # What the writer states when the source stated no proposal methods (speculators' greedy default, 3 tokens).
 DEFAULT_PROPOSALS = {
-    "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3, "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+    "proposal_methods": [
+        {"proposal_type": "greedy", "speculative_tokens": 3, "verifier_accept_k": 1, "accept_tolerance": 0.0}
+    ],
     "default_proposal_method": "greedy",
 }
 
@@ -137,8 +143,10 @@ def read_proposals(top: ConfigView) -> dict:
     for i, method in enumerate(methods):
         tokens = method.get("speculative_tokens")
         if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1):
-            raise ConfigError(f"{where}[{i}].speculative_tokens should be an integer >= 1, got {tokens!r}",
-                              key=f"speculators_config.proposal_methods[{i}].speculative_tokens")
+            raise ConfigError(
+                f"{where}[{i}].speculative_tokens should be an integer >= 1, got {tokens!r}",
+                key=f"speculators_config.proposal_methods[{i}].speculative_tokens",
+            )
     out = {"proposal_methods": [dict(m) for m in methods]}
     default = config.get("default_proposal_method")
     if default is not None:

@@ -37,7 +37,11 @@ class TorchspecDialect(Dialect):
     )
     schema = "config/torchspec.schema.json"
     evidence = (
-        Clue("config has _torchspec_version or safetensors metadata torchspec_version", 100, lambda c, n, k: _torchspec_version(c, k) is not None),
+        Clue(
+            "config has _torchspec_version or safetensors metadata torchspec_version",
+            100,
+            lambda c, n, k: _torchspec_version(c, k) is not None,
+        ),
         Clue("factorised lm_head.down / lm_head.up", 50, lambda c, n, k: "lm_head.down.weight" in n),
     )
 
@@ -52,12 +56,17 @@ class TorchspecDialect(Dialect):
     def aux_id_rules(self, config: dict, names: dict, notes: list[Finding]) -> tuple[tuple[str, Convention], ...]:
         """A ``--vllm`` export (``layers.N.*`` tensors) of a ``kimi_k2`` drafter has had 1 added to its ids, top-level
         and nested: both are input-of-layer then (read so before the two locations are compared)."""
-        if has_prefix(names.values(), "layers.") and config.get("model_type") == "kimi_k2" and lookup(config, "eagle_config.eagle_aux_hidden_state_layer_ids"):
+        if (
+            has_prefix(names.values(), "layers.")
+            and config.get("model_type") == "kimi_k2"
+            and lookup(config, "eagle_config.eagle_aux_hidden_state_layer_ids")
+        ):
             notes.append(
                 Finding(
                     "aux.convention",
                     "info",
-                    "TorchSpec --vllm export of a kimi_k2 drafter: its eagle_config ids already have +1 (input-of-layer)",
+                    "TorchSpec --vllm export of a kimi_k2 drafter: its eagle_config ids already have +1"
+                    " (input-of-layer)",
                     "eagle_config.eagle_aux_hidden_state_layer_ids",
                 )
             )

@@ -8,8 +8,8 @@ a different one of these (vllm#54526), and only all three together make every co
 from __future__ import annotations
 
 from ..errors import UnsupportedError
-from ..model.drafter import Drafter
 from ..model.architectures import written_as
+from ..model.drafter import Drafter
 from ..model.hf_config import base_config, model_type_for
 from .base import FLAT_FLAGS_FALSE, INPUT, MIDLAYER, Clue, ConfigRules, Dialect, NameMap, architecture_clue, has_prefix
 
@@ -55,7 +55,9 @@ class VllmDialect(Dialect):
         if d.attention == "mla" and not d.flags.use_aux_hidden_state:
             raise UnsupportedError("vLLM's MLA drafter always builds fc; use_aux_hidden_state: false cannot be served")
         if d.attention == "mla" and (d.mla is None or not d.mla.q_lora_rank):
-            raise UnsupportedError("vLLM's MLA drafter needs q_lora_rank (without it the fused q/kv projection cannot load)")
+            raise UnsupportedError(
+                "vLLM's MLA drafter needs q_lora_rank (without it the fused q/kv projection cannot load)"
+            )
 
     # vLLM >= 0.30 has no draft_id_to_target_id when Vd == V: a full-vocabulary d2t would fail to load
     drops_full_vocab_maps = True

@@ -1,4 +1,5 @@
-"""Engine rules: how a named engine release reads and runs a drafter (``--engine vllm==0.24``, ``--engine sglang==0.5.4``)."""
+"""Engine rules: how a named engine release reads and runs a drafter (``--engine vllm==0.24``, ``--engine
+sglang==0.5.4``)."""
 
 from __future__ import annotations
 

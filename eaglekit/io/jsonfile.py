@@ -82,7 +82,10 @@ def loads(text: str | bytes, what: str) -> Any:
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise CheckpointError(f"{what}: a string holds a lone surrogate escape (\\u{ord(exc.object[exc.start]):04x}), which is not text") from None
+            raise CheckpointError(
+                f"{what}: a string holds a lone surrogate escape (\\u{ord(exc.object[exc.start]):04x}), which is not"
+                " text"
+            ) from None
     return value
 
 
@@ -99,7 +102,9 @@ def regular_file_size(path: Path, label: str, expected: str) -> int:
     FIFO or a device, where opening would wait for a writer that never comes. OSError propagates to the caller."""
     info = os.stat(path)
     if not stat.S_ISREG(info.st_mode):
-        raise CheckpointError(f"{label}: {'is a directory' if stat.S_ISDIR(info.st_mode) else 'not a regular file'}, expected {expected}")
+        raise CheckpointError(
+            f"{label}: {'is a directory' if stat.S_ISDIR(info.st_mode) else 'not a regular file'}, expected {expected}"
+        )
     return info.st_size
 
 

@@ -20,7 +20,8 @@ from .hub_ids import looks_like_repo_id
 
 @dataclass(frozen=True)
 class Located:
-    """A drafter source resolved to a local directory: a path, a Hub cache snapshot, or a header-only stub of a Hub repo."""
+    """A drafter source resolved to a local directory: a path, a Hub cache snapshot, or a header-only stub of a Hub
+    repo."""
 
     directory: Path
     roots: tuple[Path, ...]
@@ -36,7 +37,9 @@ class Located:
         return str(self.directory)
 
 
-def locate(source: "str | Path | Located", what: str = "checkpoint", *, fetch: "Callable[[str], str] | None" = None) -> Located:
+def locate(
+    source: str | Path | Located, what: str = "checkpoint", *, fetch: Callable[[str], str] | None = None
+) -> Located:
     """A local directory, or a Hub id already in the local cache. ``fetch``: the command that would fetch a Hub id
     missing from the cache (default ``hf download REPO``; a caller that needs only the config asks for less)."""
     if isinstance(source, Located):
@@ -45,8 +48,14 @@ def locate(source: "str | Path | Located", what: str = "checkpoint", *, fetch: "
     if path.exists():
         if not path.is_dir():
             if path.suffix == ".gguf":
-                raise CheckpointError(f"{source}: a GGUF file is a target model, not a drafter checkpoint (did you mean --target?)")
-            hint = f" (give its directory: {path.parent})" if path.name == "config.json" or path.suffix in (".safetensors", ".bin", ".json") else ""
+                raise CheckpointError(
+                    f"{source}: a GGUF file is a target model, not a drafter checkpoint (did you mean --target?)"
+                )
+            hint = (
+                f" (give its directory: {path.parent})"
+                if path.name == "config.json" or path.suffix in (".safetensors", ".bin", ".json")
+                else ""
+            )
             raise CheckpointError(f"{source}: expected a {what} directory, got a file{hint}")
         real = path.resolve()
         return Located(path, roots_for(real))
@@ -57,7 +66,10 @@ def locate(source: "str | Path | Located", what: str = "checkpoint", *, fetch: "
             real = directory.resolve()
             return Located(directory, roots_for(real), hub_id=text)
         hint = fetch(text) if fetch else f"hf download {text}"
-        raise CheckpointError(f"{text}: no such directory, and not a Hub repo in the local cache (eaglekit does not download; fetch it first with `{hint}`)")
+        raise CheckpointError(
+            f"{text}: no such directory, and not a Hub repo in the local cache (eaglekit does not download; fetch it"
+            f" first with `{hint}`)"
+        )
     raise CheckpointError(f"{source}: no such {what} directory")
 
 
@@ -102,7 +114,9 @@ def resolve_inside(located: Located, relative: str, what: str) -> Path:
     if any(part == ".." for part in parts):
         raise CheckpointError(f"{what}: refers to {named}, which leaves the checkpoint directory")
     if "\x00" in relative or overlong_part(parts) is not None:
-        raise CheckpointError(f"{what}: refers to {named}, which is no file name (a NUL byte, or a part longer than 255 bytes)")
+        raise CheckpointError(
+            f"{what}: refers to {named}, which is no file name (a NUL byte, or a part longer than 255 bytes)"
+        )
     candidate = located.directory / relative
     try:
         real = candidate.resolve()

@@ -26,7 +26,9 @@ def read_prompt_records(path: str | None) -> list[dict]:
         try:
             size = jsonfile.regular_file_size(Path(path), f"--prompts {path}", "a JSONL file")
             if size > MAX_PROMPTS_BYTES:
-                raise UsageError(f"--prompts {path}: {size} bytes is more than a prompts file may hold ({MAX_PROMPTS_BYTES})")
+                raise UsageError(
+                    f"--prompts {path}: {size} bytes is more than a prompts file may hold ({MAX_PROMPTS_BYTES})"
+                )
             text = Path(path).read_text(encoding="utf-8-sig")
         except CheckpointError as exc:
             raise UsageError(str(exc)) from None
@@ -68,10 +70,18 @@ def _check_record(record: dict, where: str) -> None:
             raise UsageError(f"{where}: input_ids should be a list of token ids (whole numbers >= 0)")
     elif record.get("messages") or "prompt" not in record:
         messages = record["messages"]
-        if not isinstance(messages, list) or not messages or not all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) and _is_content(m.get("content")) for m in messages):
-            raise UsageError(f"{where}: messages should be a list of {{\"role\": ..., \"content\": ...}} objects, each content "
-                             "a string or a list of parts (objects)")
+        if (
+            not isinstance(messages, list)
+            or not messages
+            or not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and _is_content(m.get("content"))
+                for m in messages
+            )
+        ):
+            raise UsageError(
+                f'{where}: messages should be a list of {{"role": ..., "content": ...}} objects, each content '
+                "a string or a list of parts (objects)"
+            )
     elif not isinstance(record["prompt"], str):
         raise UsageError(f"{where}: prompt should be a string")
 

@@ -36,7 +36,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """A tensor of a checkpoint as its header describes it (no data read): name, dtype, shape and the file holding it."""
+    """A tensor of a checkpoint as its header describes it (no data read): name, dtype, shape and the file holding
+    it."""
 
     name: str
     dtype: dtypes.DType  # (a torch dtype only for a .bin tensor of a dtype safetensors cannot hold)
@@ -80,7 +81,7 @@ class Checkpoint:
     # -- opening -------------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, source: str | Path) -> "Checkpoint":
+    def open(cls, source: str | Path) -> Checkpoint:
         located = locate(source)
         ckpt = cls(located, str(source))
         ckpt._discover()
@@ -199,7 +200,9 @@ class Checkpoint:
         except pickle.UnpicklingError as exc:
             raise unpickle_refusal(where, exc) from None
         except (RuntimeError, EOFError, ValueError, OSError, KeyError, AttributeError, TypeError) as exc:
-            raise CheckpointError(f"{where}: not a readable torch checkpoint ({type(exc).__name__}: {str(exc)[:200]})") from None
+            raise CheckpointError(
+                f"{where}: not a readable torch checkpoint ({type(exc).__name__}: {str(exc)[:200]})"
+            ) from None
         if not isinstance(state, dict):
             raise CheckpointError(f"{where}: expected a mapping of tensor names to tensors, got {type(state).__name__}")
         for name, value in state.items():
@@ -245,7 +248,9 @@ class Checkpoint:
             else:
                 tensor = torch.frombuffer(buffer, dtype=torch.uint8).view(dtype).reshape(info.shape)
         if tensor.dtype != info.dtype or tuple(tensor.shape) != info.shape:
-            raise CheckpointError(f"{self._where(info.file)}: tensor {name!r} read back differently than its header says")
+            raise CheckpointError(
+                f"{self._where(info.file)}: tensor {name!r} read back differently than its header says"
+            )
         return tensor
 
     def read_values(self, name: str) -> array:
@@ -270,7 +275,9 @@ class Checkpoint:
         handle.seek(self._headers[info.file].data_start + entry.begin)
         got = _read_into(handle, buffer)
         if got != nbytes:
-            raise CheckpointError(f"{self._where(info.file)}: tensor {info.name!r} is truncated ({got} of {nbytes} bytes)")
+            raise CheckpointError(
+                f"{self._where(info.file)}: tensor {info.name!r} is truncated ({got} of {nbytes} bytes)"
+            )
         return buffer
 
     def read_chunks(self, name: str, max_bytes: int = 64 * 2**20):
@@ -325,7 +332,7 @@ class Checkpoint:
     def close(self) -> None:
         self._close_handle()
 
-    def __enter__(self) -> "Checkpoint":
+    def __enter__(self) -> Checkpoint:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -333,7 +340,8 @@ class Checkpoint:
 
 
 def _dtype_of(torch_dtype: Any):
-    """A .bin tensor's dtype as a DType; one safetensors cannot hold stays torch's (listed, refused only when written)."""
+    """A .bin tensor's dtype as a DType; one safetensors cannot hold stays torch's (listed, refused only when
+    written)."""
     try:
         return dtypes.of(torch_dtype)
     except Exception:

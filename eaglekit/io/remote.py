@@ -18,9 +18,14 @@ from pathlib import Path
 
 from ..errors import CheckpointError
 from ..hub import RemoteRepo, read_bytes
-from .reader import BIN_INDEX, BIN_SINGLE, CONFIG, SAFETENSORS_INDEX, SAFETENSORS_SINGLE  # the reader's names (no torch at import)
+from .reader import (
+    BIN_INDEX,
+    BIN_SINGLE,
+    CONFIG,
+    SAFETENSORS_INDEX,
+    SAFETENSORS_SINGLE,
+)  # the reader's names (no torch at import)
 from .safetensors_header import MAX_HEADER_BYTES
-
 
 _SAFE_NAME = re.compile(r"[\w.-]+(/[\w.-]+)*")
 
@@ -55,7 +60,9 @@ def fetch_headers(remote: RemoteRepo, dest: Path, label: str) -> list[str]:
             "pass --download to download them"
         )
     else:
-        candidates = sorted(f for f in files if f.endswith(".safetensors") and "/" not in f and not f.startswith("adapter_"))
+        candidates = sorted(
+            f for f in files if f.endswith(".safetensors") and "/" not in f and not f.startswith("adapter_")
+        )
         if len(candidates) == 1:
             shards = candidates
         else:  # none, or several without an index: empty stand-ins let the reader say which

@@ -51,7 +51,9 @@ def read_header(path: Path, label: str | None = None) -> SafetensorsHeader:
             if n > MAX_HEADER_BYTES:
                 raise CheckpointError(f"{label}: header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit")
             if 8 + n > size:
-                raise CheckpointError(f"{label}: truncated (header says {n} bytes, file has {size - 8} after the length)")
+                raise CheckpointError(
+                    f"{label}: truncated (header says {n} bytes, file has {size - 8} after the length)"
+                )
             raw = f.read(n)
     except OSError as exc:
         raise CheckpointError(f"{label}: cannot read ({exc.strerror})") from None
@@ -81,10 +83,16 @@ def read_header(path: Path, label: str | None = None) -> SafetensorsHeader:
             raise CheckpointError(f"{label}: tensor {name!r} overlaps {previous_name!r} in the data area")
         if entry.begin > previous_end:
             where = f"after {previous_name!r}" if previous_name else "at the start of the data area"
-            raise CheckpointError(f"{label}: tensor {name!r} starts at byte {entry.begin}, leaving a gap {where} (which ends at {previous_end})")
+            raise CheckpointError(
+                f"{label}: tensor {name!r} starts at byte {entry.begin}, leaving a gap {where} (which ends at"
+                f" {previous_end})"
+            )
         previous_end, previous_name = entry.end, name
     if previous_end != data_len:
-        raise CheckpointError(f"{label}: the tensors cover {previous_end} of the data area's {data_len} bytes (the rest is not any tensor's)")
+        raise CheckpointError(
+            f"{label}: the tensors cover {previous_end} of the data area's {data_len} bytes (the rest is not any"
+            " tensor's)"
+        )
     return SafetensorsHeader(dict(ordered), metadata, 8 + n)
 
 
@@ -111,7 +119,9 @@ def _entry(label: str, name: str, spec, data_len: int) -> HeaderEntry:
         raise CheckpointError(f"{where}: data_offsets must be [begin, end] with 0 <= begin <= end, got {offsets!r}")
     begin, end = offsets
     if end > data_len:
-        raise CheckpointError(f"{where}: data runs past the end of the file (ends at {end}, data area is {data_len} bytes)")
+        raise CheckpointError(
+            f"{where}: data runs past the end of the file (ends at {end}, data area is {data_len} bytes)"
+        )
     expected = 0 if 0 in shape else dtype.itemsize
     for d in shape if expected else ():
         expected *= d

@@ -16,10 +16,17 @@ from ..errors import CheckpointError, HubError, UsageError
 from .hub_ids import looks_like_repo_id
 from .locate import Located, from_hub_cache, locate, roots_for
 
-
 # What a download fetches: the files a checkpoint is read from (the reader's layouts), its card and the verify report.
-DOWNLOAD_PATTERNS = ("config.json", "*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json",
-                     "README.md", "eaglekit-verify.json", "generation_config.json")
+DOWNLOAD_PATTERNS = (
+    "config.json",
+    "*.safetensors",
+    "*.safetensors.index.json",
+    "pytorch_model*.bin",
+    "pytorch_model.bin.index.json",
+    "README.md",
+    "eaglekit-verify.json",
+    "generation_config.json",
+)
 
 
 def split_revision(text: str, revision: str | None) -> tuple[str, str | None]:
@@ -34,7 +41,7 @@ def split_revision(text: str, revision: str | None) -> tuple[str, str | None]:
     return name, rev
 
 
-def refuse_missing(source: "str | Path", what: str = "checkpoint", revision: str | None = None) -> None:
+def refuse_missing(source: str | Path, what: str = "checkpoint", revision: str | None = None) -> None:
     """Raise what ``open_source`` says of ``source`` when it is neither an existing path nor a possible Hub id: callers
     about to do slow work first (import torch, load a target) ask before it."""
     path = Path(str(source)).expanduser()
@@ -44,7 +51,7 @@ def refuse_missing(source: "str | Path", what: str = "checkpoint", revision: str
 
 @contextmanager
 def open_source(
-    source: "str | Path | Located",
+    source: str | Path | Located,
     *,
     revision: str | None = None,
     mode: str = "headers",
@@ -77,18 +84,27 @@ def open_source(
         directory = from_hub_cache(repo_id, rev)
         if directory is None:
             raise CheckpointError(
-                f"{text}: no such directory, and not a Hub repo in the local cache "
-                f"(offline: HF_HUB_OFFLINE=1; fetch it first with `hf download {repo_id}{f' --revision {rev}' if rev else ''}`)"
+                f"{text}: no such directory, and not a Hub repo in the local cache (offline: HF_HUB_OFFLINE=1; fetch it"
+                f" first with `hf download {repo_id}{f' --revision {rev}' if rev else ''}`)"
             )
-        origin = {"kind": "hub-cache", "repo_id": repo_id, "revision": rev or "main", "commit": directory.name, "downloaded": True}
+        origin = {
+            "kind": "hub-cache",
+            "repo_id": repo_id,
+            "revision": rev or "main",
+            "commit": directory.name,
+            "downloaded": True,
+        }
         yield Located(directory, roots_for(directory.resolve()), hub_id=repo_id, label=text, origin=origin)
         return
-    # `models/drafter` where models/ is a folder here: most likely a mistyped path, so the Hub is asked once, not retried
+    # `models/drafter` where models/ is a folder here: most likely a mistyped path, so the Hub is asked once, not
+    # retried
     namespace = Path(repo_id.split("/")[0])
     looks_local = namespace.is_dir()
     try:
         if mode == "download":
-            directory, commit = hub.download(repo_id, rev, allow_patterns=allow_patterns, endpoint=endpoint, token=token)
+            directory, commit = hub.download(
+                repo_id, rev, allow_patterns=allow_patterns, endpoint=endpoint, token=token
+            )
         else:
             remote = hub.open_remote(repo_id, rev, endpoint=endpoint, token=token, retry=not looks_local)
     except HubError as exc:  # it was no local path either: say both
@@ -103,8 +119,15 @@ def open_source(
     stub = Path(tempfile.mkdtemp(prefix="eaglekit-remote-"))
     try:
         fetch_headers(remote, stub, text)
-        origin = {"kind": "hub", "repo_id": repo_id, "revision": remote.revision, "commit": remote.commit, "downloaded": False,
-                  "bytes_read": remote.bytes_read, "requests": remote.requests}
+        origin = {
+            "kind": "hub",
+            "repo_id": repo_id,
+            "revision": remote.revision,
+            "commit": remote.commit,
+            "downloaded": False,
+            "bytes_read": remote.bytes_read,
+            "requests": remote.requests,
+        }
         yield Located(stub, (stub.resolve(),), hub_id=repo_id, label=text, remote=True, origin=origin)
     finally:
         shutil.rmtree(stub, ignore_errors=True)
@@ -115,8 +138,12 @@ def origin_note(o: dict | None) -> str | None:
     if not o or o.get("kind") == "local":
         return None
     if o["kind"] == "hub-cache":
-        return f"note: {o['repo_id']}@{o['revision']}: read from the local Hub cache (offline), commit {o['commit'][:12]}"
+        return (
+            f"note: {o['repo_id']}@{o['revision']}: read from the local Hub cache (offline), commit {o['commit'][:12]}"
+        )
     if o.get("downloaded"):
         return f"note: {o['repo_id']}@{o['revision']}: downloaded through the Hub cache, commit {o['commit'][:12]}"
-    return (f"note: {o['repo_id']}@{o['revision']}: read from the Hub (commit {o['commit'][:12]}), headers only: "
-            f"{o['bytes_read']:,} bytes in {o['requests']} requests")
+    return (
+        f"note: {o['repo_id']}@{o['revision']}: read from the Hub (commit {o['commit'][:12]}), headers only: "
+        f"{o['bytes_read']:,} bytes in {o['requests']} requests"
+    )

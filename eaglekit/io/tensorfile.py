@@ -8,8 +8,8 @@ import io
 import pickle
 import re
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import torch
 from safetensors import safe_open
@@ -22,23 +22,36 @@ from .safetensors_header import read_header
 def unpickle_refusal(where: str, exc: Exception) -> CheckpointError:
     """The one-line refusal of a file torch's weights-only loader would not read, in eaglekit's words (torch's own
     message advises turning the guard off): a pickle asking for more than plain tensors (it could run code), or bytes
-    its loader does not read at all (a truncated or corrupt file, or a pickle of another protocol: which, it cannot tell)."""
+    its loader does not read at all (a truncated or corrupt file, or a pickle of another protocol: which, it cannot
+    tell).
+    """
     found = re.search(r"GLOBAL ([\w.]+)", str(exc))
     if found is None and re.search(r"Unsupported operand|invalid load key|pickle data was truncated", str(exc)):
-        return CheckpointError(f"{where}: refused to unpickle: torch's weights-only loader does not read its bytes (corrupt, truncated, "
-                               "or a pickle torch.save did not write); eaglekit loads a pickle no other way")
-    asked = f"it asks for {found.group(1)}" if found else "it asks for an object torch's weights-only loader does not allow"
-    return CheckpointError(f"{where}: refused to unpickle: {asked}, more than plain tensors; loading it could run code, so eaglekit never does")
+        return CheckpointError(
+            f"{where}: refused to unpickle: torch's weights-only loader does not read its bytes (corrupt, truncated, "
+            "or a pickle torch.save did not write); eaglekit loads a pickle no other way"
+        )
+    asked = (
+        f"it asks for {found.group(1)}" if found else "it asks for an object torch's weights-only loader does not allow"
+    )
+    return CheckpointError(
+        f"{where}: refused to unpickle: {asked}, more than plain tensors; loading it could run code, so eaglekit never"
+        " does"
+    )
 
 
 def require_dense(tensor: torch.Tensor, where: str) -> None:
     """Refuse a sparse tensor (a pickled file may hold one): it has no dense rows to copy, check, cast or index; and a
     tensor on the meta device, which has a shape and no data (saved before its weights were materialised)."""
     if tensor.device.type == "meta":
-        raise CheckpointError(f"{where} holds no data (a meta-device tensor, saved before its weights were materialised)")
+        raise CheckpointError(
+            f"{where} holds no data (a meta-device tensor, saved before its weights were materialised)"
+        )
     if tensor.layout != torch.strided:
-        raise CheckpointError(f"{where} is stored in the {str(tensor.layout).removeprefix('torch.')} layout; expected a dense tensor "
-                              "(save it after .to_dense())")
+        raise CheckpointError(
+            f"{where} is stored in the {str(tensor.layout).removeprefix('torch.')} layout; expected a dense tensor "
+            "(save it after .to_dense())"
+        )
 
 
 def read_safetensors(path: Path, names: Iterable[str]) -> dict[str, torch.Tensor]:

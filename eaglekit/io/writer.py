@@ -18,10 +18,11 @@ import json
 import os
 import re
 import struct
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Union
+from typing import TYPE_CHECKING, Union
 
 from ..errors import CheckpointError, UsageError
 from . import dtypes, jsonfile

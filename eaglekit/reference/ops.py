@@ -21,7 +21,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return (y.to(weight.dtype) * weight).to(x.dtype)
 
 
-def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(norm(x + residual), x + residual) with the sum accumulated in fp32."""
     s = x.float() + residual.float()
     y = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + eps)
@@ -31,7 +33,9 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
 # -- rotary embeddings -----------------------------------------------------------------------------------
 
 
-def _yarn_correction_range(beta_fast: float, beta_slow: float, dim: int, base: float, max_pos: int, truncate: bool = True) -> tuple[float, float]:
+def _yarn_correction_range(
+    beta_fast: float, beta_slow: float, dim: int, base: float, max_pos: int, truncate: bool = True
+) -> tuple[float, float]:
     def correction_dim(rotations: float) -> float:
         return (dim * math.log(max_pos / (rotations * 2 * math.pi))) / (2 * math.log(base))
 
@@ -50,8 +54,10 @@ def inv_freq(rope: Rope, dim: int, *, deepseek: bool = False) -> tuple[torch.Ten
     kind = rope.reading(mla=deepseek)  # an MLA model's scaled rope is DeepSeek's YaRN, whatever its stated type
     missing = rope.reading_lacks(mla=deepseek)
     if missing:
-        raise UnsupportedError(f"vLLM reads an MLA model's {rope.rope_type} rope as DeepSeek's YaRN, which needs "
-                               f"{' and '.join(repr(key) for key in missing)} in rope_scaling")
+        raise UnsupportedError(
+            f"vLLM reads an MLA model's {rope.rope_type} rope as DeepSeek's YaRN, which needs "
+            f"{' and '.join(repr(key) for key in missing)} in rope_scaling"
+        )
     if kind == "default":
         return inv_freq, 1.0
     if kind == "linear":
@@ -65,7 +71,9 @@ def inv_freq(rope: Rope, dim: int, *, deepseek: bool = False) -> tuple[torch.Ten
         scaled = torch.where(
             wavelen < old_ctx / high,
             inv_freq,
-            torch.where(wavelen > old_ctx / low, inv_freq / factor, (1 - smooth) * inv_freq / factor + smooth * inv_freq),
+            torch.where(
+                wavelen > old_ctx / low, inv_freq / factor, (1 - smooth) * inv_freq / factor + smooth * inv_freq
+            ),
         )
         return scaled, 1.0
     if kind in ("yarn", "deepseek_yarn"):
@@ -73,8 +81,14 @@ def inv_freq(rope: Rope, dim: int, *, deepseek: bool = False) -> tuple[torch.Ten
         old_ctx = int(scaling["original_max_position_embeddings"])
         # DeepSeek's YaRN always truncates the range; YaRN as its ``truncate`` says (default true)
         truncate = kind == "deepseek_yarn" or bool(rope.parameter("truncate"))
-        low, high = _yarn_correction_range(float(rope.parameter("beta_fast", kind)), float(rope.parameter("beta_slow", kind)), dim, base, old_ctx,
-                                           truncate)
+        low, high = _yarn_correction_range(
+            float(rope.parameter("beta_fast", kind)),
+            float(rope.parameter("beta_slow", kind)),
+            dim,
+            base,
+            old_ctx,
+            truncate,
+        )
         if low == high:
             high += 0.001
         ramp = ((torch.arange(dim // 2, dtype=torch.float) - low) / (high - low)).clamp(0, 1)
@@ -85,7 +99,9 @@ def inv_freq(rope: Rope, dim: int, *, deepseek: bool = False) -> tuple[torch.Ten
     raise UnsupportedError(f"the reference forward does not implement rope_type {kind!r}")
 
 
-def rope_cos_sin(rope: Rope, dim: int, positions: torch.Tensor, *, deepseek: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(
+    rope: Rope, dim: int, positions: torch.Tensor, *, deepseek: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin of shape [*positions.shape, dim/2] in fp32."""
     frequencies, mscale = inv_freq(rope, dim, deepseek=deepseek)
     freqs = positions.to(torch.float32)[..., None] * frequencies.to(positions.device)

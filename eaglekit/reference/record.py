@@ -22,7 +22,7 @@ grouping of start positions the caller chooses (e.g. by absolute position), of t
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -35,10 +35,14 @@ class DriftRecorder:
         # chains started after this position are drafted but left out of the totals (drift: the chains whose K targets
         # run past the judged continuation, which acceptance over every position does not count); None: every chain
         self.counted_until: int | None = None
-        self._first_attn: dict[int, list[torch.Tensor]] = {}  # layer -> [rows] sink mass of the first pass, in row order
+        self._first_attn: dict[
+            int, list[torch.Tensor]
+        ] = {}  # layer -> [rows] sink mass of the first pass, in row order
         self._first_fc: torch.Tensor | None = None  # [rows, n] chunk norms of the first pass
         self._starts: torch.Tensor | None = None
-        self._chain: dict[tuple[int, int], list[tuple[torch.Tensor, torch.Tensor]]] = {}  # (step, layer) -> [(sink, own)]
+        self._chain: dict[
+            tuple[int, int], list[tuple[torch.Tensor, torch.Tensor]]
+        ] = {}  # (step, layer) -> [(sink, own)]
         self._feedback: dict[int, torch.Tensor] = {}  # step -> [J]
         self.totals: dict[tuple[int, int], dict[str, float]] = {}  # (bucket, step) -> sums
         self.fc_totals: dict[int, dict] = {}  # bucket -> {"n": chains, "sum": [n chunks]}
@@ -76,14 +80,18 @@ class DriftRecorder:
         if starts is None:
             return
         buckets = self.bucket_of(starts)
-        counted = starts <= self.counted_until if self.counted_until is not None else torch.ones(len(starts), dtype=torch.bool)
+        counted = (
+            starts <= self.counted_until
+            if self.counted_until is not None
+            else torch.ones(len(starts), dtype=torch.bool)
+        )
         per_step: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         if self._first_attn:
             layers = [torch.cat(rows)[starts] for _, rows in sorted(self._first_attn.items())]
             per_step[1] = (torch.stack(layers).mean(0), torch.zeros(len(starts)))
         steps = sorted({s for s, _ in self._chain})
         for step in steps:
-            layers = [self._chain[(s, l)] for s, l in sorted(self._chain) if s == step]
+            layers = [self._chain[(s, layer)] for s, layer in sorted(self._chain) if s == step]
             sink = torch.stack([torch.cat([b[0] for b in blocks]) for blocks in layers]).mean(0)
             own = torch.stack([torch.cat([b[1] for b in blocks]) for blocks in layers]).mean(0)
             per_step[step] = (sink, own)
@@ -97,7 +105,9 @@ class DriftRecorder:
                 if step in self._feedback:
                     t["feedback"] += float(self._feedback[step][rows].double().sum())
             if self._first_fc is not None:
-                f = self.fc_totals.setdefault(bucket, {"chains": 0, "sum": torch.zeros(self._first_fc.shape[-1], dtype=torch.float64)})
+                f = self.fc_totals.setdefault(
+                    bucket, {"chains": 0, "sum": torch.zeros(self._first_fc.shape[-1], dtype=torch.float64)}
+                )
                 f["chains"] += int(rows.sum())
                 f["sum"] += self._first_fc[starts][rows].double().sum(0)
         self._chain.clear()

@@ -31,7 +31,9 @@ class Chains:
     first: StepOutput  # the first pass over the whole sequence
 
 
-def first_pass(model: ReferenceDrafter, tokens: torch.Tensor, aux: torch.Tensor, recorder: DriftRecorder | None = None) -> StepOutput:
+def first_pass(
+    model: ReferenceDrafter, tokens: torch.Tensor, aux: torch.Tensor, recorder: DriftRecorder | None = None
+) -> StepOutput:
     """Drafter prefill over positions 0..S-2: token x_{t+1} with target feature h_t."""
     n = tokens.shape[0] - 1
     hidden = model.combine(aux[:n], recorder)
@@ -39,15 +41,24 @@ def first_pass(model: ReferenceDrafter, tokens: torch.Tensor, aux: torch.Tensor,
     return model.decode(tokens[1:].to(model.device), hidden, positions, model.causal_attend(recorder=recorder))
 
 
-def _chain_attend(model: ReferenceDrafter, base: list[KV], starts: torch.Tensor, chain: list[list[KV]], step: int, block: int = 512,
-                  recorder: DriftRecorder | None = None):
+def _chain_attend(
+    model: ReferenceDrafter,
+    base: list[KV],
+    starts: torch.Tensor,
+    chain: list[list[KV]],
+    step: int,
+    block: int = 512,
+    recorder: DriftRecorder | None = None,
+):
     """Attention of draft step ``step`` (>= 2) of every chain: first-pass keys up to the chain's start, then the
     chain's own keys. A sliding-window layer counts its window as ``model.chain_window`` says (see model.py)."""
 
     def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         base_k = model._expand_kv(base[layer].k).float()
         base_v = model._expand_kv(base[layer].v).float()
-        own_k = torch.stack([model._expand_kv(kv.k) for kv in chain[layer]] + [model._expand_kv(k)], dim=1).float()  # [J, c, h, d]
+        own_k = torch.stack(
+            [model._expand_kv(kv.k) for kv in chain[layer]] + [model._expand_kv(k)], dim=1
+        ).float()  # [J, c, h, d]
         own_v = torch.stack([model._expand_kv(kv.v) for kv in chain[layer]] + [model._expand_kv(v)], dim=1).float()
         cols = torch.arange(base_k.shape[0], device=q.device)[None, None, :]
         window = model.d.window.for_layer(layer)
@@ -73,13 +84,23 @@ def _chain_attend(model: ReferenceDrafter, base: list[KV], starts: torch.Tensor,
             p_base, p_own = probs[..., : base_k.shape[0]], probs[..., base_k.shape[0] :]
             if recorder is not None:
                 recorder.chain_attention(layer, p_base, p_own)
-            out.append(torch.einsum("jhs,shd->jhd", p_base, base_v) + torch.einsum("jhc,jchd->jhd", p_own, own_v[lo:hi]))
+            out.append(
+                torch.einsum("jhs,shd->jhd", p_base, base_v) + torch.einsum("jhc,jchd->jhd", p_own, own_v[lo:hi])
+            )
         return torch.cat(out).to(q.dtype).reshape(q.shape[0], -1)
 
     return attend
 
 
-def draft_chains(model: ReferenceDrafter, tokens: torch.Tensor, aux: torch.Tensor, starts: torch.Tensor, k: int, *, teacher: bool = False) -> Chains:
+def draft_chains(
+    model: ReferenceDrafter,
+    tokens: torch.Tensor,
+    aux: torch.Tensor,
+    starts: torch.Tensor,
+    k: int,
+    *,
+    teacher: bool = False,
+) -> Chains:
     """K-step greedy chains from every start position j (0 <= j <= S-2), batched.
 
     With ``teacher`` the chain at j is fed the sequence's own tokens x_{j+k} instead of its drafts (training-time
@@ -87,8 +108,16 @@ def draft_chains(model: ReferenceDrafter, tokens: torch.Tensor, aux: torch.Tenso
     return chains_from(model, first_pass(model, tokens, aux), tokens, starts, k, teacher=teacher)
 
 
-def chains_from(model: ReferenceDrafter, first: StepOutput, tokens: torch.Tensor, starts: torch.Tensor, k: int, *, teacher: bool = False,
-                recorder: DriftRecorder | None = None) -> Chains:
+def chains_from(
+    model: ReferenceDrafter,
+    first: StepOutput,
+    tokens: torch.Tensor,
+    starts: torch.Tensor,
+    k: int,
+    *,
+    teacher: bool = False,
+    recorder: DriftRecorder | None = None,
+) -> Chains:
     """The chains of ``draft_chains`` from an already computed first pass (its KV is shared by every chain);
     ``recorder`` (record.py) sees the attention and fed-back states of every step."""
     starts = starts.to(model.device)
@@ -105,7 +134,9 @@ def chains_from(model: ReferenceDrafter, first: StepOutput, tokens: torch.Tensor
         inputs = tokens[(starts + step).clamp(max=tokens.shape[0] - 1)] if teacher else drafts[-1]
         if recorder is not None:
             recorder.step = step
-        out = model.decode(inputs, feedback, positions, _chain_attend(model, first.kv, starts, chain, step, recorder=recorder))
+        out = model.decode(
+            inputs, feedback, positions, _chain_attend(model, first.kv, starts, chain, step, recorder=recorder)
+        )
         for layer, kv in enumerate(out.kv):
             chain[layer].append(kv)
         feedback = out.feedback
@@ -148,7 +179,7 @@ class Counters:
         for i in range(accepted):
             self.accepted_per_pos[i] += 1
 
-    def merge(self, other: "Counters") -> None:
+    def merge(self, other: Counters) -> None:
         if not other.num_drafts:
             return
         if not self.accepted_per_pos:
@@ -201,7 +232,9 @@ def continuation_length(max_new_tokens: int, k: int) -> int:
     return max(max_new_tokens, 1) + k - 1
 
 
-def trajectory(accepted: torch.Tensor, starts: torch.Tensor, k: int, prompt_len: int, max_new_tokens: int, eos: int | None = None) -> Counters:
+def trajectory(
+    accepted: torch.Tensor, starts: torch.Tensor, k: int, prompt_len: int, max_new_tokens: int, eos: int | None = None
+) -> Counters:
     """Counters along the positions a greedy vLLM run visits, as its scheduler counts them.
 
     After prefill the target has produced x_P and the drafter proposes K tokens from position P-1. Each

@@ -66,13 +66,16 @@ class TargetConfig:
 
     @property
     def name(self) -> str:
-        """What a drafter should record as its verifier: the Hub id when known, else the path (a config file's directory)."""
+        """What a drafter should record as its verifier: the Hub id when known, else the path (a config file's
+        directory)."""
         return self.hub_id or (str(self.directory) if self.config_file else self.source)
 
     def require_runnable(self, why: str) -> None:
-        """Refuse a target a command cannot run, before torch is imported: a config-only one (``weights_needed``'s line),
-        a safetensors file whose header does not hold (named by the header checks every checkpoint gets, where
-        transformers' loader failed with an internal error), and an EAGLE drafter given as the target (``dialects.looks_like_drafter``, where transformers failed on the sizes)."""
+        """Refuse a target a command cannot run, before torch is imported: a config-only one (``weights_needed``'s
+        line), a safetensors file whose header does not hold (named by the header checks every checkpoint gets, where
+        transformers' loader failed with an internal error), and an EAGLE drafter given as the target
+        (``dialects.looks_like_drafter``, where transformers failed on the sizes).
+        """
         if self.config_only:
             raise UsageError(self.weights_needed(why))
         if self.gguf_file:
@@ -86,7 +89,11 @@ class TargetConfig:
             give = "give the model's directory, a Hub id in the local cache, or a .gguf file"
         else:
             what = f"holds no weights (no *.safetensors or *.bin in {self.directory})"
-            give = f"fetch the whole model first (`hf download {self.hub_id}`)" if self.hub_id else "give the model's directory with its weights, or a .gguf file"
+            give = (
+                f"fetch the whole model first (`hf download {self.hub_id}`)"
+                if self.hub_id
+                else "give the model's directory with its weights, or a .gguf file"
+            )
         return f"--target {self.source}: {what}; {why}, so it needs the weights: {give}"
 
 
@@ -104,7 +111,10 @@ def _refuse_drafter(directory: Path | None, config: dict, source: str) -> None:
             names |= set(read_header(path, f"--target {source}: {path.name}").entries)
     if stated is not None or looks_like_drafter(names):
         why = f"its config states {stated}" if stated else "a fusion layer and no decoder stack"
-        raise UsageError(f"--target {source}: this is an EAGLE drafter ({why}), not a target model; give the model the drafter was trained for")
+        raise UsageError(
+            f"--target {source}: this is an EAGLE drafter ({why}), not a target model; give the model the drafter was"
+            " trained for"
+        )
 
 
 def split_gguf(source: str | Path) -> tuple[Path, str | None]:
@@ -123,7 +133,7 @@ def _hub_id_of_snapshot(directory: Path) -> str | None:
     repo = directory.parent.parent.name
     if directory.parent.name != "snapshots" or not repo.startswith("models--"):
         return None
-    hub_id = repo[len("models--"):].replace("--", "/")
+    hub_id = repo[len("models--") :].replace("--", "/")
     return hub_id if looks_like_repo_id(hub_id) else None
 
 
@@ -138,7 +148,9 @@ def read_target_config(source: str | Path, *, weights: bool = False) -> TargetCo
             raise CheckpointError(f"{source}: no such GGUF file")
         from . import gguf_cache
 
-        config = gguf_cache.cached_config(directory / gguf_file) or _gguf_config(directory, gguf_file, str(source), weights=weights)
+        config = gguf_cache.cached_config(directory / gguf_file) or _gguf_config(
+            directory, gguf_file, str(source), weights=weights
+        )
         hub_id = None
     elif path.suffix == ".json":  # a config.json alone: everything but running the target
         if not path.is_file():
@@ -177,10 +189,13 @@ def read_target_config(source: str | Path, *, weights: bool = False) -> TargetCo
         architectures=tuple(a for a in arch if isinstance(a, str)),
         config=config,
         config_file=config_file,
-        config_only=bool(config_file) or (not gguf_file and not any(p.suffix in WEIGHT_SUFFIXES for p in directory.iterdir())),
+        config_only=bool(config_file)
+        or (not gguf_file and not any(p.suffix in WEIGHT_SUFFIXES for p in directory.iterdir())),
         rope_freqs=_rope_freqs(config, label) if gguf_file else None,
         max_position_embeddings=positive_int(view.raw("max_position_embeddings")),
-        max_positions_unusable=view.raw("max_position_embeddings") if positive_int(view.raw("max_position_embeddings")) is None else None,
+        max_positions_unusable=(
+            view.raw("max_position_embeddings") if positive_int(view.raw("max_position_embeddings")) is None else None
+        ),
         own_original_context=own_original_context(view, view.str("model_type", None)),
     )
 
@@ -204,7 +219,11 @@ def _rope_freqs(config: dict, label: str) -> tuple[float, ...] | None:
     freqs = config.get(ROPE_FREQS_KEY)
     if freqs is None:
         return None
-    if not isinstance(freqs, list) or not freqs or not all(isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f < math.inf for f in freqs):
+    if (
+        not isinstance(freqs, list)
+        or not freqs
+        or not all(isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f < math.inf for f in freqs)
+    ):
         raise ConfigError(f"{label}: rope_freqs must be positive finite numbers, one per rotary frequency")
     return tuple(float(f) for f in freqs)
 
@@ -215,7 +234,14 @@ def _gguf_config(directory: Path, gguf_file: str, label: str, weights: bool = Fa
     ``weights``: the caller will load the weights, so a tensor past the file's end (a truncated download) is refused
     here, before torch is imported (a cache entry, read before this, is only ever made from a whole file)."""
     from ..io.gguf_metadata import check_tensors_within, read_metadata
-    from .gguf_config import ROPE_FREQS_KEY, ROPE_SCALING_KEY, ROPE_SCALING_UNREAD_KEY, config_from_metadata, rope_freqs, stated_rope_scaling
+    from .gguf_config import (
+        ROPE_FREQS_KEY,
+        ROPE_SCALING_KEY,
+        ROPE_SCALING_UNREAD_KEY,
+        config_from_metadata,
+        rope_freqs,
+        stated_rope_scaling,
+    )
 
     metadata = read_metadata(directory / gguf_file, label, tensors=True)
     if weights:
@@ -236,7 +262,7 @@ def _gguf_config(directory: Path, gguf_file: str, label: str, weights: bool = Fa
 
 def _transformers_gguf_config(directory: Path, gguf_file: str, label: str) -> dict:
     try:
-        import gguf  # noqa: F401  (transformers needs it to read GGUF metadata)
+        import gguf  # noqa: F401  (transformers' GGUF reader needs it: missing, it is said here, in eaglekit's words)
 
         from .transformers_import import import_transformers_models
 
@@ -245,9 +271,13 @@ def _transformers_gguf_config(directory: Path, gguf_file: str, label: str) -> di
     except ImportError:
         from ..errors import MissingDependencyError
 
-        raise MissingDependencyError(f"{label}: reading a GGUF target needs the gguf package (pip install gguf)") from None
+        raise MissingDependencyError(
+            f"{label}: reading a GGUF target needs the gguf package (pip install gguf)"
+        ) from None
     try:
         # as JSON types (id2label's keys become strings), so a config read back from the cache compares equal
-        return json.loads(json.dumps(AutoConfig.from_pretrained(str(directory), gguf_file=gguf_file).to_dict(), default=str))
+        return json.loads(
+            json.dumps(AutoConfig.from_pretrained(str(directory), gguf_file=gguf_file).to_dict(), default=str)
+        )
     except Exception as exc:  # transformers raises many types for unreadable metadata
         raise ConfigError(f"{label}: cannot read GGUF metadata ({type(exc).__name__}: {str(exc)[:200]})") from None

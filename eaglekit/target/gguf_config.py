@@ -27,11 +27,12 @@ tensor itself, for every GGUF target, and kept in the config dict under ``ROPE_F
 to the loaded model (``target.gguf_rope``) and validate compares them with the drafter's rope.
 
 llama.cpp's converter keeps the other rope scalings in keys (``{arch}.rope.scaling.type`` linear or yarn, with
-``.factor``, ``.original_context_length`` and YaRN's optional ones). transformers reads those for gpt-oss alone (``load_gguf_checkpoint``);
-for every other architecture it drops them (run: a YaRN llama file loads with the default rope and attention scaling 1).
-So they are kept here too (``ROPE_SCALING_KEY``), mapped back onto the HF rope parameters the converter wrote them
-from: the target's rope is the one the file states, validate compares the drafter's with it, and the runner sets it
-on the loaded model (``target.gguf_rope``), or refuses the file where a key maps to no HF parameter.
+``.factor``, ``.original_context_length`` and YaRN's optional ones). transformers reads those for gpt-oss alone
+(``load_gguf_checkpoint``); for every other architecture it drops them (run: a YaRN llama file loads with the default
+rope and attention scaling 1). So they are kept here too (``ROPE_SCALING_KEY``), mapped back onto the HF rope parameters
+the converter wrote them from: the target's rope is the one the file states, validate compares the drafter's with it,
+and the runner sets it on the loaded model (``target.gguf_rope``), or refuses the file where a key maps to no HF
+parameter.
 
 The dict holds only the keys below; the whole config transformers makes is what the loaded target carries. It is
 also laxer: a file whose hidden size is no multiple of its head count reads here (nothing here uses the heads), and
@@ -45,12 +46,24 @@ from pathlib import Path
 from ..io.gguf_metadata import GGUFMetadata, SkippedArray, read_vector
 
 # general.architecture -> model_type
-ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe"}
+ARCHITECTURES = {
+    "llama": "llama",
+    "mistral": "mistral",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "qwen2moe": "qwen2_moe",
+    "qwen3moe": "qwen3_moe",
+}
 # transformers' rule for llama files that are mistral models: general.name is exactly this
 MISTRAL_NAME = "mistral"
 # {arch}.<key> -> config key
-KEYS = {"block_count": "num_hidden_layers", "embedding_length": "hidden_size", "vocab_size": "vocab_size",
-        "context_length": "max_position_embeddings", "rope.freq_base": "rope_theta"}
+KEYS = {
+    "block_count": "num_hidden_layers",
+    "embedding_length": "hidden_size",
+    "vocab_size": "vocab_size",
+    "context_length": "max_position_embeddings",
+    "rope.freq_base": "rope_theta",
+}
 # without any of these the config class's defaults would fill in: only transformers knows them
 REQUIRED = ("num_hidden_layers", "hidden_size", "vocab_size", "max_position_embeddings", "rope_theta")
 # llama.cpp's rope divisors, one per rotary frequency, and the config dict key eaglekit keeps them under
@@ -60,8 +73,13 @@ ROPE_FREQS_KEY = "eaglekit_rope_freqs"
 # converter: conversion/base.py); the suffixes that change no rope (a flag of old converters); the architectures whose
 # keys transformers reads itself; the config dict keys eaglekit keeps a stated scaling under, and the suffixes it does
 # not map (yarn_ext_factor, yarn_log_multiplier, alpha, ...)
-SCALING_KEYS = {"factor": "factor", "original_context_length": "original_max_position_embeddings", "yarn_attn_factor": "attention_factor",
-                "yarn_beta_fast": "beta_fast", "yarn_beta_slow": "beta_slow"}
+SCALING_KEYS = {
+    "factor": "factor",
+    "original_context_length": "original_max_position_embeddings",
+    "yarn_attn_factor": "attention_factor",
+    "yarn_beta_fast": "beta_fast",
+    "yarn_beta_slow": "beta_slow",
+}
 NO_ROPE_CHANGE = ("type", "finetuned")
 READS_ROPE_SCALING = ("gpt-oss",)
 ROPE_SCALING_KEY = "eaglekit_rope_scaling"
@@ -111,5 +129,9 @@ def stated_rope_scaling(metadata: GGUFMetadata) -> tuple[dict, list[str]] | None
         value = metadata.values.get(f"{prefix}{suffix}")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             scaling[key] = value
-    unread = sorted(k[len(prefix):] for k in metadata.values if k.startswith(prefix) and k[len(prefix):] not in (*SCALING_KEYS, *NO_ROPE_CHANGE))
+    unread = sorted(
+        k[len(prefix) :]
+        for k in metadata.values
+        if k.startswith(prefix) and k[len(prefix) :] not in (*SCALING_KEYS, *NO_ROPE_CHANGE)
+    )
     return scaling, unread

@@ -55,8 +55,12 @@ def _rope_params(model_config) -> dict:
 
 def _rotaries(model) -> list[tuple[object, str, object]]:
     """(parent, attribute, module) of each rotary module (one with an ``inv_freq`` buffer)."""
-    return [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
-            if isinstance(getattr(child, "inv_freq", None), torch.Tensor)]
+    return [
+        (parent, name, child)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if isinstance(getattr(child, "inv_freq", None), torch.Tensor)
+    ]
 
 
 def apply_stated_scaling(model, config: TargetConfig) -> None:
@@ -69,15 +73,26 @@ def apply_stated_scaling(model, config: TargetConfig) -> None:
     check_loadable(config)
     label, params = _label(config), _rope_params(model.config)
     loaded = params.get("rope_type", params.get("type", "default"))
-    if loaded == scaling["rope_type"]:  # a cache entry's config, written by this function: the same parameters, or refused
+    if (
+        loaded == scaling["rope_type"]
+    ):  # a cache entry's config, written by this function: the same parameters, or refused
         if all(params.get(key) == value for key, value in scaling.items() if key != "rope_type"):
             return
-        raise UnsupportedError(f"{label}: states rope scaling {scaling}, and transformers loaded {params}: eaglekit cannot tell which rope the file means")
+        raise UnsupportedError(
+            f"{label}: states rope scaling {scaling}, and transformers loaded {params}: eaglekit cannot tell which rope"
+            " the file means"
+        )
     if loaded != "default":
-        raise UnsupportedError(f"{label}: states rope scaling {scaling['rope_type']}, and transformers loaded it with {loaded}: eaglekit cannot tell which rope the file means")
+        raise UnsupportedError(
+            f"{label}: states rope scaling {scaling['rope_type']}, and transformers loaded it with {loaded}: eaglekit"
+            " cannot tell which rope the file means"
+        )
     rotaries = _rotaries(model)
     if not rotaries:
-        raise UnsupportedError(f"{label}: states rope scaling {scaling['rope_type']}, and eaglekit finds no rotary module (inv_freq) in the loaded model to set it on")
+        raise UnsupportedError(
+            f"{label}: states rope scaling {scaling['rope_type']}, and eaglekit finds no rotary module (inv_freq) in"
+            " the loaded model to set it on"
+        )
     rope = {**scaling, "rope_theta": config.rope.theta}
     if hasattr(model.config, "rope_parameters"):  # transformers 5 (which warns where ``rope_scaling`` is set)
         model.config.rope_parameters = rope
@@ -87,10 +102,15 @@ def apply_stated_scaling(model, config: TargetConfig) -> None:
         try:
             rebuilt = type(rotary)(config=model.config).to(rotary.inv_freq.device)
         except (TypeError, KeyError, ValueError) as exc:  # a rotary module built otherwise, or parameters it refuses
-            raise UnsupportedError(f"{label}: eaglekit cannot build {type(rotary).__name__} anew with rope scaling {scaling} "
-                                   f"({type(exc).__name__}: {exc})") from None
+            raise UnsupportedError(
+                f"{label}: eaglekit cannot build {type(rotary).__name__} anew with rope scaling {scaling} "
+                f"({type(exc).__name__}: {exc})"
+            ) from None
         if getattr(rebuilt, "rope_type", scaling["rope_type"]) != scaling["rope_type"]:
-            raise UnsupportedError(f"{label}: eaglekit set rope scaling {scaling['rope_type']} on the loaded model, and its rotary module did not take it")
+            raise UnsupportedError(
+                f"{label}: eaglekit set rope scaling {scaling['rope_type']} on the loaded model, and its rotary module"
+                " did not take it"
+            )
         setattr(parent, name, rebuilt)
 
 
@@ -105,17 +125,30 @@ def check_loadable(config: TargetConfig) -> None:
         why = f"eaglekit applies {' and '.join(APPLIED_SCALINGS)} only"
     elif unread:
         why = f"keys eaglekit does not map to transformers' ({', '.join(unread)})"
-    elif not isinstance(scaling.get("factor"), (int, float)) or isinstance(scaling.get("factor"), bool) or scaling["factor"] <= 0:
+    elif (
+        not isinstance(scaling.get("factor"), (int, float))
+        or isinstance(scaling.get("factor"), bool)
+        or scaling["factor"] <= 0
+    ):
         why = "no positive factor"
     elif config.model_type not in ONE_ROPE:
-        why = f"eaglekit sets it on {', '.join(ONE_ROPE)} targets only (one rope for every layer), not {config.model_type!r}"
+        why = (
+            f"eaglekit sets it on {', '.join(ONE_ROPE)} targets only (one rope for every layer), not"
+            f" {config.model_type!r}"
+        )
     if why is not None:
         stated = ", ".join(f"{k} {v}" for k, v in scaling.items() if k != "rope_type")
-        raise UnsupportedError(f"{_label(config)}: states rope scaling {scaling['rope_type']}{f' ({stated})' if stated else ''}, which transformers "
-                               f"does not load (it would run the default rope), with {why}: give the model's safetensors directory")
+        raise UnsupportedError(
+            f"{_label(config)}: states rope scaling {scaling['rope_type']}{f' ({stated})' if stated else ''}, which"
+            f" transformers does not load (it would run the default rope), with {why}: give the model's safetensors"
+            " directory"
+        )
     if config.rope_freqs is not None and config.model_type not in EVERY_LAYER:
-        raise UnsupportedError(f"{_label(config)}: holds llama.cpp's rope_freqs, which transformers does not load; eaglekit applies them to "
-                               f"{' and '.join(EVERY_LAYER)} targets only, not {config.model_type!r}: give the model's safetensors directory")
+        raise UnsupportedError(
+            f"{_label(config)}: holds llama.cpp's rope_freqs, which transformers does not load; eaglekit applies them"
+            f" to {' and '.join(EVERY_LAYER)} targets only, not {config.model_type!r}: give the model's safetensors"
+            " directory"
+        )
 
 
 def apply_rope_freqs(model, config: TargetConfig) -> None:
@@ -127,18 +160,26 @@ def apply_rope_freqs(model, config: TargetConfig) -> None:
     label = _label(config)
     rotaries = [rotary for _, _, rotary in _rotaries(model)]
     if not rotaries:
-        raise UnsupportedError(f"{label}: holds llama.cpp's rope_freqs, and eaglekit finds no rotary module (inv_freq) in the loaded model to apply them to")
+        raise UnsupportedError(
+            f"{label}: holds llama.cpp's rope_freqs, and eaglekit finds no rotary module (inv_freq) in the loaded model"
+            " to apply them to"
+        )
     for rotary in rotaries:
         inv_freq = rotary.inv_freq
         divisors = torch.tensor(config.rope_freqs, dtype=inv_freq.dtype, device=inv_freq.device)
         default = default_inv_freq(Rope(config.rope.theta), 2 * divisors.shape[0])[0].to(inv_freq.device)
         if inv_freq.shape != divisors.shape:
-            raise UnsupportedError(f"{label}: rope_freqs holds {divisors.shape[0]} divisors, the loaded model rotates {inv_freq.shape[0]} frequencies")
+            raise UnsupportedError(
+                f"{label}: rope_freqs holds {divisors.shape[0]} divisors, the loaded model rotates {inv_freq.shape[0]}"
+                " frequencies"
+            )
         if torch.allclose(inv_freq, default / divisors, rtol=1e-6, atol=0):
             continue  # the loader applied them
         if not torch.allclose(inv_freq, default, rtol=1e-6, atol=0):
-            raise UnsupportedError(f"{label}: holds llama.cpp's rope_freqs, and the loaded model's rope is neither the default "
-                                   f"(theta {config.rope.theta:g}) nor divided by them: eaglekit cannot tell which rope the file means")
+            raise UnsupportedError(
+                f"{label}: holds llama.cpp's rope_freqs, and the loaded model's rope is neither the default "
+                f"(theta {config.rope.theta:g}) nor divided by them: eaglekit cannot tell which rope the file means"
+            )
         with torch.no_grad():
             for name in ("inv_freq", "original_inv_freq"):
                 buffer = getattr(rotary, name, None)

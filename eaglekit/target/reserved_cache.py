@@ -18,7 +18,8 @@ from transformers.cache_utils import DynamicLayer
 
 
 class ReservedLayer(DynamicLayer):
-    """``DynamicLayer`` that writes into storage reserved for ``capacity`` positions (grown by concatenation past it)."""
+    """``DynamicLayer`` that writes into storage reserved for ``capacity`` positions (grown by concatenation past
+    it)."""
 
     def __init__(self, capacity: int):
         super().__init__()
@@ -26,7 +27,9 @@ class ReservedLayer(DynamicLayer):
         self._key_room: torch.Tensor | None = None
         self._value_room: torch.Tensor | None = None
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         n = self.get_seq_length()  # cropping shortens ``keys``, so the length is read from it, never counted apart
@@ -36,8 +39,12 @@ class ReservedLayer(DynamicLayer):
             self._key_room = key_states.new_empty(shape)
             self._value_room = value_states.new_empty((*shape[:-1], value_states.shape[-1]))
         room = self._key_room
-        if (room is None or end > self.capacity or room.shape[:-2] != key_states.shape[:-2]
-                or (n and self.keys.data_ptr() != room.data_ptr())):  # no room (any more), or keys replaced: as DynamicLayer
+        if (
+            room is None
+            or end > self.capacity
+            or room.shape[:-2] != key_states.shape[:-2]
+            or (n and self.keys.data_ptr() != room.data_ptr())
+        ):  # no room (any more), or keys replaced: as DynamicLayer
             self._key_room = self._value_room = None
             return super().update(key_states, value_states, *args, **kwargs)
         room[..., n:end, :] = key_states

@@ -22,11 +22,13 @@ from ..errors import CheckpointError, MissingDependencyError, UnsupportedError
 from ..io.dtypes import CAST_TARGETS
 from . import gguf_cache
 from .config import TargetConfig
-from .packed_gemm import packed_linears
 from .long_lived import long_lived
+from .packed_gemm import packed_linears
 from .transformers_import import import_transformers_models
 
-DTYPES = {name: dtype.torch for name, dtype in CAST_TARGETS.items()}  # what the target may run in: the float types convert casts to
+DTYPES = {
+    name: dtype.torch for name, dtype in CAST_TARGETS.items()
+}  # what the target may run in: the float types convert casts to
 
 
 @contextlib.contextmanager
@@ -47,7 +49,10 @@ def _gguf_loader():
         yield
         return
     reader_class, name_map, bar = gguf.GGUFReader, gguf.get_tensor_name_map, gguf_utils.tqdm
-    gguf.GGUFReader, gguf.get_tensor_name_map = functools.cache(reader_class), functools.cache(name_map)  # dropped on leaving
+    gguf.GGUFReader, gguf.get_tensor_name_map = (
+        functools.cache(reader_class),
+        functools.cache(name_map),
+    )  # dropped on leaving
     gguf_utils.tqdm = functools.partial(bar, disable=True)
     try:
         yield
@@ -88,10 +93,21 @@ def pick_device(device: str) -> str:
 # generation-config entries under which transformers' greedy ``generate`` changes the logits before its argmax (its
 # logits processors), with their neutral values: a target that sets any other value is decoded by ``generate``
 # itself, so that its tokens stay generate's (``TargetModel.decode_batch``)
-GREEDY_NEUTRAL = {"repetition_penalty": (None, 1.0), "no_repeat_ngram_size": (None, 0), "bad_words_ids": (None, []),
-                  "min_length": (None, 0), "min_new_tokens": (None, 0), "forced_bos_token_id": (None,), "forced_eos_token_id": (None,),
-                  "suppress_tokens": (None, []), "begin_suppress_tokens": (None, []), "sequence_bias": (None, {}),
-                  "exponential_decay_length_penalty": (None,), "guidance_scale": (None, 1.0), "watermarking_config": (None,)}
+GREEDY_NEUTRAL = {
+    "repetition_penalty": (None, 1.0),
+    "no_repeat_ngram_size": (None, 0),
+    "bad_words_ids": (None, []),
+    "min_length": (None, 0),
+    "min_new_tokens": (None, 0),
+    "forced_bos_token_id": (None,),
+    "forced_eos_token_id": (None,),
+    "suppress_tokens": (None, []),
+    "begin_suppress_tokens": (None, []),
+    "sequence_bias": (None, {}),
+    "exponential_decay_length_penalty": (None,),
+    "guidance_scale": (None, 1.0),
+    "watermarking_config": (None,),
+}
 
 
 # The most of a group's prefill that may go to padding (see length_groups).
@@ -144,7 +160,9 @@ def _row_columns(shared: int, first: int):
     def take(tensor: torch.Tensor, n: int, dim: int) -> torch.Tensor:
         if not shared:
             return tensor.narrow(dim, first, n)
-        return torch.cat([tensor.narrow(dim, 0, min(shared, n)), tensor.narrow(dim, first, max(n - shared, 0))], dim=dim)
+        return torch.cat(
+            [tensor.narrow(dim, 0, min(shared, n)), tensor.narrow(dim, first, max(n - shared, 0))], dim=dim
+        )
 
     return take
 
@@ -173,7 +191,10 @@ class SequencePass:
         """The logits after each of ``positions`` (each >= ``first``: the prompt's own were never computed)."""
         rows = positions.to(self.logits.device) - self.first
         if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= self.logits.shape[0]):
-            raise IndexError(f"positions {int(positions.min())}..{int(positions.max())} outside the kept {self.first}..{self.first + self.logits.shape[0] - 1}")
+            raise IndexError(
+                f"positions {int(positions.min())}..{int(positions.max())} outside the kept"
+                f" {self.first}..{self.first + self.logits.shape[0] - 1}"
+            )
         return self.logits[rows]
 
 
@@ -200,7 +221,9 @@ def _plain_layers(cache) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
     if not layers or any(type(layer) not in (DynamicLayer, ReservedLayer) for layer in layers):
         return None
     kv = [(getattr(layer, "keys", None), getattr(layer, "values", None)) for layer in layers]
-    return kv if all(isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor) and k.dim() == 4 for k, v in kv) else None
+    return (
+        kv if all(isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor) and k.dim() == 4 for k, v in kv) else None
+    )
 
 
 @dataclass
@@ -213,7 +236,14 @@ class TargetModel:
 
     @classmethod
     @long_lived()
-    def load(cls, config: TargetConfig, *, device: str = "cpu", dtype: torch.dtype = torch.float32, device_map: str | None = None) -> "TargetModel":
+    def load(
+        cls,
+        config: TargetConfig,
+        *,
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        device_map: str | None = None,
+    ) -> TargetModel:
         import_transformers_models()  # its folder of models read once, not twice (transformers_import.py)
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
@@ -233,9 +263,11 @@ class TargetModel:
                 directory, gguf_path = str(cached), None
             else:
                 try:
-                    import gguf  # noqa: F401
+                    import gguf  # noqa: F401  (transformers' GGUF reader needs it)
                 except ImportError:
-                    raise MissingDependencyError("loading a GGUF target needs the gguf package: pip install 'eaglekit[gguf]'") from None
+                    raise MissingDependencyError(
+                        "loading a GGUF target needs the gguf package: pip install 'eaglekit[gguf]'"
+                    ) from None
                 gguf_kwargs = {"gguf_file": config.gguf_file}
         if device_map:
             kwargs["device_map"] = device_map
@@ -243,9 +275,10 @@ class TargetModel:
             model = AutoModelForCausalLM.from_pretrained(directory, **kwargs, **gguf_kwargs)
             try:
                 tokenizer = AutoTokenizer.from_pretrained(directory, **gguf_kwargs)
-            except Exception as exc:  # noqa: BLE001 - which failures mean "no tokenizer" is decided here, the rest is one line
+            except Exception as exc:
                 # transformers 5.24 raises OSError or ValueError where the files hold no tokenizer it can build (none at
-                # all, only a tokenizer_config.json, a GGUF tokenizer it does not read): prompts then come as input_ids. A
+                # all, only a tokenizer_config.json, a GGUF tokenizer it does not read): prompts then come as input_ids.
+                # A
                 # file that is there but does not parse (json's JSONDecodeError, a ValueError too; KeyError, TypeError,
                 # AttributeError from a truncated or mistyped one) or a missing tokenizer package (ImportError) would
                 # silently drop the tokenizer's eos id and chat template, or was an internal error: one line instead.
@@ -255,9 +288,13 @@ class TargetModel:
                     said = " ".join(str(exc).split())[:300]
                     where = config.directory / config.gguf_file if config.gguf_file else config.directory
                     if isinstance(exc, ImportError):
-                        raise MissingDependencyError(f"--target {where}: its tokenizer needs a package not installed here ({said})") from None
-                    raise CheckpointError(f"--target {where}: its tokenizer does not load ({type(exc).__name__}: {said}); fix or remove "
-                                          "its tokenizer files (prompts given as input_ids need none)") from None
+                        raise MissingDependencyError(
+                            f"--target {where}: its tokenizer needs a package not installed here ({said})"
+                        ) from None
+                    raise CheckpointError(
+                        f"--target {where}: its tokenizer does not load ({type(exc).__name__}: {said}); fix or remove "
+                        "its tokenizer files (prompts given as input_ids need none)"
+                    ) from None
         apply_stated_scaling(model, config)  # before the cache entry is written: its config states the scaling
         if gguf_path is not None and not device_map:
             gguf_cache.save(gguf_path, model, tokenizer, config.config)
@@ -299,8 +336,10 @@ class TargetModel:
         """Where the continuation stops, as vLLM stops it: the tokenizer's eos and every generation_config eos id
         (SamplingParams.update_from_generation_config adds the latter to the former)."""
         out: set[int] = set()
-        for ids in (getattr(getattr(self.model, "generation_config", None), "eos_token_id", None),
-                    getattr(self.tokenizer, "eos_token_id", None) if self.tokenizer is not None else None):
+        for ids in (
+            getattr(getattr(self.model, "generation_config", None), "eos_token_id", None),
+            getattr(self.tokenizer, "eos_token_id", None) if self.tokenizer is not None else None,
+        ):
             if ids is not None:
                 out |= {int(i) for i in (ids if isinstance(ids, (list, tuple)) else [ids])}
         return out
@@ -330,33 +369,44 @@ class TargetModel:
                 return candidate
         return 0
 
-    def generate_batch(self, prompts: list[list[int]], max_new_tokens: int, batch_size: int = 16, padding: float = PADDING) -> list[torch.Tensor]:
+    def generate_batch(
+        self, prompts: list[list[int]], max_new_tokens: int, batch_size: int = 16, padding: float = PADDING
+    ) -> list[torch.Tensor]:
         """``generate`` for several prompts at once, the same tokens (``decode_batch`` without capture)."""
         return [d.tokens for d in self.decode_batch(prompts, max_new_tokens, batch_size=batch_size, padding=padding)]
 
     @_without_cudnn_attention
     @torch.inference_mode()  # not just no_grad: no version counters or view tracking, 3-7% of the demo's decode
-    def decode_batch(self, prompts: list[list[int]], max_new_tokens: int, *, batch_size: int = 16, padding: float = PADDING,
-                     capture: tuple[int, ...] = (), keep_bytes: int = 0, past_stop: int = 0) -> list[Decoded]:
+    def decode_batch(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        *,
+        batch_size: int = 16,
+        padding: float = PADDING,
+        capture: tuple[int, ...] = (),
+        keep_bytes: int = 0,
+        past_stop: int = 0,
+    ) -> list[Decoded]:
         """Greedy continuations of several prompts at once, with the hidden states of the aux slots ``capture`` at every
         position, taken from the very forwards that picked the tokens (no second pass over the sequences).
 
         Per prompt: (prompt + new tokens as one id tensor on the CPU, {slot: [S - 1, T] states on the model's device}).
         In float32 the tokens are ``generate``'s, token for token (in bf16 they are not always: a padded batch rounds
-        otherwise, and 6 of 24 random prompts of a tiny target took another greedy path): prompts are left-padded to a common length (an attention mask
-        hides the padding, positions count from each prompt's first token), one KV cache decodes them together, and
-        this loop makes the forward calls transformers' ``generate`` makes for greedy decoding (2D mask, dropped when
-        nothing is padded; positions from the mask; logits of the last position only; a finished row is fed the pad
-        token), without its per-step machinery. Each row is cut after its first end-of-sequence token or at
-        ``max_new_tokens``. The states of a row's last token are not computed: a drafter fuses the states of position t
-        with token t + 1, and the last token has none after it (its logits are, with ``keep_bytes``: one more forward
-        feeds every row's last token). Prompts are grouped by ``length_groups`` (at most ``batch_size`` per
-        group, at most ``padding`` of a group's prefill spent on padding). The tokens all of a group's prompts start
-        with (``shared_prefix``: a chat template's system prompt) are run once, as a batch of one row, and their keys,
-        values and states given to every row; the rest of each prompt follows, left-padded (the padding masked, between
-        the prefix and the prompt's own tokens): the demo's prefill runs 24 + 8 x 24 positions instead of 8 x 48. On a
-        CPU in float32 the steps' linears take oneDNN's prepacked weights while the groups decode, where that pays
-        (``packed_gemm.packed_linears``).
+        otherwise, and 6 of 24 random prompts of a tiny target took another greedy path): prompts are left-padded to a
+        common length (an attention mask hides the padding, positions count from each prompt's first token), one KV
+        cache decodes them together, and this loop makes the forward calls transformers' ``generate`` makes for greedy
+        decoding (2D mask, dropped when nothing is padded; positions from the mask; logits of the last position only; a
+        finished row is fed the pad token), without its per-step machinery. Each row is cut after its first
+        end-of-sequence token or at ``max_new_tokens``. The states of a row's last token are not computed: a drafter
+        fuses the states of position t with token t + 1, and the last token has none after it (its logits are, with
+        ``keep_bytes``: one more forward feeds every row's last token). Prompts are grouped by ``length_groups`` (at
+        most ``batch_size`` per group, at most ``padding`` of a group's prefill spent on padding). The tokens all of a
+        group's prompts start with (``shared_prefix``: a chat template's system prompt) are run once, as a batch of one
+        row, and their keys, values and states given to every row; the rest of each prompt follows, left-padded (the
+        padding masked, between the prefix and the prompt's own tokens): the demo's prefill runs 24 + 8 x 24 positions
+        instead of 8 x 48. On a CPU in float32 the steps' linears take oneDNN's prepacked weights while the groups
+        decode, where that pays (``packed_gemm.packed_linears``).
 
         ``keep_bytes``: each prompt's ``SequencePass`` is kept from the same forwards (every step's logits, the
         row's part of the KV cache), so that ``chain_logits`` needs no second pass over the sequence, for the groups
@@ -365,8 +415,8 @@ class TargetModel:
         tokens) or that ``generate`` decodes. A pass holds (new tokens + 1) x vocabulary float32 logits and the
         sequence's whole cache (2 x layers x kv heads x head dim x dtype bytes per token).
 
-        ``past_stop``: a row that reaches an end-of-sequence token goes on decoding greedily, ignoring it, for up to this
-        many tokens more (none past ``max_new_tokens``), returned apart as ``Decoded.after_stop``: what the target
+        ``past_stop``: a row that reaches an end-of-sequence token goes on decoding greedily, ignoring it, for up to
+        this many tokens more (none past ``max_new_tokens``), returned apart as ``Decoded.after_stop``: what the target
         would have picked after it, as a speculative step that crosses the stop token compares its drafts with. The
         row stays in its batch for those steps (free while any other row still decodes)."""
         pad, eos = self.pad_token_id(), self.eos_token_ids()
@@ -377,13 +427,24 @@ class TargetModel:
         plain = self._plain_greedy()
         # the steps' linears through oneDNN's prepacked weights where that pays (target/packed_gemm.py); ``generate``'s
         # own decoding keeps the plain GEMM, so that its tokens stay exactly generate's
-        packing = packed_linears(self.model, max(map(len, groups), default=0), max_new_tokens) if plain else contextlib.nullcontext()
+        packing = (
+            packed_linears(self.model, max(map(len, groups), default=0), max_new_tokens)
+            if plain
+            else contextlib.nullcontext()
+        )
         with packing:
             for group in groups:
                 group_prompts = [prompts[i] for i in group]
                 if plain:
-                    results = self._decode_group(group_prompts, max_new_tokens, pad, eos, slots, keep_passes=kept_bytes < keep_bytes,
-                                                 past_stop=past_stop)
+                    results = self._decode_group(
+                        group_prompts,
+                        max_new_tokens,
+                        pad,
+                        eos,
+                        slots,
+                        keep_passes=kept_bytes < keep_bytes,
+                        past_stop=past_stop,
+                    )
                 else:
                     results = self._generate_group(group_prompts, max_new_tokens, pad, eos, slots, past_stop)
                 for i, result in zip(group, results):
@@ -395,7 +456,15 @@ class TargetModel:
         config = getattr(self.model, "generation_config", None)
         return config is None or all(getattr(config, key, None) in neutral for key, neutral in GREEDY_NEUTRAL.items())
 
-    def _generate_group(self, prompts: list[list[int]], max_new_tokens: int, pad: int, eos: set[int], slots: tuple[int, ...], past_stop: int = 0):
+    def _generate_group(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        pad: int,
+        eos: set[int],
+        slots: tuple[int, ...],
+        past_stop: int = 0,
+    ):
         """``_decode_group`` through transformers' ``generate`` (for a generation config whose processors change greedy
         tokens), the states from one full pass per sequence. With ``past_stop``, ``generate`` decodes every row to
         ``max_new_tokens`` (it has no way to stop a row a given count after its end-of-sequence token)."""
@@ -407,15 +476,24 @@ class TargetModel:
             config = copy.deepcopy(self.model.generation_config)
             config.eos_token_id = None
             unstopped = {"generation_config": config}
-        generated = self.model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
-                                        pad_token_id=pad, **unstopped).cpu()
+        generated = self.model.generate(
+            ids,
+            attention_mask=mask,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            num_beams=1,
+            pad_token_id=pad,
+            **unstopped,
+        ).cpu()
         for row, prompt in enumerate(prompts):
             kept_new, after_stop = _cut_at_stop(generated[row, width:], eos, past_stop)
             tokens = torch.cat([torch.tensor(prompt, dtype=generated.dtype), kept_new])
             states = {}
             if slots:
                 aux, _ = self.aux_states(tokens, slots)
-                states = dict(zip(slots, aux[:-1].split(aux.shape[-1] // len(slots), dim=-1)))  # as _decode_group: not the last token's
+                states = dict(
+                    zip(slots, aux[:-1].split(aux.shape[-1] // len(slots), dim=-1))
+                )  # as _decode_group: not the last token's
             yield Decoded(tokens, states, None, after_stop)
 
     def _check_slots(self, ids: tuple[int, ...]) -> tuple[int, ...]:
@@ -435,7 +513,10 @@ class TargetModel:
         if slots and (layers is None or len(layers) < L):
             raise UnsupportedError("cannot find the target's decoder layers to take the aux states from")
         modules = {k: self._final_norm() if k == L else layers[k] for k in slots}
-        handles = [module.register_forward_pre_hook(functools.partial(_keep, captured, k), with_kwargs=True) for k, module in modules.items()]
+        handles = [
+            module.register_forward_pre_hook(functools.partial(_keep, captured, k), with_kwargs=True)
+            for k, module in modules.items()
+        ]
         try:
             out = self.model(**inputs)
         finally:
@@ -443,8 +524,16 @@ class TargetModel:
                 handle.remove()
         return out, captured
 
-    def _decode_group(self, prompts: list[list[int]], max_new_tokens: int, pad: int, eos: set[int], slots: tuple[int, ...],
-                      keep_passes: bool = False, past_stop: int = 0):
+    def _decode_group(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        pad: int,
+        eos: set[int],
+        slots: tuple[int, ...],
+        keep_passes: bool = False,
+        past_stop: int = 0,
+    ):
         from transformers import DynamicCache
 
         from .reserved_cache import ReservedLayer, reserve
@@ -456,18 +545,28 @@ class TargetModel:
         width = max(len(p) for p in prompts) - shared
         cache = reserve(DynamicCache(config=self.model.config), shared + width + max_new_tokens)
         if shared and not (cache.layers and all(isinstance(layer, ReservedLayer) for layer in cache.layers)):
-            shared, width = 0, width + shared  # a sliding window, a linear-attention layer: no keys to hand on as they are
+            shared, width = (
+                0,
+                width + shared,
+            )  # a sliding window, a linear-attention layer: no keys to hand on as they are
         # columns: the shared prefix, each prompt's own tokens left-padded to a common width (masked), the new tokens
         own_lengths = [len(p) - shared for p in prompts]
-        ids = torch.tensor([[pad] * (width - n) + list(p[shared:]) for p, n in zip(prompts, own_lengths)], device=device)
+        ids = torch.tensor(
+            [[pad] * (width - n) + list(p[shared:]) for p, n in zip(prompts, own_lengths)], device=device
+        )
         mask = torch.tensor([[1] * shared + [0] * (width - n) + [1] * n for n in own_lengths], device=device)
         positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)[:, shared:]
         attention = None if bool((mask == 1).all()) else mask
         states: list[dict[int, torch.Tensor]] = []  # per forward: {slot: [B, n, T]}
         if shared:  # one forward of one row; its keys, values and states are every row's
             prefix = DynamicCache(config=self.model.config)
-            _, captured = self._forward(slots, input_ids=torch.tensor([prompts[0][:shared]], device=device), use_cache=True, logits_to_keep=1,
-                                        **{self._cache_kwarg: prefix})
+            _, captured = self._forward(
+                slots,
+                input_ids=torch.tensor([prompts[0][:shared]], device=device),
+                use_cache=True,
+                logits_to_keep=1,
+                **{self._cache_kwarg: prefix},
+            )
             rows = len(prompts)
             for index, (keys, values) in enumerate(_plain_layers(prefix)):
                 cache.update(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), index)
@@ -477,12 +576,21 @@ class TargetModel:
         new: list[torch.Tensor] = []
         done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
         stopped = torch.zeros_like(done)  # an end-of-sequence token decoded
-        left = torch.zeros(len(prompts), dtype=torch.long, device=device)  # of a stopped row: tokens still to decode past it
+        left = torch.zeros(
+            len(prompts), dtype=torch.long, device=device
+        )  # of a stopped row: tokens still to decode past it
         eos_ids = torch.tensor(sorted(eos), device=device) if eos else None
         step_ids = ids
         while True:
-            out, captured = self._forward(slots, input_ids=step_ids, attention_mask=attention, position_ids=positions,
-                                          use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache})
+            out, captured = self._forward(
+                slots,
+                input_ids=step_ids,
+                attention_mask=attention,
+                position_ids=positions,
+                use_cache=True,
+                logits_to_keep=1,
+                **{self._cache_kwarg: cache},
+            )
             states.append(captured)
             last = out.logits[:, -1].to(dtype=torch.float32)
             if keep_passes:
@@ -506,8 +614,15 @@ class TargetModel:
             if len(new) == max_new_tokens or bool(done.all()):
                 break
         if keep_passes:  # the last new tokens' logits and keys: one more forward (nothing decodes past it)
-            out, _ = self._forward((), input_ids=step_ids, attention_mask=attention, position_ids=positions,
-                                   use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache})
+            out, _ = self._forward(
+                (),
+                input_ids=step_ids,
+                attention_mask=attention,
+                position_ids=positions,
+                use_cache=True,
+                logits_to_keep=1,
+                **{self._cache_kwarg: cache},
+            )
             logits[:, len(new)] = out.logits[:, -1]
         generated = torch.stack(new, dim=1).cpu()
         joined = {k: torch.cat([s[k] for s in states], dim=1) for k in slots}  # [B, shared + width + steps - 1, T]
@@ -516,12 +631,24 @@ class TargetModel:
         for row, prompt in enumerate(prompts):
             row_new, after_stop = _cut_at_stop(generated[row], eos, past_stop)
             tokens = torch.cat([torch.tensor(prompt, dtype=generated.dtype), row_new])
-            own = _row_columns(shared, shared + width - (len(prompt) - shared))  # this row's columns, its padding left out
+            own = _row_columns(
+                shared, shared + width - (len(prompt) - shared)
+            )  # this row's columns, its padding left out
             kept = None
             if layers is not None:  # this row's keys and values (in a cache of its sequence alone)
-                rows = [(own(k[row : row + 1], tokens.shape[0], dim=2), own(v[row : row + 1], tokens.shape[0], dim=2)) for k, v in layers]
-                kept = SequencePass(len(prompt) - 1, logits[row, : row_new.shape[0] + 1], DynamicCache(ddp_cache_data=rows))  # a view: one block for the group
-            yield Decoded(tokens, {k: own(v[row], tokens.shape[0] - 1, dim=0).clone() for k, v in joined.items()}, kept, after_stop)
+                rows = [
+                    (own(k[row : row + 1], tokens.shape[0], dim=2), own(v[row : row + 1], tokens.shape[0], dim=2))
+                    for k, v in layers
+                ]
+                kept = SequencePass(
+                    len(prompt) - 1, logits[row, : row_new.shape[0] + 1], DynamicCache(ddp_cache_data=rows)
+                )  # a view: one block for the group
+            yield Decoded(
+                tokens,
+                {k: own(v[row], tokens.shape[0] - 1, dim=0).clone() for k, v in joined.items()},
+                kept,
+                after_stop,
+            )
 
     @_without_cudnn_attention
     @torch.no_grad()
@@ -532,7 +659,9 @@ class TargetModel:
         captured: dict[str, torch.Tensor] = {}
         handle = None
         if L in ids:
-            handle = self._final_norm().register_forward_pre_hook(lambda module, args: captured.__setitem__("pre_norm", args[0].detach()))
+            handle = self._final_norm().register_forward_pre_hook(
+                lambda module, args: captured.__setitem__("pre_norm", args[0].detach())
+            )
         try:
             out = self.model(tokens[None].to(self.model.device), output_hidden_states=True, use_cache=False)
         finally:
@@ -569,18 +698,26 @@ class TargetModel:
         seen = torch.arange(seq_len, device=device)[None, :] <= (starts[chain] + 1)[:, None]  # [n, S]
         own = (chain[:, None] == chain[None, :]) & (step[None, :] <= step[:, None])  # [n, n]
         allowed = torch.cat([seen, own], dim=1)
-        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=device).masked_fill(~allowed, torch.finfo(self.dtype).min)
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=device).masked_fill(
+            ~allowed, torch.finfo(self.dtype).min
+        )
         try:
-            out = self.model(drafts[:, : K - 1].reshape(1, n).to(device), position_ids=positions[None], attention_mask=mask[None, None],
-                             use_cache=True, **{self._cache_kwarg: cache})
-        finally:  # back to the sequence: a negative crop removes that many positions (transformers 5.24 refuses a length)
+            out = self.model(
+                drafts[:, : K - 1].reshape(1, n).to(device),
+                position_ids=positions[None],
+                attention_mask=mask[None, None],
+                use_cache=True,
+                **{self._cache_kwarg: cache},
+            )
+        # back to the sequence: a negative crop removes that many positions (transformers 5.24 refuses a length)
+        finally:
             cache.crop(seq_len - cache.get_seq_length())
         return out.logits[0].float().view(J, K - 1, -1)
 
 
 def _cut_at_stop(new: torch.Tensor, eos: set[int], past_stop: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(a row's new tokens up to its first end-of-sequence token, that one included; the tokens decoded after it, at most
-    ``past_stop``: None where the row has no end-of-sequence token or none were asked for)."""
+    """(a row's new tokens up to its first end-of-sequence token, that one included; the tokens decoded after it, at
+    most ``past_stop``: None where the row has no end-of-sequence token or none were asked for)."""
     stop = next((j + 1 for j, t in enumerate(new.tolist()) if t in eos), None)
     if stop is None:
         return new, None

@@ -13,9 +13,9 @@ function reads a file's folder when given a file.
 (``$XDG_CACHE_HOME/eaglekit/transformers/``), so that a later process reads no folder at all. What a reading
 depends on is the folder's files; the entry is found by what changes whenever they do: transformers' version and
 place, its installation record (``RECORD``: every installed file with its digest) and the modification time of
-every folder under ``models`` (a file added, removed or renamed since). A transformers installed editable (from a source tree, whose
-files change in place) or without a record is read as before, once per process. Measured in the environment README
-installs (transformers 5.24, 2 cores): importing transformers' Llama and its Auto classes, torch imported before,
+every folder under ``models`` (a file added, removed or renamed since). A transformers installed editable (from a source
+tree, whose files change in place) or without a record is read as before, once per process. Measured in the environment
+README installs (transformers 5.24, 2 cores): importing transformers' Llama and its Auto classes, torch imported before,
 3.87-4.20 s -> 2.98-3.65 s with one reading instead of two; the reading left is ~0.6-0.9 s of it.
 
 transformers' function is patched while ``transformers`` imports (a finder on ``sys.meta_path`` that sees
@@ -49,28 +49,36 @@ def import_transformers_models() -> None:
         return
     models = _models_folder()
     reading = _TableReading(models, _entry_path(models)) if models is not None else None
-    with _patched_on_import(reading) if reading is not None and "transformers" not in sys.modules else contextlib.nullcontext():
+    with (
+        _patched_on_import(reading)
+        if reading is not None and "transformers" not in sys.modules
+        else contextlib.nullcontext()
+    ):
         import transformers
         from transformers.utils import import_utils
 
         if reading is None or reading.original is None:  # transformers imported before, or its reader not seen running
             read_folder = getattr(import_utils, READER, None)
-            if read_folder is None or not hasattr(read_folder, "cache_info"):  # another transformers: import it as it is
-                import transformers.models  # noqa: F401
+            if read_folder is None or not hasattr(
+                read_folder, "cache_info"
+            ):  # another transformers: import it as it is
+                import transformers.models
+
                 return
             if reading is None:
                 reading = _TableReading(Path(transformers.__file__).parent / "models", None)
             reading.original = read_folder
             setattr(import_utils, READER, reading.read)
         try:
-            import transformers.models  # noqa: F401
+            import transformers.models
         finally:
             setattr(import_utils, READER, reading.original)
 
 
 class _TableReading:
     """transformers' reading of the models folder, served from one table: from ``entry`` (a file) where it holds one
-    for this installation, else read once (and written to ``entry``). Any other folder is read as transformers reads it."""
+    for this installation, else read once (and written to ``entry``). Any other folder is read as transformers reads it.
+    """
 
     def __init__(self, models: Path, entry: Path | None):
         self.models = models
@@ -212,4 +220,3 @@ def _decode(value):
     if "dict" in value:
         return {(k if isinstance(k, str) else frozenset(k["frozenset"])): _decode(v) for k, v in value["dict"]}
     return set(value["set"])
-

@@ -17,8 +17,8 @@ LM_HEAD_NAMES = ("lm_head.weight", *EMBED_NAMES)  # a tied lm_head is stored as 
 
 def read_target_weight(config: TargetConfig, kind: Literal["embed", "lm_head"]) -> torch.Tensor | None:
     """The tensor as stored, or None where the target has none under a known name, has no weights (``config_only``)
-    or is a GGUF file (whose tensors only transformers reads). A checkpoint that cannot be read raises, as ``Checkpoint`` does (CheckpointError):
-    the caller decides whether that matters."""
+    or is a GGUF file (whose tensors only transformers reads). A checkpoint that cannot be read raises, as
+    ``Checkpoint`` does (CheckpointError): the caller decides whether that matters."""
     if config.gguf_file or config.config_only:
         return None
     names = EMBED_NAMES if kind == "embed" else LM_HEAD_NAMES

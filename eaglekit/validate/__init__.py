@@ -60,12 +60,20 @@ class ValidationReport:
 
 
 # An engine finding that says for the named release what a general finding says of every engine: with that engine
-# named, it is said instead of the general one (the ids vLLM captures where none are recorded, not "each engine's default").
+# named, it is said instead of the general one (the ids vLLM captures where none are recorded, not "each engine's
+# default").
 RESTATED_FOR_THE_ENGINE = {"engine.aux_default": "aux.not_recorded"}
 
 
-def validate(source: str | Path, *, target: "str | Path | TargetConfig | None" = None, engine: str | None = None, scan: bool = False,
-             source_dialect: str = "auto", norm_output_semantics: str = "auto") -> ValidationReport:
+def validate(
+    source: str | Path,
+    *,
+    target: str | Path | TargetConfig | None = None,
+    engine: str | None = None,
+    scan: bool = False,
+    source_dialect: str = "auto",
+    norm_output_semantics: str = "auto",
+) -> ValidationReport:
     """``target``: as the user gave it, or its config already read (a survey reads it once for every drafter)."""
     if engine:
         from .. import engines  # the engine rules load only when an engine is named
@@ -79,8 +87,12 @@ def validate(source: str | Path, *, target: "str | Path | TargetConfig | None" =
 
         target_cfg = read_target_config(target)
     try:
-        loaded = dialects.load(source, source_dialect, norm_output_semantics=norm_output_semantics,
-                               target_num_layers=target_cfg.num_layers if target_cfg else None)
+        loaded = dialects.load(
+            source,
+            source_dialect,
+            norm_output_semantics=norm_output_semantics,
+            target_num_layers=target_cfg.num_layers if target_cfg else None,
+        )
     except ConfigError as exc:
         return _unreadable(source, source_dialect, exc, release, target_cfg, scan)
     with loaded:
@@ -88,18 +100,39 @@ def validate(source: str | Path, *, target: "str | Path | TargetConfig | None" =
         if target_cfg is not None:
             d = d.with_(target_num_layers=target_cfg.num_layers)
             loaded.drafter = d
-        report = ValidationReport(str(source), loaded.dialect, d.eagle_version, release.label if release else None, target_cfg.source if target_cfg else None, scan)
+        report = ValidationReport(
+            str(source),
+            loaded.dialect,
+            d.eagle_version,
+            release.label if release else None,
+            target_cfg.source if target_cfg else None,
+            scan,
+        )
         config = loaded.checkpoint.config or {}
         report.findings += loaded.notes
         if loaded.ambiguity is not None:
             report.ambiguity = loaded.ambiguity.to_dict()
             check = "dialect.ambiguous" if loaded.ambiguity.kind == "dialect" else "aux.ambiguous"
-            where = dialects.get(loaded.dialect).aux_location(config)  # the key the ids were read from, where there is one
-            report.findings.append(Finding(check, "warning", loaded.ambiguity.message() + f"; checked as the {loaded.dialect} reading", where))
+            where = dialects.get(loaded.dialect).aux_location(
+                config
+            )  # the key the ids were read from, where there is one
+            report.findings.append(
+                Finding(
+                    check, "warning", loaded.ambiguity.message() + f"; checked as the {loaded.dialect} reading", where
+                )
+            )
         present = loaded.present()
         remote = loaded.checkpoint.located.remote  # headers only: no tensor values to check
-        report.findings += run_checks(CheckInput(d, present, values=None if remote else loaded.read_values, target=target_cfg, config=config,
-                                                 stored_name=loaded.stored_name))
+        report.findings += run_checks(
+            CheckInput(
+                d,
+                present,
+                values=None if remote else loaded.read_values,
+                target=target_cfg,
+                config=config,
+                stored_name=loaded.stored_name,
+            )
+        )
         if remote:
             report.findings += _skipped_remotely(present, scan)
         if not remote and target_cfg is not None and d.has_d2t and "lm_head.weight" in loaded.names:
@@ -120,14 +153,27 @@ def validate(source: str | Path, *, target: "str | Path | TargetConfig | None" =
             canonical_of = {s: c for c, s in loaded.names.items()}
             # scan findings name checkpoint tensors; say which canonical tensor they are when it differs
             report.findings += [
-                f if f.subject not in canonical_of else replace(f, message=f.message + canonical_aside(f.subject, canonical_of[f.subject]))
+                (
+                    f
+                    if f.subject not in canonical_of
+                    else replace(f, message=f.message + canonical_aside(f.subject, canonical_of[f.subject]))
+                )
                 for f in scan_all(loaded.checkpoint, list(loaded.checkpoint.tensors))
             ]
         from .. import schemas  # jsonschema: loaded when a config is checked, not on import
 
-        # the config against its schema, said first, less what the other errors already say of a value (one fault, one finding)
-        report.findings = schemas.check_config(config, dialects.get(loaded.dialect).schema, mla=d.attention == "mla",
-                                               label=f"{loaded.checkpoint.label}/config.json", told=_told(report.findings)) + report.findings
+        # the config against its schema, said first, less what the other errors already say of a value (one fault, one
+        # finding)
+        report.findings = (
+            schemas.check_config(
+                config,
+                dialects.get(loaded.dialect).schema,
+                mla=d.attention == "mla",
+                label=f"{loaded.checkpoint.label}/config.json",
+                told=_told(report.findings),
+            )
+            + report.findings
+        )
     return report
 
 
@@ -141,11 +187,24 @@ def _skipped_remotely(present, scan: bool) -> list[Finding]:
     out = []
     needing = [name for name in ("d2t", "t2d") if name in present]
     if needing:
-        out.append(Finding("remote.values_skipped", "info", f"{' and '.join(needing)} contents not checked: read from the Hub by headers "
-                           "only (pass --download to check them)", needing[0]))
+        out.append(
+            Finding(
+                "remote.values_skipped",
+                "info",
+                f"{' and '.join(needing)} contents not checked: read from the Hub by headers "
+                "only (pass --download to check them)",
+                needing[0],
+            )
+        )
     if scan:
-        out.append(Finding("remote.scan_skipped", "warning", "--scan skipped: the drafter was read from the Hub by headers only; "
-                           "pass --download to scan its tensors"))
+        out.append(
+            Finding(
+                "remote.scan_skipped",
+                "warning",
+                "--scan skipped: the drafter was read from the Hub by headers only; "
+                "pass --download to scan its tensors",
+            )
+        )
     return out
 
 
@@ -169,12 +228,20 @@ def _unreadable(source, source_dialect, exc, release, target_cfg, scan) -> Valid
             raise exc
         dialect = source_dialect if source_dialect != "auto" else dialects.detect(ckpt)[0].dialect
         dialect = dialects.get(dialect).name
-        report = ValidationReport(str(source), dialect, None, release.label if release else None, target_cfg.source if target_cfg else None, scan)
+        report = ValidationReport(
+            str(source),
+            dialect,
+            None,
+            release.label if release else None,
+            target_cfg.source if target_cfg else None,
+            scan,
+        )
         config = ckpt.config or {}
         mla = any(k in config for k in ("kv_lora_rank", "qk_rope_head_dim"))
         unreadable = Finding("config.unreadable", "error", str(exc), getattr(exc, "key", None))
-        report.findings = schemas.check_config(config, dialects.get(dialect).schema, mla=mla, label=f"{ckpt.label}/config.json",
-                                               told=_told([unreadable])) + [unreadable]
+        report.findings = schemas.check_config(
+            config, dialects.get(dialect).schema, mla=mla, label=f"{ckpt.label}/config.json", told=_told([unreadable])
+        ) + [unreadable]
     return report
 
 

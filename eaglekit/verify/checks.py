@@ -23,8 +23,15 @@ class Check:
 # gives (the forward's first product with it fails: an internal error before) and a d2t mapping draft tokens past the
 # target's vocabulary (the first lookup fails); a drafter of another width than the target that ships no embedding or
 # no lm_head (the target's do not fit it: the forward's first norm of the target's embedding failed)
-CANNOT_RUN = ("aux.duplicate", "config.partial_rotary", "embed.needed", "rope.parameters", "tensor.shape", "vocab.d2t_range",
-              "vocab.lm_head_needed")
+CANNOT_RUN = (
+    "aux.duplicate",
+    "config.partial_rotary",
+    "embed.needed",
+    "rope.parameters",
+    "tensor.shape",
+    "vocab.d2t_range",
+    "vocab.lm_head_needed",
+)
 
 
 def cannot_run(findings) -> list:

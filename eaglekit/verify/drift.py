@@ -13,8 +13,8 @@ aux chunk entering ``fc``. Acceptance is counted as verify counts it (``run.coun
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -74,7 +74,9 @@ def long_text() -> str:
     try:
         from pydoc_data.topics import topics
     except ImportError:  # pragma: no cover - some distributions strip it
-        raise UsageError("the built-in long inputs come from CPython's pydoc_data, which this Python lacks: give --prompts") from None
+        raise UsageError(
+            "the built-in long inputs come from CPython's pydoc_data, which this Python lacks: give --prompts"
+        ) from None
     return "\n\n".join(topics[key] for key in sorted(topics))
 
 
@@ -83,7 +85,9 @@ def long_records(tokenizer, limit: int, per_bucket: int, reserve: int) -> list[d
     ``per_bucket`` prompts of evenly spread lengths, each from its own place in the text. ``reserve``: the tokens
     the continuation (and its lookahead) will add."""
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
-        raise UsageError("the built-in long inputs need the target's tokenizer and chat template: give --prompts with input_ids")
+        raise UsageError(
+            "the built-in long inputs need the target's tokenizer and chat template: give --prompts with input_ids"
+        )
     ids = tokenizer(long_text(), add_special_tokens=False)["input_ids"]
     framing = ("Here is part of the Python documentation.\n\n", "\n\nSummarize what it explains.")
     overhead = len(chat_ids(tokenizer, [{"role": "user", "content": "".join(framing)}]))
@@ -104,10 +108,14 @@ def long_records(tokenizer, limit: int, per_bucket: int, reserve: int) -> list[d
             messages = [{"role": "user", "content": framing[0] + passage + framing[1]}]
             if len(chat_ids(tokenizer, messages)) > top:
                 continue  # re-tokenized longer than the bucket has room for (a tokenizer that does not round-trip)
-            records.append({"id": f"doc-{bucket_label(lo, hi)}-{i + 1}", "category": "long context", "messages": messages})
+            records.append(
+                {"id": f"doc-{bucket_label(lo, hi)}-{i + 1}", "category": "long context", "messages": messages}
+            )
     if not records:
-        raise UsageError(f"--max-context {limit} leaves no room for a built-in input: the chat template takes {overhead} tokens and the "
-                         f"continuation {reserve}; raise --max-context or lower --max-new-tokens")
+        raise UsageError(
+            f"--max-context {limit} leaves no room for a built-in input: the chat template takes {overhead} tokens and"
+            f" the continuation {reserve}; raise --max-context or lower --max-new-tokens"
+        )
     return records
 
 
@@ -137,24 +145,45 @@ class Drafting:
 
 def load_drafter(verifier: Verifier, path: str, options: DriftOptions) -> Drafting:
     L = verifier.target_config.num_layers
-    with dialects.load(path, options.source_dialect, norm_output_semantics=options.norm_output_semantics, target_num_layers=L) as loaded:
+    with dialects.load(
+        path, options.source_dialect, norm_output_semantics=options.norm_output_semantics, target_num_layers=L
+    ) as loaded:
         d = loaded.drafter.with_(target_num_layers=L)
         loaded.drafter = d
-        bad = errors(run_checks(CheckInput(d, loaded.present(), values=loaded.read_values, target=verifier.target_config,
-                                             stored_name=loaded.stored_name)))
+        bad = errors(
+            run_checks(
+                CheckInput(
+                    d,
+                    loaded.present(),
+                    values=loaded.read_values,
+                    target=verifier.target_config,
+                    stored_name=loaded.stored_name,
+                )
+            )
+        )
         if bad:
-            raise UsageError(f"{path} cannot run on {verifier.target_config.name}: {bad[0].message} (see `eaglekit validate`)")
+            raise UsageError(
+                f"{path} cannot run on {verifier.target_config.name}: {bad[0].message} (see `eaglekit validate`)"
+            )
         return Drafting(path, verifier.model_for(loaded), resolved_ids(d, L))
 
 
-def run_drafter(verifier: Verifier, drafting: Drafting, options: DriftOptions, edges: list[int], label: str,
-                progress: Callable[[str, int], object] | None) -> Side:
+def run_drafter(
+    verifier: Verifier,
+    drafting: Drafting,
+    options: DriftOptions,
+    edges: list[int],
+    label: str,
+    progress: Callable[[str, int], object] | None,
+) -> Side:
     path, model, ids, d = drafting.path, drafting.model, drafting.ids, drafting.model.d
     edge_t = torch.tensor(edges[1:-1])
     recorder = DriftRecorder(options.sink_tokens, lambda starts: torch.bucketize(starts, edge_t, right=True))
     traj, every = Counters(), Counters()
     buckets: dict[int, Counters] = {}
-    total_chunks = sum((tokens.shape[0] - len(p.ids) + options.chunk - 1) // options.chunk for p, tokens in verifier.sequences)
+    total_chunks = sum(
+        (tokens.shape[0] - len(p.ids) + options.chunk - 1) // options.chunk for p, tokens in verifier.sequences
+    )
     bar = progress(f"drafting ({label})", total_chunks) if progress else None
     seconds = 0.0
     sampling = Expected(options.k) if options.temperature else None
@@ -175,7 +204,9 @@ def run_drafter(verifier: Verifier, drafting: Drafting, options: DriftOptions, e
             first = first_pass(model, tokens, aux, recorder)
             accepted = []
             for lo in range(0, len(starts), options.chunk):
-                chains = chains_from(model, first, tokens, starts[lo : lo + options.chunk], options.k, recorder=recorder)
+                chains = chains_from(
+                    model, first, tokens, starts[lo : lo + options.chunk], options.k, recorder=recorder
+                )
                 accepted.append(accepted_lengths(chains, compared).cpu())
                 if sampling is not None:
                     rows = (chains.starts <= last_full).nonzero().squeeze(-1)
@@ -183,7 +214,11 @@ def run_drafter(verifier: Verifier, drafting: Drafting, options: DriftOptions, e
                         drafts = chains.drafts[rows].cpu()
                         at = torch.searchsorted(judged, chains.starts[rows].cpu())
                         chain_logits = verifier.target.chain_logits(cache, S, chains.starts[rows].cpu(), drafts)
-                        sampling.add(prefix_acceptance(first_logits[at].cpu(), chain_logits.cpu(), drafts, options.temperature, options.top_p))
+                        sampling.add(
+                            prefix_acceptance(
+                                first_logits[at].cpu(), chain_logits.cpu(), drafts, options.temperature, options.top_p
+                            )
+                        )
                 if bar is not None:
                     bar.update(1)
         recorder.sequence_done()
@@ -197,7 +232,9 @@ def run_drafter(verifier: Verifier, drafting: Drafting, options: DriftOptions, e
         which = torch.bucketize(starts, edge_t, right=True)
         for b in which.unique().tolist():
             rows = which == b
-            buckets.setdefault(b, Counters()).merge(every_position(accepted_t[rows], starts[rows], options.k, last_full))
+            buckets.setdefault(b, Counters()).merge(
+                every_position(accepted_t[rows], starts[rows], options.k, last_full)
+            )
         seconds += time.perf_counter() - start_time
     if bar is not None:
         bar.close()
@@ -232,16 +269,18 @@ def per_depth(counters: Counters, recorder: DriftRecorder, k: int, bucket: int |
             base = fb
         rate = rates[step - 1] if len(rates) >= step else None
         prev = 1.0 if step == 1 else (rates[step - 2] if len(rates) >= step - 1 else None)
-        rows.append({
-            "step": step,
-            "acceptance_rate": _r(rate),
-            "conditional_acceptance_rate": _r(rate / prev) if rate is not None and prev else None,
-            "sink_attention": _r(s["sink"] / n) if n else None,
-            "own_draft_attention": _r(s["own"] / n) if n else None,
-            "feedback_norm": _r(fb),
-            "feedback_norm_relative": _r(fb / base) if fb is not None and base else None,
-            "chains": n,
-        })
+        rows.append(
+            {
+                "step": step,
+                "acceptance_rate": _r(rate),
+                "conditional_acceptance_rate": _r(rate / prev) if rate is not None and prev else None,
+                "sink_attention": _r(s["sink"] / n) if n else None,
+                "own_draft_attention": _r(s["own"] / n) if n else None,
+                "feedback_norm": _r(fb),
+                "feedback_norm_relative": _r(fb / base) if fb is not None and base else None,
+                "chains": n,
+            }
+        )
     return rows
 
 
@@ -253,15 +292,27 @@ def fc_input(recorder: DriftRecorder) -> dict | None:
     total = sum(f["sum"] for f in recorder.fc_totals.values()) / max(n, 1)
     norms = [float(x) for x in total]
     share = [x / sum(norms) if sum(norms) else 0.0 for x in norms]
-    return {"chunk_norms": [_r(x) for x in norms], "chunk_shares": [_r(x) for x in share], "max_over_min": _r(max(norms) / min(norms)) if min(norms) else None}
+    return {
+        "chunk_norms": [_r(x) for x in norms],
+        "chunk_shares": [_r(x) for x in share],
+        "max_over_min": _r(max(norms) / min(norms)) if min(norms) else None,
+    }
 
 
 def side_report(side: Side, edges: list[int], k: int, temperature: float | None = None, top_p: float = 1.0) -> dict:
     by_context = []
     for b, counters in sorted(side.buckets.items()):
         lo, hi = edges[b], edges[b + 1]
-        by_context.append({"bucket": bucket_label(lo, hi), "from": lo, "to": hi, "every_position": counters.to_dict(),
-                           "acceptance_length": _r(counters.acceptance_length), "per_depth": per_depth(counters, side.recorder, k, b)})
+        by_context.append(
+            {
+                "bucket": bucket_label(lo, hi),
+                "from": lo,
+                "to": hi,
+                "every_position": counters.to_dict(),
+                "acceptance_length": _r(counters.acceptance_length),
+                "per_depth": per_depth(counters, side.recorder, k, b),
+            }
+        )
     return {
         "path": side.path,
         "eagle_version": side.eagle_version,
@@ -276,11 +327,20 @@ def side_report(side: Side, edges: list[int], k: int, temperature: float | None 
 
 def sampling_report(side: Side, temperature: float, top_p: float) -> dict:
     e = side.sampling
-    return {"temperature": temperature, "top_p": top_p, "draft_distribution": DRAFT_DISTRIBUTION,
-            "contexts": "every position of the same greedy continuations the greedy figures use (each context's expectation is exact)",
-            "num_drafts": e.num_drafts, "expected_accepted_per_position": [_r(x) for x in e.accepted_per_position],
-            "per_position_rate": [_r(x) for x in e.per_position_rate], "acceptance_length": _r(e.acceptance_length),
-            "greedy_acceptance_length": _r(side.every.acceptance_length)}
+    return {
+        "temperature": temperature,
+        "top_p": top_p,
+        "draft_distribution": DRAFT_DISTRIBUTION,
+        "contexts": (
+            "every position of the same greedy continuations the greedy figures use (each context's expectation is"
+            " exact)"
+        ),
+        "num_drafts": e.num_drafts,
+        "expected_accepted_per_position": [_r(x) for x in e.accepted_per_position],
+        "per_position_rate": [_r(x) for x in e.per_position_rate],
+        "acceptance_length": _r(e.acceptance_length),
+        "greedy_acceptance_length": _r(side.every.acceptance_length),
+    }
 
 
 def _ratio(a, b):
@@ -289,38 +349,64 @@ def _ratio(a, b):
     return None
 
 
-FIGURES = ("acceptance_rate", "conditional_acceptance_rate", "sink_attention", "own_draft_attention", "feedback_norm_relative")
+FIGURES = (
+    "acceptance_rate",
+    "conditional_acceptance_rate",
+    "sink_attention",
+    "own_draft_attention",
+    "feedback_norm_relative",
+)
 
 
 def ratios(mine: dict, other: dict) -> dict:
     """other / mine for every figure both have."""
+
     def depth(rows_a, rows_b):
         return [{"step": a["step"], **{f: _ratio(a[f], b[f]) for f in FIGURES}} for a, b in zip(rows_a, rows_b)]
 
     by_b = {r["bucket"]: r for r in other["by_context_length"]}
     return {
-        "acceptance_length": _ratio(mine["acceptance"]["trajectory"]["acceptance_length"], other["acceptance"]["trajectory"]["acceptance_length"]),
-        "every_position_acceptance_length": _ratio(mine["acceptance"]["every_position"]["acceptance_length"],
-                                                   other["acceptance"]["every_position"]["acceptance_length"]),
+        "acceptance_length": _ratio(
+            mine["acceptance"]["trajectory"]["acceptance_length"],
+            other["acceptance"]["trajectory"]["acceptance_length"],
+        ),
+        "every_position_acceptance_length": _ratio(
+            mine["acceptance"]["every_position"]["acceptance_length"],
+            other["acceptance"]["every_position"]["acceptance_length"],
+        ),
         "per_depth": depth(mine["per_depth"], other["per_depth"]),
         "by_context_length": [
-            {"bucket": r["bucket"], "acceptance_length": _ratio(r["acceptance_length"], by_b[r["bucket"]]["acceptance_length"]),
-             "per_depth": depth(r["per_depth"], by_b[r["bucket"]]["per_depth"])}
-            for r in mine["by_context_length"] if r["bucket"] in by_b
+            {
+                "bucket": r["bucket"],
+                "acceptance_length": _ratio(r["acceptance_length"], by_b[r["bucket"]]["acceptance_length"]),
+                "per_depth": depth(r["per_depth"], by_b[r["bucket"]]["per_depth"]),
+            }
+            for r in mine["by_context_length"]
+            if r["bucket"] in by_b
         ],
     }
 
 
 def _variant_side(side: Side) -> dict:
-    out = {"acceptance": {"trajectory": side.trajectory.to_dict(), "every_position": side.every.to_dict()},
-           "acceptance_length": _r(side.trajectory.acceptance_length), "every_position_acceptance_length": _r(side.every.acceptance_length)}
+    out = {
+        "acceptance": {"trajectory": side.trajectory.to_dict(), "every_position": side.every.to_dict()},
+        "acceptance_length": _r(side.trajectory.acceptance_length),
+        "every_position_acceptance_length": _r(side.every.acceptance_length),
+    }
     if side.sampling is not None:
         out["sampling_acceptance_length"] = _r(side.sampling.acceptance_length)
     return out
 
 
-def run_variants(verifier: Verifier, framed_records: list[tuple[dict, list[dict]]], draftings: list[Drafting], keep: tuple[int, ...],
-                 options: DriftOptions, limit: int, progress: Callable[[str, int], object] | None) -> dict:
+def run_variants(
+    verifier: Verifier,
+    framed_records: list[tuple[dict, list[dict]]],
+    draftings: list[Drafting],
+    keep: tuple[int, ...],
+    options: DriftOptions,
+    limit: int,
+    progress: Callable[[str, int], object] | None,
+) -> dict:
     """--variants: the inputs' content framed by every variant (variants.py), each with its own greedy continuation,
     drafted by the drafter (and --compare); acceptance per variant and its spread across variants."""
     from .variants import spread
@@ -332,17 +418,28 @@ def run_variants(verifier: Verifier, framed_records: list[tuple[dict, list[dict]
         v.prepare(framed, capture=keep, keep_passes=options.temperature is not None)
         too_long = [p.id for p, tokens in v.sequences if tokens.shape[0] > limit]
         if too_long:
-            raise UsageError(f"input {too_long[0]} framed as variant {variant['name']} runs past --max-context {limit} with its continuation")
+            raise UsageError(
+                f"input {too_long[0]} framed as variant {variant['name']} runs past --max-context {limit} with its"
+                " continuation"
+            )
         edges = bucket_edges(max(limit, max(t.shape[0] for _, t in v.sequences)))
-        row = {"name": variant["name"], "description": variant["description"], "tokens": [int(t.shape[0]) for _, t in v.sequences],
-               **_variant_side(run_drafter(v, draftings[0], options, edges, f"variant {variant['name']}", progress))}
+        row = {
+            "name": variant["name"],
+            "description": variant["description"],
+            "tokens": [int(t.shape[0]) for _, t in v.sequences],
+            **_variant_side(run_drafter(v, draftings[0], options, edges, f"variant {variant['name']}", progress)),
+        }
         if len(draftings) > 1:
-            row["compare"] = _variant_side(run_drafter(v, draftings[1], options, edges, f"variant {variant['name']}, compare", progress))
+            row["compare"] = _variant_side(
+                run_drafter(v, draftings[1], options, edges, f"variant {variant['name']}, compare", progress)
+            )
         rows.append(row)
 
     def spreads(pick) -> dict:
-        return {"acceptance_length": spread([pick(r)["acceptance_length"] for r in rows]),
-                "every_position_acceptance_length": spread([pick(r)["every_position_acceptance_length"] for r in rows])}
+        return {
+            "acceptance_length": spread([pick(r)["acceptance_length"] for r in rows]),
+            "every_position_acceptance_length": spread([pick(r)["every_position_acceptance_length"] for r in rows]),
+        }
 
     out = {"inputs": len(framed_records[0][1]), "variants": rows, "spread": spreads(lambda r: r)}
     if options.compare:
@@ -357,15 +454,27 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
     if options.chunk < 1:
         raise UsageError("--chunk must be at least 1")
     if options.temperature is not None and not options.temperature >= MIN_TEMPERATURE:
-        raise UsageError(f"--temperature {options.temperature:g}: at least {MIN_TEMPERATURE} (vLLM raises a lower one to {MIN_TEMPERATURE}; "
-                         "the greedy figures, the default report, are temperature 0)")
+        raise UsageError(
+            f"--temperature {options.temperature:g}: at least {MIN_TEMPERATURE} (vLLM raises a lower one to"
+            f" {MIN_TEMPERATURE}; the greedy figures, the default report, are temperature 0)"
+        )
     if not 0 < options.top_p <= 1:
         raise UsageError("--top-p must lie in (0, 1]")
     if options.top_p != 1.0 and options.temperature is None:
         raise UsageError("--top-p applies to sampling: give --temperature too")
-    verifier = Verifier(VerifyOptions(target=options.target, max_new_tokens=options.max_new_tokens, k=options.k, device=options.device,
-                                      dtype=options.dtype, source_dialect=options.source_dialect,
-                                      norm_output_semantics=options.norm_output_semantics, command="drift"), progress)
+    verifier = Verifier(
+        VerifyOptions(
+            target=options.target,
+            max_new_tokens=options.max_new_tokens,
+            k=options.k,
+            device=options.device,
+            dtype=options.dtype,
+            source_dialect=options.source_dialect,
+            norm_output_semantics=options.norm_output_semantics,
+            command="drift",
+        ),
+        progress,
+    )
     window = verifier.target_config.config.get("max_position_embeddings")
     limit = options.max_context or window
     if not limit:
@@ -373,12 +482,16 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
     if window and limit > window:
         raise UsageError(f"--max-context {limit} exceeds the target's window ({window})")
     # the window's room left for the continuation: continuation_length(max_new_tokens, k) tokens, and 2 to spare (the
-    # long inputs were cut to this room when verify decoded 2 tokens more; cut anew, every long-context figure would move)
+    # long inputs were cut to this room when verify decoded 2 tokens more; cut anew, every long-context figure would
+    # move)
     reserve = options.max_new_tokens + options.k + 1
     if options.prompts:
         records, source = read_prompt_records(options.prompts), options.prompts
     else:
-        records, source = long_records(verifier.load_target().tokenizer, limit, options.inputs_per_bucket, reserve), LONG_SOURCE
+        records, source = (
+            long_records(verifier.load_target().tokenizer, limit, options.inputs_per_bucket, reserve),
+            LONG_SOURCE,
+        )
     framed = None
     if options.variants:  # framed before the long runs, so that a prompt set variants cannot frame fails at once
         from .variants import variant_records
@@ -396,16 +509,27 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
         raise UsageError(f"input {too_long[0]} runs past --max-context {limit} with its continuation")
     edges = bucket_edges(max(limit, max(t.shape[0] for _, t in verifier.sequences)))
     sampling = (options.temperature, options.top_p)
-    sides = [side_report(run_drafter(verifier, drafting, options, edges, label, progress), edges, options.k, *sampling)
-             for drafting, label in zip(draftings, ("drafter", "compare"))]
+    sides = [
+        side_report(run_drafter(verifier, drafting, options, edges, label, progress), edges, options.k, *sampling)
+        for drafting, label in zip(draftings, ("drafter", "compare"))
+    ]
     verifier.drop_passes()  # the caches of the main inputs, before the variants decode theirs
     mine, other = sides[0], sides[1] if len(sides) > 1 else None
     variants = run_variants(verifier, framed, draftings, keep, options, limit, progress) if framed else None
     findings = []
     for side in (mine, other):
-        if side and side["acceptance"]["every_position"]["num_drafts"] and not side["acceptance"]["every_position"]["num_accepted_tokens"]:
-            findings.append({"check": "drift.nothing_accepted", "severity": "warning",
-                             "message": f"{side['path']}: no drafted token was accepted at any position (wrong target?)"})
+        if (
+            side
+            and side["acceptance"]["every_position"]["num_drafts"]
+            and not side["acceptance"]["every_position"]["num_accepted_tokens"]
+        ):
+            findings.append(
+                {
+                    "check": "drift.nothing_accepted",
+                    "severity": "warning",
+                    "message": f"{side['path']}: no drafted token was accepted at any position (wrong target?)",
+                }
+            )
     return {
         "drafter": str(path),
         "eagle_version": mine["eagle_version"],
@@ -416,8 +540,12 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
         "sink_tokens": options.sink_tokens,
         "max_context": limit,
         "window": window,
-        "inputs": {"source": source, "count": len(verifier.sequences), "max_new_tokens": options.max_new_tokens,
-                   "tokens": [int(t.shape[0]) for _, t in verifier.sequences]},
+        "inputs": {
+            "source": source,
+            "count": len(verifier.sequences),
+            "max_new_tokens": options.max_new_tokens,
+            "tokens": [int(t.shape[0]) for _, t in verifier.sequences],
+        },
         "acceptance": mine["acceptance"],
         "per_depth": mine["per_depth"],
         "by_context_length": mine["by_context_length"],

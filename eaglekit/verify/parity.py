@@ -17,7 +17,9 @@ from .checks import Check, cannot_run
 from .run import SequenceResult, Verifier, resolved_ids, totals
 
 
-def compare_chains(a: ReferenceDrafter, b: ReferenceDrafter, ra: list[SequenceResult], rb: list[SequenceResult], k: int) -> dict:
+def compare_chains(
+    a: ReferenceDrafter, b: ReferenceDrafter, ra: list[SequenceResult], rb: list[SequenceResult], k: int
+) -> dict:
     """Per draft step: max abs / rel logit difference and draft-token agreement."""
     steps = []
     for step in range(k):
@@ -26,15 +28,29 @@ def compare_chains(a: ReferenceDrafter, b: ReferenceDrafter, ra: list[SequenceRe
         for x, y in zip(ra, rb):
             la = a.draft_logits(x.chains.y[:, step]).float()
             lb = b.draft_logits(y.chains.y[:, step].to(a.device)).float().to(la.device)
-            if la.shape != lb.shape:  # check_reference refuses such a reference before the run; no Infinity in a JSON report
-                raise UnsupportedError(f"draft logits of shapes {list(la.shape)} and {list(lb.shape)} cannot be compared")
+            if (
+                la.shape != lb.shape
+            ):  # check_reference refuses such a reference before the run; no Infinity in a JSON report
+                raise UnsupportedError(
+                    f"draft logits of shapes {list(la.shape)} and {list(lb.shape)} cannot be compared"
+                )
             diff = (la - lb).abs()
             max_abs = max(max_abs, float(diff.max()))
             max_rel = max(max_rel, float((diff / la.abs().clamp_min(1e-6)).max()))
             agree += int((x.chains.drafts[:, step].cpu() == y.chains.drafts[:, step].cpu()).sum())
             total += x.chains.drafts.shape[0]
-        steps.append({"step": step + 1, "max_abs_logit_diff": max_abs, "max_rel_logit_diff": max_rel, "token_agreement": agree / total if total else 1.0})
-    return {"steps": steps, "bit_identical": all(s["max_abs_logit_diff"] == 0.0 and s["token_agreement"] == 1.0 for s in steps)}
+        steps.append(
+            {
+                "step": step + 1,
+                "max_abs_logit_diff": max_abs,
+                "max_rel_logit_diff": max_rel,
+                "token_agreement": agree / total if total else 1.0,
+            }
+        )
+    return {
+        "steps": steps,
+        "bit_identical": all(s["max_abs_logit_diff"] == 0.0 and s["token_agreement"] == 1.0 for s in steps),
+    }
 
 
 def _float_dtypes(loaded: dialects.LoadedDrafter) -> set:  # of dtypes.DType
@@ -48,17 +64,29 @@ def check_reference(verifier: Verifier, path: str, drafter: Drafter) -> None:
     L = verifier.target_config.num_layers
     with dialects.load(options.reference, target_num_layers=L) as ref:
         r = ref.drafter.with_(target_num_layers=L)
-        bad = cannot_run(run_checks(CheckInput(r, ref.present(), values=ref.read_values, target=verifier.target_config,
-                                                  stored_name=ref.stored_name)))
+        bad = cannot_run(
+            run_checks(
+                CheckInput(
+                    r, ref.present(), values=ref.read_values, target=verifier.target_config, stored_name=ref.stored_name
+                )
+            )
+        )
     if bad:
-        raise UsageError(f"--reference {options.reference} cannot run on the target {verifier.target_config.name}: {bad[0].message}")
+        raise UsageError(
+            f"--reference {options.reference} cannot run on the target {verifier.target_config.name}: {bad[0].message}"
+        )
     mine, theirs = (drafter.draft_vocab_size, drafter.hidden_size), (r.draft_vocab_size, r.hidden_size)
     if mine[0] != theirs[0]:
-        raise UsageError(f"--reference {options.reference} drafts logits over {theirs[0]} tokens (lm_head {list(theirs)}), {path} over {mine[0]} "
-                         f"(lm_head {list(mine)}): their logits cannot be compared step by step; give a checkpoint of the same drafter")
+        raise UsageError(
+            f"--reference {options.reference} drafts logits over {theirs[0]} tokens (lm_head {list(theirs)}), {path}"
+            f" over {mine[0]} (lm_head {list(mine)}): their logits cannot be compared step by step; give a checkpoint"
+            " of the same drafter"
+        )
 
 
-def reference_parity(verifier: Verifier, loaded: dialects.LoadedDrafter, model: ReferenceDrafter, results: list[SequenceResult]) -> tuple[dict, Check]:
+def reference_parity(
+    verifier: Verifier, loaded: dialects.LoadedDrafter, model: ReferenceDrafter, results: list[SequenceResult]
+) -> tuple[dict, Check]:
     """The same run on another checkpoint of the same drafter. With the same stored dtypes (a lossless conversion)
     nothing may differ at all; otherwise logits within --atol (if given) and 99% token agreement."""
     options = verifier.options
@@ -93,7 +121,9 @@ def reference_parity(verifier: Verifier, loaded: dialects.LoadedDrafter, model: 
     return data, Check("reference_parity", ok, detail)
 
 
-def engine_parity(verifier: Verifier, loaded: dialects.LoadedDrafter, model: ReferenceDrafter, results: list[SequenceResult]) -> tuple[dict, Check]:
+def engine_parity(
+    verifier: Verifier, loaded: dialects.LoadedDrafter, model: ReferenceDrafter, results: list[SequenceResult]
+) -> tuple[dict, Check]:
     """The drafter as --engine's release would run it (its reading of names, config keys and defaults) against the
     drafter as intended: any divergence, or an error the release would make, fails."""
     release = engines.parse(verifier.options.engine)
@@ -103,11 +133,17 @@ def engine_parity(verifier: Verifier, loaded: dialects.LoadedDrafter, model: Ref
     if not view.loads:
         return data, Check("engine_parity", False, f"{release.label} would not load it: " + "; ".join(causes[:3]))
     if view.uninitialised:
-        return data, Check("engine_parity", False, f"{release.label} leaves {', '.join(view.uninitialised[:3])} uninitialised: its output is undefined")
+        return data, Check(
+            "engine_parity",
+            False,
+            f"{release.label} leaves {', '.join(view.uninitialised[:3])} uninitialised: its output is undefined",
+        )
     engine_drafter = view.drafter
     extra = {}
     for name in view.unit_weights:
-        extra[name] = torch.ones(engine_drafter.target_hidden_size if name.startswith("fc_norm.") else engine_drafter.hidden_size)
+        extra[name] = torch.ones(
+            engine_drafter.target_hidden_size if name.startswith("fc_norm.") else engine_drafter.hidden_size
+        )
     engine_model = verifier.model_for(loaded, drafter=engine_drafter, extra_weights=extra)
     ids = resolved_ids(engine_drafter, verifier.target_config.num_layers)
     engine_results, _ = verifier.run(engine_model, ids, release.label)
@@ -129,6 +165,11 @@ def engine_parity(verifier: Verifier, loaded: dialects.LoadedDrafter, model: Ref
     if diverges or causes:
         # a silent misreading fails even where these prompts happen not to show it in the acceptance length
         why = "; ".join(causes[:3]) or "numerics differ"
-        detail = f"{release.label} would reach acceptance length {served.acceptance_length:.3f} (intended {intended.acceptance_length:.3f}): {why}"
+        detail = (
+            f"{release.label} would reach acceptance length {served.acceptance_length:.3f} (intended"
+            f" {intended.acceptance_length:.3f}): {why}"
+        )
         return data, Check("engine_parity", False, detail)
-    return data, Check("engine_parity", True, f"{release.label} runs it as intended (acceptance length {served.acceptance_length:.3f})")
+    return data, Check(
+        "engine_parity", True, f"{release.label} runs it as intended (acceptance length {served.acceptance_length:.3f})"
+    )

@@ -9,8 +9,15 @@ from .checks import Check
 from .run import SequenceResult, Verifier, totals
 
 
-def drafter_report(path: str, loaded: dialects.LoadedDrafter, verifier: Verifier, ids: tuple[int, ...], findings: list[Finding],
-                   results: list[SequenceResult], seconds: float) -> dict:
+def drafter_report(
+    path: str,
+    loaded: dialects.LoadedDrafter,
+    verifier: Verifier,
+    ids: tuple[int, ...],
+    findings: list[Finding],
+    results: list[SequenceResult],
+    seconds: float,
+) -> dict:
     """Everything about the drafter's own run; "reference", "engine" and "against" are None until those run."""
     options = verifier.options
     d = loaded.drafter
@@ -43,7 +50,11 @@ def drafter_report(path: str, loaded: dialects.LoadedDrafter, verifier: Verifier
             }
             for i, r in enumerate(results)
         ],
-        "throughput": {"drafted_tokens": drafted, "seconds": round(seconds, 4), "drafted_tokens_per_second": round(drafted / seconds, 1) if seconds else None},
+        "throughput": {
+            "drafted_tokens": drafted,
+            "seconds": round(seconds, 4),
+            "drafted_tokens_per_second": round(drafted / seconds, 1) if seconds else None,
+        },
         "findings": [f.to_dict() for f in findings if f.severity != "info"],
         "reference": None,
         "engine": None,

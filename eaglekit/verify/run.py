@@ -10,8 +10,8 @@ target's tokens, along the positions a vLLM run visits ("trajectory") and over e
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable
 
 import torch
 
@@ -20,7 +20,15 @@ from ..errors import UnsupportedError, UsageError
 from ..io.prompts_file import read_prompt_records
 from ..model.drafter import Drafter
 from ..reference.model import ReferenceDrafter, weights_for
-from ..reference.simulate import Chains, Counters, accepted_lengths, continuation_length, draft_chains, every_position, trajectory
+from ..reference.simulate import (
+    Chains,
+    Counters,
+    accepted_lengths,
+    continuation_length,
+    draft_chains,
+    every_position,
+    trajectory,
+)
 from ..target import read_target_config
 from ..target.runner import DTYPES, SequencePass, TargetModel, pick_device
 from ..target.weights import read_target_weight
@@ -37,11 +45,21 @@ class SequenceResult:
     accepted: torch.Tensor
     trajectory: Counters
     every_position: Counters
-    target_mismatches: int = 0  # continuation tokens the full-sequence pass would not pick (numerics; 0 for captured states)
+    target_mismatches: int = (
+        0  # continuation tokens the full-sequence pass would not pick (numerics; 0 for captured states)
+    )
 
 
-def simulate(model: ReferenceDrafter, prompt: Prompt, tokens: torch.Tensor, aux: torch.Tensor, k: int, max_new_tokens: int, eos: int | None,
-             past_eos: torch.Tensor | None = None) -> SequenceResult:
+def simulate(
+    model: ReferenceDrafter,
+    prompt: Prompt,
+    tokens: torch.Tensor,
+    aux: torch.Tensor,
+    k: int,
+    max_new_tokens: int,
+    eos: int | None,
+    past_eos: torch.Tensor | None = None,
+) -> SequenceResult:
     """``tokens`` runs ``continuation_length`` tokens past the prompt, K - 1 past ``max_new_tokens``, so that the
     last verification is judged as vLLM judges it; ``eos`` is the index of the first end-of-sequence token, if any,
     where ``tokens`` ends, and ``past_eos`` the target's greedy tokens after it (``Verifier.past_eos``), which judge
@@ -49,7 +67,13 @@ def simulate(model: ReferenceDrafter, prompt: Prompt, tokens: torch.Tensor, aux:
     starts = chain_starts(len(prompt.ids), tokens.shape[0])
     chains = draft_chains(model, tokens, aux, starts, k)
     accepted = accepted_lengths(chains, judged_tokens(tokens, past_eos)).cpu()
-    return SequenceResult(prompt, tokens, chains, accepted, *count(accepted, starts, k, len(prompt.ids), tokens.shape[0], max_new_tokens, eos))
+    return SequenceResult(
+        prompt,
+        tokens,
+        chains,
+        accepted,
+        *count(accepted, starts, k, len(prompt.ids), tokens.shape[0], max_new_tokens, eos),
+    )
 
 
 def judged_tokens(tokens: torch.Tensor, past_eos: torch.Tensor | None) -> torch.Tensor:
@@ -72,11 +96,20 @@ def last_full_start(prompt_len: int, seq_len: int, k: int, max_new_tokens: int, 
     return end - 2 - k
 
 
-def count(accepted: torch.Tensor, starts: torch.Tensor, k: int, prompt_len: int, seq_len: int, max_new_tokens: int,
-          eos: int | None) -> tuple[Counters, Counters]:
+def count(
+    accepted: torch.Tensor,
+    starts: torch.Tensor,
+    k: int,
+    prompt_len: int,
+    seq_len: int,
+    max_new_tokens: int,
+    eos: int | None,
+) -> tuple[Counters, Counters]:
     """(trajectory, every position) counters of one sequence's accepted lengths."""
-    return (trajectory(accepted, starts, k, prompt_len, max_new_tokens, eos),
-            every_position(accepted, starts, k, last_full=last_full_start(prompt_len, seq_len, k, max_new_tokens, eos)))
+    return (
+        trajectory(accepted, starts, k, prompt_len, max_new_tokens, eos),
+        every_position(accepted, starts, k, last_full=last_full_start(prompt_len, seq_len, k, max_new_tokens, eos)),
+    )
 
 
 def first_eos(tokens: torch.Tensor, prompt_len: int, eos_ids: set[int]) -> int | None:
@@ -118,8 +151,12 @@ def check_device_map(device_map: str | None) -> None:
     refusal came after the target's config was read, as an internal error)."""
     if device_map is None or device_map in DEVICE_MAP_STRATEGIES:
         return
-    if device_map != "cpu" and not (device_map == "cuda" or (device_map.startswith("cuda:") and device_map[5:].isdigit())):
-        raise UsageError(f"--device-map {device_map!r}: expected {', '.join(DEVICE_MAP_STRATEGIES)}, or a device: cpu, cuda, cuda:N")
+    if device_map != "cpu" and not (
+        device_map == "cuda" or (device_map.startswith("cuda:") and device_map[5:].isdigit())
+    ):
+        raise UsageError(
+            f"--device-map {device_map!r}: expected {', '.join(DEVICE_MAP_STRATEGIES)}, or a device: cpu, cuda, cuda:N"
+        )
     if device_map.startswith("cuda") and not torch.cuda.is_available():
         raise UnsupportedError(f"--device-map {device_map}: CUDA is not available here")
 
@@ -150,23 +187,33 @@ class Verifier:
         self.target: TargetModel | None = None
         self.sequences: list[tuple[Prompt, torch.Tensor]] = []  # prompt + continuation (continuation_length tokens)
         self.eos: list[int | None] = []
-        self.past_eos: list[torch.Tensor | None] = []  # per sequence: the target's greedy tokens after its end-of-sequence token
+        self.past_eos: list[
+            torch.Tensor | None
+        ] = []  # per sequence: the target's greedy tokens after its end-of-sequence token
         self.max_new: list[int] = []  # per sequence: how many tokens the trajectory may produce
         self.stored_ids: tuple[int, ...] | None = None  # --hidden-states: the only aux layers available
         self._aux_cache: dict[tuple[int, tuple[int, ...]], tuple[torch.Tensor, int]] = {}  # -> (aux, target mismatches)
-        self._captured: list[dict[int, torch.Tensor]] = []  # per sequence: {target layer: [S - 1, T]} taken while decoding
-        self._passes: list[SequencePass | None] = []  # per sequence, with prepare(keep_passes=True): its pass, kept while decoding
+        self._captured: list[
+            dict[int, torch.Tensor]
+        ] = []  # per sequence: {target layer: [S - 1, T]} taken while decoding
+        self._passes: list[
+            SequencePass | None
+        ] = []  # per sequence, with prepare(keep_passes=True): its pass, kept while decoding
         # seconds per stage (target_load, generation, aux_pass, simulation), summed over every drafter run
         self.timings: dict[str, float] = {}
 
     def load_target(self) -> TargetModel:
         if self.target is None:
             start = time.perf_counter()
-            self.target = TargetModel.load(self.target_config, device=self.device, dtype=self.dtype, device_map=self.options.device_map)
+            self.target = TargetModel.load(
+                self.target_config, device=self.device, dtype=self.dtype, device_map=self.options.device_map
+            )
             self.timings["target_load"] = time.perf_counter() - start
         return self.target
 
-    def prepare(self, records: list[dict] | None = None, capture: tuple[int, ...] = (), keep_passes: bool = False) -> None:
+    def prepare(
+        self, records: list[dict] | None = None, capture: tuple[int, ...] = (), keep_passes: bool = False
+    ) -> None:
         """Greedy continuations of ``records`` (default: the prompts the options name), with the states of the target
         layers ``capture`` (aux ids) taken during that decoding: a drafter fusing those layers needs no second pass.
         ``keep_passes``: each sequence's logits and KV cache are kept too, for ``sequence_pass`` (up to
@@ -174,19 +221,29 @@ class Verifier:
         if records is None:  # before the target loads: a bad line is told in a moment, not after it
             records = read_prompt_records(self.options.prompts)
         self.load_target()
-        prompts = encode_prompts(records, self.target.tokenizer, self.options.num_prompts, self.target_config.vocab_size)
+        prompts = encode_prompts(
+            records, self.target.tokenizer, self.options.num_prompts, self.target_config.vocab_size
+        )
         window = self.target_config.max_position_embeddings
         longest = max(prompts, key=lambda p: len(p.ids))
         if window and len(longest.ids) + self.options.max_new_tokens > window:
-            raise UsageError(f"prompt {longest.id}: {len(longest.ids)} tokens + --max-new-tokens {self.options.max_new_tokens} run past the "
-                             f"target's max_position_embeddings {window} (vLLM refuses such a request); shorten it or lower --max-new-tokens")
+            raise UsageError(
+                f"prompt {longest.id}: {len(longest.ids)} tokens + --max-new-tokens {self.options.max_new_tokens} run"
+                f" past the target's max_position_embeddings {window} (vLLM refuses such a request); shorten it or"
+                " lower --max-new-tokens"
+            )
         bar = self.progress("generating", len(prompts)) if self.progress else None
         eos_ids = self.target.eos_token_ids()
         start = time.perf_counter()
         # all prompts decoded together (the same greedy tokens as one at a time: TargetModel.decode_batch); a row that
         # stops at an end-of-sequence token decodes K - 1 tokens past it, which judge the drafts of the step crossing it
-        decoded = self.target.decode_batch([p.ids for p in prompts], continuation_length(self.options.max_new_tokens, self.options.k), capture=capture,
-                                           keep_bytes=KEEP_PASSES_BYTES if keep_passes else 0, past_stop=self.options.k - 1)
+        decoded = self.target.decode_batch(
+            [p.ids for p in prompts],
+            continuation_length(self.options.max_new_tokens, self.options.k),
+            capture=capture,
+            keep_bytes=KEEP_PASSES_BYTES if keep_passes else 0,
+            past_stop=self.options.k - 1,
+        )
         self.timings["generation"] = time.perf_counter() - start
         for prompt, (tokens, states, kept, after_stop) in zip(prompts, decoded):
             self.sequences.append((prompt, tokens))
@@ -203,17 +260,31 @@ class Verifier:
     def prepare_stored(self, drafter: Drafter, ids: tuple[int, ...]) -> None:
         """--hidden-states: sequences and aux states from files; the target contributes its config and, where the
         drafter ships none, its embedding and lm_head (read alone from its checkpoint)."""
-        stored = read_sequences(self.options.hidden_states, num_aux=drafter.num_aux, hidden=drafter.target_hidden_size, limit=self.options.num_prompts)
+        stored = read_sequences(
+            self.options.hidden_states,
+            num_aux=drafter.num_aux,
+            hidden=drafter.target_hidden_size,
+            limit=self.options.num_prompts,
+        )
         vocab = self.target_config.vocab_size
         for seq in stored:
             if seq.aux_layer_ids is not None and tuple(sorted(seq.aux_layer_ids)) != ids:
-                raise UsageError(f"{seq.name}: the file holds target layers {list(seq.aux_layer_ids)}, the drafter fuses {list(ids)}")
-            if seq.aux_layer_ids is not None and tuple(seq.aux_layer_ids) != ids:  # columns in the file's order: fused in ascending
+                raise UsageError(
+                    f"{seq.name}: the file holds target layers {list(seq.aux_layer_ids)}, the drafter fuses {list(ids)}"
+                )
+            if (
+                seq.aux_layer_ids is not None and tuple(seq.aux_layer_ids) != ids
+            ):  # columns in the file's order: fused in ascending
                 width = drafter.target_hidden_size
                 blocks = seq.aux.split(width, dim=1)
-                seq = replace(seq, aux=torch.cat([blocks[seq.aux_layer_ids.index(i)] for i in ids], dim=1), aux_layer_ids=ids)
+                seq = replace(
+                    seq, aux=torch.cat([blocks[seq.aux_layer_ids.index(i)] for i in ids], dim=1), aux_layer_ids=ids
+                )
             if vocab and seq.tokens.numel() and not 0 <= int(seq.tokens.min()) <= int(seq.tokens.max()) < vocab:
-                raise UsageError(f"{seq.name}: token ids {int(seq.tokens.min())}..{int(seq.tokens.max())} are outside the target's vocabulary 0..{vocab - 1}")
+                raise UsageError(
+                    f"{seq.name}: token ids {int(seq.tokens.min())}..{int(seq.tokens.max())} are outside the target's"
+                    f" vocabulary 0..{vocab - 1}"
+                )
             prompt = Prompt(seq.name, "stored", seq.tokens[: seq.prompt_len].tolist())
             self.sequences.append((prompt, seq.tokens))
             self.eos.append(None)
@@ -228,7 +299,11 @@ class Verifier:
             return self.target.embed_weight if kind == "embed" else self.target.lm_head_weight
         if self.target_config.config_only:
             what = "embedding" if kind == "embed" else "lm_head"
-            raise UsageError(self.target_config.weights_needed(f"the drafter ships no {what}, which {self.options.command} takes from the target"))
+            raise UsageError(
+                self.target_config.weights_needed(
+                    f"the drafter ships no {what}, which {self.options.command} takes from the target"
+                )
+            )
         return read_target_weight(self.target_config, kind)
 
     def aux(self, index: int, ids: tuple[int, ...]) -> tuple[torch.Tensor, int]:
@@ -239,7 +314,10 @@ class Verifier:
         prompt, tokens = self.sequences[index]
         key = (index, ids)
         if key not in self._aux_cache and self.stored_ids is not None:
-            raise UnsupportedError(f"the stored hidden states hold target layers {list(self.stored_ids)}, not {list(ids)}: run the target to compare these")
+            raise UnsupportedError(
+                f"the stored hidden states hold target layers {list(self.stored_ids)}, not {list(ids)}: run the target"
+                " to compare these"
+            )
         if key not in self._aux_cache and index < len(self._captured) and set(ids) <= set(self._captured[index]):
             # taken while decoding: the states of the forwards that picked these tokens, so none is a mismatch
             self._aux_cache[key] = (torch.cat([self._captured[index][k] for k in sorted(set(ids))], dim=-1), 0)
@@ -265,7 +343,9 @@ class Verifier:
         """Let the kept passes (every sequence's KV cache) go once nothing drafts on these sequences any more."""
         self._passes = []
 
-    def model_for(self, loaded: dialects.LoadedDrafter, drafter: Drafter | None = None, extra_weights: dict | None = None) -> ReferenceDrafter:
+    def model_for(
+        self, loaded: dialects.LoadedDrafter, drafter: Drafter | None = None, extra_weights: dict | None = None
+    ) -> ReferenceDrafter:
         needs_embed = "embed_tokens.weight" not in loaded.names
         needs_head = "lm_head.weight" not in loaded.names and "lm_head.up.weight" not in loaded.names
         weights = weights_for(
@@ -284,7 +364,9 @@ class Verifier:
         for index, (prompt, tokens) in enumerate(self.sequences):
             aux, mismatches = self.aux(index, ids)
             start = time.perf_counter()
-            result = simulate(model, prompt, tokens, aux, self.options.k, self.max_new[index], self.eos[index], self.past_eos[index])
+            result = simulate(
+                model, prompt, tokens, aux, self.options.k, self.max_new[index], self.eos[index], self.past_eos[index]
+            )
             seconds += time.perf_counter() - start
             self.timings["simulation"] = self.timings.get("simulation", 0.0) + time.perf_counter() - start
             result.target_mismatches = mismatches

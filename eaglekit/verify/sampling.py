@@ -31,8 +31,10 @@ import torch
 # the tempered logits overflowed to NaN figures here
 MIN_TEMPERATURE = 0.01
 
-DRAFT_DISTRIBUTION = ("one-hot on the drafter's greedy token (vLLM 0.32.0's default draft_sample_method 'greedy'; "
-                      "accept with probability p(x), resample from the residual)")
+DRAFT_DISTRIBUTION = (
+    "one-hot on the drafter's greedy token (vLLM 0.32.0's default draft_sample_method 'greedy'; "
+    "accept with probability p(x), resample from the residual)"
+)
 
 
 def vllm_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
@@ -80,7 +82,9 @@ def top_p_probs(logits: torch.Tensor, top_p: float, k: int = 256) -> torch.Tenso
     return out
 
 
-def prefix_acceptance(first_logits: torch.Tensor, chain_logits: torch.Tensor, drafts: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+def prefix_acceptance(
+    first_logits: torch.Tensor, chain_logits: torch.Tensor, drafts: torch.Tensor, temperature: float, top_p: float
+) -> torch.Tensor:
     """P(the first i drafts accepted), i = 1..K, per chain. first_logits [J, V]: the target after the context;
     chain_logits [J, K-1, V]: after each drafted prefix; drafts [J, K] (target ids). -> [J, K] float64."""
     logits = torch.cat([first_logits[:, None], chain_logits], dim=1)
@@ -102,7 +106,7 @@ class Expected:
         for i, total in enumerate(prefix.sum(dim=0).tolist()):
             self.accepted_per_position[i] += total
 
-    def merge(self, other: "Expected") -> None:
+    def merge(self, other: Expected) -> None:
         self.num_drafts += other.num_drafts
         self.accepted_per_position = [a + b for a, b in zip(self.accepted_per_position, other.accepted_per_position)]
 
@@ -115,7 +119,9 @@ class Expected:
         return 1 + sum(self.accepted_per_position) / self.num_drafts if self.num_drafts else None
 
 
-def context_acceptance(target, model, tokens: torch.Tensor, aux: torch.Tensor, k: int, settings: list[tuple[float, float]]) -> list[torch.Tensor]:
+def context_acceptance(
+    target, model, tokens: torch.Tensor, aux: torch.Tensor, k: int, settings: list[tuple[float, float]]
+) -> list[torch.Tensor]:
     """P(the first i drafts accepted), i = 1..K, for the one chain a vLLM run drafts right after ``tokens`` (its
     context: the prompt and every token out so far), under each (temperature, top_p) of ``settings``: one [K] float64
     per setting, from one drafting and one pass of the target (the chain and the target's logits do not depend on the
@@ -129,4 +135,6 @@ def context_acceptance(target, model, tokens: torch.Tensor, aux: torch.Tensor, k
     first_logits, cache = target.sequence_pass(tokens, start + 1)
     drafts = chains.drafts.cpu()
     first_logits, chain_logits = first_logits.cpu(), target.chain_logits(cache, S, start, drafts).cpu()
-    return [prefix_acceptance(first_logits, chain_logits, drafts, temperature, top_p)[0] for temperature, top_p in settings]
+    return [
+        prefix_acceptance(first_logits, chain_logits, drafts, temperature, top_p)[0] for temperature, top_p in settings
+    ]

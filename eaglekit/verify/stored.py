@@ -75,18 +75,25 @@ def _specforge(file: Path) -> tuple[torch.Tensor, torch.Tensor, int]:
     tokens = data["input_ids"].reshape(-1)
     states = data["aux_hidden_state"]
     if states.dim() < 2 or states.shape[-2] != tokens.shape[0]:
-        raise CheckpointError(f"{file}: aux_hidden_state {list(states.shape)} should hold one row per token of input_ids ({tokens.shape[0]})")
+        raise CheckpointError(
+            f"{file}: aux_hidden_state {list(states.shape)} should hold one row per token of input_ids"
+            f" ({tokens.shape[0]})"
+        )
     aux = states.reshape(tokens.shape[0], -1)
     mask = data.get("loss_mask")
     if isinstance(mask, torch.Tensor) and mask.numel() != tokens.shape[0]:
-        raise CheckpointError(f"{file}: loss_mask holds {mask.numel()} values for {tokens.shape[0]} input_ids; expected one per token")
+        raise CheckpointError(
+            f"{file}: loss_mask holds {mask.numel()} values for {tokens.shape[0]} input_ids; expected one per token"
+        )
     mask = mask.reshape(-1) if isinstance(mask, torch.Tensor) else torch.ones_like(tokens)
     end = tokens.shape[0]
     while end > 1 and int(tokens[end - 1]) == 0 and int(mask[end - 1]) == 0:
         end -= 1  # right padding of the batch the file was cut from
     on = torch.nonzero(mask[:end]).flatten()
     if not on.numel():  # no position trained: nothing tells where the prompt ends
-        raise CheckpointError(f"{file}: loss_mask is 0 at every token; expected 1 over the response (where the prompt ends)")
+        raise CheckpointError(
+            f"{file}: loss_mask is 0 at every token; expected 1 over the response (where the prompt ends)"
+        )
     prompt_len = int(on[0]) if int(on[0]) > 0 else 1
     return tokens[:end], aux[:end], prompt_len
 
@@ -112,18 +119,23 @@ def read_sequences(path: str | Path, *, num_aux: int, hidden: int, limit: int | 
                 raise CheckpointError(f"{file}: metadata prompt_len {meta['prompt_len']!r} should be one whole number")
         elif {"token_ids", "hidden_states"} <= names:
             scaled = "hidden_states_scales" in names
-            tensors = read_safetensors(file, ("token_ids", "hidden_states") + (("hidden_states_scales",) if scaled else ()))
+            tensors = read_safetensors(
+                file, ("token_ids", "hidden_states") + (("hidden_states_scales",) if scaled else ())
+            )
             tokens, states = tensors["token_ids"], tensors["hidden_states"]
             if scaled:
                 states = states.float() * tensors["hidden_states_scales"].float()
             if states.dim() != 3 or states.shape[1] not in (num_aux, num_aux + 1):
                 raise CheckpointError(
-                    f"{file}: hidden_states {list(states.shape)} should be [S, {num_aux} or {num_aux + 1}, {hidden}] for a drafter fusing {num_aux} states"
+                    f"{file}: hidden_states {list(states.shape)} should be [S, {num_aux} or {num_aux + 1}, {hidden}]"
+                    f" for a drafter fusing {num_aux} states"
                 )
             aux = states[:, :num_aux].flatten(1)
             ids, prompt_len = None, 1
         else:
-            raise CheckpointError(f"{file}: expected input_ids + aux_hidden_states (eaglekit) or token_ids + hidden_states (speculators)")
+            raise CheckpointError(
+                f"{file}: expected input_ids + aux_hidden_states (eaglekit) or token_ids + hidden_states (speculators)"
+            )
         _check(file, tokens, aux, prompt_len, num_aux, hidden)
         out.append(StoredSequence(file.stem, tokens.to(torch.int64), aux, prompt_len, ids))
     return out
@@ -134,19 +146,30 @@ def _metadata_ints(file: Path, meta: dict[str, str], key: str) -> tuple[int, ...
     try:
         return tuple(int(part) for part in meta[key].split(","))
     except ValueError:
-        raise CheckpointError(f"{file}: metadata {key} {meta[key]!r} should be whole numbers separated by commas") from None
+        raise CheckpointError(
+            f"{file}: metadata {key} {meta[key]!r} should be whole numbers separated by commas"
+        ) from None
 
 
 def _check(file: Path, tokens: torch.Tensor, aux: torch.Tensor, prompt_len: int, num_aux: int, hidden: int) -> None:
-    if tokens.dim() != 1 or tokens.dtype not in (torch.int64, torch.int32) or tuple(aux.shape) != (tokens.shape[0], num_aux * hidden):
-        raise CheckpointError(f"{file}: token ids {list(tokens.shape)} and aux states {list(aux.shape)} do not fit [S] and [S, {num_aux * hidden}]")
+    if (
+        tokens.dim() != 1
+        or tokens.dtype not in (torch.int64, torch.int32)
+        or tuple(aux.shape) != (tokens.shape[0], num_aux * hidden)
+    ):
+        raise CheckpointError(
+            f"{file}: token ids {list(tokens.shape)} and aux states {list(aux.shape)} do not fit [S] and [S,"
+            f" {num_aux * hidden}]"
+        )
     if not 1 <= prompt_len < tokens.shape[0]:
         raise CheckpointError(f"{file}: prompt_len {prompt_len} outside 1..{tokens.shape[0] - 1}")
     if aux.is_floating_point() and not bool(torch.isfinite(aux).all()):  # one NaN made every draft miss, in silence
         raise CheckpointError(f"{file}: the aux hidden states hold non-finite values (NaN or inf)")
 
 
-def write_sequence(path: Path, tokens: torch.Tensor, aux: torch.Tensor, aux_layer_ids: tuple[int, ...], prompt_len: int) -> None:
+def write_sequence(
+    path: Path, tokens: torch.Tensor, aux: torch.Tensor, aux_layer_ids: tuple[int, ...], prompt_len: int
+) -> None:
     """eaglekit's own layout (what a data-generation job can write for ``verify --hidden-states``)."""
     write_safetensors(
         path,

