@@ -6,7 +6,7 @@
   its JSON Schema adds, and has its Examples, Options, JSON and Exit codes sections.
 - The install README tells a user is the one CI runs (`make test-user`).
 - No page carries a dated log entry (the rule: `test_no_dated_log_entries`).
-- Every relative link, and its #anchor, resolves.
+- Every relative link, and its #anchor, resolves; README links every page under docs/.
 """
 
 from __future__ import annotations
@@ -155,6 +155,13 @@ def test_the_table_check_fails_for_a_command_without_a_page(tmp_path):
         "the row for `eaglekit push` links no page under docs/ ('')",
         "the row for `eaglekit serve` names a command `eaglekit --help` does not list",
     ]
+
+
+def test_every_page_is_linked_from_readme():
+    """A page README does not link is a room nobody finds: each command's page is in the commands table, every other
+    page in the Documentation table."""
+    linked = {target.partition("#")[0] for target in LINK.findall(README.read_text(encoding="utf-8"))}
+    assert sorted(f"docs/{page.name}" for page in DOCS.glob("*.md") if f"docs/{page.name}" not in linked) == []
 
 
 def command_options(command: str) -> list[str]:
