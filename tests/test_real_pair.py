@@ -153,7 +153,7 @@ def drafts_compared(verifier, a: Path, b: Path) -> list[dict]:
 def test_dropped_fc_norm_tensors_are_caught_and_change_the_drafts(verifier, converted, tmp_path):
     """validate catches it; vLLM would run with unit fc_norm weights, which is what the reference then runs: the
     drafts change from the first step. (This drafter's trained fc_norm weights sit near 1.2, so its acceptance
-    length moves little; README records the figures.)"""
+    length moves little; docs/silent-failures.md records the figures.)"""
     broken = edited(converted, tmp_path / "dropped", tensors=lambda t: [t.pop(f"fc_norm.{i}.weight") for i in range(3)])
     report = validate(broken, engine="vllm==0.32")
     assert {"tensor.missing", "engine.unit_fc_norm"} <= {f.check for f in report.findings}

@@ -1,6 +1,6 @@
 """Drafter invariants that engines do not check. Each check has a stable id; ``CHECKS`` lists and describes the
 invariants run here (validate adds ids of its own around them: ``remote.*``, ``schema.config``, ``flags.defaulted``,
-reading notes such as ``aux.conflicting_locations``, each in README's list).
+reading notes such as ``aux.conflicting_locations``, each in docs/validate.md's list).
 
 ``run_checks`` works on the canonical drafter plus its tensors (shapes and dtypes from headers; the small
 vocab maps are read as Python ints, without torch; ``scan`` streams every tensor once). ``convert`` runs the same checks
@@ -24,7 +24,7 @@ from ..model.layout import check_tensors
 if TYPE_CHECKING:  # validate without --target never reads a target's config
     from ..target import TargetConfig
 
-# id -> what it guards (README lists these; tests cover each)
+# id -> what it guards (docs/validate.md lists these; tests cover each)
 CHECKS: dict[str, str] = {
     "tensor.missing": "a tensor the config requires is absent (engines leave it uninitialised, silently)",
     "tensor.shape": "a tensor's shape disagrees with the config (fc [H, n*T], q/k/v in 2H, fc_norm [T], ...)",
