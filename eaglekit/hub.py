@@ -15,9 +15,11 @@ all.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -293,10 +295,14 @@ def _translate(exc: BaseException, ctx: _Context) -> BaseException | None:
         return ctx.error("no Hub token: pass --token, set HF_TOKEN, or run `hf auth login`")
     if isinstance(exc, hub_errors.HfHubHTTPError):
         return ctx.error(_describe_http(exc, ctx))
-    if isinstance(exc, transport.TransportError):  # refused, DNS, TLS, timeouts (after the client's own retries)
+    if isinstance(exc, transport.TransportError):  # refused, DNS, TLS, timeouts
+        advice = (
+            "check the network or HF_ENDPOINT; without a network, HF_HUB_OFFLINE=1 reads what the local Hub cache holds"
+            if ctx.reading
+            else "check the network, --endpoint / HF_ENDPOINT"
+        )
         return ctx.error(
-            f"cannot reach the Hub at {_display(ctx.endpoint)} while {ctx.stage} ({type(exc).__name__}): "
-            "check the network, --endpoint / HF_ENDPOINT"
+            f"cannot reach the Hub at {_display(ctx.endpoint)} while {ctx.stage} ({type(exc).__name__}): {advice}"
         )
     if isinstance(exc, HFValidationError):
         return UsageError(ctx.scrub(f"{ctx.repo_id}: {exc}"))
@@ -314,12 +320,44 @@ def _translate(exc: BaseException, ctx: _Context) -> BaseException | None:
     return None
 
 
+# huggingface_hub's backoff logs every retry as warnings on stderr ("'...' thrown while requesting GET ...", "Retrying
+# in 1s [Retry 1/5]."): 11 lines before eaglekit's own one-line error when the host could not be reached. While an
+# eaglekit Hub operation runs they are dropped (each outcome is said once, in eaglekit's line); HF_HUB_VERBOSITY (info,
+# debug) keeps them. A count, not a flag: threads (a survey's validations) run operations side by side.
+_quiet = {"depth": 0}
+_quiet_lock = threading.Lock()
+
+
+class _RetryNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _quiet["depth"] == 0
+
+
+@contextmanager
+def _quiet_retries() -> Iterator[None]:
+    if os.environ.get("HF_HUB_VERBOSITY", "").strip():
+        yield
+        return
+    backoff = logging.getLogger("huggingface_hub.utils._http")
+    with _quiet_lock:
+        if not any(isinstance(f, _RetryNoise) for f in backoff.filters):
+            backoff.addFilter(_RetryNoise())
+        _quiet["depth"] += 1
+    try:
+        yield
+    finally:
+        with _quiet_lock:
+            _quiet["depth"] -= 1
+
+
 @contextmanager
 def _hub_errors(ctx: _Context) -> Iterator[None]:
     """Turn Hub failures into one clean HubError line. ``from None``: the chained exception would carry URLs and
-    server text into tracebacks, and the message already says what matters. Anything else propagates as is."""
+    server text into tracebacks, and the message already says what matters. Anything else propagates as is.
+    huggingface_hub's retry warnings stay off stderr meanwhile (``_quiet_retries``)."""
     try:
-        yield
+        with _quiet_retries():
+            yield
     except Exception as exc:
         translated = _translate(exc, ctx)
         if translated is None or translated is exc:
@@ -585,10 +623,14 @@ def open_remote(
     retry: bool = True,
 ) -> RemoteRepo:
     """The repo's file list with sizes and the commit ``revision`` (branch, tag or commit; default main) points at:
-    one model-info request, retried with backoff on 429, 5xx and network errors (``retry``: asked once only)."""
+    one model-info request, retried with backoff on 429 and 5xx and on a connection the Hub dropped (``retry``: asked
+    once only). A Hub that cannot be reached (no network, a refused port, a name that does not resolve) or that does not
+    answer within the timeout is said at once: huggingface_hub's backoff retried that 5 times over 25 s, which never
+    helped a machine without a network."""
     from urllib.parse import quote
 
     from huggingface_hub.utils import hf_raise_for_status, http_backoff
+    from huggingface_hub.utils import httpx as transport  # httpx on 1.x, httpx2 on 2.x
 
     endpoint, token, revision = _read_setup(repo_id, revision, endpoint, token)
     retries = _READ_RETRIES if retry else 0
@@ -603,6 +645,7 @@ def open_remote(
             params={"blobs": "true"},
             max_retries=retries,
             retry_on_status_codes=_RETRY_STATUSES,
+            retry_on_exceptions=(transport.RemoteProtocolError, transport.ReadError),
             timeout=_request_timeout(),
         )
         hf_raise_for_status(response)
