@@ -1124,3 +1124,63 @@ def test_a_report_is_never_written_into_the_target_or_below_the_drafter(pair, cl
     for report in (target / "eaglekit-verify.json", drafter / "sub" / "eaglekit-verify.json"):
         result = cli("verify", drafter, "--target", target, "--prompts", pair["prompts"], "--report", report, expect=2)
         assert "would overwrite a file of the input" in result.stderr and not report.exists()
+
+
+def _aux_ids_past_the_target(pair: dict, tmp_path: Path) -> Path:
+    bad = tmp_path / "bad-drafter"
+    shutil.copytree(pair["drafter"], bad)
+    config = json.loads((bad / "config.json").read_text())
+    config["eagle_aux_hidden_state_layer_ids"] = [1, 4, 40]
+    config.pop("eagle_config", None)
+    (bad / "config.json").write_text(json.dumps(config))
+    return bad
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "verify --against vllm, vLLM not installed",
+        "verify --vllm-python missing",
+        "verify --vllm-python without --against",
+        "drift --compare cannot run",
+        "drift --variants on input_ids",
+        "drift --temperature below vLLM's floor",
+        "drift --report without matplotlib",
+    ],
+)
+def test_every_precondition_of_a_run_is_checked_before_the_target_loads(pair, cli, tmp_path, monkeypatch, case):
+    """`verify --against vllm` without vLLM ran the whole verify (114 s on the example) and then said vLLM was
+    missing; a --compare drafter that cannot run, or --variants over prompts with no text, was told after the target
+    had loaded. Every precondition a run can know without the target is checked before it loads."""
+    import sys
+
+    from eaglekit.target.runner import TargetModel
+
+    def never(*args, **kwargs):
+        raise AssertionError("the target was loaded")
+
+    monkeypatch.setattr(TargetModel, "load", never)
+    base = ["--target", pair["target"], "--prompts", pair["prompts"]]
+    verify, drift = ["verify", pair["drafter"], *base], ["drift", pair["drafter"], *base]
+    argv, said = {
+        "verify --against vllm, vLLM not installed": ([*verify, "--against", "vllm"], "--against vllm needs vLLM"),
+        "verify --vllm-python missing": (
+            [*verify, "--against", "vllm", "--vllm-python", tmp_path / "no-python"],
+            "no-python: no such file",
+        ),
+        "verify --vllm-python without --against": (
+            [*verify, "--vllm-python", sys.executable],
+            "--vllm-python runs vLLM for --against",
+        ),
+        "drift --compare cannot run": (
+            [*drift, "--compare", _aux_ids_past_the_target(pair, tmp_path)],
+            "bad-drafter cannot run on",
+        ),
+        "drift --variants on input_ids": ([*drift, "--variants"], "holds input_ids only"),
+        "drift --temperature below vLLM's floor": ([*drift, "--temperature", "0.001"], "x>=0.01"),
+        "drift --report without matplotlib": ([*drift, "--report", tmp_path / "report"], "pip install"),
+    }[case]
+    monkeypatch.setitem(sys.modules, "vllm", None)  # find_spec("vllm") is None: as where vLLM is not installed
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` fails: as without eaglekit[report]
+    result = cli(*argv, expect=None)
+    assert result.exit_code == 2 and said in result.stderr and result.stderr.count("\n") == 1, result.stderr

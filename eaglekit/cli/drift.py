@@ -8,6 +8,7 @@ import sys
 import click
 
 from .. import api
+from ..serving import MIN_TEMPERATURE
 from ._options import (
     NAMED_FILE,
     NAMED_PLACE,
@@ -124,10 +125,11 @@ def render(r: dict) -> str:
 )
 @click.option(
     "--temperature",
-    type=FiniteFloat(min=0, min_open=True),
+    type=FiniteFloat(min=MIN_TEMPERATURE),
     metavar="T",
     help=(
-        "Also the expected acceptance under vLLM's rejection sampler at temperature T (exact, from both distributions)."
+        "Also the expected acceptance under vLLM's rejection sampler at temperature T (exact, from both distributions);"
+        f" at least {MIN_TEMPERATURE}, vLLM's floor (it raises a lower temperature to {MIN_TEMPERATURE})."
     ),
 )
 @click.option(

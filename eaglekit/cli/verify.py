@@ -220,6 +220,8 @@ def verify_command(
       eaglekit verify ./for-vllm --target ./target-dir --against vllm
     """
     output = Output(json_mode)
+    if vllm_python and not against:
+        raise click.UsageError("--vllm-python runs vLLM for --against: give --against vllm (or vllm==X) too")
     if report_path:
         check_output_file(
             report_path,

@@ -40,15 +40,20 @@ def encode(record: dict, tokenizer, variant: dict) -> list[int]:
     return _ids(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **kwargs))
 
 
-def variant_records(records: list[dict], tokenizer, source: str) -> list[tuple[dict, list[dict]]]:
-    """(variant, records as input_ids) for every variant."""
-    if tokenizer is None:
-        raise UsageError("--variants needs the target's tokenizer to frame the prompts (this target has none)")
+def require_text(records: list[dict], source: str) -> None:
+    """Every record holds text to frame (asked before the target loads: it needs no tokenizer)."""
     plain = [r.get("id", "?") for r in records if "prompt" not in r and "messages" not in r]
     if plain:
         raise UsageError(
             f"--variants: {source} record {plain[0]} holds input_ids only; variants need text (prompt or messages)"
         )
+
+
+def variant_records(records: list[dict], tokenizer, source: str) -> list[tuple[dict, list[dict]]]:
+    """(variant, records as input_ids) for every variant."""
+    if tokenizer is None:
+        raise UsageError("--variants needs the target's tokenizer to frame the prompts (this target has none)")
+    require_text(records, source)
     variants = load_variants()
     if not getattr(tokenizer, "chat_template", None):
         variants = [v for v in variants if v["template"] != "target"]
