@@ -552,6 +552,12 @@ def test_readings_the_files_cannot_tell_apart_are_measured(pair31, cli, tmp_path
     assert len(simulated) == 2 * len(report["prompts"]) and len(set(simulated)) == len(report["prompts"])
     assert report["readings"]["trained_with"] in (None, "norm_output read as EAGLE 3.1's"), readings
     assert schemas.check(report, "verify.schema.json") == []
+    # measured here, so said by the readings: not also a warning that ends "`eaglekit verify` measures both"
+    assert "flags.norm_output_semantics" not in {f["check"] for f in report["findings"]}
+    text = cli(
+        "verify", specforge_style, "--target", pair31["target"], "--prompts", pair31["prompts"], "--max-new-tokens", 8
+    ).stdout
+    assert "readings the files cannot tell apart" in text and "eaglekit verify" not in text, text
     said = json.loads(
         cli(
             "verify",

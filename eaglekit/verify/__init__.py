@@ -122,6 +122,9 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
         report["readings"] = (
             readings.measure(verifier, loaded, candidates, done=(d, results)) if len(candidates) > 1 else None
         )
+        if report["readings"] is not None:  # measured here: the readings say it, not a warning to go and measure
+            answered = readings.settled(loaded, d, L)
+            report["findings"] = [f for f in report["findings"] if f["check"] not in answered]
         if options.min_acceptance_length is not None:
             traj, _ = totals(results)
             if not traj.num_drafts:  # AL 1.000 of no drafts measured nothing: no threshold passes on it
