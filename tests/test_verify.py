@@ -1190,3 +1190,35 @@ def test_every_precondition_of_a_run_is_checked_before_the_target_loads(pair, cl
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` fails: as without eaglekit[report]
     result = cli(*argv, expect=None)
     assert result.exit_code == 2 and said in result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_verify_engine_shows_why_it_fails_where_the_acceptance_lengths_agree(pair, cli):
+    """`verify --engine` printed "AL 1.833 as served vs 1.833 as intended" and then FAIL, the evidence (the release's
+    drafts agree with the intended drafter's at 78/64/58% of positions) in --json alone. The text says it."""
+    from eaglekit.verify.parity import engine_verdict
+
+    check = engine_verdict("vllm==0.32", 1.833, 1.833, [0.78, 0.64, 0.58], [])
+    assert not check.passed
+    assert "drafts other tokens than intended" in check.detail and "78.0%, 64.0%, 58.0%" in check.detail
+    assert "both acceptance length 1.833" in check.detail
+    same = engine_verdict("vllm==0.32", 1.833, 1.833, [1.0, 1.0, 1.0], ["ignores fc_norm"])
+    assert not same.passed and "drafting the same tokens on these prompts: ignores fc_norm" in same.detail
+    assert engine_verdict("vllm==0.32", 1.833, 1.833, [1.0, 1.0, 1.0], []).passed
+
+    result = cli(
+        "verify",
+        pair["drafter"],
+        "--target",
+        pair["target"],
+        "--prompts",
+        pair["prompts"],
+        "--max-new-tokens",
+        16,
+        "--engine",
+        "vllm==0.32",
+        expect=1,
+    )
+    served = next(line for line in result.stdout.splitlines() if line.startswith("vllm==0.32: AL"))
+    assert "of positions (step 1..K)" in served and "%" in served, served
+    fail = next(line for line in result.stdout.splitlines() if line.startswith("FAIL  engine_parity"))
+    assert "its drafts agree with the intended drafter's at" in fail and "captures layers" in fail, fail

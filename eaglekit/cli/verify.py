@@ -68,9 +68,11 @@ def render(r: dict) -> str:
     if r.get("engine"):
         e = r["engine"]
         if e.get("engine_acceptance_length") is not None:
+            agreement = ", ".join(f"{a:.1%}" for a in e["token_agreement"])
             lines.append(
                 f"{e['engine']}: AL {e['engine_acceptance_length']:.3f} as served vs"
-                f" {e['intended_acceptance_length']:.3f} as intended"
+                f" {e['intended_acceptance_length']:.3f} as intended; the same draft token at {agreement} of"
+                " positions (step 1..K)"
             )
         verdicts = " ".join(c["detail"] for c in r["checks"] if not c["passed"])
         for f in e["findings"]:
