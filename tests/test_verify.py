@@ -175,7 +175,7 @@ def test_prompt_file_errors(pair, tmp_path, cli):
     bad = tmp_path / "p.jsonl"
     bad.write_text('{"nothing": 1}\n')
     result = cli("verify", pair["drafter"], "--target", pair["target"], "--prompts", bad, expect=2)
-    assert "expected an object with 'prompt', 'messages' or 'input_ids'" in result.stderr
+    assert "expected an object with 'prompt', 'text', 'messages' or 'input_ids'" in result.stderr
 
 
 def test_builtin_prompts_need_a_tokenizer(pair, cli):
@@ -1222,3 +1222,43 @@ def test_verify_engine_shows_why_it_fails_where_the_acceptance_lengths_agree(pai
     assert "of positions (step 1..K)" in served and "%" in served, served
     fail = next(line for line in result.stdout.splitlines() if line.startswith("FAIL  engine_parity"))
     assert "its drafts agree with the intended drafter's at" in fail and "captures layers" in fail, fail
+
+
+def test_text_lines_are_taken_raw_and_prompt_lines_under_the_chat_template_unless_raw_prompts(pair, cli, tmp_path):
+    """`{"prompt": "def fibonacci(n):"}` was always chat-templated (36 tokens on SmolLM2): a `text` line is taken raw,
+    as a completion request is, and --raw-prompts reads every `prompt` line so; the report says which per prompt."""
+    from transformers import AutoTokenizer
+
+    from eaglekit.io.prompts_file import read_prompt_records
+
+    import tiny_pair
+
+    target = tmp_path / "target"
+    shutil.copytree(pair["target"], target)
+    tiny_pair.add_char_tokenizer(target)
+    code = "def fibonacci(n):"
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        json.dumps({"id": "raw", "text": code}) + "\n" + json.dumps({"id": "chat", "prompt": code}) + "\n"
+    )
+    raw_ids = AutoTokenizer.from_pretrained(str(target))(code)["input_ids"]
+
+    def run(*extra) -> dict:
+        argv = ["verify", pair["drafter"], "--target", target, "--prompts", prompts, "--max-new-tokens", 4, "--json"]
+        return {p["id"]: p for p in json.loads(cli(*argv, *extra).stdout)["prompts"]}
+
+    shown = run()
+    assert shown["raw"]["encoding"] == "raw text" and shown["raw"]["prompt_tokens"] == len(raw_ids) == len(code)
+    assert shown["chat"]["encoding"] == "chat template" and shown["chat"]["prompt_tokens"] > len(raw_ids)
+    both_raw = run("--raw-prompts")
+    assert {p["encoding"] for p in both_raw.values()} == {"raw text"}
+    assert both_raw["chat"]["prompt_tokens"] == both_raw["raw"]["prompt_tokens"] == len(raw_ids)
+
+    assert [r.get("text") for r in read_prompt_records(str(prompts), raw=True)] == [code, code]
+    (tmp_path / "bad.jsonl").write_text('{"text": ["def"]}\n')
+    refused = cli("verify", pair["drafter"], "--target", target, "--prompts", tmp_path / "bad.jsonl", expect=2)
+    assert "line 1: text should be a string (taken raw, without the chat template)" in refused.stderr
+    for command in ("verify", "drift"):
+        help_text = " ".join(cli(command, "--help").stdout.split())
+        assert "text (raw text, tokenized as a completion request is: no chat template)" in help_text
+        assert "prompt (one user turn under the target's chat template" in help_text and "--raw-prompts" in help_text

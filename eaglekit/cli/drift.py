@@ -12,11 +12,13 @@ from ..serving import MIN_TEMPERATURE
 from ._options import (
     NAMED_FILE,
     NAMED_PLACE,
+    PROMPTS_HELP,
     FiniteFloat,
     device_option,
     from_option,
     json_option,
     norm_output_option,
+    raw_prompts_option,
     run_dtype_option,
 )
 from ._output import Output, printable, table
@@ -81,11 +83,9 @@ def render(r: dict) -> str:
     "prompts_file",
     metavar="FILE.jsonl",
     type=NAMED_FILE,
-    help=(
-        "Long inputs, one JSON object per line: prompt, messages or input_ids (default: passages of CPython's"
-        " documentation)."
-    ),
+    help=f"Long inputs, {PROMPTS_HELP} (default: passages of CPython's documentation, under the chat template).",
 )
+@raw_prompts_option
 @click.option(
     "--inputs-per-bucket",
     type=click.IntRange(min=1),
@@ -153,6 +153,7 @@ def drift_command(
     sink_tokens,
     max_context,
     prompts_file,
+    raw_prompts,
     inputs_per_bucket,
     max_new_tokens,
     k,
@@ -187,6 +188,7 @@ def drift_command(
         sink_tokens=sink_tokens,
         max_context=max_context,
         prompts=prompts_file,
+        raw_prompts=raw_prompts,
         inputs_per_bucket=inputs_per_bucket,
         max_new_tokens=max_new_tokens,
         k=k,

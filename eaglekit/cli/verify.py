@@ -15,12 +15,14 @@ from ._options import (
     AGAINST,
     NAMED_FILE,
     NAMED_PLACE,
+    PROMPTS_HELP,
     FiniteFloat,
     device_option,
     engine_option,
     from_option,
     json_option,
     norm_output_option,
+    raw_prompts_option,
     revision_option,
     run_dtype_option,
 )
@@ -124,11 +126,9 @@ def render(r: dict) -> str:
     "prompts_file",
     metavar="FILE.jsonl",
     type=NAMED_FILE,
-    help=(
-        "Prompts, one JSON object per line: prompt, messages or input_ids (default: built-in"
-        " chat/code/math/long-context set)."
-    ),
+    help=f"Prompts, {PROMPTS_HELP} (default: a built-in chat/code/math/long-context set).",
 )
+@raw_prompts_option
 @click.option("--num-prompts", type=click.IntRange(min=1), help="Use only the first N prompts.")
 @click.option(
     "--max-new-tokens",
@@ -191,6 +191,7 @@ def verify_command(
     path,
     target,
     prompts_file,
+    raw_prompts,
     num_prompts,
     max_new_tokens,
     k,
@@ -235,6 +236,7 @@ def verify_command(
         path,
         target=target,
         prompts=prompts_file,
+        raw_prompts=raw_prompts,
         num_prompts=num_prompts,
         max_new_tokens=max_new_tokens,
         k=k,

@@ -42,7 +42,8 @@ class DriftOptions:
     compare: str | None = None
     sink_tokens: int = 4
     max_context: int | None = None  # None: the target's window (max_position_embeddings)
-    prompts: str | None = None  # JSONL long inputs (prompt / messages / input_ids); None: the built-in long material
+    prompts: str | None = None  # JSONL long inputs (prompt / text / messages / input_ids); None: built-in long material
+    raw_prompts: bool = False  # each {"prompt": ...} taken as raw text, as {"text": ...} is (io.prompts_file)
     inputs_per_bucket: int = 2  # built-in material: sequences per context bucket
     max_new_tokens: int = 32  # the continuation judged after each input
     k: int = 3
@@ -475,7 +476,7 @@ def _inputs(verifier: Verifier, options: DriftOptions, limit: int) -> tuple[list
     from .variants import require_text, variant_records
 
     if options.prompts:
-        records, source = read_prompt_records(options.prompts), options.prompts
+        records, source = read_prompt_records(options.prompts, raw=options.raw_prompts), options.prompts
         if options.variants:
             require_text(records, source)
     else:

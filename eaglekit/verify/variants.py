@@ -17,8 +17,9 @@ def load_variants() -> list[dict]:
 
 
 def content_messages(record: dict) -> list[dict]:
-    """The record's turns without any system message of its own (the variant decides the system prompt)."""
-    messages = record.get("messages") or [{"role": "user", "content": record["prompt"]}]
+    """The record's turns without any system message of its own (the variant decides the system prompt); raw text is
+    one user turn, as a prompt is."""
+    messages = record.get("messages") or [{"role": "user", "content": record.get("text", record.get("prompt"))}]
     return [m for m in messages if m.get("role") != "system"]
 
 
@@ -42,10 +43,10 @@ def encode(record: dict, tokenizer, variant: dict) -> list[int]:
 
 def require_text(records: list[dict], source: str) -> None:
     """Every record holds text to frame (asked before the target loads: it needs no tokenizer)."""
-    plain = [r.get("id", "?") for r in records if "prompt" not in r and "messages" not in r]
+    plain = [r.get("id", "?") for r in records if not any(k in r for k in ("prompt", "text", "messages"))]
     if plain:
         raise UsageError(
-            f"--variants: {source} record {plain[0]} holds input_ids only; variants need text (prompt or messages)"
+            f"--variants: {source} record {plain[0]} holds input_ids only; variants need text (prompt, text, messages)"
         )
 
 
