@@ -5,7 +5,8 @@ code (see ``eaglekit.cli._errors``); library users catch ``EaglekitError``.
 
 Exit codes: 1 means the command ran and found problems (a drafter that does not validate, a failed check,
 a push the Hub refused); 2 means it could not run (bad options, a missing or malformed file, an existing
-output, a request no dialect can hold, a missing optional dependency).
+output, a request no dialect can hold, a missing optional dependency, a Hub that could not be asked: no token,
+offline, unreachable, a server error).
 """
 
 from __future__ import annotations
@@ -73,6 +74,14 @@ class ValidationFailed(EaglekitError):
 
 class HubError(EaglekitError):
     """A Hugging Face Hub request failed; the message never contains the token."""
+
+
+class HubUnavailableError(HubError):
+    """A publish that could not be made: no token, offline mode, the Hub unreachable or not answering, rate limited or
+    failing (429, 5xx) after retries (exit 2, as for every command that could not run). A Hub that answered and
+    refused (a rejected token, no write access, a branch that moved) is a ``HubError`` (exit 1)."""
+
+    exit_code = 2
 
 
 class HubReadError(HubError):

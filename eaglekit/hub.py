@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from . import __version__
-from .errors import HubError, HubReadError, UsageError
+from .errors import HubError, HubReadError, HubUnavailableError, UsageError
 from .io.hub_ids import COMMIT_OID, DEFAULT_BRANCH, branch_for, check_repo_id
 from .io.jsonfile import MAX_JSON_BYTES
 from .upload import HUB_TOKEN, UploadFile
@@ -122,7 +122,9 @@ def resolve_token(token: str | None = None) -> str | None:
     try:
         return get_token()
     except Exception as exc:  # e.g. OIDCError when HF_OIDC_RESOURCE is set but no id token can be had
-        raise HubError(f"cannot obtain a Hub token ({type(exc).__name__}): pass --token or set HF_TOKEN") from None
+        raise HubUnavailableError(
+            f"cannot obtain a Hub token ({type(exc).__name__}): pass --token or set HF_TOKEN"
+        ) from None
 
 
 def _display(endpoint: str) -> str:
@@ -174,8 +176,11 @@ class _Context:
             text = text.replace(self.token, "***")
         return HUB_TOKEN.sub("***", text)
 
-    def error(self, message: str) -> HubError:
-        return (HubReadError if self.reading else HubError)(self.scrub(message))
+    def error(self, message: str, *, unavailable: bool = False) -> HubError:
+        """A read's failure (exit 2); a publish the Hub could not be asked for (``unavailable``: exit 2) or refused
+        (exit 1)."""
+        kind = HubReadError if self.reading else HubUnavailableError if unavailable else HubError
+        return kind(self.scrub(message))
 
 
 def _status(exc: BaseException) -> int | None:
@@ -281,7 +286,9 @@ def _translate(exc: BaseException, ctx: _Context) -> BaseException | None:
     if isinstance(exc, hub_errors.OfflineModeIsEnabled):
         if ctx.reading:
             return ctx.error(f"{ctx.repo_id}: offline mode is on (HF_HUB_OFFLINE=1) and it is not in the local cache")
-        return ctx.error("offline mode is on (HF_HUB_OFFLINE=1): publishing needs the Hub; unset HF_HUB_OFFLINE")
+        return ctx.error(
+            "offline mode is on (HF_HUB_OFFLINE=1): publishing needs the Hub; unset HF_HUB_OFFLINE", unavailable=True
+        )
     if isinstance(exc, hub_errors.LocalEntryNotFoundError) and ctx.reading:
         # snapshot_download falls back to the cache when the Hub cannot be asked; the cause says why it could not
         cause = exc.__cause__ or exc.__context__
@@ -292,9 +299,10 @@ def _translate(exc: BaseException, ctx: _Context) -> BaseException | None:
             f"{ctx.repo_id}: cannot reach the Hub and it is not in the local cache ({' '.join(str(exc).split())[:200]})"
         )
     if isinstance(exc, hub_errors.LocalTokenNotFoundError):
-        return ctx.error("no Hub token: pass --token, set HF_TOKEN, or run `hf auth login`")
-    if isinstance(exc, hub_errors.HfHubHTTPError):
-        return ctx.error(_describe_http(exc, ctx))
+        return ctx.error("no Hub token: pass --token, set HF_TOKEN, or run `hf auth login`", unavailable=True)
+    if isinstance(exc, hub_errors.HfHubHTTPError):  # rate limited or failing: not asked; any other answer: refused
+        status = _status(exc)
+        return ctx.error(_describe_http(exc, ctx), unavailable=status is not None and (status == 429 or status >= 500))
     if isinstance(exc, transport.TransportError):  # refused, DNS, TLS, timeouts
         advice = (
             "check the network or HF_ENDPOINT; without a network, HF_HUB_OFFLINE=1 reads what the local Hub cache holds"
@@ -302,7 +310,8 @@ def _translate(exc: BaseException, ctx: _Context) -> BaseException | None:
             else "check the network, --endpoint / HF_ENDPOINT"
         )
         return ctx.error(
-            f"cannot reach the Hub at {_display(ctx.endpoint)} while {ctx.stage} ({type(exc).__name__}): {advice}"
+            f"cannot reach the Hub at {_display(ctx.endpoint)} while {ctx.stage} ({type(exc).__name__}): {advice}",
+            unavailable=True,
         )
     if isinstance(exc, HFValidationError):
         return UsageError(ctx.scrub(f"{ctx.repo_id}: {exc}"))
@@ -446,10 +455,12 @@ def publish(
     endpoint = resolve_endpoint(endpoint)
     # Refuse before anything else: the client would refuse each request anyway, with a less helpful message.
     if offline():
-        raise HubError("offline mode is on (HF_HUB_OFFLINE=1): publishing needs the Hub; unset HF_HUB_OFFLINE")
+        raise HubUnavailableError(
+            "offline mode is on (HF_HUB_OFFLINE=1): publishing needs the Hub; unset HF_HUB_OFFLINE"
+        )
     token = resolve_token(token)
     if not token:
-        raise HubError("no Hub token: pass --token, set HF_TOKEN, or run `hf auth login`")
+        raise HubUnavailableError("no Hub token: pass --token, set HF_TOKEN, or run `hf auth login`")
 
     from huggingface_hub import CommitOperationDelete, HfApi
     from huggingface_hub import errors as hub_errors
