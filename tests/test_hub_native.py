@@ -554,7 +554,7 @@ def test_push_reads_a_hub_source_from_the_endpoint_it_names(fake_hub: FakeHub, s
     [
         (["push", "org/small", "tester/bad id", "--dry-run"], "not a valid repository id"),
         (["push", "org/small", "tester/x", "--base-model", "https://example.com/x", "--dry-run"], "--base-model"),
-        (["convert", "org/small", "OCCUPIED", "--to", "vllm"], "already exists"),
+        (["convert", "org/small", "OCCUPIED", "--to", "vllm"], "not replaced even with --force"),
         (["verify", "org/small", "--target", "/nonexistent/x.gguf"], "no such GGUF file"),
         (["inspect", "org/small", "--revision", ""], "--revision: empty; give a branch, tag or commit"),
     ],
