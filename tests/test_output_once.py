@@ -38,7 +38,11 @@ def assert_said_once(result, command) -> None:
 
 
 def finding_messages(doc) -> list[str]:
-    """The message of every finding or note anywhere in a JSON document."""
+    """The message of every finding or note anywhere in a JSON document. A key kept for readers of the contract's
+    previous version beside its new name, holding the same value (inspect's ``notes``: ``SCHEMA_VERSION``'s rules),
+    is that value's second name, not a second saying."""
+    if isinstance(doc, dict) and "findings" in doc and doc.get("notes") is not None and doc["notes"] == doc["findings"]:
+        doc = {k: v for k, v in doc.items() if k != "notes"}
     if isinstance(doc, dict):
         own = [doc["message"]] if "check" in doc and "message" in doc else []
         return own + [m for v in doc.values() for m in finding_messages(v)]
@@ -211,5 +215,25 @@ def test_a_reading_in_doubt_is_one_short_line_and_is_not_warned_where_it_is_sett
     ]
     for command in settled:
         result = cli(*command, "--json", expect=None)
-        checks = {f["check"] for f in json.loads(result.stdout).get("findings", json.loads(result.stdout).get("notes"))}
+        checks = {f["check"] for f in json.loads(result.stdout)["findings"]}
         assert not checks & {"flags.norm_output_semantics", "engine.norm_output_reading"}, (command, checks)
+
+
+def test_inspect_and_validate_put_their_findings_under_the_same_key(cli):
+    """inspect's --json put its findings under "notes", validate's under "findings": both say "findings" now, and
+    inspect keeps "notes" (the same list) for readers of schema version 2 until version 3."""
+    import eaglekit
+    from eaglekit import schemas
+
+    example = ROOT / "examples" / "drafters" / "smollm2-eagle3.1-specforge"
+    inspected = json.loads(cli("inspect", example, "--json").stdout)
+    validated = json.loads(cli("validate", example, "--json").stdout)
+    checks = {f["check"] for f in inspected["findings"]}
+    assert "flags.norm_output_semantics" in checks and checks <= {f["check"] for f in validated["findings"]}
+    assert inspected["notes"] == inspected["findings"] and eaglekit.SCHEMA_VERSION == 2
+    assert schemas.check(inspected, "inspect.schema.json") == []
+    schema = json.loads((ROOT / "schemas" / "inspect.schema.json").read_text())
+    assert (
+        "findings" in schema["required"]
+        and "removed at schema_version 3" in schema["properties"]["notes"]["description"]
+    )
