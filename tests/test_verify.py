@@ -1262,3 +1262,35 @@ def test_text_lines_are_taken_raw_and_prompt_lines_under_the_chat_template_unles
         help_text = " ".join(cli(command, "--help").stdout.split())
         assert "text (raw text, tokenized as a completion request is: no chat template)" in help_text
         assert "prompt (one user turn under the target's chat template" in help_text and "--raw-prompts" in help_text
+
+
+def test_more_prompts_asked_for_than_there_are_is_said(pair, cli):
+    """`--num-prompts 10` with a 3-prompt file ran 3 in silence."""
+    there = sum(1 for line in Path(pair["prompts"]).read_text().splitlines() if line.strip())
+    argv = ["verify", pair["drafter"], "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", 4]
+    report = json.loads(cli(*argv, "--num-prompts", there + 7, "--json").stdout)
+    said = [f["message"] for f in report["findings"] if f["check"] == "verify.num_prompts"]
+    assert said == [f"num_prompts {there + 7} asked for, but {pair['prompts']} holds {there}: all {there} were run"]
+    assert len(report["prompts"]) == there
+    quiet = json.loads(cli(*argv, "--num-prompts", there, "--json").stdout)
+    assert "verify.num_prompts" not in {f["check"] for f in quiet["findings"]}
+    assert "[verify.num_prompts]" in cli(*argv, "--num-prompts", there + 7).stdout
+
+
+@pytest.mark.parametrize(
+    "typed, meant", [("inpsect", "inspect"), ("valdiate", "validate"), ("conver", "convert"), ("drfit", "drift")]
+)
+def test_a_mistyped_command_is_answered_with_the_closest_one(cli, typed, meant):
+    """`eaglekit inpsect` said "No such command 'inpsect'." and nothing more: click's suggestion looks among the
+    group's loaded commands, which eaglekit's lazy group does not hold."""
+    result = cli(typed, "x", expect=2)
+    assert result.stderr == f"error: No such command {typed!r}. Did you mean {meant!r}?\n"
+    assert cli("zzzz", expect=2).stderr == "error: No such command 'zzzz'.\n"
+
+
+def test_drift_temperature_help_states_the_floor_vllm_applies(cli):
+    """--temperature's help said any T > 0 while a T under vLLM's floor was refused later; the floor is the option's."""
+    from eaglekit.serving import MIN_TEMPERATURE
+
+    help_text = " ".join(cli("drift", "--help").stdout.split())
+    assert f"at least {MIN_TEMPERATURE}, vLLM's floor" in help_text and f"x>={MIN_TEMPERATURE}" in help_text

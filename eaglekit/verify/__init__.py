@@ -99,6 +99,7 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
             verifier.prepare(capture=layers_of([d, *(c for _, c in candidates)], L))
         model = verifier.model_for(loaded)
         results, seconds = verifier.run(model, ids, "drafter")
+        findings += fewer_prompts(options, len(verifier.sequences))
         report = drafter_report(path, loaded, verifier, ids, findings, results, seconds)
         # the counts that measured something (the every-position count has no chain where none fits in K tokens)
         measured = [report[count] for count in ("trajectory", "every_position") if report[count]["num_drafts"]]
@@ -154,6 +155,20 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
             checks.extend(new_checks)
     report["timings"] = {stage: round(seconds, 3) for stage, seconds in verifier.timings.items()}
     return finish(report, checks)
+
+
+def fewer_prompts(options: VerifyOptions, ran: int) -> list[Finding]:
+    """A num_prompts larger than the prompts there are: said, where it ran all of them in silence."""
+    if options.num_prompts is None or options.num_prompts <= ran:
+        return []
+    where = options.hidden_states or options.prompts or "the built-in prompt set"
+    return [
+        Finding(
+            "verify.num_prompts",
+            "warning",
+            f"num_prompts {options.num_prompts} asked for, but {where} holds {ran}: all {ran} were run",
+        )
+    ]
 
 
 __all__ = [
