@@ -145,7 +145,9 @@ class Drafting:
     ids: tuple[int, ...]
 
 
-def load_drafter(verifier: Verifier, path: str, options: DriftOptions) -> Drafting:
+def load_drafter(verifier: Verifier, path: str, options: DriftOptions, *, build: bool = True) -> Drafting | None:
+    """The drafter at ``path`` read and checked against the target's config, and (``build``) made into its reference
+    model, which may need the loaded target (a drafter that borrows a GGUF target's embedding or head)."""
     L = verifier.target_config.num_layers
     with dialects.load(
         path, options.source_dialect, norm_output_semantics=options.norm_output_semantics, target_num_layers=L
@@ -167,7 +169,7 @@ def load_drafter(verifier: Verifier, path: str, options: DriftOptions) -> Drafti
             raise UsageError(
                 f"{path} cannot run on {verifier.target_config.name}: {bad[0].message} (see `eaglekit validate`)"
             )
-        return Drafting(path, verifier.model_for(loaded), resolved_ids(d, L))
+        return Drafting(path, verifier.model_for(loaded), resolved_ids(d, L)) if build else None
 
 
 def run_drafter(
@@ -509,11 +511,14 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
         raise UsageError("the target records no window (max_position_embeddings): give --max-context")
     if window and limit > window:
         raise UsageError(f"--max-context {limit} exceeds the target's window ({window})")
-    # each drafter read and checked once, before the target loads (its weights read alone where a drafter borrows
-    # them): one that cannot run fails at once, and the layers both fuse are kept while the target decodes (no second
-    # full pass per sequence for the aux states)
-    draftings = [load_drafter(verifier, p, options) for p in (path, *([options.compare] if options.compare else []))]
+    # each drafter checked before the target loads (one that cannot run fails at once), made into its model once the
+    # target is there; the layers both fuse are kept while the target decodes (no second full pass per sequence)
+    paths = (path, *([options.compare] if options.compare else []))
+    for drafter in paths:
+        load_drafter(verifier, drafter, options, build=False)
     records, source, framed = _inputs(verifier, options, limit)
+    verifier.load_target()
+    draftings = [load_drafter(verifier, p, options) for p in paths]
     keep = layers_of([x.model.d for x in draftings], verifier.target_config.num_layers)
     # --temperature: each sequence's logits and KV cache are kept from its decoding for the target's distributions
     verifier.prepare(records, capture=keep, keep_passes=options.temperature is not None)
