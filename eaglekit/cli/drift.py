@@ -66,7 +66,7 @@ def render(r: dict) -> str:
     "report_dir",
     metavar="DIR",
     type=NAMED_FILE,
-    help="Write report.json, PNG plots and a self-contained report.html here (needs eaglekit[report]).",
+    help="Write report.json, PNG plots and a self-contained report.html here (needs matplotlib: the [report] extra).",
 )
 @click.option(
     "--sink-tokens",
