@@ -35,7 +35,7 @@ def settled(loaded: dialects.LoadedDrafter, d: Drafter, L: int) -> set[str]:
     if len(aux_readings(loaded, d, L)) > 1:
         out.add("aux.unsettled_convention")
     if norm_output_readings(d):
-        out.add("flags.norm_output_semantics")
+        out |= {"flags.norm_output_semantics", "engine.norm_output_reading"}
     return out
 
 
