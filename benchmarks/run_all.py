@@ -12,6 +12,7 @@ for script in (
     "verify_bench.py",
     "verify_vs_vllm.py",
     "gguf_cold_load.py",
+    "hub_unreachable.py",
 ):
     print(f"\n=== {script}", flush=True)
     subprocess.run([sys.executable, str(HERE / script)], check=True)

@@ -45,6 +45,7 @@ def describe(loaded: LoadedDrafter) -> dict:
         for info in ckpt.tensors.values()
     ]
     ids_in = d.aux.as_input()
+    findings = [n.to_dict() for n in loaded.notes + hints(loaded)]  # under "findings", as validate's are
     return {
         "source": ckpt.label,
         "directory": str(ckpt.directory),
@@ -109,6 +110,7 @@ def describe(loaded: LoadedDrafter) -> dict:
         "ambiguous": loaded.ambiguity is not None,
         "ambiguity": loaded.ambiguity.to_dict() if loaded.ambiguity else None,
         "unknown_tensors": loaded.unknown,
-        "notes": [n.to_dict() for n in loaded.notes + hints(loaded)],
+        "findings": findings,
+        "notes": findings,  # the same list, under the key inspect used before; dropped at schema version 3
         "tensors": tensors,
     }

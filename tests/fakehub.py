@@ -172,7 +172,12 @@ class HubState:
         ref: str = "main",
     ) -> str:
         """A repo holding ``files`` (bytes, or paths served from disk) in one commit on ``ref``; returns its oid.
-        LFS status follows ``LFS_SUFFIXES``, as for pushed files."""
+        LFS status follows ``LFS_SUFFIXES``, as for pushed files. A file served from disk is hashed now, not when
+        a request first asks for its model info: hashing a 1.4 GB sparse shard on a busy machine outlasted the
+        client's read timeout, which eaglekit does not retry."""
+        for content in files.values():
+            if isinstance(content, Path):
+                sha256_of(content)
         with self.lock:
             repo = self.repos.get(repo_id) or self.create_repo(repo_id, private)
             repo.private, repo.gated, repo.hidden = private, gated, private

@@ -454,6 +454,21 @@ def test_force_leaves_a_users_project_alone(tmp_path, cli, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["project", "src"]  # no temporary left beside it
 
 
+def test_a_folder_of_user_files_is_refused_first_time_without_a_force_hint(tmp_path, cli):
+    """Without --force, a folder holding a user's files said "already exists (pass --force to replace it)", and the
+    --force the user then passed was refused too: what --force cannot replace is said the first time."""
+    src = write_vllm(tmp_path / "src", Dims())
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("print('mine')\n")
+    first = cli("convert", src, project, "--to", "vllm", expect=2).stderr
+    assert "not replaced even with --force: it holds files eaglekit did not write (train.py)" in first
+    assert "pass --force" not in first
+    empty = tmp_path / "empty"
+    empty.mkdir()  # what --force may replace still says so
+    assert "already exists (pass --force to replace it)" in cli("convert", src, empty, "--to", "vllm", expect=2).stderr
+
+
 def test_force_run_from_inside_its_own_earlier_output_succeeds(tmp_path, cli, monkeypatch):
     """`cd out && eaglekit convert SRC . --force` replaced the working directory itself, then resolved `.` to print the
     serve line: the conversion was written, and reported as failed ("No such file or directory", exit 1)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
@@ -574,3 +575,111 @@ def test_a_report_folder_that_is_not_an_earlier_report_is_refused_before_the_run
     }[where]
     assert expected in result.stderr, result.stderr
     assert "--force" not in result.stderr  # drift has no such option
+
+
+# -- the plots -----------------------------------------------------------------------------------------------------
+
+
+def _side(path: str, version: str, shift: float) -> dict:
+    depth = [
+        {
+            "step": k,
+            "acceptance_rate": 0.6 - 0.15 * k + shift,
+            "sink_attention": 0.3 - 0.05 * k,
+            "own_draft_attention": 0.05 * (k - 1),
+            "feedback_norm_relative": 1 + 0.2 * (k - 1) - shift,
+        }
+        for k in (1, 2, 3)
+    ]
+    buckets = [
+        {"bucket": "<512", "acceptance_length": 2.4 + shift, "every_position": {"num_drafts": 300}},
+        {"bucket": "512-2k", "acceptance_length": 2.1 + shift, "every_position": {"num_drafts": 900}},
+    ]
+    return {
+        "path": path,
+        "eagle_version": version,
+        "per_depth": depth,
+        "by_context_length": buckets,
+        "fc_input": {"chunk_norms": [10.0, 14.0 + shift, 17.0]},
+        "sampling": {"temperature": 0.8, "top_p": 0.95, "per_position_rate": [0.5 + shift, 0.3, 0.2]},
+    }
+
+
+def synthetic_report() -> dict:
+    """A drift report's figures as the plots read them: a drafter, --compare, two context buckets, --variants and
+    --temperature (every plot), the paths as a user gives them."""
+    r = _side("/home/alice/ckpts/eagle3-run7", "3", 0.0)
+    r.update(drafter=r.pop("path"), target="/data/models/SmolLM2-135M-Instruct.Q4_1.gguf", num_speculative_tokens=3)
+    r["sink_tokens"] = 4
+    r["compare"] = _side("/home/alice/ckpts/eagle31-run9", "3.1", 0.1)
+    r["variants"] = {
+        "inputs": 3,
+        "variants": [
+            {"name": name, "acceptance_length": 2.0 + i / 10, "compare": {"acceptance_length": 2.2 + i / 10}}
+            for i, name in enumerate(["chat", "no-template", "system-helpful"])
+        ],
+    }
+    return r
+
+
+def test_every_plot_names_its_axes_its_categories_and_whose_figures_it_shows():
+    """The plots had no y-axis labels, fractional ticks on categorical axes (fc_input's aux chunks at 0.0, 0.5, ...),
+    one colour meaning the drafter in one panel and an attention share in the next, no title naming drafter and target,
+    and figure captions that were file names."""
+    plt = pytest.importorskip("matplotlib.pyplot")
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Rectangle
+
+    from eaglekit.drift_plots import CAPTIONS, SIDE_STYLE, figures
+    from eaglekit.drift_report import PLOT_FILES, require_matplotlib
+
+    require_matplotlib()
+    r = synthetic_report()
+    made = figures(r, plt)
+    assert [name for name, _ in made] == list(PLOT_FILES) and set(CAPTIONS) == set(PLOT_FILES)
+    colour_of = {"eagle3-run7": SIDE_STYLE[0]["color"], "eagle31-run9": SIDE_STYLE[1]["color"]}
+    for name, fig in made:
+        title = fig._suptitle.get_text().replace("\n", " ")  # the target on a line of its own where one would overrun
+        assert title == "eagle3-run7 (EAGLE 3) vs eagle31-run9 (EAGLE 3.1) on SmolLM2-135M-Instruct.Q4_1.gguf", title
+        assert "/home/alice" not in title  # a machine's folders say nothing to a reader
+        for ax in fig.axes:
+            assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title(), (name, ax.get_title())
+            ticks = list(ax.get_xticks())
+            labels = [t.get_text() for t in ax.get_xticklabels()]
+            if ax.get_xlabel() == "draft step k":  # steps: 1..K and nothing between
+                assert ticks == [1, 2, 3] and labels == ["1", "2", "3"], (name, ticks)
+            else:  # bars: one tick per category, at its group's centre, named
+                assert ticks == list(range(len(ticks))) and all(not _is_number(x) for x in labels), (name, labels)
+            for artist in [*ax.lines, *[p for p in ax.patches if isinstance(p, Rectangle)]]:
+                label = artist.get_label() if isinstance(artist, Line2D) else artist.get_label() or ""
+                owner = next((who for who in colour_of if str(label).startswith(who)), None)
+                if owner is not None:  # one colour per drafter, in every figure
+                    from matplotlib.colors import to_hex
+
+                    assert to_hex(
+                        artist.get_color() if isinstance(artist, Line2D) else artist.get_facecolor()
+                    ) == to_hex(colour_of[owner]), (name, label)
+        plt.close(fig)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text.replace("\u2212", "-"))
+    except ValueError:
+        return False
+    return True
+
+
+def test_the_report_page_captions_each_plot_with_what_it_shows(fast_pair, cli, tmp_path):
+    pytest.importorskip("matplotlib")
+    from eaglekit.drift_plots import CAPTIONS
+
+    out = tmp_path / "report"
+    argv = ["drift", fast_pair["drafter"], "--target", fast_pair["target"], "--prompts", fast_pair["prompts"]]
+    cli(*argv, "--report", out, expect=1)  # a random drafter accepts nothing: said, and the report written
+    page = (out / "report.html").read_text()
+    captions = re.findall(r"<figcaption>(.*?)</figcaption>", page)
+    assert captions == [
+        html.escape(CAPTIONS[name]) for name in ("per_depth.png", "by_context_length.png", "fc_input.png")
+    ]
+    assert not any(c.endswith(".png") for c in captions)

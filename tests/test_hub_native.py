@@ -320,12 +320,81 @@ def test_rate_limits_and_server_errors_are_retried_then_said(fake_hub: FakeHub, 
     refused(cli, "Hub server error (503) while reading config.json, still after 5 retries", "validate", "org/small")
 
 
-def test_connection_refused(fake_hub: FakeHub, small, cli, monkeypatch):
+def closed_port() -> int:
+    """A loopback port nothing listens on: a connection to it is refused at once."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return s.getsockname()[1]
+
+
+def test_connection_refused(fake_hub: FakeHub, small, cli, monkeypatch, tmp_path):
+    """A Hub that cannot be reached is said at once: huggingface_hub's backoff retried the refused connection 5 times
+    (1+2+4+8+8 s: 25 s offline, before the one-line error), which never helps a machine without a network."""
+    port = closed_port()
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
     refused(cli, f"cannot reach the Hub at http://127.0.0.1:{port}", "inspect", "org/small")
+    err = refused(cli, "(ConnectError)", "convert", "org/small", tmp_path / "out", "--to", "vllm")
+    assert "HF_HUB_OFFLINE=1 reads what the local Hub cache holds" in err and "--endpoint" not in err
+    assert fake_hub.sleeps == []  # no backoff
+
+
+def test_a_busy_hub_is_still_retried_and_its_retries_are_not_printed(fake_hub: FakeHub, small, cli, monkeypatch):
+    """429 and 5xx are what a reached Hub answers when busy: retried with backoff, as before; the client's warnings
+    about each retry ("HTTP Error 503 thrown while requesting ...", "Retrying in 1s") stay off stderr unless
+    HF_HUB_VERBOSITY asks for them."""
+    import logging
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    backoff = logging.getLogger("huggingface_hub.utils._http")
+    backoff.addHandler(handler)
+    try:
+        fake_hub.state.fail("GET", r"^/api/models/", 503, times=2)
+        assert json.loads(cli("inspect", "org/small", "--json").stdout)["ok"]
+        assert fake_hub.sleeps == [1, 2] and records == []
+        monkeypatch.setenv("HF_HUB_VERBOSITY", "warning")
+        fake_hub.state.fail("GET", r"^/api/models/", 503, times=1)
+        assert json.loads(cli("inspect", "org/small", "--json").stdout)["ok"]
+        assert any("Retrying in 1s" in r.getMessage() for r in records)
+    finally:
+        backoff.removeHandler(handler)
+
+
+@pytest.mark.parametrize(
+    "argv, env",
+    [
+        (["inspect", "org/name"], {}),
+        (["convert", "org/name", "OUT", "--to", "vllm"], {}),
+        (["inspect", "models/drafter"], {}),  # a mistyped local path: the Hub is asked once; its retry line leaked
+        (["inspect", "org/name"], {"HF_HUB_OFFLINE": "1"}),
+    ],
+)
+def test_a_hub_id_without_a_network_is_one_line_on_stderr(tmp_path, argv, env):
+    """The whole stderr of a Hub read that cannot reach the Hub, or is offline with nothing cached, is eaglekit's one
+    error line: huggingface_hub's retry warnings came before it (11 lines for a Hub id, 1 for a mistyped path)."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "models").mkdir()
+    environment = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{closed_port()}", HF_HOME=str(tmp_path / "hf"))
+    for name in ("HF_HUB_OFFLINE", "HF_HUB_VERBOSITY"):
+        environment.pop(name, None)
+    environment.update(env)
+    result = subprocess.run(
+        [sys.executable, "-m", "eaglekit", *[str(tmp_path / "out") if a == "OUT" else a for a in argv]],
+        env=environment,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {argv[1]}: no such "), result.stderr
+    assert ("offline" if env else "cannot reach the Hub") in lines[0]
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_mistyped_local_path_says_it_is_no_local_directory_and_what_the_hub_said(
@@ -436,11 +505,10 @@ def test_an_endpoint_that_never_answers_ends_in_a_one_line_error(tmp_path, comma
             [sys.executable, "-m", "eaglekit", *argv], env=env, capture_output=True, text=True, timeout=120
         )
     assert result.returncode == 2 and held, (result.returncode, result.stderr)
-    last = result.stderr.strip().splitlines()[-1]  # after huggingface_hub's own retry warnings
+    [line] = result.stderr.strip().splitlines()  # one wait, no retries, no retry warnings
     assert (
-        last.startswith("error: org/name: no such local directory, and as a Hub repo id: cannot reach the Hub")
-        and "Timeout" in last
-        and "Traceback" not in result.stderr
+        line.startswith("error: org/name: no such local directory, and as a Hub repo id: cannot reach the Hub")
+        and "Timeout" in line
     )
     assert not (tmp_path / "out").exists()
 
@@ -486,7 +554,7 @@ def test_push_reads_a_hub_source_from_the_endpoint_it_names(fake_hub: FakeHub, s
     [
         (["push", "org/small", "tester/bad id", "--dry-run"], "not a valid repository id"),
         (["push", "org/small", "tester/x", "--base-model", "https://example.com/x", "--dry-run"], "--base-model"),
-        (["convert", "org/small", "OCCUPIED", "--to", "vllm"], "already exists"),
+        (["convert", "org/small", "OCCUPIED", "--to", "vllm"], "not replaced even with --force"),
         (["verify", "org/small", "--target", "/nonexistent/x.gguf"], "no such GGUF file"),
         (["inspect", "org/small", "--revision", ""], "--revision: empty; give a branch, tag or commit"),
     ],

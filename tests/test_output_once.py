@@ -38,7 +38,11 @@ def assert_said_once(result, command) -> None:
 
 
 def finding_messages(doc) -> list[str]:
-    """The message of every finding or note anywhere in a JSON document."""
+    """The message of every finding or note anywhere in a JSON document. A key kept for readers of the contract's
+    previous version beside its new name, holding the same value (inspect's ``notes``: ``SCHEMA_VERSION``'s rules),
+    is that value's second name, not a second saying."""
+    if isinstance(doc, dict) and "findings" in doc and doc.get("notes") is not None and doc["notes"] == doc["findings"]:
+        doc = {k: v for k, v in doc.items() if k != "notes"}
     if isinstance(doc, dict):
         own = [doc["message"]] if "check" in doc and "message" in doc else []
         return own + [m for v in doc.values() for m in finding_messages(v)]
@@ -163,3 +167,73 @@ def test_verify_says_each_thing_once(cli):
     )
     assert "FAIL  engine_parity" in result.stdout and "captures layers" in result.stdout
     assert_said_once(result, "verify")
+
+
+def warning_lines(text: str) -> list[str]:
+    """The lines printed under a ``warning(s) (N):`` heading."""
+    out, inside = [], False
+    for line in text.splitlines():
+        if re.match(r"^(error|warning|info)s? \(\d+\):$", line):
+            inside = line.startswith("warning")
+        elif inside and line.startswith("  ["):
+            out.append(line)
+        else:
+            inside = False
+    return out
+
+
+def test_a_reading_in_doubt_is_one_short_line_and_is_not_warned_where_it_is_settled(tmp_path, cli, target_config):
+    """The example's `norm_output: true` warning was ~400 characters, printed by five commands in a row (validate twice
+    over, with the engine's own finding repeating its two readings). Each warning is one short line, its detail in
+    --json; a reading the user settled (--norm-output-semantics) or a conversion recorded is not warned again."""
+    example = ROOT / "examples" / "drafters" / "smollm2-eagle3.1-specforge"
+    commands = [
+        ("inspect", example),
+        ("validate", example, "--engine", "vllm==0.32", "--target", target_config),
+        ("convert", example, tmp_path / "vllm", "--to", "vllm", "--target", target_config),
+        ("convert", example, tmp_path / "sglang", "--to", "sglang"),
+    ]
+    for command in commands:
+        text = cli(*command, expect=None).stdout
+        warned = warning_lines(text)
+        assert any("[flags.norm_output_semantics]" in line for line in warned), (command, text)
+        assert all(len(line) <= 200 for line in warned), (command, [len(line) for line in warned])
+        assert "`eaglekit inspect`" not in text and f"`eaglekit {command[0]}`" not in text
+    doc = json.loads(cli("validate", example, "--engine", "vllm==0.32", "--json", expect=1).stdout)
+    by_check = {f["check"]: f for f in doc["findings"]}
+    detail = by_check["flags.norm_output_semantics"]["detail"]
+    assert "two readings" in detail and "--norm-output-semantics eagle31 or specforge" in detail
+    assert "training fed the pre-norm state forward" in by_check["engine.norm_output_reading"]["detail"]
+    assert "two readings" not in by_check["engine.norm_output_reading"]["message"]  # said once, by the flag's finding
+
+    settled = [
+        ("validate", example, "--engine", "vllm==0.32", "--norm-output-semantics", "eagle31"),
+        ("inspect", example, "--norm-output-semantics", "eagle31"),
+        ("validate", tmp_path / "vllm", "--engine", "vllm==0.32"),
+        ("validate", tmp_path / "sglang", "--engine", "sglang==0.5.12"),
+        ("inspect", tmp_path / "sglang"),
+    ]
+    for command in settled:
+        result = cli(*command, "--json", expect=None)
+        checks = {f["check"] for f in json.loads(result.stdout)["findings"]}
+        assert not checks & {"flags.norm_output_semantics", "engine.norm_output_reading"}, (command, checks)
+
+
+def test_inspect_and_validate_put_their_findings_under_the_same_key(cli):
+    """inspect's --json put its findings under "notes", validate's under "findings": both say "findings" now, and
+    inspect keeps "notes" (the same list) for readers of schema version 2 until version 3."""
+    import eaglekit
+    from eaglekit import schemas
+
+    example = ROOT / "examples" / "drafters" / "smollm2-eagle3.1-specforge"
+    inspected = json.loads(cli("inspect", example, "--json").stdout)
+    validated = json.loads(cli("validate", example, "--json").stdout)
+    checks = {f["check"] for f in inspected["findings"]}
+    assert "flags.norm_output_semantics" in checks and checks <= {f["check"] for f in validated["findings"]}
+    assert inspected["notes"] == inspected["findings"] and eaglekit.SCHEMA_VERSION == 2
+    assert schemas.check(inspected, "inspect.schema.json") == []
+    schema = json.loads((ROOT / "schemas" / "inspect.schema.json").read_text())
+    assert (
+        "findings" in schema["required"]
+        and "removed at schema_version 3" in schema["properties"]["notes"]["description"]
+    )

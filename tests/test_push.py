@@ -99,23 +99,23 @@ def test_concurrent_push_is_refused_not_clobbered(cli, hub, drafter):
 
 
 @pytest.mark.parametrize(
-    "status, code, fragment",
+    "status, code, fragment, exit_code",
     [
-        (401, None, "authentication failed (401)"),
-        (403, "GatedRepo", "gated"),
-        (403, None, "forbidden (403)"),
-        (404, "RepoNotFound", "not found"),
-        (429, None, "rate limited"),
-        (500, None, "server error (500)"),
+        (401, None, "authentication failed (401)", 1),  # the Hub answered and refused: ran and found a problem
+        (403, "GatedRepo", "gated", 1),
+        (403, None, "forbidden (403)", 1),
+        (404, "RepoNotFound", "not found", 1),
+        (429, None, "rate limited", 2),  # the Hub could not take it (busy, failing): the push could not run
+        (500, None, "server error (500)", 2),
     ],
 )
-def test_hub_failures_are_clear_and_leave_the_branch_unchanged(cli, hub, drafter, status, code, fragment):
+def test_hub_failures_are_clear_and_leave_the_branch_unchanged(cli, hub, drafter, status, code, fragment, exit_code):
     push(cli, drafter)
     head = hub.state.head("tester/drafter")
     (drafter / "config.json").write_text((drafter / "config.json").read_text().replace('"silu"', '"silu" '))
     path = r"/api/whoami-v2" if status == 401 else r"/commit/" if status in (403, 404) else r"/preupload/"
     hub.state.fail("GET" if status == 401 else "POST", path, status, error_code=code, times=10)
-    result = push(cli, drafter, expect=1)
+    result = push(cli, drafter, expect=exit_code)
     assert result.stderr.startswith("error: ") and fragment in result.stderr, result.stderr
     assert result.stderr.count("\n") == 1
     assert hub.state.head("tester/drafter") == head
@@ -125,14 +125,14 @@ def test_a_failed_push_says_what_it_created_and_leaves_it(cli, hub, drafter):
     """The commit fails after the push made the repository or the branch: they stay (deleting on the Hub after a
     failure could race another push), holding none of the files, and the one error line says so; a retry lands."""
     hub.state.fail("POST", r"/commit/", 500, times=10)
-    first = push(cli, drafter, expect=1)
+    first = push(cli, drafter, expect=2)
     assert "created the repository tester/drafter, which stays, holding none of its files" in first.stderr
     assert first.stderr.count("\n") == 1 and "tester/drafter" in hub.state.repos
     hub.state.faults.clear()
     push(cli, drafter)
     (drafter / "config.json").write_text((drafter / "config.json").read_text().replace('"silu"', '"silu" '))
     hub.state.fail("POST", r"/commit/", 500, times=10)
-    second = push(cli, drafter, "tester/drafter", "--revision", "v2", expect=1)
+    second = push(cli, drafter, "tester/drafter", "--revision", "v2", expect=2)
     assert (
         "created the branch v2 (at the default branch's head), which stays" in second.stderr
         and "repository" not in second.stderr
@@ -154,7 +154,7 @@ def test_offline_mode_makes_no_request(cli, hub, drafter, monkeypatch):
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    result = push(cli, drafter, expect=1)
+    result = push(cli, drafter, expect=2)
     assert "offline mode" in result.stderr
     assert hub.state.log == []
 
@@ -301,8 +301,29 @@ def test_existing_readme_is_kept_unless_overwritten(cli, hub, drafter):
 
 def test_no_token_at_all(cli, hub, drafter, monkeypatch):
     monkeypatch.delenv("HF_TOKEN")
-    result = cli("push", drafter, "tester/drafter", expect=1)
+    result = cli("push", drafter, "tester/drafter", expect=2)
     assert "no Hub token" in result.stderr and hub.state.log == []
+
+
+def test_a_push_that_could_not_be_made_exits_2_and_one_the_hub_refused_exits_1(cli, hub, drafter, monkeypatch):
+    """push without a token exited 1, like a push the Hub refused, and so did one whose Hub could not be reached:
+    neither ran. Could not be made (no token, offline, unreachable, 429/5xx): 2; refused by the Hub: 1."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.delenv("HF_TOKEN")
+    no_token = cli("push", drafter, "tester/drafter", expect=None)
+    endpoint = f"http://127.0.0.1:{port}"
+    unreachable = cli("push", drafter, "tester/drafter", "--token", "hf_x", "--endpoint", endpoint, expect=None)
+    refused = cli("push", drafter, "tester/drafter", "--token", "hf_WRONGtoken999", expect=None)
+    assert (no_token.exit_code, unreachable.exit_code, refused.exit_code) == (2, 2, 1), (
+        no_token.stderr,
+        unreachable.stderr,
+        refused.stderr,
+    )
+    assert "no Hub token" in no_token.stderr and "cannot reach the Hub" in unreachable.stderr
 
 
 def test_an_untrained_upgrade_is_flagged_by_validate_and_refused_by_push(cli, hub, tmp_path):

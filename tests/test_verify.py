@@ -175,7 +175,7 @@ def test_prompt_file_errors(pair, tmp_path, cli):
     bad = tmp_path / "p.jsonl"
     bad.write_text('{"nothing": 1}\n')
     result = cli("verify", pair["drafter"], "--target", pair["target"], "--prompts", bad, expect=2)
-    assert "expected an object with 'prompt', 'messages' or 'input_ids'" in result.stderr
+    assert "expected an object with 'prompt', 'text', 'messages' or 'input_ids'" in result.stderr
 
 
 def test_builtin_prompts_need_a_tokenizer(pair, cli):
@@ -552,6 +552,12 @@ def test_readings_the_files_cannot_tell_apart_are_measured(pair31, cli, tmp_path
     assert len(simulated) == 2 * len(report["prompts"]) and len(set(simulated)) == len(report["prompts"])
     assert report["readings"]["trained_with"] in (None, "norm_output read as EAGLE 3.1's"), readings
     assert schemas.check(report, "verify.schema.json") == []
+    # measured here, so said by the readings: not also a warning that ends "`eaglekit verify` measures both"
+    assert "flags.norm_output_semantics" not in {f["check"] for f in report["findings"]}
+    text = cli(
+        "verify", specforge_style, "--target", pair31["target"], "--prompts", pair31["prompts"], "--max-new-tokens", 8
+    ).stdout
+    assert "readings the files cannot tell apart" in text and "eaglekit verify" not in text, text
     said = json.loads(
         cli(
             "verify",
@@ -1124,3 +1130,167 @@ def test_a_report_is_never_written_into_the_target_or_below_the_drafter(pair, cl
     for report in (target / "eaglekit-verify.json", drafter / "sub" / "eaglekit-verify.json"):
         result = cli("verify", drafter, "--target", target, "--prompts", pair["prompts"], "--report", report, expect=2)
         assert "would overwrite a file of the input" in result.stderr and not report.exists()
+
+
+def _aux_ids_past_the_target(pair: dict, tmp_path: Path) -> Path:
+    bad = tmp_path / "bad-drafter"
+    shutil.copytree(pair["drafter"], bad)
+    config = json.loads((bad / "config.json").read_text())
+    config["eagle_aux_hidden_state_layer_ids"] = [1, 4, 40]
+    config.pop("eagle_config", None)
+    (bad / "config.json").write_text(json.dumps(config))
+    return bad
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "verify --against vllm, vLLM not installed",
+        "verify --vllm-python missing",
+        "verify --vllm-python without --against",
+        "drift --compare cannot run",
+        "drift --variants on input_ids",
+        "drift --temperature below vLLM's floor",
+        "drift --report without matplotlib",
+    ],
+)
+def test_every_precondition_of_a_run_is_checked_before_the_target_loads(pair, cli, tmp_path, monkeypatch, case):
+    """`verify --against vllm` without vLLM ran the whole verify (114 s on the example) and then said vLLM was
+    missing; a --compare drafter that cannot run, or --variants over prompts with no text, was told after the target
+    had loaded. Every precondition a run can know without the target is checked before it loads."""
+    import sys
+
+    from eaglekit.target.runner import TargetModel
+
+    def never(*args, **kwargs):
+        raise AssertionError("the target was loaded")
+
+    monkeypatch.setattr(TargetModel, "load", never)
+    base = ["--target", pair["target"], "--prompts", pair["prompts"]]
+    verify, drift = ["verify", pair["drafter"], *base], ["drift", pair["drafter"], *base]
+    argv, said = {
+        "verify --against vllm, vLLM not installed": ([*verify, "--against", "vllm"], "--against vllm needs vLLM"),
+        "verify --vllm-python missing": (
+            [*verify, "--against", "vllm", "--vllm-python", tmp_path / "no-python"],
+            "no-python: no such file",
+        ),
+        "verify --vllm-python without --against": (
+            [*verify, "--vllm-python", sys.executable],
+            "--vllm-python runs vLLM for --against",
+        ),
+        "drift --compare cannot run": (
+            [*drift, "--compare", _aux_ids_past_the_target(pair, tmp_path)],
+            "bad-drafter cannot run on",
+        ),
+        "drift --variants on input_ids": ([*drift, "--variants"], "holds input_ids only"),
+        "drift --temperature below vLLM's floor": ([*drift, "--temperature", "0.001"], "x>=0.01"),
+        "drift --report without matplotlib": ([*drift, "--report", tmp_path / "report"], "pip install"),
+    }[case]
+    monkeypatch.setitem(sys.modules, "vllm", None)  # find_spec("vllm") is None: as where vLLM is not installed
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` fails: as without eaglekit[report]
+    result = cli(*argv, expect=None)
+    assert result.exit_code == 2 and said in result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_verify_engine_shows_why_it_fails_where_the_acceptance_lengths_agree(pair, cli):
+    """`verify --engine` printed "AL 1.833 as served vs 1.833 as intended" and then FAIL, the evidence (the release's
+    drafts agree with the intended drafter's at 78/64/58% of positions) in --json alone. The text says it."""
+    from eaglekit.verify.parity import engine_verdict
+
+    check = engine_verdict("vllm==0.32", 1.833, 1.833, [0.78, 0.64, 0.58], [])
+    assert not check.passed
+    assert "drafts other tokens than intended" in check.detail and "78.0%, 64.0%, 58.0%" in check.detail
+    assert "both acceptance length 1.833" in check.detail
+    same = engine_verdict("vllm==0.32", 1.833, 1.833, [1.0, 1.0, 1.0], ["ignores fc_norm"])
+    assert not same.passed and "drafting the same tokens on these prompts: ignores fc_norm" in same.detail
+    assert engine_verdict("vllm==0.32", 1.833, 1.833, [1.0, 1.0, 1.0], []).passed
+
+    result = cli(
+        "verify",
+        pair["drafter"],
+        "--target",
+        pair["target"],
+        "--prompts",
+        pair["prompts"],
+        "--max-new-tokens",
+        16,
+        "--engine",
+        "vllm==0.32",
+        expect=1,
+    )
+    served = next(line for line in result.stdout.splitlines() if line.startswith("vllm==0.32: AL"))
+    assert "of positions (step 1..K)" in served and "%" in served, served
+    fail = next(line for line in result.stdout.splitlines() if line.startswith("FAIL  engine_parity"))
+    assert "its drafts agree with the intended drafter's at" in fail and "captures layers" in fail, fail
+
+
+def test_text_lines_are_taken_raw_and_prompt_lines_under_the_chat_template_unless_raw_prompts(pair, cli, tmp_path):
+    """`{"prompt": "def fibonacci(n):"}` was always chat-templated (36 tokens on SmolLM2): a `text` line is taken raw,
+    as a completion request is, and --raw-prompts reads every `prompt` line so; the report says which per prompt."""
+    from transformers import AutoTokenizer
+
+    from eaglekit.io.prompts_file import read_prompt_records
+
+    import tiny_pair
+
+    target = tmp_path / "target"
+    shutil.copytree(pair["target"], target)
+    tiny_pair.add_char_tokenizer(target)
+    code = "def fibonacci(n):"
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        json.dumps({"id": "raw", "text": code}) + "\n" + json.dumps({"id": "chat", "prompt": code}) + "\n"
+    )
+    raw_ids = AutoTokenizer.from_pretrained(str(target))(code)["input_ids"]
+
+    def run(*extra) -> dict:
+        argv = ["verify", pair["drafter"], "--target", target, "--prompts", prompts, "--max-new-tokens", 4, "--json"]
+        return {p["id"]: p for p in json.loads(cli(*argv, *extra).stdout)["prompts"]}
+
+    shown = run()
+    assert shown["raw"]["encoding"] == "raw text" and shown["raw"]["prompt_tokens"] == len(raw_ids) == len(code)
+    assert shown["chat"]["encoding"] == "chat template" and shown["chat"]["prompt_tokens"] > len(raw_ids)
+    both_raw = run("--raw-prompts")
+    assert {p["encoding"] for p in both_raw.values()} == {"raw text"}
+    assert both_raw["chat"]["prompt_tokens"] == both_raw["raw"]["prompt_tokens"] == len(raw_ids)
+
+    assert [r.get("text") for r in read_prompt_records(str(prompts), raw=True)] == [code, code]
+    (tmp_path / "bad.jsonl").write_text('{"text": ["def"]}\n')
+    refused = cli("verify", pair["drafter"], "--target", target, "--prompts", tmp_path / "bad.jsonl", expect=2)
+    assert "line 1: text should be a string (taken raw, without the chat template)" in refused.stderr
+    for command in ("verify", "drift"):
+        help_text = " ".join(cli(command, "--help").stdout.split())
+        assert "text (raw text, tokenized as a completion request is: no chat template)" in help_text
+        assert "prompt (one user turn under the target's chat template" in help_text and "--raw-prompts" in help_text
+
+
+def test_more_prompts_asked_for_than_there_are_is_said(pair, cli):
+    """`--num-prompts 10` with a 3-prompt file ran 3 in silence."""
+    there = sum(1 for line in Path(pair["prompts"]).read_text().splitlines() if line.strip())
+    argv = ["verify", pair["drafter"], "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", 4]
+    report = json.loads(cli(*argv, "--num-prompts", there + 7, "--json").stdout)
+    said = [f["message"] for f in report["findings"] if f["check"] == "verify.num_prompts"]
+    assert said == [f"num_prompts {there + 7} asked for, but {pair['prompts']} holds {there}: all {there} were run"]
+    assert len(report["prompts"]) == there
+    quiet = json.loads(cli(*argv, "--num-prompts", there, "--json").stdout)
+    assert "verify.num_prompts" not in {f["check"] for f in quiet["findings"]}
+    assert "[verify.num_prompts]" in cli(*argv, "--num-prompts", there + 7).stdout
+
+
+@pytest.mark.parametrize(
+    "typed, meant", [("inpsect", "inspect"), ("valdiate", "validate"), ("conver", "convert"), ("drfit", "drift")]
+)
+def test_a_mistyped_command_is_answered_with_the_closest_one(cli, typed, meant):
+    """`eaglekit inpsect` said "No such command 'inpsect'." and nothing more: click's suggestion looks among the
+    group's loaded commands, which eaglekit's lazy group does not hold."""
+    result = cli(typed, "x", expect=2)
+    assert result.stderr == f"error: No such command {typed!r}. Did you mean {meant!r}?\n"
+    assert cli("zzzz", expect=2).stderr == "error: No such command 'zzzz'.\n"
+
+
+def test_drift_temperature_help_states_the_floor_vllm_applies(cli):
+    """--temperature's help said any T > 0 while a T under vLLM's floor was refused later; the floor is the option's."""
+    from eaglekit.serving import MIN_TEMPERATURE
+
+    help_text = " ".join(cli("drift", "--help").stdout.split())
+    assert f"at least {MIN_TEMPERATURE}, vLLM's floor" in help_text and f"x>={MIN_TEMPERATURE}" in help_text

@@ -47,6 +47,27 @@ class LazyGroup(EaglekitGroup):
             )
         return command
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        """An unknown command with the closest names, as click words it for an unknown option ("Did you mean
+        'inspect'?"): click's own suggestion looks among ``self.commands``, which a lazy group leaves empty."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            name = args[0] if args else ""
+            if name in COMMANDS or name.startswith("-") or "Did you mean" in exc.format_message():
+                raise
+            from difflib import get_close_matches  # the matcher click uses for options
+
+            close = sorted(get_close_matches(name, list(COMMANDS)))
+            if not close:
+                raise
+            did_you_mean = (
+                f"Did you mean {close[0]!r}?"
+                if len(close) == 1
+                else f"(Did you mean one of: {', '.join(repr(c) for c in close)}?)"
+            )
+            raise click.UsageError(f"No such command {name!r}. {did_you_mean}", ctx) from None
+
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="eaglekit")

@@ -199,6 +199,18 @@ run_dtype_option = click.option(
     help="The float type the target and the drafter run in.",
 )
 
+# verify and drift: what a prompts file holds and how each kind of line becomes tokens (io.prompts_file)
+PROMPTS_HELP = (
+    "one JSON object per line: prompt (one user turn under the target's chat template, as a chat request sends it),"
+    " text (raw text, tokenized as a completion request is: no chat template), messages (a conversation under the chat"
+    " template) or input_ids (the tokens themselves)"
+)
+raw_prompts_option = click.option(
+    "--raw-prompts",
+    is_flag=True,
+    help='Take each {"prompt": ...} line as raw text, as {"text": ...} is: no chat template.',
+)
+
 norm_output_option = click.option(
     "--norm-output-semantics",
     type=NORM_OUTPUT_SEMANTICS_TYPE,

@@ -8,14 +8,17 @@ import sys
 import click
 
 from .. import api
+from ..serving import MIN_TEMPERATURE
 from ._options import (
     NAMED_FILE,
     NAMED_PLACE,
+    PROMPTS_HELP,
     FiniteFloat,
     device_option,
     from_option,
     json_option,
     norm_output_option,
+    raw_prompts_option,
     run_dtype_option,
 )
 from ._output import Output, printable, table
@@ -63,7 +66,7 @@ def render(r: dict) -> str:
     "report_dir",
     metavar="DIR",
     type=NAMED_FILE,
-    help="Write report.json, PNG plots and a self-contained report.html here (needs eaglekit[report]).",
+    help="Write report.json, PNG plots and a self-contained report.html here (needs matplotlib: the [report] extra).",
 )
 @click.option(
     "--sink-tokens",
@@ -80,11 +83,9 @@ def render(r: dict) -> str:
     "prompts_file",
     metavar="FILE.jsonl",
     type=NAMED_FILE,
-    help=(
-        "Long inputs, one JSON object per line: prompt, messages or input_ids (default: passages of CPython's"
-        " documentation)."
-    ),
+    help=f"Long inputs, {PROMPTS_HELP} (default: passages of CPython's documentation, under the chat template).",
 )
+@raw_prompts_option
 @click.option(
     "--inputs-per-bucket",
     type=click.IntRange(min=1),
@@ -124,10 +125,11 @@ def render(r: dict) -> str:
 )
 @click.option(
     "--temperature",
-    type=FiniteFloat(min=0, min_open=True),
+    type=FiniteFloat(min=MIN_TEMPERATURE),
     metavar="T",
     help=(
-        "Also the expected acceptance under vLLM's rejection sampler at temperature T (exact, from both distributions)."
+        "Also the expected acceptance under vLLM's rejection sampler at temperature T (exact, from both distributions);"
+        f" at least {MIN_TEMPERATURE}, vLLM's floor (it raises a lower temperature to {MIN_TEMPERATURE})."
     ),
 )
 @click.option(
@@ -151,6 +153,7 @@ def drift_command(
     sink_tokens,
     max_context,
     prompts_file,
+    raw_prompts,
     inputs_per_bucket,
     max_new_tokens,
     k,
@@ -185,6 +188,7 @@ def drift_command(
         sink_tokens=sink_tokens,
         max_context=max_context,
         prompts=prompts_file,
+        raw_prompts=raw_prompts,
         inputs_per_bucket=inputs_per_bucket,
         max_new_tokens=max_new_tokens,
         k=k,

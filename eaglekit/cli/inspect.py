@@ -139,7 +139,7 @@ def render(r: dict) -> str:
             ("unknown", ", ".join(r["unknown_tensors"][:8]) + (" ..." if len(r["unknown_tensors"]) > 8 else ""))
         )
     text = table(rows)
-    notes = [Finding(**n) for n in r["notes"]]
+    notes = [Finding(**n) for n in r["findings"]]
     if notes:
         text += "\n" + findings_text(notes)
     return text

@@ -15,12 +15,14 @@ from ._options import (
     AGAINST,
     NAMED_FILE,
     NAMED_PLACE,
+    PROMPTS_HELP,
     FiniteFloat,
     device_option,
     engine_option,
     from_option,
     json_option,
     norm_output_option,
+    raw_prompts_option,
     revision_option,
     run_dtype_option,
 )
@@ -68,9 +70,11 @@ def render(r: dict) -> str:
     if r.get("engine"):
         e = r["engine"]
         if e.get("engine_acceptance_length") is not None:
+            agreement = ", ".join(f"{a:.1%}" for a in e["token_agreement"])
             lines.append(
                 f"{e['engine']}: AL {e['engine_acceptance_length']:.3f} as served vs"
-                f" {e['intended_acceptance_length']:.3f} as intended"
+                f" {e['intended_acceptance_length']:.3f} as intended; the same draft token at {agreement} of"
+                " positions (step 1..K)"
             )
         verdicts = " ".join(c["detail"] for c in r["checks"] if not c["passed"])
         for f in e["findings"]:
@@ -122,11 +126,9 @@ def render(r: dict) -> str:
     "prompts_file",
     metavar="FILE.jsonl",
     type=NAMED_FILE,
-    help=(
-        "Prompts, one JSON object per line: prompt, messages or input_ids (default: built-in"
-        " chat/code/math/long-context set)."
-    ),
+    help=f"Prompts, {PROMPTS_HELP} (default: a built-in chat/code/math/long-context set).",
 )
+@raw_prompts_option
 @click.option("--num-prompts", type=click.IntRange(min=1), help="Use only the first N prompts.")
 @click.option(
     "--max-new-tokens",
@@ -189,6 +191,7 @@ def verify_command(
     path,
     target,
     prompts_file,
+    raw_prompts,
     num_prompts,
     max_new_tokens,
     k,
@@ -220,6 +223,8 @@ def verify_command(
       eaglekit verify ./for-vllm --target ./target-dir --against vllm
     """
     output = Output(json_mode)
+    if vllm_python and not against:
+        raise click.UsageError("--vllm-python runs vLLM for --against: give --against vllm (or vllm==X) too")
     if report_path:
         check_output_file(
             report_path,
@@ -231,6 +236,7 @@ def verify_command(
         path,
         target=target,
         prompts=prompts_file,
+        raw_prompts=raw_prompts,
         num_prompts=num_prompts,
         max_new_tokens=max_new_tokens,
         k=k,

@@ -443,12 +443,17 @@ class Dialect:
                         Finding(
                             "aux.unsettled_convention",
                             "warning",
-                            f"{location} {list(aux.ids)}: read {aux.convention}-of-layer = target layers"
-                            f" {list(aux.as_input())}, but read {other.convention}-of-layer they would be"
-                            f" {list(other_layers)}, also within the target's 0..{target_num_layers}, and nothing in"
-                            " the checkpoint says which its producer meant: verify measures both; convert --resolve"
-                            " (or --aux-layers) if it is the other",
+                            f"{location} {list(aux.ids)} read {aux.convention}-of-layer (target layers"
+                            f" {list(aux.as_input())}); {other.convention}-of-layer ({list(other_layers)}) fits the"
+                            " target too: verify measures both, convert --resolve picks",
                             location,
+                            detail=(
+                                f"{location} {list(aux.ids)}: read {aux.convention}-of-layer = target layers"
+                                f" {list(aux.as_input())}, but read {other.convention}-of-layer they would be"
+                                f" {list(other_layers)}, also within the target's 0..{target_num_layers}, and nothing"
+                                " in the checkpoint says which its producer meant: verify measures both; convert"
+                                " --resolve (or --aux-layers) if it is the other"
+                            ),
                         )
                     )
                     unsettled = ambiguity
@@ -814,7 +819,7 @@ def attention_from_tensors(config: dict, model_type: str | None, infos: Mapping)
             f"{said} says Qwen3 attention (q_norm/k_norm), but the tensors are Llama-shaped (q/k/v projections, no"
             " q_norm/k_norm): read as a Llama drafter. Engines trust the label: SGLang builds its Qwen3 model and fails"
             " (KeyError 'midlayer.self_attn.qkv_proj.weight', sglang#9135); vLLM builds its Qwen3 drafter and runs q/k"
-            " norms the drafter never had, with unit weights. `eaglekit convert` writes the class the tensors fit"
+            " norms the drafter never had, with unit weights. A conversion writes the class the tensors fit"
         ),
     )
 
@@ -833,7 +838,7 @@ def _q_lora_rank_from_tensors(mla, view: ConfigView, infos: Mapping, notes: list
             "mla.q_lora_rank",
             "error",
             "config.json has no q_lora_rank, which vLLM and SGLang need to load an MLA drafter; "
-            f"q_a_proj.weight has {rows} rows, so {rows} is read (`eaglekit convert` writes it)",
+            f"q_a_proj.weight has {rows} rows, so {rows} is read (a conversion writes it)",
             "q_lora_rank",
         )
     )

@@ -121,7 +121,7 @@ class SglangDialect(Dialect):
             flags = replace(d.flags, norm_output=raw, norm_before_lm_head=True)
         d = d.with_(flags=flags, norm_output_semantics=reading, norm_output_certain=chosen is not None)
         if chosen is None:
-            notes.append(Finding("flags.norm_output_semantics", "warning", ambiguity(raw), "norm_output"))
+            notes.append(ambiguity(raw))
         elif not flags.norm_before_lm_head:
             notes.append(
                 Finding(
@@ -194,22 +194,34 @@ class SglangDialect(Dialect):
         return config
 
 
-def ambiguity(raw: bool) -> str:
-    """The warning for a norm_output key nobody said the meaning of: both readings, and how to choose."""
+def ambiguity(raw: bool) -> Finding:
+    """The warning for a norm_output key nobody said the meaning of: one line (the reading taken, the other, how to
+    choose), the two readings at length in its ``detail``."""
     if raw:
+        message = (
+            "norm_output: true read as EAGLE 3.1's; SpecForge 0.2.0 meant plain EAGLE 3 by it: --norm-output-semantics"
+            " says which, `eaglekit verify` measures both"
+        )
         readings = (
             "EAGLE 3.1's (the state after the final norm feeds the next step; read so) or SpecForge 0.2.0's (final "
             "norm before lm_head, pre-norm feedback: plain EAGLE 3, which engines would run with post-norm feedback)"
         )
     else:
+        message = (
+            "norm_output: false read as plain EAGLE 3; SpecForge 0.2.0 meant an un-normalised lm_head by it:"
+            " --norm-output-semantics says which, `eaglekit verify` measures both"
+        )
         readings = (
             "EAGLE 3.1's (plain EAGLE 3; read so) or SpecForge 0.2.0's (lm_head reads the un-normalised state, no final"
             " norm: vLLM and SGLang always apply it, so the drafter could not be served as trained)"
         )
-    return (
+    detail = (
         f"norm_output: {str(raw).lower()} in a SpecForge-style config has two readings: {readings}; pass "
-        "--norm-output-semantics eagle31 or specforge to say which training used, or check with `eaglekit verify`"
+        "--norm-output-semantics eagle31 or specforge to say which training used; verify measures the acceptance "
+        "under each and names the one the weights were trained with. A conversion records the reading it was made "
+        "with, so its output is not in doubt"
     )
+    return Finding("flags.norm_output_semantics", "warning", message, "norm_output", detail=detail)
 
 
 DIALECT = SglangDialect()

@@ -176,24 +176,27 @@ def final_norm_findings(out: Recorder, intended: Drafter, config: dict, *, reads
         raw = config.get("norm_output")
         engine = DISPLAY.get(out.label.split("==")[0], out.label.split("==")[0])
         if raw is False:
-            effect = (
+            effect = "normalises before lm_head (a SpecForge 0.2.0 lm_head was trained without)"
+            detail = (
                 "serves it as plain EAGLE 3 (EAGLE 3.1's reading, taken); if SpecForge 0.2.0 wrote it, its lm_head was"
                 f" trained on the un-normalised state, which this {engine} always normalises: it cannot be served as"
                 " trained"
             )
         else:
-            effect = (
+            effect = "feeds the post-norm state forward (SpecForge 0.2.0 fed the pre-norm one)"
+            detail = (
                 "feeds the post-norm state forward (EAGLE 3.1's reading, taken); if SpecForge 0.2.0 wrote it, training"
                 f" fed the pre-norm state forward and this {engine} does not"
             )
+        # the reading in doubt is said once, by flags.norm_output_semantics; this says only what the release does
         out.add(
             "engine.norm_output_reading",
             "warning",
-            f"norm_output: {str(raw).lower()} has two readings (EAGLE 3.1's, SpecForge's); pass"
-            " --norm-output-semantics",
+            f"norm_output: {str(raw).lower()} read as EAGLE 3.1's",
             effect,
             "norm_output",
         )
+        out.view.findings[-1] = replace(out.view.findings[-1], detail=f"{out.label} {detail}")
 
 
 def missing_tensors(

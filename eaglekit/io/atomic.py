@@ -91,9 +91,9 @@ def check_destination(
         raise OutputExistsError(
             f"{destination}: appeared while the output was written; nothing replaced, the finished output discarded"
         )
-    if dest.exists() and not force:
-        raise OutputExistsError(f"{destination}: already exists (pass --force to replace it)")
     if dest.exists():
+        # what --force could not replace is said first, with or without it: "pass --force" to a folder of the user's
+        # files only led to a second refusal
         foreign = replaceable(dest) if any(dest.iterdir()) else []
         if foreign:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
@@ -103,6 +103,8 @@ def check_destination(
             )
         if _is_mount_point(dest):  # a mounted volume cannot be renamed aside (EBUSY): said before any work
             raise UsageError(f"{destination}: {_MOUNTED}")
+        if not force:
+            raise OutputExistsError(f"{destination}: already exists (pass {force_flag or '--force'} to replace it)")
     return dest
 
 

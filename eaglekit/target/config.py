@@ -269,10 +269,10 @@ def _transformers_gguf_config(directory: Path, gguf_file: str, label: str) -> di
         import_transformers_models()  # its folder of models read once, not twice
         from transformers import AutoConfig
     except ImportError:
-        from ..errors import MissingDependencyError
+        from ..errors import MissingDependencyError, install_line
 
         raise MissingDependencyError(
-            f"{label}: reading a GGUF target needs the gguf package (pip install gguf)"
+            f"{label}: reading a GGUF target needs the gguf package (eaglekit's [gguf] extra): {install_line('gguf')}"
         ) from None
     try:
         # as JSON types (id2label's keys become strings), so a config read back from the cache compares equal

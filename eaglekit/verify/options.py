@@ -9,6 +9,7 @@ from dataclasses import dataclass
 class VerifyOptions:
     target: str
     prompts: str | None = None  # JSONL file; None: the built-in set
+    raw_prompts: bool = False  # each {"prompt": ...} taken as raw text, as {"text": ...} is (io.prompts_file)
     num_prompts: int | None = None
     max_new_tokens: int = 64
     k: int = 3

@@ -28,6 +28,17 @@ def alternatives(loaded: dialects.LoadedDrafter, d: Drafter, L: int) -> list[tup
     return aux_readings(loaded, d, L) + norm_output_readings(d)
 
 
+def settled(loaded: dialects.LoadedDrafter, d: Drafter, L: int) -> set[str]:
+    """The warnings whose doubt ``measure`` answers: verify says the measured readings in their place (a warning that
+    tells the user to measure with verify, printed by verify after measuring, contradicted the run it was in)."""
+    out = set()
+    if len(aux_readings(loaded, d, L)) > 1:
+        out.add("aux.unsettled_convention")
+    if norm_output_readings(d):
+        out |= {"flags.norm_output_semantics", "engine.norm_output_reading"}
+    return out
+
+
 def aux_readings(loaded: dialects.LoadedDrafter, d: Drafter, L: int) -> list[tuple[str, Drafter]]:
     """One labelled drafter per aux-id reading of an ambiguous checkpoint, or of ids whose convention the target's depth
     did not settle (input-of-layer ids that fit the target)."""

@@ -42,6 +42,7 @@ def drafter_report(
             {
                 "id": r.prompt.id,
                 "category": r.prompt.category,
+                "encoding": r.prompt.encoding,
                 "prompt_tokens": len(r.prompt.ids),
                 "new_tokens": min(int(r.tokens.shape[0]) - len(r.prompt.ids), verifier.max_new[i]),
                 "target_mismatches": r.target_mismatches,

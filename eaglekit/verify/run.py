@@ -219,7 +219,7 @@ class Verifier:
         ``keep_passes``: each sequence's logits and KV cache are kept too, for ``sequence_pass`` (up to
         ``KEEP_PASSES_BYTES``; the sequences past it get their pass made again when asked for)."""
         if records is None:  # before the target loads: a bad line is told in a moment, not after it
-            records = read_prompt_records(self.options.prompts)
+            records = read_prompt_records(self.options.prompts, raw=self.options.raw_prompts)
         self.load_target()
         prompts = encode_prompts(
             records, self.target.tokenizer, self.options.num_prompts, self.target_config.vocab_size

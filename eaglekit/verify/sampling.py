@@ -26,11 +26,6 @@ from __future__ import annotations
 
 import torch
 
-# vLLM 0.32.0 raises a temperature in (0, 0.01) to 0.01, with a warning, against NaN and inf in its tensors
-# (``SamplingParams.__post_init__``, _MAX_TEMP; its source): the expectation at a lower one is no run's, and at 1e-39
-# the tempered logits overflowed to NaN figures here
-MIN_TEMPERATURE = 0.01
-
 DRAFT_DISTRIBUTION = (
     "one-hot on the drafter's greedy token (vLLM 0.32.0's default draft_sample_method 'greedy'; "
     "accept with probability p(x), resample from the residual)"

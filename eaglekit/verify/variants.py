@@ -17,8 +17,9 @@ def load_variants() -> list[dict]:
 
 
 def content_messages(record: dict) -> list[dict]:
-    """The record's turns without any system message of its own (the variant decides the system prompt)."""
-    messages = record.get("messages") or [{"role": "user", "content": record["prompt"]}]
+    """The record's turns without any system message of its own (the variant decides the system prompt); raw text is
+    one user turn, as a prompt is."""
+    messages = record.get("messages") or [{"role": "user", "content": record.get("text", record.get("prompt"))}]
     return [m for m in messages if m.get("role") != "system"]
 
 
@@ -40,15 +41,20 @@ def encode(record: dict, tokenizer, variant: dict) -> list[int]:
     return _ids(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **kwargs))
 
 
+def require_text(records: list[dict], source: str) -> None:
+    """Every record holds text to frame (asked before the target loads: it needs no tokenizer)."""
+    plain = [r.get("id", "?") for r in records if not any(k in r for k in ("prompt", "text", "messages"))]
+    if plain:
+        raise UsageError(
+            f"--variants: {source} record {plain[0]} holds input_ids only; variants need text (prompt, text, messages)"
+        )
+
+
 def variant_records(records: list[dict], tokenizer, source: str) -> list[tuple[dict, list[dict]]]:
     """(variant, records as input_ids) for every variant."""
     if tokenizer is None:
         raise UsageError("--variants needs the target's tokenizer to frame the prompts (this target has none)")
-    plain = [r.get("id", "?") for r in records if "prompt" not in r and "messages" not in r]
-    if plain:
-        raise UsageError(
-            f"--variants: {source} record {plain[0]} holds input_ids only; variants need text (prompt or messages)"
-        )
+    require_text(records, source)
     variants = load_variants()
     if not getattr(tokenizer, "chat_template", None):
         variants = [v for v in variants if v["template"] != "target"]
