@@ -53,6 +53,7 @@ def unplaced_keys(source: dict, base: str | None, written: dict) -> list[str]:
             *(p for p, _ in rules.aux_ids),
             *rules.num_aux,
             *rules.target_hidden,
+            *rules.mask_token,
             *([rules.base] if rules.base else []),
         ]
         read |= {p.split(".")[0] for p in paths}
