@@ -253,7 +253,13 @@ def convert(
     )  # a config file: its directory or Hub id
     # no command to serve a drafter whose fc_norm weights are ones put there by --upgrade: it is to be fine-tuned first
     untrained = plan.drafter.provenance.untrained_upgrade
-    data["serve"] = None if untrained else serve_command(plan.dialect.hub_tags, target_name, str(out_path))
+    # nor one for an output no engine serves as trained (a P-EAGLE 3.1 drafter as speculators: vLLM drops its flags)
+    unservable = any(n.check == "convert.peagle_flags_dropped" for n in plan.notes)
+    data["serve"] = (
+        None
+        if untrained or unservable
+        else serve_command(plan.dialect.hub_tags, target_name, str(out_path), plan.drafter.parallel is not None)
+    )
     data = document(source, True, data)
     data["origin"] = located.origin
     return Conversion(

@@ -108,6 +108,7 @@ class Call:
     y: torch.Tensor  # [N, H] post-norm output
     step: int = 1  # 1 = first pass, k = k-th draft step
     seconds: float = 0.0  # how long vLLM's drafter forward took
+    masked: torch.Tensor | None = None  # [N] bool: a parallel-drafting pass's mask rows (aux holds the others')
 
 
 def replay_outputs(model: ReferenceDrafter, calls: list[Call]):
@@ -115,7 +116,7 @@ def replay_outputs(model: ReferenceDrafter, calls: list[Call]):
     post-norm output for the call's rows, seconds it took)."""
     table: dict[int, tuple[int, torch.Tensor]] = {}  # position -> (token id, hidden fed to layer 0)
     for call in calls:
-        hidden = model.combine(call.aux) if call.aux is not None else call.hidden.to(model.device, model.dtype)
+        hidden = _fed(model, call)
         for i, p in enumerate(call.positions.tolist()):
             table[p] = (int(call.ids[i]), hidden[i])
         last = int(call.positions.max())
@@ -127,6 +128,21 @@ def replay_outputs(model: ReferenceDrafter, calls: list[Call]):
         start = time.perf_counter()
         out = model.decode(ids, hid, torch.tensor(positions), model.causal_attend())
         yield call, out.y[call.positions.to(torch.long)], time.perf_counter() - start
+
+
+def _fed(model: ReferenceDrafter, call: Call) -> torch.Tensor:
+    """The states a call's rows fed layer 0, as the reference computes them: the fused aux input of a first pass (a
+    parallel pass's mask rows: the reference's fused ``mask_hidden``), the recorded state of a draft step."""
+    if call.aux is None:
+        return call.hidden.to(model.device, model.dtype)
+    fused = model.combine(call.aux)
+    if call.masked is None or not bool(call.masked.any()):
+        return fused
+    masked = call.masked.to(torch.bool)
+    hidden = torch.empty(masked.shape[0], fused.shape[-1], dtype=fused.dtype, device=fused.device)
+    hidden[~masked] = fused
+    hidden[masked] = model.mask_rows(int(masked.sum()))[1]
+    return hidden
 
 
 def replay(model: ReferenceDrafter, calls: list[Call]) -> dict[int, dict[str, float]]:
