@@ -46,6 +46,9 @@ class Inspection:
     aux_layer_ids: list[int] | None  # input-of-layer (vLLM's convention); None when the checkpoint records none
     flags: dict[str, bool]
     data: dict[str, Any] = field(repr=False)
+    # a drafter of another family (DFlash, DSpark, MTP, ...: model/families.py), which eaglekit names and does not
+    # handle yet: its name ("dflash"); the fields above are then empty
+    family: str | None = None
 
 
 @dataclass(frozen=True)
@@ -117,9 +120,16 @@ def inspect(
     from .describe import describe
     from .io.sources import open_source
 
+    from .errors import OtherFamilyError
+
     with open_source(path, revision=revision, mode="download" if download else "headers") as located:
-        with dialects.load(located, source_dialect, norm_output_semantics=norm_output_semantics) as loaded:
-            data = document(located, True, describe(loaded))
+        try:
+            with dialects.load(located, source_dialect, norm_output_semantics=norm_output_semantics) as loaded:
+                data = document(located, True, describe(loaded))
+        except OtherFamilyError as other:  # named, not handled: inspect says what it is
+            data = document(located, True, {"source": str(path), "family": other.family, "handled": False})
+            data["origin"] = located.origin
+            return Inspection(str(path), "", "", "", None, {}, data, other.family["family"])
         data["origin"] = located.origin
     return Inspection(
         str(path),

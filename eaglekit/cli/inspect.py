@@ -47,7 +47,21 @@ def _parallel(p: dict) -> str:
     return f"P-EAGLE: all K drafts in one pass, K-1 mask rows fed the mask token and mask_hidden; {token}{depth}"
 
 
+def _other_family(r: dict) -> str:
+    f = r["family"]
+    return table(
+        [
+            ("checkpoint", r["source"]),
+            ("drafter", f"{f['label']}: {f['what']}"),
+            ("evidence", f["evidence"]),
+            ("eaglekit", f"not an EAGLE 3 or P-EAGLE drafter: eaglekit does not handle {f['label']} drafters yet"),
+        ]
+    )
+
+
 def render(r: dict) -> str:
+    if r.get("family"):
+        return _other_family(r)
     dims = r["dimensions"]
     if r["attention"] == "mla":
         m = dims["mla"]

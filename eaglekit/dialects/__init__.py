@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..errors import ConfigError, EaglekitError, NotADrafterError, UsageError
+from ..errors import ConfigError, EaglekitError, NotADrafterError, OtherFamilyError, UsageError
 from ..findings import Finding
 from ..io.reader import Checkpoint
 from . import automodel, eagle, modelopt, sglang, speculators, torchspec, vllm
@@ -199,6 +199,16 @@ def _refuse_base_model(ckpt: Checkpoint) -> None:
         )
 
 
+def _refuse_other_family(ckpt: Checkpoint) -> None:
+    """A drafter of another family (DFlash, DSpark, MTP, ...) is named as one, never read as a broken EAGLE 3 drafter
+    (``model/families.py``)."""
+    from ..model import families
+
+    family = families.identify(ckpt.config)
+    if family is not None:
+        raise OtherFamilyError(families.refusal(ckpt.label, family), family)
+
+
 def load(
     source: str | Path,
     dialect: str = "auto",
@@ -219,6 +229,7 @@ def load(
     try:
         if ckpt.config is None:
             raise ConfigError(f"{ckpt.label}: no config.json, so the drafter's dimensions are unknown")
+        _refuse_other_family(ckpt)
         _refuse_base_model(ckpt)
         detections = detect(ckpt)
         if dialect == "auto":

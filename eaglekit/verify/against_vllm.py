@@ -174,10 +174,14 @@ def replay(model: ReferenceDrafter, calls: list[Call]) -> dict[int, dict[str, fl
 
 
 def against_vllm(
-    path: str, verifier: Verifier, model: ReferenceDrafter, results: list[SequenceResult]
+    path: str, verifier: Verifier, model: ReferenceDrafter, results: list[SequenceResult], loaded=None
 ) -> tuple[dict, list[Check]]:
     """vLLM serving the target with the drafter at ``path``, on the verifier's prompts: its drafter's outputs
     replayed through ``model``, and its counters beside the simulated ``results``.
+
+    A P-EAGLE drafter (``model.d.parallel``) is served twice: with ``parallel_drafting`` (as its serve line says),
+    compared with the simulation of vLLM's reading of it, and without (as an EAGLE 3 serve line names it), compared
+    with the simulation of the chain vLLM then drafts (``verify/peagle.py``; ``loaded``: the drafter as read).
 
     ``--against vllm`` runs the vLLM importable here; ``--against vllm==X`` the engine environment of release X
     (``eaglekit engines install``); ``--vllm-python PATH`` any environment's Python. The vLLM side is
@@ -201,7 +205,9 @@ def against_vllm(
         job["mla"] = vllm_cpu_mla.job_entry(
             vllm_cpu_mla.served_version(options.against, Path(options.vllm_python) if options.vllm_python else None)
         )
-    served = serve([job], Path(python) if python else None)[0]
+    parallel = model.d.parallel is not None and loaded is not None
+    jobs = [{**job, "parallel_drafting": True}, job] if parallel else [job]
+    served, *chain = serve(jobs, Path(python) if python else None)
     workarounds = served.get("workarounds", [])
     said = [Check("vllm_workarounds", True, "eaglekit ran vLLM with " + "; ".join(workarounds))] if workarounds else []
     if "refused" in served:
@@ -218,7 +224,12 @@ def against_vllm(
             "workarounds": workarounds,
         }
         return data, [Check("vllm_run", False, data["status"]), *said]
-    data, checks = _compare(served, verifier, model, results)
+    if parallel:
+        from .peagle import against_readings
+
+        data, checks = against_readings(served, chain[0], verifier, loaded, model, results, _compare)
+    else:
+        data, checks = _compare(served, verifier, model, results)
     return data | {"workarounds": workarounds}, checks + said
 
 
