@@ -118,9 +118,8 @@ def inspect(
     instead). ``data["origin"]`` says which was used, with the commit and the bytes read."""
     from . import dialects
     from .describe import describe
-    from .io.sources import open_source
-
     from .errors import OtherFamilyError
+    from .io.sources import open_source
 
     with open_source(path, revision=revision, mode="download" if download else "headers") as located:
         try:

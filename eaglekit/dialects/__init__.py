@@ -35,6 +35,8 @@ _STRUCTURE_KEYS = (
     "speculators_version",
     "embed_requires_grad",
     "_torchspec_version",
+    "parallel_drafting",  # P-EAGLE's own keys (NeMo Automodel), read into Drafter.parallel
+    "num_depths",
 )
 
 

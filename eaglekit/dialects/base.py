@@ -572,8 +572,10 @@ class Dialect:
         """P-EAGLE (``ParallelDrafting``) where the config says so (speculators' ``peagle``, a P-EAGLE architecture) or
         the tensors hold ``mask_hidden``; its mask token from the first of ``rules.mask_token`` that states one (others
         that state another are named: an engine reading another key first runs the other token). None: EAGLE 3."""
-        says = config.get("speculators_model_type") == "peagle" or any(
-            arch_table.is_parallel(a) for a in architectures(config)
+        says = (
+            config.get("speculators_model_type") == "peagle"
+            or config.get("parallel_drafting") is True  # NeMo Automodel's recipe (0.7.0's eagle/draft_llama.py)
+            or any(arch_table.is_parallel(a) for a in architectures(config))
         )
         if not says and "mask_hidden" not in names:
             return None
@@ -599,7 +601,7 @@ class Dialect:
                     self.rules.mask_token[0] if self.rules.mask_token else None,
                 )
             )
-            return ParallelDrafting(None)
+            return ParallelDrafting(None, depth=_depth(config))
         (key, token), others = stated[0], [(k, v) for k, v in stated[1:] if v != stated[0][1]]
         if others:
             notes.append(
@@ -611,7 +613,7 @@ class Dialect:
                     key,
                 )
             )
-        return ParallelDrafting(token, key)
+        return ParallelDrafting(token, key, _depth(config))
 
     def read_aux_ids(self, config: dict, top: ConfigView, names: dict, notes: list[Finding]) -> AuxLayers:
         found: list[tuple[str, tuple[int, ...], Convention]] = []
@@ -793,6 +795,12 @@ class Dialect:
             return fc.shape[1] // T
         fc_norms = [c for c in infos if c.startswith("fc_norm.")]
         return len(fc_norms) or 3
+
+
+def _depth(config: dict) -> int | None:
+    """NeMo Automodel's ``num_depths`` (the drafts per pass a P-EAGLE drafter was trained for), where stated."""
+    value = config.get("num_depths")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
 def is_input_default(ids: tuple[int, ...]) -> bool:

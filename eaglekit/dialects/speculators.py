@@ -119,7 +119,7 @@ class SpeculatorsDialect(Dialect):
             "speculators_version": SPECULATORS_FORMAT_VERSION,
             "speculators_config": {
                 "algorithm": kind,
-                **(d.proposals or DEFAULT_PROPOSALS),
+                **(d.proposals or default_proposals(d)),
                 "verifier": {"name_or_path": d.verifier, "architectures": list(d.verifier_architectures)},
             },
             "transformer_layer_config": layer,
@@ -146,6 +146,18 @@ DEFAULT_PROPOSALS = {
     ],
     "default_proposal_method": "greedy",
 }
+
+
+def default_proposals(d: Drafter) -> dict:
+    """``DEFAULT_PROPOSALS``; for a P-EAGLE drafter that states the depth it was trained for, that many tokens (what
+    speculators' P-EAGLE trainer writes: ``speculative_tokens`` = ``num_depths``)."""
+    depth = d.parallel.depth if d.parallel is not None else None
+    if depth is None:
+        return DEFAULT_PROPOSALS
+    return {
+        **DEFAULT_PROPOSALS,
+        "proposal_methods": [{**DEFAULT_PROPOSALS["proposal_methods"][0], "speculative_tokens": depth}],
+    }
 
 
 def read_proposals(top: ConfigView) -> dict:

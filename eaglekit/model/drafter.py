@@ -341,6 +341,7 @@ class ParallelDrafting:
     mask_token_id: int | None  # the placeholder token of the K-1 mask rows; None: the checkpoint names none
     # where the checkpoint said it: "mask_token_id", "pard_token", ... (the config key), for messages
     mask_token_key: str | None = None
+    depth: int | None = None  # the drafts per pass it was trained for, where the config says (Automodel's num_depths)
 
 
 # How the provenance note of ``convert --upgrade 3.1`` begins (it travels in config.json's eaglekit block).
@@ -420,8 +421,11 @@ class Drafter:
 
     @property
     def parallel_depth(self) -> int | None:
-        """The drafts per pass a P-EAGLE drafter states it was trained for (speculators' ``num_depths``, kept as its
-        first proposal method's ``speculative_tokens``); None where it states none."""
+        """The drafts per pass a P-EAGLE drafter states it was trained for (NeMo Automodel's ``num_depths``;
+        speculators' ``num_depths``, kept as its first proposal method's ``speculative_tokens``); None where it states
+        none."""
+        if self.parallel is not None and self.parallel.depth is not None:
+            return self.parallel.depth
         methods = self.proposals.get("proposal_methods") if self.parallel is not None else None
         tokens = methods[0].get("speculative_tokens") if methods else None
         return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None

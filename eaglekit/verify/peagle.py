@@ -3,8 +3,8 @@
 vLLM serves a P-EAGLE drafter two ways (``engines/vllm_peagle.py``): with ``parallel_drafting: true`` (its serve line,
 and ``vllm serve DRAFTER`` for a speculators peagle config) it drafts all K tokens in one pass; named in
 ``--speculative-config`` without it, it drafts a chain with the same weights, as an EAGLE 3 drafter, skipping
-``mask_hidden``, its flags as vLLM reads them (a speculators peagle config's ``norm_output`` dropped). Each run's counters
-are compared with the simulation of that reading, and both beside the trained reading's (the drafter as read:
+``mask_hidden``, its flags as vLLM reads them (a speculators peagle config's ``norm_output`` dropped). Each run's
+counters are compared with the simulation of that reading, and both beside the trained reading's (the drafter as read:
 parallel, its own flags), so that a reading other than the trained one shows as the acceptance length it costs.
 """
 
