@@ -299,10 +299,9 @@ def _speculators_config(kind: str, directory: Path) -> Path:
     """A tiny config written by speculators' own config class for ``kind`` (its save_pretrained), with a tensor that an
     EAGLE 3 reader would take for a fusion layer."""
     from safetensors.torch import save_file
-    from transformers import Qwen3Config
-
     from speculators.config import SpeculatorsConfig, VerifierConfig
     from speculators.proposals.greedy import GreedyTokenProposalConfig
+    from transformers import Qwen3Config
 
     layer = Qwen3Config(
         hidden_size=64,
