@@ -398,3 +398,11 @@ def test_other_families_are_named_by_inspect_and_refused_by_the_rest(tmp_path, c
     assert not (tmp_path / "out").exists()
     with pytest.raises(OtherFamilyError):
         dialects.load(src)
+
+
+def test_no_sglang_release_drafts_in_parallel(tmp_path):
+    src = SOURCES["speculators-3"](tmp_path / "src")
+    convert(src, tmp_path / "sg", ConvertOptions(to="sglang"))
+    for path in (src, tmp_path / "sg"):
+        finding = _engine(path, "sglang==0.5.23")["engine.parallel_drafting"]
+        assert finding.severity == "error" and "no mask_hidden" in finding.effect
