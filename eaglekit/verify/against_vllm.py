@@ -332,12 +332,13 @@ def target_states(served: dict, verifier: Verifier, ids: tuple[int, ...]) -> dic
         )
         on_sequence = len(prompt.ids) + agree
         for j, call in enumerate(firsts):
-            positions = call.positions.to(torch.long).cpu()
+            fused = call.aux.shape[0]  # a parallel pass's mask rows follow the target's, without aux states
+            positions = call.positions.to(torch.long).cpu()[:fused]
             # rows from the next verification step's start on were rejected; the last pass ends before vLLM's last token
             bound = int(firsts[j + 1].positions[0]) if j + 1 < len(firsts) else len(prompt.ids) + len(generated) - 1
             inside = (positions < min(bound, on_sequence)) & (positions + 1 < tokens.shape[0])
             same = inside.clone()
-            same[inside] = call.ids.cpu()[inside].to(tokens.dtype) == tokens[positions[inside] + 1]
+            same[inside] = call.ids.cpu()[:fused][inside].to(tokens.dtype) == tokens[positions[inside] + 1]
             if not bool(same.any()):
                 continue
             ours = verifier.aux(index, ids)[0]
