@@ -31,6 +31,11 @@ def _parallel_rows(proposer, rows: int):
     return ~rejected, masked
 
 
+def _kept(tensor, keep):
+    """The rows of ``tensor`` that ``keep`` (a CPU bool mask over its first rows) marks."""
+    return tensor[: keep.shape[0]][keep.to(tensor.device)]
+
+
 def _install_recorder(drafter_module, recorder: dict, proposer=None) -> list:
     """Hooks that record each drafter forward: token ids, positions, the hidden state it received, the fused aux input
     (first pass of a draft only) and its post-norm output. A parallel-drafting pass (``proposer.parallel_drafting``)
@@ -63,14 +68,9 @@ def _install_recorder(drafter_module, recorder: dict, proposer=None) -> list:
             n = aux.shape[0]
             parallel = _parallel_rows(proposer, ids.shape[0]) if proposer is not None else None
             if parallel is not None:  # the target's rows, the bonus row, then the mask rows; rejected slots dropped
-                keep, mask = parallel
-                ids, positions, hidden, y = (
-                    ids[: keep.shape[0]][keep],
-                    positions[: keep.shape[0]][keep],
-                    (hidden[: keep.shape[0]][keep]),
-                    y[: keep.shape[0]][keep],
-                )
-                masked = mask[keep]
+                keep, masked = parallel
+                ids, positions, hidden, y = (_kept(t, keep) for t in (ids, positions, hidden, y))
+                masked = masked[keep]
                 aux = aux[: int((~masked).sum())]  # the kept target rows come first, in the target's order
                 n = ids.shape[0]
         else:
