@@ -231,8 +231,8 @@ def test_vllm_refuses_a_peagle_config_without_mask_token_or_mask_hidden(tmp_path
 def test_a_qwen3_peagle_drafter_gets_the_llama_class_before_024(tmp_path):
     src = write_peagle_speculators(tmp_path / "q", Dims(qwen3=True))
     assert "engine.architecture" not in _engine(src, "vllm==0.24.0")
-    view_022 = _engine(src, "vllm==0.22.0")
-    assert any(check.startswith("engine.") for check in view_022)  # its Llama class has no q/k norms: said
+    finding = _engine(src, "vllm==0.22.0")["engine.architecture"]  # update_peagle names PeagleLlamaForCausalLM
+    assert finding.severity == "error" and "builds the Llama drafter" in finding.message
 
 
 def test_a_native_config_naming_a_peagle_class_is_refused(tmp_path):
