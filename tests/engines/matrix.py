@@ -55,6 +55,9 @@ UNOBSERVED_CHECKS = {
     "engine.untested_release",
     "engine.lm_head_unnormed",
     "engine.cuda_runner_aux_ids",
+    # the matrix serves P-EAGLE cases in parallel only; the chain vLLM drafts without parallel_drafting is run by
+    # tests/test_vllm_peagle.py (verify --against's second job)
+    "engine.parallel_drafting",
 }
 # refusals that say the machine was short of something, not that vLLM refused the drafter: retried, never recorded
 ENVIRONMENT_ERRORS = ("Available memory on node", "out of memory", "Cannot allocate memory")
