@@ -270,6 +270,7 @@ def test_parallel_chains_are_one_causal_pass_over_the_prefix_and_the_mask_rows(t
         torch.testing.assert_close(chains.y[row], out.y[j:], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # trains for ~30 s on 2 cores
 def test_a_trained_tiny_peagle_drafter_accepts(tmp_path, cli):
     import tiny_pair
 
