@@ -87,6 +87,12 @@ def test_a_parallel_drafter_without_a_mask_token_is_an_error(tmp_path):
         convert(src, tmp_path / "out", ConvertOptions(to="vllm"))
 
 
+def test_a_mask_token_outside_the_vocabulary_is_an_error(tmp_path):
+    src = write_peagle_speculators(tmp_path / "s", Dims(), mask_token_id=64)  # V = 64: ids 0..63
+    [finding] = [f for f in validate(src).findings if f.check == "config.mask_token"]
+    assert finding.severity == "error" and "0..63" in finding.message
+
+
 def test_mask_token_keys_that_disagree_are_said(tmp_path):
     src = write_peagle_vllm(tmp_path / "v", Dims(), key="pard_token", token=60)
     edit_config(src, lambda c: c.update(mask_token_id=7))

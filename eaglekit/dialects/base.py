@@ -505,6 +505,17 @@ class Dialect:
             **fields,
         )
         drafter = drafter.with_(parallel=self.read_parallel(ckpt.config, top, names, notes))
+        token = drafter.parallel.mask_token_id if drafter.parallel is not None else None
+        if token is not None and token >= drafter.vocab_size:  # its embedding row does not exist
+            notes.append(
+                Finding(
+                    "config.mask_token",
+                    "error",
+                    f"mask token {token} ({drafter.parallel.mask_token_key}) is not a token of the vocabulary"
+                    f" (0..{drafter.vocab_size - 1}): the mask rows' embedding lookup fails",
+                    drafter.parallel.mask_token_key,
+                )
+            )
         drafter = self.adjust(drafter, top, ckpt, notes)
         drafter = self.read_norm_output(drafter, top, norm_output_semantics, notes)
         block = _eaglekit_block(top)
