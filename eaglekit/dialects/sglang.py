@@ -53,7 +53,10 @@ class SglangDialect(Dialect):
     name = "sglang"
     aliases = ("specforge",)
     summary = "SGLang / SpecForge: LlamaForCausalLMEagle3, midlayer.*, ids in eagle_config (output-of-layer)"
-    reads = "SpecForge and lmsys sglang-EAGLE3 checkpoints, legacy use_aux_norm / aux_norm_{low,mid,high}, MLA"
+    reads = (
+        "SpecForge and lmsys sglang-EAGLE3 checkpoints, legacy use_aux_norm / aux_norm_{low,mid,high}, MLA; SpecForge's"
+        " P-EAGLE (PEagleDraftModel)"
+    )
     writes = "config.json + model.safetensors: midlayer.* (loads in older SGLang too), no embeddings, t2d and d2t"
     names = NameMap(rules=MIDLAYER)
     rules = ConfigRules(

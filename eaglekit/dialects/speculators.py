@@ -27,8 +27,14 @@ SPECULATORS_KINDS = ("eagle3", "peagle")
 class SpeculatorsDialect(Dialect):
     name = "speculators"
     summary = "vllm-project/speculators: speculators_config + transformer_layer_config, flags top-level"
-    reads = "Eagle3Speculator and Eagle3DraftModel checkpoints (llama or qwen3 layers), input_norm and fc_norm"
-    writes = "config.json + model.safetensors as Eagle3DraftModel, full speculators_config, every flag explicit"
+    reads = (
+        "Eagle3Speculator and Eagle3DraftModel checkpoints (llama or qwen3 layers), input_norm and fc_norm; P-EAGLE"
+        " (peagle: mask_token_id, mask_hidden)"
+    )
+    writes = (
+        "config.json + model.safetensors as Eagle3DraftModel (P-EAGLE: PEagleDraftModel), full speculators_config,"
+        " every flag explicit"
+    )
     names = NameMap(rules=MIDLAYER)
     rules = ConfigRules(
         base="transformer_layer_config",

@@ -26,7 +26,10 @@ def flat_flags(d: Drafter) -> dict:
 class VllmDialect(Dialect):
     name = "vllm"
     summary = "vLLM native: flat config, layers.N.*, ids top-level and in eagle_config (input-of-layer)"
-    reads = "any architecture vLLM registers as EAGLE 3 (Llama, Qwen3, DeepSeek/Kimi MLA); midlayer.* or layers.N.*"
+    reads = (
+        "any architecture vLLM registers as EAGLE 3 (Llama, Qwen3, DeepSeek/Kimi MLA); midlayer.* or layers.N.*;"
+        " P-EAGLE (mask_hidden, mask_token_id / pard_token / ptd_token_id)"
+    )
     writes = "config.json + model.safetensors: Eagle3{Llama,Qwen3,DeepseekV2}ForCausalLM, every flag explicit"
     names = NameMap(rules=MIDLAYER)
     rules = ConfigRules(
