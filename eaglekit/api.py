@@ -46,6 +46,9 @@ class Inspection:
     aux_layer_ids: list[int] | None  # input-of-layer (vLLM's convention); None when the checkpoint records none
     flags: dict[str, bool]
     data: dict[str, Any] = field(repr=False)
+    # a drafter of another family (DFlash, DSpark, MTP, ...: model/families.py), which eaglekit names and does not
+    # handle yet: its name ("dflash"); the fields above are then empty
+    family: str | None = None
 
 
 @dataclass(frozen=True)
@@ -115,11 +118,17 @@ def inspect(
     instead). ``data["origin"]`` says which was used, with the commit and the bytes read."""
     from . import dialects
     from .describe import describe
+    from .errors import OtherFamilyError
     from .io.sources import open_source
 
     with open_source(path, revision=revision, mode="download" if download else "headers") as located:
-        with dialects.load(located, source_dialect, norm_output_semantics=norm_output_semantics) as loaded:
-            data = document(located, True, describe(loaded))
+        try:
+            with dialects.load(located, source_dialect, norm_output_semantics=norm_output_semantics) as loaded:
+                data = document(located, True, describe(loaded))
+        except OtherFamilyError as other:  # named, not handled: inspect says what it is
+            data = document(located, True, {"source": str(path), "family": other.family, "handled": False})
+            data["origin"] = located.origin
+            return Inspection(str(path), "", "", "", None, {}, data, other.family["family"])
         data["origin"] = located.origin
     return Inspection(
         str(path),
@@ -253,7 +262,13 @@ def convert(
     )  # a config file: its directory or Hub id
     # no command to serve a drafter whose fc_norm weights are ones put there by --upgrade: it is to be fine-tuned first
     untrained = plan.drafter.provenance.untrained_upgrade
-    data["serve"] = None if untrained else serve_command(plan.dialect.hub_tags, target_name, str(out_path))
+    # nor one for an output no engine serves as trained (a P-EAGLE 3.1 drafter as speculators: vLLM drops its flags)
+    unservable = any(n.check == "convert.peagle_flags_dropped" for n in plan.notes)
+    data["serve"] = (
+        None
+        if untrained or unservable
+        else serve_command(plan.dialect.hub_tags, target_name, str(out_path), plan.drafter.parallel is not None)
+    )
     data = document(source, True, data)
     data["origin"] = located.origin
     return Conversion(

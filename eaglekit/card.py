@@ -242,7 +242,8 @@ def render_card(
         f"# {name}",
         "",
         (
-            f"An EAGLE {d.eagle_version} speculative-decoding drafter for"
+            f"{'A P-EAGLE' if d.parallel is not None else 'An EAGLE'} {d.eagle_version} speculative-decoding drafter"
+            " for"
             f" [{target}]({'https://huggingface.co/' + verifier if base_model else '#'}), in the {loaded.dialect}"
             f" format. Published with [eaglekit](https://github.com/eaglekit/eaglekit) {__version__}."
         ),
@@ -251,10 +252,13 @@ def render_card(
         "",
     ]
     if "vllm" in dialect.hub_tags:  # a layout vLLM reads as it is (another, e.g. SGLang's ids, it misreads in silence)
-        lines += ["vLLM:", "", "```bash", vllm_serve(target, repo_id, revision=revision), "```", ""]
+        serve = vllm_serve(target, repo_id, revision=revision, parallel=d.parallel is not None)
+        lines += ["vLLM:", "", "```bash", serve, "```", ""]
     else:
         lines += [f"For vLLM, convert it first: `eaglekit convert {at} ./{name}-vllm --to vllm`.", ""]
-    if "sglang" in dialect.hub_tags and revision:  # the line would load the default branch: a local copy of this one
+    if d.parallel is not None:  # P-EAGLE: no SGLang release serves it (0.5.23's source)
+        lines += ["SGLang: no release serves P-EAGLE (parallel drafting) drafters yet.", ""]
+    elif "sglang" in dialect.hub_tags and revision:  # the line would load the default branch: a local copy of this one
         lines += [
             (
                 f"SGLang: download this revision (`hf download {repo_id} --revision {revision} --local-dir ./{name}`)"

@@ -200,6 +200,26 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
+def _peagle_speculators(d: Drafter, writer, notes: list[Finding]) -> None:
+    """A P-EAGLE 3.1 drafter written as speculators holds its flags for speculators, but no vLLM release reads them from
+    a speculators peagle config (engines/vllm_peagle.py): said, and convert prints no vLLM serve line for it."""
+    from .engines import vllm_peagle
+
+    dropped = vllm_peagle.dropped_flags(d) if writer.name == "speculators" else []
+    if dropped:
+        notes.append(
+            Finding(
+                "convert.peagle_flags_dropped",
+                "warning",
+                f"a P-EAGLE drafter with {' and '.join(dropped)}: vLLM {vllm_peagle.releases_read()} drops"
+                f" {'them' if len(dropped) > 1 else 'it'} from a speculators peagle config (update_peagle), so no vLLM"
+                " release serves this output as trained; for vLLM convert --to vllm, whose flat config it reads them"
+                " from",
+                dropped[0],
+            )
+        )
+
+
 def _resolve_aux(d: Drafter, options: ConvertOptions, target: TargetConfig | None, notes: list[Finding]) -> Drafter:
     if options.aux_layers is not None:
         ids = tuple(options.aux_layers)
@@ -439,6 +459,7 @@ def _plan(
                 "sliding_window",
             )
         )
+    _peagle_speculators(d, writer, notes)
     out_names = writer.output_names(d)
     present = loaded.present()
     tensors: list[OutputTensor] = []

@@ -90,6 +90,15 @@ def describe(loaded: LoadedDrafter) -> dict:
             {"reading": d.norm_output_semantics, "certain": d.norm_output_certain} if d.norm_output_semantics else None
         ),
         "window": window_dict(d),
+        "parallel": (
+            {
+                "mask_token_id": d.parallel.mask_token_id,
+                "mask_token_key": d.parallel.mask_token_key,
+                "depth": d.parallel_depth,
+            }
+            if d.parallel is not None
+            else None
+        ),
         "rope": {"theta": d.rope.theta, "scaling": d.rope.scaling},
         "rms_norm_eps": d.rms_norm_eps,
         "verifier": d.verifier,

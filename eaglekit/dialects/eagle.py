@@ -90,6 +90,8 @@ class EagleDialect(Dialect):
             problems.append("it is an EAGLE 3.1 drafter (fc_norm / norm_output)")
         if d.flags.norm_before_fc:
             problems.append("it uses norm_before_fc")
+        if d.parallel is not None:
+            problems.append("it is a P-EAGLE drafter (parallel drafting, mask_hidden)")
         if d.attention != "llama":
             problems.append(f"its attention is {d.attention}, not Llama GQA")
         if d.num_layers != 1:

@@ -53,7 +53,10 @@ class SglangDialect(Dialect):
     name = "sglang"
     aliases = ("specforge",)
     summary = "SGLang / SpecForge: LlamaForCausalLMEagle3, midlayer.*, ids in eagle_config (output-of-layer)"
-    reads = "SpecForge and lmsys sglang-EAGLE3 checkpoints, legacy use_aux_norm / aux_norm_{low,mid,high}, MLA"
+    reads = (
+        "SpecForge and lmsys sglang-EAGLE3 checkpoints, legacy use_aux_norm / aux_norm_{low,mid,high}, MLA; SpecForge's"
+        " P-EAGLE (PEagleDraftModel)"
+    )
     writes = "config.json + model.safetensors: midlayer.* (loads in older SGLang too), no embeddings, t2d and d2t"
     names = NameMap(rules=MIDLAYER)
     rules = ConfigRules(
@@ -62,6 +65,10 @@ class SglangDialect(Dialect):
             ("eagle_config.eagle_aux_hidden_state_layer_ids", OUTPUT),
             ("eagle_aux_hidden_state_layer_ids", INPUT),
         ),
+        # P-EAGLE (SpecForge's PEagleDraftModel): SpecForge keeps the token in its training config, where a draft
+        # config's dflash_config.mask_token_id is read first (specforge 0.2.0's training/model_utils.py
+        # resolve_mask_token_id); eaglekit's writer states mask_token_id
+        mask_token=("mask_token_id", "dflash_config.mask_token_id"),
     )
     schema = "config/sglang.schema.json"
     library_name = "sglang"
@@ -135,6 +142,9 @@ class SglangDialect(Dialect):
         return d
 
     def check_writable(self, d: Drafter) -> None:
+        if d.parallel is not None:
+            _check_peagle_writable(d)
+            return
         if d.attention == "qwen3":
             raise UnsupportedError(
                 "SGLang's EAGLE 3 Llama drafter has no q_norm/k_norm: a qwen3-attention drafter cannot be written as"
@@ -151,6 +161,8 @@ class SglangDialect(Dialect):
             raise UnsupportedError("SGLang's MLA drafter requires q_lora_rank")
 
     def tensor_names(self, d: Drafter) -> dict[str, str]:
+        if d.parallel is not None:  # SpecForge's PEagleDraftModel: layers.N.*, its own embedding, mask_hidden
+            return {c: c for c in sorted(d.tensors)}
         # midlayer.* loads in every SGLang; multi-layer and MLA drafters need layers.N.* (newer SGLang)
         rename = (
             (lambda c: self.names.from_canonical(c)) if d.num_layers == 1 and d.attention != "mla" else (lambda c: c)
@@ -161,6 +173,8 @@ class SglangDialect(Dialect):
         return names
 
     def config_keys(self, d: Drafter) -> dict:
+        if d.parallel is not None:
+            return _peagle_config(d)
         ids = d.aux.as_output()
         eagle_config: dict = {}
         if ids is not None:
@@ -192,6 +206,48 @@ class SglangDialect(Dialect):
         if "norm_output" in config:
             config["eaglekit"]["norm_output_semantics"] = "specforge" if not d.flags.norm_before_lm_head else "eagle31"
         return config
+
+
+def _check_peagle_writable(d: Drafter) -> None:
+    """What SpecForge's P-EAGLE draft model (specforge 0.2.0's modeling/draft/peagle.py PEagleDraftModel) cannot
+    hold: it has a Llama layer stack over fc of exactly 3 fused states, no fc_norm, input_norm or q/k norms, and feeds
+    nothing forward (no norm_output). No SGLang release serves P-EAGLE (0.5.23's source: no mask_hidden, no parallel
+    drafting)."""
+    why = []
+    if d.flags.fc_norm or d.flags.norm_output:
+        why.append("EAGLE 3.1 flags (fc_norm / norm_output)")
+    if d.flags.norm_before_fc:
+        why.append("norm_before_fc")
+    if d.attention != "llama":
+        why.append(f"{d.attention} attention")
+    if d.num_aux != 3:
+        why.append(f"{d.num_aux} fused states (it fuses exactly 3)")
+    if d.parallel.mask_token_id is None:
+        why.append("no mask token")
+    if why:
+        raise UnsupportedError(
+            "SpecForge's P-EAGLE draft model (PEagleDraftModel) cannot hold this drafter: "
+            + ", ".join(why)
+            + "; write speculators or vllm"
+        )
+
+
+def _peagle_config(d: Drafter) -> dict:
+    """SpecForge's P-EAGLE draft config: its LlamaConfig with the class name, norm_before_residual and the draft
+    vocabulary, ids output-of-layer in eagle_config (as its capture layers are resolved), the mask token stated."""
+    ids = d.aux.as_output()
+    config = {
+        "architectures": [written_as("sglang", d.attention, True)],
+        "model_type": model_type_for(d),
+        **base_config(d),
+        "draft_vocab_size": d.draft_vocab_size,
+        "target_hidden_size": d.target_hidden_size,
+        "norm_before_residual": d.flags.norm_before_residual,
+        "mask_token_id": d.parallel.mask_token_id,
+    }
+    if ids is not None:
+        config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(ids)}
+    return config
 
 
 def ambiguity(raw: bool) -> Finding:

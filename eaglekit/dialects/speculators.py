@@ -7,6 +7,8 @@ False; saved configs always spell it out, so only hand-made configs hit this, an
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..errors import ConfigError, UnsupportedError
 from ..findings import Finding
 from ..io.reader import Checkpoint
@@ -17,13 +19,22 @@ from ..model.hf_config import base_config
 from .base import INPUT, MIDLAYER, Clue, ConfigRules, Dialect, Key, NameMap, architecture_clue
 
 SPECULATORS_FORMAT_VERSION = "0.9.0"  # the speculators release whose schema the writer follows
+# the speculators_model_type values of the drafters eaglekit reads: EAGLE 3 and P-EAGLE (PEagleSpeculatorConfig, which
+# inherits Eagle3SpeculatorConfig's fields and adds mask_token_id); other kinds are named by model/families.py
+SPECULATORS_KINDS = ("eagle3", "peagle")
 
 
 class SpeculatorsDialect(Dialect):
     name = "speculators"
     summary = "vllm-project/speculators: speculators_config + transformer_layer_config, flags top-level"
-    reads = "Eagle3Speculator and Eagle3DraftModel checkpoints (llama or qwen3 layers), input_norm and fc_norm"
-    writes = "config.json + model.safetensors as Eagle3DraftModel, full speculators_config, every flag explicit"
+    reads = (
+        "Eagle3Speculator and Eagle3DraftModel checkpoints (llama or qwen3 layers), input_norm and fc_norm; P-EAGLE"
+        " (peagle: mask_token_id, mask_hidden)"
+    )
+    writes = (
+        "config.json + model.safetensors as Eagle3DraftModel (P-EAGLE: PEagleDraftModel), full speculators_config,"
+        " every flag explicit"
+    )
     names = NameMap(rules=MIDLAYER)
     rules = ConfigRules(
         base="transformer_layer_config",
@@ -36,23 +47,32 @@ class SpeculatorsDialect(Dialect):
         },
         aux_ids=(("eagle_aux_hidden_state_layer_ids", INPUT),),
         num_aux=("transformer_layer_config.num_aux_hidden_states", "num_aux_hidden_states"),
+        mask_token=("mask_token_id",),  # PEagleSpeculatorConfig (speculators 0.9.0's models/peagle/config.py)
     )
     schema = "config/speculators.schema.json"
     library_name = "speculators"
     hub_tags = ("vllm", "speculators")
     evidence = (
-        Clue("speculators_model_type is eagle3", 100, lambda c, n, k: c.get("speculators_model_type") == "eagle3"),
+        Clue(
+            "speculators_model_type is eagle3 or peagle",
+            100,
+            lambda c, n, k: c.get("speculators_model_type") in SPECULATORS_KINDS,
+        ),
         Clue("has speculators_config", 30, lambda c, n, k: isinstance(c.get("speculators_config"), dict)),
         architecture_clue("speculators", 20),
     )
 
     def adjust(self, d: Drafter, top: ConfigView, ckpt: Checkpoint, notes: list[Finding]) -> Drafter:
         kind = top.raw("speculators_model_type")
-        if kind is not None and kind != "eagle3":
+        if kind is not None and kind not in SPECULATORS_KINDS:
             raise ConfigError(
                 f"{top.label}: speculators_model_type {kind!r} is not an EAGLE 3 drafter", key="speculators_model_type"
             )
-        if "norm_before_residual" not in top.data:
+        if kind == "peagle" and "norm_before_residual" not in top.data:
+            # P-EAGLE: vLLM's update_peagle and speculators' own class both default it to false (vllm 0.22.0-0.33.0's
+            # speculators/algos.py; speculators 0.9.0's PEagleDraftModel.from_training_args): no disagreement to warn of
+            d = d.with_(flags=replace(d.flags, norm_before_residual=False))
+        elif "norm_before_residual" not in top.data:
             notes.append(
                 Finding(
                     "flags.defaulted",
@@ -84,6 +104,8 @@ class SpeculatorsDialect(Dialect):
             raise UnsupportedError("speculators refuses fc_norm together with norm_before_fc")
         if not d.flags.use_aux_hidden_state:
             raise UnsupportedError("the speculators format cannot express use_aux_hidden_state: false")
+        if d.parallel is not None and d.parallel.mask_token_id is None:
+            raise UnsupportedError("a P-EAGLE drafter needs its mask token (mask_token_id), and the source names none")
 
     writes_t2d = True  # speculators derives the target vocab from t2d: synthesised if missing
     drops_full_vocab_maps = True  # speculators registers no vocab maps when Vd == V
@@ -96,13 +118,14 @@ class SpeculatorsDialect(Dialect):
         layer = {"model_type": d.attention, **base_config(d), "num_aux_hidden_states": d.num_aux}
         layer.pop("torch_dtype", None)
         ids = d.aux.as_input()
+        kind = "peagle" if d.parallel is not None else "eagle3"
         config = {
-            "architectures": [written_as(self.name, d.attention)],
-            "speculators_model_type": "eagle3",
+            "architectures": [written_as(self.name, d.attention, d.parallel is not None)],
+            "speculators_model_type": kind,
             "speculators_version": SPECULATORS_FORMAT_VERSION,
             "speculators_config": {
-                "algorithm": "eagle3",
-                **(d.proposals or DEFAULT_PROPOSALS),
+                "algorithm": kind,
+                **(d.proposals or default_proposals(d)),
                 "verifier": {"name_or_path": d.verifier, "architectures": list(d.verifier_architectures)},
             },
             "transformer_layer_config": layer,
@@ -113,8 +136,10 @@ class SpeculatorsDialect(Dialect):
             "norm_before_fc": d.flags.norm_before_fc,
             "fc_norm": d.flags.fc_norm,
             "norm_output": d.flags.norm_output,
-            "embed_requires_grad": False,
+            "embed_requires_grad": d.parallel is not None,  # PEagleSpeculatorConfig's default: true
         }
+        if d.parallel is not None:
+            config["mask_token_id"] = d.parallel.mask_token_id
         if d.dtype:
             config["torch_dtype"] = d.dtype
         return config
@@ -127,6 +152,18 @@ DEFAULT_PROPOSALS = {
     ],
     "default_proposal_method": "greedy",
 }
+
+
+def default_proposals(d: Drafter) -> dict:
+    """``DEFAULT_PROPOSALS``; for a P-EAGLE drafter that states the depth it was trained for, that many tokens (what
+    speculators' P-EAGLE trainer writes: ``speculative_tokens`` = ``num_depths``)."""
+    depth = d.parallel.depth if d.parallel is not None else None
+    if depth is None:
+        return DEFAULT_PROPOSALS
+    return {
+        **DEFAULT_PROPOSALS,
+        "proposal_methods": [{**DEFAULT_PROPOSALS["proposal_methods"][0], "speculative_tokens": depth}],
+    }
 
 
 def read_proposals(top: ConfigView) -> dict:

@@ -26,7 +26,10 @@ def flat_flags(d: Drafter) -> dict:
 class VllmDialect(Dialect):
     name = "vllm"
     summary = "vLLM native: flat config, layers.N.*, ids top-level and in eagle_config (input-of-layer)"
-    reads = "any architecture vLLM registers as EAGLE 3 (Llama, Qwen3, DeepSeek/Kimi MLA); midlayer.* or layers.N.*"
+    reads = (
+        "any architecture vLLM registers as EAGLE 3 (Llama, Qwen3, DeepSeek/Kimi MLA); midlayer.* or layers.N.*;"
+        " P-EAGLE (mask_hidden, mask_token_id / pard_token / ptd_token_id)"
+    )
     writes = "config.json + model.safetensors: Eagle3{Llama,Qwen3,DeepseekV2}ForCausalLM, every flag explicit"
     names = NameMap(rules=MIDLAYER)
     rules = ConfigRules(
@@ -36,6 +39,10 @@ class VllmDialect(Dialect):
             ("eagle_config.eagle_aux_hidden_state_layer_ids", INPUT),  # vLLM's v1 runner reads these as-is
         ),
         num_aux=("num_aux_hidden_states", "num_aux_layers"),
+        # P-EAGLE's mask token, in the order vLLM's proposer takes it (v1/spec_decode/llm_base_proposer.py
+        # _init_parallel_drafting_params: dflash_config.mask_token_id, mask_token_id, dspark_noise_token_id, pard_token,
+        # ptd_token_id; the DFlash/DSpark keys belong to those drafters)
+        mask_token=("mask_token_id", "pard_token", "ptd_token_id"),
     )
     schema = "config/vllm.schema.json"
     hub_tags = ("vllm",)
@@ -54,6 +61,10 @@ class VllmDialect(Dialect):
             raise UnsupportedError("vLLM's MLA drafter (deepseek_eagle3) has no norm_before_fc/input_norm path")
         if d.attention == "mla" and not d.flags.use_aux_hidden_state:
             raise UnsupportedError("vLLM's MLA drafter always builds fc; use_aux_hidden_state: false cannot be served")
+        if d.parallel is not None and d.attention == "mla":
+            raise UnsupportedError("vLLM's MLA drafter (deepseek_eagle3) has no parallel drafting (no mask_hidden)")
+        if d.parallel is not None and d.parallel.mask_token_id is None:
+            raise UnsupportedError("a P-EAGLE drafter needs its mask token (pard_token), and the source names none")
         if d.attention == "mla" and (d.mla is None or not d.mla.q_lora_rank):
             raise UnsupportedError(
                 "vLLM's MLA drafter needs q_lora_rank (without it the fused q/kv projection cannot load)"
@@ -73,7 +84,7 @@ class VllmDialect(Dialect):
         eagle_config["use_aux_hidden_state"] = d.flags.use_aux_hidden_state
         eagle_config["norm_before_fc"] = d.flags.norm_before_fc
         config = {
-            "architectures": [written_as(self.name, d.attention)],
+            "architectures": [written_as(self.name, d.attention, d.parallel is not None)],
             "model_type": model_type_for(d, vllm=True),
             **base_config(d),
             "draft_vocab_size": d.draft_vocab_size,
@@ -84,6 +95,10 @@ class VllmDialect(Dialect):
             config["eagle_aux_hidden_state_layer_ids"] = list(ids)
         config.update(flat_flags(d))
         config["eagle_config"] = eagle_config
+        if d.parallel is not None:
+            # the name vLLM's own speculators translation gives the mask token (update_peagle: pard_token); served with
+            # --speculative-config ... "parallel_drafting": true (serving.py says so)
+            config["pard_token"] = d.parallel.mask_token_id
         return config
 
     def write_config(self, d: Drafter) -> dict:

@@ -95,6 +95,14 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     ec = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
     raw_names = set(loaded.checkpoint.tensors)
     version = release_key(rel.requested)
+    if intended.parallel is not None:
+        out.add(
+            "engine.parallel_drafting",
+            "error",
+            "a P-EAGLE drafter (parallel drafting)",
+            "drafts no P-EAGLE drafter in parallel (" + load_table(TABLE)["peagle"] + ")",
+            "mask_hidden",
+        )
 
     # -- the class SGLang builds ------------------------------------------------------------------------
     archs = config.get("architectures") if isinstance(config.get("architectures"), list) else []

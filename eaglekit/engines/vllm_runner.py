@@ -19,9 +19,27 @@ import sys
 import time
 
 
-def _install_recorder(drafter_module, recorder: dict) -> list:
+def _parallel_rows(proposer, rows: int):
+    """A parallel-drafting first pass's rows (P-EAGLE, ``parallel_drafting: true``): (the rows vLLM writes, which of
+    them are mask rows), from the proposer's own masks (v1/spec_decode/llm_base_proposer.py set_inputs_first_pass: a
+    rejected slot gets position 0 and no KV slot, a mask slot the mask token and mask_hidden). None where the pass
+    drafts a chain."""
+    if not getattr(proposer, "parallel_drafting", False) or getattr(proposer, "is_rejected_token_mask", None) is None:
+        return None
+    rejected = proposer.is_rejected_token_mask[:rows].to("cpu")
+    masked = proposer.is_masked_token_mask[:rows].to("cpu")
+    return ~rejected, masked
+
+
+def _kept(tensor, keep):
+    """The rows of ``tensor`` that ``keep`` (a CPU bool mask over its first rows) marks."""
+    return tensor[: keep.shape[0]][keep.to(tensor.device)]
+
+
+def _install_recorder(drafter_module, recorder: dict, proposer=None) -> list:
     """Hooks that record each drafter forward: token ids, positions, the hidden state it received, the fused aux input
-    (first pass of a draft only) and its post-norm output."""
+    (first pass of a draft only) and its post-norm output. A parallel-drafting pass (``proposer.parallel_drafting``)
+    is recorded whole, its mask rows marked (``masked``) and its rejected slots left out."""
     original_combine = drafter_module.combine_hidden_states
 
     def combine(hidden_states):
@@ -44,9 +62,17 @@ def _install_recorder(drafter_module, recorder: dict) -> list:
         y = output[0] if isinstance(output, tuple) else output
         aux = recorder["pending_aux"]
         recorder["pending_aux"] = None
+        masked = None
         if aux is not None:
             recorder["step"] = 1
             n = aux.shape[0]
+            parallel = _parallel_rows(proposer, ids.shape[0]) if proposer is not None else None
+            if parallel is not None:  # the target's rows, the bonus row, then the mask rows; rejected slots dropped
+                keep, masked = parallel
+                ids, positions, hidden, y = (_kept(t, keep) for t in (ids, positions, hidden, y))
+                masked = masked[keep]
+                aux = aux[: int((~masked).sum())]  # the kept target rows come first, in the target's order
+                n = ids.shape[0]
         else:
             recorder["step"] += 1
             n = 1  # one request at a time: one row per draft step
@@ -59,6 +85,7 @@ def _install_recorder(drafter_module, recorder: dict) -> list:
                 "y": y[:n].detach().clone(),
                 "step": recorder["step"],
                 "seconds": seconds,
+                "masked": masked,
             }
         )
 
@@ -200,6 +227,8 @@ def _serve(job: dict) -> dict:
     k = job["k"]
     engine_args = dict(job.get("engine_args", {}))
     speculative = {"method": "eagle3", "model": job["drafter"], "num_speculative_tokens": k}
+    if job.get("parallel_drafting"):  # P-EAGLE: all K drafts in one pass, as `vllm serve DRAFTER` runs a peagle config
+        speculative["parallel_drafting"] = True
     workarounds = _mla_on_cpu(job, engine_args, speculative)
     if job.get(
         "hf_overrides"
@@ -231,7 +260,7 @@ def _serve(job: dict) -> dict:
         }
     runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
     recorder = {"calls": [], "pending_aux": None, "step": 0, "active": False, "started": 0.0}
-    handles = _install_recorder(runner.drafter.model, recorder)
+    handles = _install_recorder(runner.drafter.model, recorder, runner.drafter)
     params = SamplingParams(max_tokens=job["max_new_tokens"], temperature=0.0, detokenize=False)
     prompts = []
     try:

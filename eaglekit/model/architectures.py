@@ -16,6 +16,7 @@ from typing import Any
 _TABLE: dict[str, Any] = json.loads(Path(__file__).with_name("architectures.json").read_text())
 ROWS: dict[str, dict[str, Any]] = _TABLE["architectures"]
 WRITTEN_AS: dict[str, dict[str, str]] = _TABLE["written_as"]
+WRITTEN_AS_PARALLEL: dict[str, dict[str, str]] = _TABLE["written_as_parallel"]
 
 
 def claimed_by(dialect: str) -> tuple[str, ...]:
@@ -40,9 +41,24 @@ def sglang_registered() -> dict[str, dict]:
     return {name: row["sglang"] for name, row in ROWS.items() if "sglang" in row}
 
 
-def written_as(dialect: str, attention: str) -> str:
-    """The architecture string ``dialect``'s writer puts on a drafter with this attention."""
-    return WRITTEN_AS[dialect][attention]
+def is_parallel(architecture: str) -> bool:
+    """The string names a P-EAGLE (parallel drafting) class (the table's ``parallel``)."""
+    return bool((ROWS.get(architecture) or {}).get("parallel"))
 
 
-__all__ = ["ROWS", "WRITTEN_AS", "claimed_by", "sglang_class", "sglang_registered", "vllm_family", "written_as"]
+def written_as(dialect: str, attention: str, parallel: bool = False) -> str:
+    """The architecture string ``dialect``'s writer puts on a drafter with this attention (``parallel``: a P-EAGLE
+    one)."""
+    return (WRITTEN_AS_PARALLEL if parallel else WRITTEN_AS)[dialect][attention]
+
+
+__all__ = [
+    "ROWS",
+    "WRITTEN_AS",
+    "claimed_by",
+    "sglang_class",
+    "is_parallel",
+    "sglang_registered",
+    "vllm_family",
+    "written_as",
+]

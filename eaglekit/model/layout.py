@@ -119,6 +119,10 @@ def expected_tensors(d: Drafter) -> dict[str, TensorSpec]:
         specs.append(TensorSpec("input_norm.weight", (n * T,), "float", True, "norm_before_fc: true"))
     if d.flags.fc_norm:
         specs += [TensorSpec(f"fc_norm.{i}.weight", (T,), "float", True, "fc_norm: true") for i in range(n)]
+    if d.parallel is not None:
+        # speculators and SpecForge store it [1, 1, n*T], vLLM reads it as [1, n*T]: any shape of n*T elements in
+        # its last dimension (_mask_hidden_shape)
+        specs.append(TensorSpec("mask_hidden", (1, 1, n * T), "float", True, "P-EAGLE (parallel drafting)"))
     for i in range(d.num_layers):
         specs += _layer(d, i)
     return {s.name: s for s in specs}
@@ -135,6 +139,12 @@ _KNOWN = re.compile(
     r"|layers\.\d+\.self_attn\.(q_norm|k_norm|q_a_layernorm|kv_a_layernorm)\.weight"
     r"|layers\.\d+\.mlp\.(gate|up|down|gate_up)_proj\.(weight|bias))$"
 )
+
+
+def _mask_hidden_shape(shape, width: int) -> bool:
+    """``mask_hidden`` as a framework stores it: [n*T], [1, n*T] (vLLM's buffer) or [1, 1, n*T] (speculators,
+    SpecForge)."""
+    return 1 <= len(shape) <= 3 and shape[-1] == width and all(s == 1 for s in shape[:-1])
 
 
 def is_known_name(name: str) -> bool:
@@ -179,6 +189,8 @@ def check_tensors(
             continue
         shape, dtype = present[name]
         want = tuple(shape[i] if s == ANY and i < len(shape) else s for i, s in enumerate(spec.shape))
+        if name == "mask_hidden" and _mask_hidden_shape(shape, spec.shape[-1]):
+            want = tuple(shape)
         if tuple(shape) != want:
             findings.append(
                 Finding("tensor.shape", "error", f"{said} has shape {list(shape)}, expected {list(want)}", subject)
@@ -201,6 +213,8 @@ def check_tensors(
             continue
         if name == "fc.weight" and not d.flags.use_aux_hidden_state:
             continue
+        if name == "mask_hidden" and d.parallel is None:
+            continue  # reported by the P-EAGLE checks (config.peagle_unstated)
         said, subject = named(name)
         if name == "fc.bias":
             findings.append(

@@ -11,7 +11,9 @@ It follows vLLM's computation step for step (docs/engines.md; vLLM's llama_eagle
 - final fused add-norm gives the post-norm state and ``pre``; the state fed to the next draft step is ``pre``
   (EAGLE 3) or the post-norm one (``norm_output``, EAGLE 3.1); lm_head reads the post-norm state, or ``pre``
   where it was trained so (``norm_before_lm_head`` false: SpecForge 0.2.0's ``norm_output: false``);
-- logits over the draft vocabulary; a draft index i is target token ``i + d2t[i]``.
+- logits over the draft vocabulary; a draft index i is target token ``i + d2t[i]``;
+- P-EAGLE (``Drafter.parallel``): the rows after the first are fed the mask token and the fused ``mask_hidden``
+  (``mask_rows``), not the previous draft and state (simulate.py).
 
 Attention takes a callback so that one decoder serves both the causal first pass over a sequence and the
 batched draft chains (``simulate.py``).
@@ -130,6 +132,16 @@ class ReferenceDrafter:
         if recorder is not None:
             recorder.fc_input(x, self.d.num_aux)
         return self._linear(x, "fc")
+
+    def mask_rows(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A P-EAGLE drafter's mask rows, ``n`` of them: the mask token's ids [n] and the fused ``mask_hidden`` [n, H]
+        (fused as a target state is: vLLM runs ``combine_hidden_states`` on it once, at load)."""
+        parallel = self.d.parallel
+        if parallel is None or parallel.mask_token_id is None or "mask_hidden" not in self.w:
+            raise UnsupportedError("cannot run the P-EAGLE drafter's mask rows: it needs a mask token and mask_hidden")
+        state = self.combine(self.w["mask_hidden"].reshape(1, -1))
+        ids = torch.full((n,), parallel.mask_token_id, dtype=torch.long, device=self.device)
+        return ids, state.expand(n, -1)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(ids.to(self.device), self.w["embed_tokens.weight"])

@@ -8,6 +8,12 @@ For a sequence x_0..x_{S-1} (prompt + the target's greedy continuation) with the
   <= j and to the chain's own earlier steps;
 - draft k of the chain at j is accepted when it and all before it equal x_{j+1+k}.
 
+A P-EAGLE drafter (``Drafter.parallel``) drafts all K in one pass: after the first pass's row at j come K-1 rows at
+positions j+1 .. j+K-1, each fed the mask token and the fused ``mask_hidden`` state, attending causally to the first
+pass up to j and to the mask rows before them; their greedy tokens are drafts 2..K (vLLM's proposer with
+``parallel_drafting``: v1/spec_decode/utils.py ``copy_and_expand_eagle_inputs_kernel``). Computed row by row as the
+chain's steps are, which a causal pass equals; nothing is fed from one draft to the next.
+
 All chains are computed together: one batched, masked attention per step over every start position.
 ``trajectory`` then walks the positions a greedy vLLM run visits (start at the last prompt position, jump
 ahead by accepted + 1), which is what vLLM's own counters count.
@@ -129,9 +135,13 @@ def chains_from(
         recorder.feedback(feedback)
     drafts, ys = [model.greedy(y)], [y]
     chain: list[list[KV]] = [[] for _ in range(model.d.num_layers)]
+    mask = model.mask_rows(starts.shape[0]) if model.d.parallel is not None else None
     for step in range(2, k + 1):
         positions = starts + (step - 1)
-        inputs = tokens[(starts + step).clamp(max=tokens.shape[0] - 1)] if teacher else drafts[-1]
+        if mask is not None:  # P-EAGLE: the mask token and mask_hidden, whatever came before
+            inputs, feedback = mask
+        else:
+            inputs = tokens[(starts + step).clamp(max=tokens.shape[0] - 1)] if teacher else drafts[-1]
         if recorder is not None:
             recorder.step = step
         out = model.decode(

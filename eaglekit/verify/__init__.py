@@ -137,7 +137,7 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
             checks.append(check)
         if options.against:
             start = time.perf_counter()
-            report["against"], new_checks = against_vllm(path, verifier, model, results)
+            report["against"], new_checks = against_vllm(path, verifier, model, results, loaded)
             verifier.timings["against_vllm"] = time.perf_counter() - start
             checks.extend(new_checks)
     report["timings"] = {stage: round(seconds, 3) for stage, seconds in verifier.timings.items()}

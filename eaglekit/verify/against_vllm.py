@@ -108,6 +108,7 @@ class Call:
     y: torch.Tensor  # [N, H] post-norm output
     step: int = 1  # 1 = first pass, k = k-th draft step
     seconds: float = 0.0  # how long vLLM's drafter forward took
+    masked: torch.Tensor | None = None  # [N] bool: a parallel-drafting pass's mask rows (aux holds the others')
 
 
 def replay_outputs(model: ReferenceDrafter, calls: list[Call]):
@@ -115,7 +116,7 @@ def replay_outputs(model: ReferenceDrafter, calls: list[Call]):
     post-norm output for the call's rows, seconds it took)."""
     table: dict[int, tuple[int, torch.Tensor]] = {}  # position -> (token id, hidden fed to layer 0)
     for call in calls:
-        hidden = model.combine(call.aux) if call.aux is not None else call.hidden.to(model.device, model.dtype)
+        hidden = _fed(model, call)
         for i, p in enumerate(call.positions.tolist()):
             table[p] = (int(call.ids[i]), hidden[i])
         last = int(call.positions.max())
@@ -127,6 +128,21 @@ def replay_outputs(model: ReferenceDrafter, calls: list[Call]):
         start = time.perf_counter()
         out = model.decode(ids, hid, torch.tensor(positions), model.causal_attend())
         yield call, out.y[call.positions.to(torch.long)], time.perf_counter() - start
+
+
+def _fed(model: ReferenceDrafter, call: Call) -> torch.Tensor:
+    """The states a call's rows fed layer 0, as the reference computes them: the fused aux input of a first pass (a
+    parallel pass's mask rows: the reference's fused ``mask_hidden``), the recorded state of a draft step."""
+    if call.aux is None:
+        return call.hidden.to(model.device, model.dtype)
+    fused = model.combine(call.aux)
+    if call.masked is None or not bool(call.masked.any()):
+        return fused
+    masked = call.masked.to(torch.bool)
+    hidden = torch.empty(masked.shape[0], fused.shape[-1], dtype=fused.dtype, device=fused.device)
+    hidden[~masked] = fused
+    hidden[masked] = model.mask_rows(int(masked.sum()))[1]
+    return hidden
 
 
 def replay(model: ReferenceDrafter, calls: list[Call]) -> dict[int, dict[str, float]]:
@@ -158,10 +174,14 @@ def replay(model: ReferenceDrafter, calls: list[Call]) -> dict[int, dict[str, fl
 
 
 def against_vllm(
-    path: str, verifier: Verifier, model: ReferenceDrafter, results: list[SequenceResult]
+    path: str, verifier: Verifier, model: ReferenceDrafter, results: list[SequenceResult], loaded=None
 ) -> tuple[dict, list[Check]]:
     """vLLM serving the target with the drafter at ``path``, on the verifier's prompts: its drafter's outputs
     replayed through ``model``, and its counters beside the simulated ``results``.
+
+    A P-EAGLE drafter (``model.d.parallel``) is served twice: with ``parallel_drafting`` (as its serve line says),
+    compared with the simulation of vLLM's reading of it, and without (as an EAGLE 3 serve line names it), compared
+    with the simulation of the chain vLLM then drafts (``verify/peagle.py``; ``loaded``: the drafter as read).
 
     ``--against vllm`` runs the vLLM importable here; ``--against vllm==X`` the engine environment of release X
     (``eaglekit engines install``); ``--vllm-python PATH`` any environment's Python. The vLLM side is
@@ -185,7 +205,9 @@ def against_vllm(
         job["mla"] = vllm_cpu_mla.job_entry(
             vllm_cpu_mla.served_version(options.against, Path(options.vllm_python) if options.vllm_python else None)
         )
-    served = serve([job], Path(python) if python else None)[0]
+    parallel = model.d.parallel is not None and loaded is not None
+    jobs = [{**job, "parallel_drafting": True}, job] if parallel else [job]
+    served, *chain = serve(jobs, Path(python) if python else None)
     workarounds = served.get("workarounds", [])
     said = [Check("vllm_workarounds", True, "eaglekit ran vLLM with " + "; ".join(workarounds))] if workarounds else []
     if "refused" in served:
@@ -202,7 +224,12 @@ def against_vllm(
             "workarounds": workarounds,
         }
         return data, [Check("vllm_run", False, data["status"]), *said]
-    data, checks = _compare(served, verifier, model, results)
+    if parallel:
+        from .peagle import against_readings
+
+        data, checks = against_readings(served, chain[0], verifier, loaded, model, results, _compare)
+    else:
+        data, checks = _compare(served, verifier, model, results)
     return data | {"workarounds": workarounds}, checks + said
 
 
@@ -298,12 +325,13 @@ def target_states(served: dict, verifier: Verifier, ids: tuple[int, ...]) -> dic
         )
         on_sequence = len(prompt.ids) + agree
         for j, call in enumerate(firsts):
-            positions = call.positions.to(torch.long).cpu()
+            fused = call.aux.shape[0]  # a parallel pass's mask rows follow the target's, without aux states
+            positions = call.positions.to(torch.long).cpu()[:fused]
             # rows from the next verification step's start on were rejected; the last pass ends before vLLM's last token
             bound = int(firsts[j + 1].positions[0]) if j + 1 < len(firsts) else len(prompt.ids) + len(generated) - 1
             inside = (positions < min(bound, on_sequence)) & (positions + 1 < tokens.shape[0])
             same = inside.clone()
-            same[inside] = call.ids.cpu()[inside].to(tokens.dtype) == tokens[positions[inside] + 1]
+            same[inside] = call.ids.cpu()[:fused][inside].to(tokens.dtype) == tokens[positions[inside] + 1]
             if not bool(same.any()):
                 continue
             ours = verifier.aux(index, ids)[0]

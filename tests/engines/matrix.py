@@ -34,6 +34,8 @@ from drafters import (
     edit_config,
     edit_tensors,
     write_eagle,
+    write_peagle_speculators,
+    write_peagle_vllm,
     write_specforge,
     write_speculators,
     write_tiny_target,
@@ -53,6 +55,9 @@ UNOBSERVED_CHECKS = {
     "engine.untested_release",
     "engine.lm_head_unnormed",
     "engine.cuda_runner_aux_ids",
+    # the matrix serves P-EAGLE cases in parallel only; the chain vLLM drafts without parallel_drafting is run by
+    # tests/test_vllm_peagle.py (verify --against's second job)
+    "engine.parallel_drafting",
 }
 # refusals that say the machine was short of something, not that vLLM refused the drafter: retried, never recorded
 ENVIRONMENT_ERRORS = ("Available memory on node", "out of memory", "Cannot allocate memory")
@@ -83,6 +88,7 @@ class Case:
     write: Callable[[Path], Path]
     what: str  # one line: what the case varies
     target: str = "llama"
+    parallel: bool = False  # a P-EAGLE drafter: served with parallel_drafting, as its serve line says
 
 
 def vllm_case(
@@ -197,6 +203,31 @@ CASES: dict[str, Case] = {
         lambda d: write_eagle(d, base_dims()),
         "EAGLE's own layout: LlamaForCausalLM, midlayer.*, pytorch_model.bin, no ids",
     ),
+    # P-EAGLE (parallel drafting), served with parallel_drafting: true
+    "peagle speculators 3.1": Case(
+        lambda d: write_peagle_speculators(
+            d, base_dims(fc_norm=True), ids=[2, 4, 5], mask_token_id=95, norm_output=True
+        ),
+        "speculators peagle config: fc_norm and norm_output (update_peagle passes neither on)",
+        parallel=True,
+    ),
+    "peagle speculators norm_output": Case(
+        lambda d: write_peagle_speculators(
+            d, base_dims(), ids=[2, 4, 5], mask_token_id=95, norm_output=True, norm_before_residual=None
+        ),
+        "speculators peagle config: norm_output only, norm_before_residual absent",
+        parallel=True,
+    ),
+    "peagle speculators no mask token": Case(
+        lambda d: write_peagle_speculators(d, base_dims(), ids=[2, 4, 5], mask_token_id=None),
+        "speculators peagle config without mask_token_id",
+        parallel=True,
+    ),
+    "peagle native 3.1": Case(
+        lambda d: write_peagle_vllm(d, base_dims(fc_norm=True), token=95, ids=[2, 4, 5], norm_output=True),
+        "vLLM's own config for a P-EAGLE drafter: fc_norm, norm_output, pard_token",
+        parallel=True,
+    ),
 }
 
 
@@ -235,7 +266,10 @@ def write_target(directory: Path) -> Path:
 
 
 def config_path(config: dict) -> str:
-    return "speculators" if isinstance(config.get("speculators_config"), dict) else "native"
+    """How vLLM reads the config (engines/vllm.py run_evidence's path): native, speculators, or speculators-peagle."""
+    if not isinstance(config.get("speculators_config"), dict):
+        return "native"
+    return "speculators-peagle" if config.get("speculators_model_type") == "peagle" else "speculators"
 
 
 def predict(drafter_dir: Path, release: str) -> dict:
@@ -254,7 +288,7 @@ def predict(drafter_dir: Path, release: str) -> dict:
         return {"loads": False, "checks": checks, "path": path}
     if "engine.cpu_drafting_crash" in checks:
         return {"loads": True, "crashes": True, "checks": checks, "path": path}
-    return {
+    out = {
         "loads": True,
         "captured": list(served.aux.resolved(TARGET_LAYERS)),
         "fused": served.num_aux,
@@ -265,6 +299,10 @@ def predict(drafter_dir: Path, release: str) -> dict:
         "checks": checks,
         "path": path,
     }
+    if served.parallel is not None:  # one pass drafts all K: no step hands a token to the next to judge the head by
+        out["parallel"] = True
+        del out["head"], out["map"]
+    return out
 
 
 # -- what vLLM did ---------------------------------------------------------------------------------------------------
@@ -325,7 +363,8 @@ def captured_layers(
                 continue
             chunks = call.aux.float().split(width, dim=-1)
             votes = votes or [set() for _ in chunks]
-            for row, p in enumerate(call.positions.tolist()):
+            # a parallel pass's mask rows come after the target's, and have no aux input
+            for row, p in enumerate(call.positions.tolist()[: call.aux.shape[0]]):
                 if p >= states.shape[1]:
                     continue
                 for j, chunk in enumerate(chunks):
@@ -460,6 +499,17 @@ def observe(
         }
     width = 64
     captured, fused = captured_layers(served, prompts, target, width)
+    if drafted_in_parallel(served):  # no state is fed forward: norm_output cannot be seen, and changes nothing
+        norm_output = bool(predicted and predicted.get("flags", {}).get("norm_output"))
+        readings, closest = honoured_readings(drafter_dir, served, target, fused, predicted, norm_output)
+        return {
+            "loads": True,
+            "parallel": True,
+            "captured": captured,
+            "fused": fused,
+            "readings": readings,
+            "closest": float(f"{closest:.3g}"),
+        }
     fed = fed_forward(served)
     readings, closest = honoured_readings(drafter_dir, served, target, fused, predicted, fed == "post-norm")
     return {
@@ -471,6 +521,13 @@ def observe(
         "closest": float(f"{closest:.3g}"),
         "drafted_with": drafted_with(drafter_dir, served, target),
     }
+
+
+def drafted_in_parallel(served: dict) -> bool:
+    """vLLM drafted all K tokens in its first passes (mask rows recorded: engines/vllm_runner.py), never in a step."""
+    calls = [call for run in served["prompts"] for call in run["calls"]]
+    masked = any(call.masked is not None and bool(call.masked.any()) for call in calls)
+    return masked and all(call.step == 1 for call in calls)
 
 
 def disagreements(predicted: dict, observed: dict) -> list[str]:
@@ -490,7 +547,9 @@ def disagreements(predicted: dict, observed: dict) -> list[str]:
                 )
             )
         ]
-    if observed.get("loads") and observed["fed_forward"] is None:
+    if observed.get("loads") and predicted.get("parallel") != observed.get("parallel"):
+        return [f"predicted {'parallel' if predicted.get('parallel') else 'chained'} drafting, vLLM drafted otherwise"]
+    if observed.get("loads") and not observed.get("parallel") and observed["fed_forward"] is None:
         return ["the draft steps hand over neither the post-norm state nor consistently another one"]
     if predicted["loads"] != observed["loads"]:
         return [
@@ -509,6 +568,8 @@ def disagreements(predicted: dict, observed: dict) -> list[str]:
             f"reading: predicted {reading}, vLLM's drafter matches {observed['readings'] or 'none'} (closest"
             f" {observed['closest']})"
         )
+    if observed.get("parallel"):
+        return out  # no step hands a token to the next: the head is judged by verify --against's counters instead
     drafting = {"head": predicted["head"], "map": predicted["map"]}
     if drafting not in observed["drafted_with"]:
         out.append(

@@ -47,8 +47,9 @@ def runs(tmp_path_factory) -> dict:
             "max_new_tokens": matrix.MAX_NEW_TOKENS,
             "max_model_len": max(map(len, prompts)) + matrix.MAX_NEW_TOKENS + matrix.K + 16,
             "prompts": prompts,
+            **({"parallel_drafting": True} if matrix.CASES[name].parallel else {}),
         }
-        for path in drafters.values()
+        for name, path in drafters.items()
     ]
     python = envs.python_for(AGAINST) if AGAINST != "vllm" else None
     with stdout_to_stderr():
