@@ -140,6 +140,7 @@ def convert(
     source_dialect: str = "auto",
     norm_output_semantics: str = "auto",
     target: str | None = None,
+    target_id: str | None = None,
     aux_layers: tuple[int, ...] | None = None,
     upgrade: str | None = None,
     dtype: Any = None,
@@ -158,6 +159,10 @@ def convert(
     ``verify`` measures it (``prompts``: a JSONL file, else the built-in set) and converted with the reading it was
     trained with; a UsageError, nothing written, when no reading wins by ``verify.readings.DECISIVE_MARGIN``.
 
+    ``target_id``: the target's Hub id (``org/name``), the verifier the output names (speculators'
+    ``verifier.name_or_path``, which ``vllm serve DRAFTER`` loads) and the target of the serve lines; without it the
+    target's own Hub id (a cached Hub id) or the source's, and never a path on this machine.
+
     ``dtype`` is a dtype (``eaglekit.io.dtypes.DType``, a torch dtype) or its name (``"bfloat16"``); ``on_plan`` sees
     the plan before anything is written; ``progress`` receives byte counts as tensors are written.
     """
@@ -172,6 +177,7 @@ def convert(
         source_dialect=source_dialect,
         norm_output_semantics=norm_output_semantics,
         target=target,
+        target_id=target_id,
         aux_layers=tuple(aux_layers) if aux_layers is not None else None,
         upgrade=upgrade,
         dtype=dtypes.parse_cast(dtype) if isinstance(dtype, str) else dtype,
@@ -235,7 +241,7 @@ def convert(
             files = None if dry_run else execute(plan, out, progress=progress)
         finally:
             plan.loaded.close()
-    from .serving import TARGET_PLACEHOLDER, serve_command
+    from .serving import serve_lines, serve_target
 
     data = plan.to_dict()
     data["output"] = str(out)
@@ -248,12 +254,14 @@ def convert(
         data["resolved"] = resolved  # None: the checkpoint was not ambiguous, nothing to measure
     if files is not None:
         data["files"] = files
-    target_name = (
-        plan.target.name if plan.target else plan.drafter.verifier or TARGET_PLACEHOLDER
-    )  # a config file: its directory or Hub id
+    target_name, said = serve_target(plan.target, plan.drafter.verifier)
     # no command to serve a drafter whose fc_norm weights are ones put there by --upgrade: it is to be fine-tuned first
     untrained = plan.drafter.provenance.untrained_upgrade
-    data["serve"] = None if untrained else serve_command(plan.dialect.hub_tags, target_name, str(out_path))
+    lines = [] if untrained else serve_lines(plan.serving, target_name, str(out_path))
+    if lines:
+        data["notes"] += [n.to_dict() for n in said]
+    data["serving"] = lines  # per engine: the releases that serve the output, and the command
+    data["serve"] = lines[0]["command"] if lines else None
     data = document(source, True, data)
     data["origin"] = located.origin
     return Conversion(

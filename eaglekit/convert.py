@@ -39,6 +39,8 @@ class ConvertOptions:
     source_dialect: str = "auto"
     norm_output_semantics: str = "auto"  # how to read a SpecForge-style norm_output (eagle31 | specforge | auto)
     target: str | None = None
+    # the target's Hub id: the verifier the output names and its serve lines' target (a local path is never written)
+    target_id: str | None = None
     aux_layers: tuple[int, ...] | None = None  # input-of-layer ids (vLLM's convention)
     upgrade: str | None = None  # "3.1"
     dtype: dtypes.DType | None = None  # None: keep each tensor's dtype (a torch dtype or a name is taken too)
@@ -48,6 +50,12 @@ class ConvertOptions:
     def __post_init__(self) -> None:
         if self.dtype is not None:
             self.dtype = dtypes.of(self.dtype)
+        if self.target_id is not None:
+            from .serving import hub_id_problem
+
+            problem = hub_id_problem(self.target_id)
+            if problem:
+                raise UsageError(f"target_id {self.target_id!r} is not a Hub repo id: {problem}")
 
 
 @dataclass
@@ -86,6 +94,7 @@ class ConversionPlan:
     findings: list[Finding] = field(default_factory=list)
     options: ConvertOptions | None = None
     target: TargetConfig | None = None  # --target's config, when given
+    serving: list = field(default_factory=list)  # engines.support.Support per engine the output's layout is for
 
     @property
     def total_bytes(self) -> int:
@@ -363,11 +372,14 @@ def _plan(
     problems = [f for f in errors(found) if f.check != "config.dtype" or source.dtype is None]
     if problems:
         raise ValidationFailed(_refusal("the source drafter does not validate", problems), problems)
-    d = source
+    from .serving import verifier_for
+
+    verifier, said = verifier_for(source.verifier, options.target_id, target)
+    notes += said
+    d = source.with_(verifier=verifier)
     if target is not None:
         d = d.with_(
             target_num_layers=target.num_layers,
-            verifier=d.verifier or target.name,
             verifier_architectures=d.verifier_architectures or target.architectures,
         )
     d = _resolve_aux(d, options, target, notes)
@@ -485,9 +497,22 @@ def _plan(
     said_by_notes = {"flags.untrained_upgrade"} if options.upgrade else set()
     said_by_notes |= {n.check for n in notes if n.check == "aux.not_recorded"}
     findings = [f for f in findings if f.check not in said_by_notes]
+    serving = []
+    if not errors(findings):  # an output that does not validate is refused for that, when it would be written
+        from .serving import engine_support, unservable
+
+        serving = engine_support(
+            writer,
+            config,
+            {t.name: (t.dtype, t.shape) for t in tensors},
+            target_num_layers=target.num_layers if target else None,
+        )
+        notes += unservable(writer, serving, trainers_only=not d.flags.norm_before_lm_head)
     shards = plan_shards([TensorPlan(t.name, t.dtype, t.shape, lambda: None) for t in tensors], options.max_shard_bytes)
     files = shard_names(len(shards)) + (["model.safetensors.index.json"] if len(shards) > 1 else []) + ["config.json"]
-    return ConversionPlan(loaded, source, d, writer, tensors, dropped, config, files, notes, findings, options, target)
+    return ConversionPlan(
+        loaded, source, d, writer, tensors, dropped, config, files, notes, findings, options, target, serving
+    )
 
 
 def _source_of(canonical: str, d: Drafter, loaded, present, added_ones):

@@ -44,6 +44,8 @@ class EagleDialect(Dialect):
     names = NameMap(rules=MIDLAYER)
     rules = ConfigRules(flags=NO_FLAGS, aux_ids=())
     schema = "config/eagle.schema.json"
+    # vLLM and SGLang both load EAGLE's own layout (LlamaForCausalLM -> their Llama drafter, default capture layers)
+    served_by = ("vllm", "sglang")
     evidence = (
         Clue("pytorch_model.bin", 30, lambda c, n, k: k.format == "bin"),
         architecture_clue("eagle", 20, alone=True),

@@ -40,6 +40,7 @@ class SpeculatorsDialect(Dialect):
     schema = "config/speculators.schema.json"
     library_name = "speculators"
     hub_tags = ("vllm", "speculators")
+    served_by = ("vllm",)
     evidence = (
         Clue("speculators_model_type is eagle3", 100, lambda c, n, k: c.get("speculators_model_type") == "eagle3"),
         Clue("has speculators_config", 30, lambda c, n, k: isinstance(c.get("speculators_config"), dict)),

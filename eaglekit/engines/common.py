@@ -8,6 +8,7 @@ pieces here turn those decisions into findings worded the same way for every eng
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field, replace
@@ -36,7 +37,9 @@ def release_key(text: str) -> tuple[int, int, int, int]:
     return (*(int(p or 0) for p in match.groups()[:3]), int(post.group(1) or 0) if post else 0)
 
 
+@functools.cache
 def load_table(filename: str) -> dict:
+    """A release table or the run record, read once a process (data: no caller changes it)."""
     return json.loads(resources.files("eaglekit.engines").joinpath(filename).read_text())
 
 
