@@ -1054,7 +1054,7 @@ def test_speculators_norm_before_residual_default(tmp_path):
 def test_releases_between_rows_use_the_previous_row():
     assert engines.parse("vllm==0.23.1").row == "0.23.0"
     assert engines.parse("vllm==0.24").row == "0.24.0"
-    assert engines.parse("vllm==0.26.1").row == "0.25.0"
+    assert engines.parse("vllm==0.25.1").row == "0.25.0" and engines.parse("vllm==0.26.1").row == "0.26.0"
     assert engines.parse("vllm==0.40").beyond_table
 
 

@@ -52,10 +52,24 @@ class Release:
     beyond_table: bool  # newer than the newest release read: its rules are assumed to still hold
     evidence: str = "source"  # what the row rests on: "source" (read in the released code) or "run"
     newest_read: str = ""  # the newest release the rules were read from (a row is where they last changed)
+    source_read: bool = True  # this release's own source was read (the table's wheels_read)
 
     @property
     def label(self) -> str:
         return f"{self.engine}=={self.requested}"
+
+    @property
+    def unread(self) -> str | None:
+        """What a finding's evidence rests on where this release's own source was not read (None where it was)."""
+        if self.source_read:
+            return None
+        return f"{self.engine} {self.requested}'s own source not read: the rules of {self.row}"
+
+
+def with_source_read(rel: Release, wheels_read) -> Release:
+    """``rel`` knowing whether its requested release is one whose source was read (``wheels_read``, a table's list)."""
+    wanted = release_key(rel.requested)
+    return replace(rel, source_read=any(release_key(v) == wanted for v in wheels_read))
 
 
 def pick_row(table: dict, engine: str, version: str, first: str, why_first: str) -> Release:
@@ -97,9 +111,12 @@ class Recorder:
         self.view = EngineView(rel.label, evidence=rel.evidence)
         self.label = rel.label
         self.evidence = rel.evidence
+        self.view_ref = rel.unread  # where the release's own source was not read, said on each finding
 
     def add(self, check: str, severity: str, message: str, effect: str, subject: str | None = None) -> None:
-        self.view.findings.append(Finding(check, severity, message, subject, self.label, effect, self.evidence))
+        self.view.findings.append(
+            Finding(check, severity, message, subject, self.label, effect, self.evidence, self.view_ref)
+        )
 
     def refuse(self, check: str, message: str, effect: str, subject: str | None = None) -> None:
         self.view.loads = False

@@ -31,6 +31,7 @@ from .common import (
     missing_tensors,
     pick_row,
     release_key,
+    with_source_read,
 )
 
 TABLE = "sglang_releases.json"
@@ -46,12 +47,15 @@ LEGACY_AUX_NORM = {"aux_norm_low": "fc_norm.0", "aux_norm_mid": "fc_norm.1", "au
 
 def release(version: str) -> Release:
     table = load_table(TABLE)
-    return pick_row(
-        table,
-        "sglang",
-        version,
-        table["first_release"],
-        f"SGLang {table['first_release']}, its first release with EAGLE 3",
+    return with_source_read(
+        pick_row(
+            table,
+            "sglang",
+            version,
+            table["first_release"],
+            f"SGLang {table['first_release']}, its first release with EAGLE 3",
+        ),
+        table["wheels_read"],
     )
 
 

