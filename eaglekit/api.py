@@ -43,7 +43,7 @@ class Inspection:
     dialect: str
     eagle_version: str
     attention: str
-    aux_layer_ids: list[int] | None  # input-of-layer (vLLM's convention); None when the checkpoint records none
+    aux_layer_ids: list[int] | None  # input-of-layer (vLLM's convention); None: none recorded, or ambiguous (see data)
     flags: dict[str, bool]
     data: dict[str, Any] = field(repr=False)
 

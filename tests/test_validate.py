@@ -108,6 +108,7 @@ def broken(name: str):
         ),
         "config.fc_bias": (lambda p: tensors(v(p), lambda t: t.update({"fc.bias": torch.zeros(16)})), {}),
         "config.hidden_act": (lambda p: config(v(p), lambda c: c.update(hidden_act="gelu")), {}),
+        "mla.use_nope": (lambda p: config(v(p, mla=mla_dims()), lambda c: c.update(mla_use_nope=True)), {}),
         "config.num_layers": (lambda p: config(write_eagle(p, Dims()), lambda c: c.update(num_hidden_layers=40)), {}),
         "rope.conflicting_locations": (
             lambda p: config(
@@ -463,6 +464,7 @@ def test_each_invariant_is_caught_by_its_id(tmp_path, check):
         "config.architecture_mismatch": "warning",
         "vocab.lm_head_borrowed": "info",
         "attention.sliding_window": "info",
+        "mla.use_nope": "warning",
     }.get(check, "error")
     assert finding.severity == severity
 

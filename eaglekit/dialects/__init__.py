@@ -43,7 +43,7 @@ def unplaced_keys(source: dict, base: str | None, written: dict) -> list[str]:
     the written config holds nowhere under their name and that no dialect's rules read: a custom or newer key a
     conversion would drop in silence. Keys without effect on a served drafter (``WITHOUT_EFFECT_KEYS``) are not named.
     """
-    from ..model.hf_config import REWRITTEN_KEYS, WITHOUT_EFFECT_KEYS
+    from ..model.hf_config import NO_EFFECT_WHEN_FALSE, REWRITTEN_KEYS, WITHOUT_EFFECT_KEYS
 
     read = set(_STRUCTURE_KEYS) | set(WITHOUT_EFFECT_KEYS) | set(REWRITTEN_KEYS)
     for dialect in DIALECTS.values():
@@ -65,9 +65,21 @@ def unplaced_keys(source: dict, base: str | None, written: dict) -> list[str]:
             stack += node.values()
         elif isinstance(node, list):
             stack += node
-    nested = source.get(base) if base else None
-    keys = [*source, *(f"{base}.{k}" for k in (nested if isinstance(nested, dict) else {}))]
+    keys = []
+    for prefix, block in (("", source), (f"{base}.", source.get(base) if base else None)):
+        if not isinstance(block, dict):
+            continue
+        keys += [
+            prefix + k for k in block if k != "rope_parameters" and not (k in NO_EFFECT_WHEN_FALSE and not block[k])
+        ]
+        # transformers 5's rope: read, and written as rope_theta / rope_scaling (hf_config.rope_config); a key inside
+        # it that no writer carries is named as any other
+        rope = block.get("rope_parameters")
+        keys += [f"{prefix}rope_parameters.{k}" for k in (rope if isinstance(rope, dict) else {}) if k not in ROPE_KIND]
     return [k for k in keys if k.rsplit(".", 1)[-1] not in held and k.rsplit(".", 1)[-1] not in read]
+
+
+ROPE_KIND = ("rope_type", "type", "rope_theta")  # what rope_parameters says of the rope itself: always carried
 
 
 def names(*, writable: bool = False) -> list[str]:

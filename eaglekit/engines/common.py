@@ -92,12 +92,14 @@ class EngineView:
     uninitialised: list[str] = field(default_factory=list)  # missing weights the engine leaves as garbage
     findings: list[Finding] = field(default_factory=list)
     evidence: str = "source"
+    evidence_ref: str | None = None  # for "run": which runs of the release saw this reading (engines/runs.py)
 
     def to_dict(self) -> dict:
         return {
             "engine": self.engine,
             "loads": self.loads,
             "evidence": self.evidence,
+            **({"evidence_ref": self.evidence_ref} if self.evidence_ref else {}),
             "unit_weights": self.unit_weights,
             "uninitialised": self.uninitialised,
             "findings": [f.to_dict() for f in self.findings],

