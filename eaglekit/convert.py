@@ -368,8 +368,13 @@ def _plan(
             stored_name=loaded.stored_name,
         )
     )
-    # a config dtype no reader can load is the source's error that writing repairs: the writers state the weights' dtype
-    problems = [f for f in errors(found) if f.check != "config.dtype" or source.dtype is None]
+    # the source's errors that writing repairs: a config dtype no reader can load (the writers state the weights'), a
+    # tie_word_embeddings no head can honour (the writers state false: the shipped head is the drafter's)
+    problems = [
+        f
+        for f in errors(found)
+        if not (f.check == "config.dtype" and source.dtype is not None) and f.check != "config.tied_head"
+    ]
     if problems:
         raise ValidationFailed(_refusal("the source drafter does not validate", problems), problems)
     from .serving import verifier_for
@@ -429,6 +434,17 @@ def _plan(
                 stated.subject,
             )
         )
+    notes += [
+        Finding(
+            "config.tied_head_repaired",
+            "info",
+            f"the source's {f.subject} was true beside a shipped lm_head.weight: wrote tie_word_embeddings false, so"
+            " that every loader runs the shipped head (as vLLM did)",
+            f.subject,
+        )
+        for f in found
+        if f.check == "config.tied_head"
+    ]
     if any(n.check == "mla.q_lora_rank" for n in notes):  # the source's error, repaired by writing the key
         notes = [n for n in notes if n.check != "mla.q_lora_rank"]
         notes.append(

@@ -109,6 +109,9 @@ def broken(name: str):
         "config.fc_bias": (lambda p: tensors(v(p), lambda t: t.update({"fc.bias": torch.zeros(16)})), {}),
         "config.hidden_act": (lambda p: config(v(p), lambda c: c.update(hidden_act="gelu")), {}),
         "mla.use_nope": (lambda p: config(v(p, mla=mla_dims()), lambda c: c.update(mla_use_nope=True)), {}),
+        "config.tied_head": (lambda p: config(v(p), lambda c: c.update(tie_word_embeddings=True)), {}),
+        "config.heads": (lambda p: v(p, heads=3, kv_heads=2), {}),
+        "config.vocab_ids": (lambda p: config(v(p), lambda c: c.update(pad_token_id=64)), {}),
         "config.num_layers": (lambda p: config(write_eagle(p, Dims()), lambda c: c.update(num_hidden_layers=40)), {}),
         "rope.conflicting_locations": (
             lambda p: config(

@@ -799,6 +799,14 @@ def _tensors(out: Recorder, r: _Reading, engine_drafter: Drafter, flags: Flags, 
                 f" {intended.hidden_size}-wide hidden states)"
             )
         out.add("engine.embed", "error", "no embed_tokens and hidden_size != target hidden", effect)
+    if r.config.get("tie_word_embeddings") is True and "lm_head.weight" in loaded.names:
+        out.add(
+            "engine.lm_head_tied",
+            "info",
+            "tie_word_embeddings is true beside a shipped lm_head.weight",
+            "never reads tie_word_embeddings: runs the shipped lm_head (its EAGLE 3 drafter classes, every wheel read)",
+            "tie_word_embeddings",
+        )
     if intended.pruned_vocab and "lm_head.weight" not in loaded.names:
         # _maybe_share_lm_head gives the drafter the target's V-row head; compute_logits then scatters V logits onto
         # the draft_vocab_size mapped ids (llama_eagle3.py, 0.32.0 source)

@@ -50,6 +50,17 @@ CHECKS: dict[str, str] = {
         " writers do not model (verify and convert refuse it)"
     ),
     "mla.use_nope": "mla_use_nope: true on an MLA drafter: vLLM's EAGLE 3 MLA drafter never reads it and applies rope",
+    "config.tied_head": (
+        "tie_word_embeddings: true beside a shipped lm_head: of another shape than the embeddings it cannot be tied"
+        " (error); of the same, a tying loader drops one of the two (warning)"
+    ),
+    "config.heads": (
+        "num_attention_heads not a multiple of num_key_value_heads, or an odd rotary width (head_dim, qk_rope_head_dim)"
+    ),
+    "config.vocab_ids": (
+        "draft_vocab_size above vocab_size, or a pad/bos/eos token id outside the vocabulary (pad: transformers"
+        " refuses)"
+    ),
     "config.dtype": (
         "torch_dtype / dtype names no torch dtype (transformers cannot load the config), names one that is not floating"
         " point, or another than the weights'"
@@ -58,8 +69,8 @@ CHECKS: dict[str, str] = {
         "draft layers use sliding-window attention: which layers, the window, and what each engine does with it"
     ),
     "attention.layer_types": (
-        "layer_types is shorter than the decoder layers (vLLM refuses), or names sliding layers without a"
-        " sliding_window"
+        "layer_types names fewer or more layers than the drafter has (vLLM and transformers refuse), or names sliding"
+        " layers without a sliding_window"
     ),
     "mla.q_lora_rank": (
         "an MLA drafter without q_lora_rank (vLLM and SGLang cannot load it); absent with q_a_proj present: read from"

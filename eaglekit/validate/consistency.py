@@ -16,7 +16,7 @@ MLA_USE_NOPE = "mla_use_nope"
 
 def check_consistency(x) -> list[Finding]:
     out: list[Finding] = []
-    for check in (_tied_head, _heads, _vocab_ids, _mla_use_nope):
+    for check in (_tied_head, _heads, _vocab_ids, _layer_types, _mla_use_nope):
         out += check(x)
     return out
 
@@ -38,16 +38,130 @@ def _mla_use_nope(x) -> list[Finding]:
     ]
 
 
+def _blocks(config: dict | None) -> list[tuple[str, dict]]:
+    """(prefix, block) of each place the config holds HF keys: its top level, and speculators'
+    transformer_layer_config (the block vLLM builds the drafter from)."""
+    config = config or {}
+    layer = config.get("transformer_layer_config")
+    return [("", config)] + ([("transformer_layer_config.", layer)] if isinstance(layer, dict) else [])
+
+
 def _tied_head(x) -> list[Finding]:
-    return []
+    """``tie_word_embeddings: true`` says lm_head is the embedding matrix. Beside a head the checkpoint ships, a loader
+    that ties (transformers' from_pretrained, a training resume) makes one of the two: of another shape it cannot
+    (error), of the same shape the shipped head or embedding is replaced (warning). vLLM's drafters never read the key
+    (llama_eagle3.py, qwen3_eagle3.py, deepseek_eagle3.py: every wheel read, 0.22.0-0.33.0) and run the shipped head;
+    SGLang's runs the embeddings (engine.lm_head_tied)."""
+    tied = [prefix for prefix, block in _blocks(x.config) if block.get("tie_word_embeddings") is True]
+    head = x.present.get("lm_head.weight")
+    if not tied or head is None:
+        return []
+    d, key = x.drafter, f"{tied[0]}tie_word_embeddings"
+    embed = x.present.get("embed_tokens.weight")
+    head_shape, embed_shape = list(head[0]), list(embed[0]) if embed else [d.vocab_size, d.hidden_size]
+    whose = "its embed_tokens.weight" if embed else "the embeddings (the target's: none is shipped)"
+    if head_shape != embed_shape:
+        return [
+            Finding(
+                "config.tied_head",
+                "error",
+                f"{key} is true, but lm_head.weight {head_shape} cannot be tied to {whose} {embed_shape}: a loader"
+                " that ties them (transformers, a training resume) fails or drops the head",
+                key,
+            )
+        ]
+    return [
+        Finding(
+            "config.tied_head",
+            "warning",
+            f"{key} is true beside a shipped lm_head.weight: a loader that ties them (transformers, a training resume)"
+            f" runs {whose} as the head and drops the shipped one; vLLM's drafter ignores the key and runs the shipped"
+            " head, SGLang's the embeddings: write it false if the head was trained apart",
+            key,
+        )
+    ]
 
 
 def _heads(x) -> list[Finding]:
-    return []
+    """Head counts that cannot group (GQA shares each key/value head among num_attention_heads / num_key_value_heads
+    query heads: transformers' repeat_kv and vLLM's attention divide them) and a rotary width that is not even (every
+    rotary embedding turns pairs of dimensions)."""
+    d, out = x.drafter, []
+    if d.attention != "mla" and (d.num_kv_heads < 1 or d.num_heads % d.num_kv_heads):
+        out.append(
+            Finding(
+                "config.heads",
+                "error",
+                f"num_attention_heads {d.num_heads} is not a multiple of num_key_value_heads {d.num_kv_heads}: the"
+                " query heads cannot share the key/value heads evenly (transformers and vLLM divide one by the other)",
+                "num_key_value_heads",
+            )
+        )
+    rotary, what = (d.mla.qk_rope_head_dim, "qk_rope_head_dim") if d.mla else (d.head_dim, "head_dim")
+    if rotary % 2:
+        out.append(
+            Finding(
+                "config.heads",
+                "error",
+                f"{what} {rotary} is odd: the rotary embedding turns pairs of dimensions (every engine's and"
+                " transformers')",
+                what,
+            )
+        )
+    return out
 
 
 def _vocab_ids(x) -> list[Finding]:
-    return []
+    """Token ids past the vocabulary, and a draft vocabulary larger than the target's it maps into."""
+    d, out = x.drafter, []
+    if d.draft_vocab_size > d.vocab_size:
+        out.append(
+            Finding(
+                "config.vocab_ids",
+                "error",
+                f"draft_vocab_size {d.draft_vocab_size} is larger than vocab_size {d.vocab_size}: a draft vocabulary"
+                " is a subset of the target's",
+                "draft_vocab_size",
+            )
+        )
+    for prefix, block in _blocks(x.config):
+        for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            values = block.get(key) if isinstance(block.get(key), list) else [block.get(key)]
+            bad = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and not 0 <= v < d.vocab_size]
+            if bad:
+                fatal = key == "pad_token_id"  # nn.Embedding(vocab_size, ..., padding_idx=pad_token_id) asserts
+                out.append(
+                    Finding(
+                        "config.vocab_ids",
+                        "error" if fatal else "warning",
+                        f"{prefix}{key} {shown(bad[0])} is outside the vocabulary 0..{d.vocab_size - 1}"
+                        + (
+                            ": transformers refuses to build the embedding (padding_idx must be within num_embeddings)"
+                            if fatal
+                            else ": a generation loop never sees it"
+                        ),
+                        prefix + key,
+                    )
+                )
+    return out
 
 
-__all__ = ["MLA_USE_NOPE", "check_consistency", "shown"]
+def _layer_types(x) -> list[Finding]:
+    """layer_types naming more layers than the drafter has (fewer: check_window): transformers' config validation
+    requires one entry per layer (5.17 and 5.24's source; vLLM refuses it: engine.layer_types)."""
+    d = x.drafter
+    types = d.window.layer_types
+    if types is None or len(types) <= d.num_layers:
+        return []
+    return [
+        Finding(
+            "attention.layer_types",
+            "error",
+            f"layer_types names {len(types)} layers but the drafter has {d.num_layers} decoder layer(s): transformers"
+            " refuses the config (num_hidden_layers must equal the number of layer_types)",
+            "layer_types",
+        )
+    ]
+
+
+__all__ = ["MLA_USE_NOPE", "check_consistency"]
