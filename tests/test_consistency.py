@@ -60,7 +60,7 @@ def test_a_tied_head_of_the_same_shape_warns(tmp_path):
 
 
 def test_no_tie_without_a_head_of_its_own(tmp_path):
-    """tie true with no lm_head shipped: the engines borrow the target's head (vocab.lm_head_borrowed), nothing to say."""
+    """tie true with no lm_head shipped: the engines borrow the target's head (vocab.lm_head_borrowed): no finding."""
     src = edit_config(
         write_vllm(tmp_path / "src", Dims(Vd=64, lm_head=False)), lambda c: c.update(tie_word_embeddings=True)
     )
