@@ -259,7 +259,10 @@ def convert(
     untrained = plan.drafter.provenance.untrained_upgrade
     lines = [] if untrained else serve_lines(plan.serving, target_name, str(out_path))
     if lines:
-        data["notes"] += [n.to_dict() for n in said]
+        from .findings import with_next_steps
+        from .validate.checks import next_step_table
+
+        data["notes"] += [n.to_dict() for n in with_next_steps(said, next_step_table())]
     data["serving"] = lines  # per engine: the releases that serve the output, and the command
     data["serve"] = lines[0]["command"] if lines else None
     data = document(source, True, data)

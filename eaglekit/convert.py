@@ -345,13 +345,13 @@ def plan_conversion(source: str | Path, out: str | Path | None, options: Convert
         if loaded.ambiguity is not None and options.aux_layers is None:
             # the user must decide: converting would write one reading's ids as if they were certain
             raise UsageError(f"{loaded.checkpoint.label}: refusing to convert, {loaded.ambiguity.message()}")
-        return _plan(loaded, writer, options, target)
+        return plan_loaded(loaded, writer, options, target)
     except BaseException:
         loaded.close()
         raise
 
 
-def _plan(
+def plan_loaded(
     loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: ConvertOptions, target: TargetConfig | None
 ) -> ConversionPlan:
     from . import __version__
@@ -379,7 +379,7 @@ def _plan(
         raise ValidationFailed(_refusal("the source drafter does not validate", problems), problems)
     from .serving import verifier_for
 
-    verifier, said = verifier_for(source.verifier, options.target_id, target)
+    verifier, said = verifier_for(source.verifier, options.target_id, target, read_by=writer.verifier_readers)
     notes += said
     d = source.with_(verifier=verifier)
     if target is not None:
@@ -524,6 +524,10 @@ def _plan(
             target_num_layers=target.num_layers if target else None,
         )
         notes += unservable(writer, serving, trainers_only=not d.flags.norm_before_lm_head)
+    from .findings import with_next_steps
+    from .validate.checks import next_step_table
+
+    notes, findings = with_next_steps(notes, next_step_table()), with_next_steps(findings, next_step_table())
     shards = plan_shards([TensorPlan(t.name, t.dtype, t.shape, lambda: None) for t in tensors], options.max_shard_bytes)
     files = shard_names(len(shards)) + (["model.safetensors.index.json"] if len(shards) > 1 else []) + ["config.json"]
     return ConversionPlan(

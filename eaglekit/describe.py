@@ -103,7 +103,7 @@ def describe(loaded: LoadedDrafter) -> dict:
             {"reading": d.norm_output_semantics, "certain": d.norm_output_certain} if d.norm_output_semantics else None
         ),
         "window": window_dict(d),
-        "rope": {"theta": d.rope.theta, "scaling": d.rope.scaling},
+        "rope": {"theta": d.rope.theta, "scaling": d.rope.scaling, "partial_rotary_factor": d.partial_rotary_factor},
         "rms_norm_eps": d.rms_norm_eps,
         "verifier": d.verifier,
         "dtype": d.dtype,

@@ -134,11 +134,12 @@ def hub_id(text: object) -> str | None:
     return text if isinstance(text, str) and hub_id_problem(text) is None else None
 
 
-def verifier_for(recorded: str | None, target_id: str | None, target) -> tuple[str | None, list]:
+def verifier_for(recorded: str | None, target_id: str | None, target, *, read_by: str = "") -> tuple[str | None, list]:
     """The Hub id a conversion's output names as its verifier (speculators' ``verifier.name_or_path``, which ``vllm
     serve DRAFTER`` loads; eaglekit's block), and the note to say about it. In order: ``target_id`` (the user's word),
     the target's own Hub id (a Hub id in the cache), the id the source recorded. Never a path: where only a path is
-    known (the target's, or a source's verifier), the output names none, and a note says so."""
+    known (the target's, or a source's verifier), the output names none, and a note says so (a warning where the
+    output's readers need one: ``read_by`` says who)."""
     from .findings import Finding
 
     chosen = target_id or (target.hub_id if target is not None else None) or hub_id(recorded)
@@ -155,8 +156,9 @@ def verifier_for(recorded: str | None, target_id: str | None, target) -> tuple[s
     return None, [
         Finding(
             "verifier.unknown",
-            "info",
-            f"the target's Hub id is not known ({path} is a path on this machine): the output names no verifier",
+            "warning" if read_by else "info",
+            f"the target's Hub id is not known ({path} is a path on this machine): the output names no verifier"
+            + (f", which {read_by} read" if read_by else ""),
             "verifier",
         )
     ]

@@ -146,34 +146,32 @@ def test_releases_named_reads_a_specifier():
     assert releases_named("sglang", ">=0.5.17") == ["0.5.17", "0.5.23", "0.6.0"]
 
 
-@pytest.fixture(scope="module")
-def targets(tmp_path_factory) -> dict[int, Path]:
-    root = tmp_path_factory.mktemp("targets")
-    return {layers: target_config(root / f"L{layers}", layers) for layers in (8, 30, 36)}
+def target_for(tmp_path: Path, fixture: str, src: Path, depth: int | None) -> str | None:
+    """The target to convert ``fixture`` with: a config of ``depth`` layers (none: no target), of the drafter's target
+    width and vocabulary."""
+    if depth is None:
+        return None
+    with dialects.load(src) as loaded:
+        d = loaded.drafter
+    target = target_config(tmp_path / "target", depth)
+    edit_config(target, _with({"hidden_size": d.target_hidden_size, "vocab_size": d.vocab_size}))
+    return str(target)
 
 
-def _errors(path: Path, engine: str, target: Path | None) -> list[str]:
-    report = api.validate(path, engine=engine, target=str(target) if target else None)
+def _errors(path: Path, engine: str, target: str | None) -> list[str]:
+    report = api.validate(path, engine=engine, target=target)
     return [f"[{f.check}] {f.line()}" for f in report.findings if f.severity == "error"]
 
 
 @pytest.mark.parametrize("fixture", list(FIXTURES))
-def test_what_convert_writes_and_serves_validates_clean_for_that_engine(tmp_path, targets, fixture):
+def test_what_convert_writes_and_serves_validates_clean_for_that_engine(tmp_path, fixture):
     write, depth = FIXTURES[fixture]
     src = write(tmp_path / "src")
-    target = None
-    if depth is not None:
-        target = targets[depth] if not fixture.startswith(("example", "matrix")) else None
-        if target is None:  # the examples' and the matrix's targets: their config alone, of their width and vocab
-            with dialects.load(src) as loaded:
-                d = loaded.drafter
-            target = tmp_path / "target"
-            target_config(target, depth)
-            edit_config(target, _with({"hidden_size": d.target_hidden_size, "vocab_size": d.vocab_size}))
+    target = target_for(tmp_path, fixture, src, depth)
     for to in WRITERS:
         out = tmp_path / to
         try:
-            result = api.convert(src, out, to=to, target=str(target) if target else None)
+            result = api.convert(src, out, to=to, target=target)
         except EaglekitError as exc:
             assert str(exc).strip() and not out.exists(), (to, str(exc))  # refused, saying why, nothing written
             continue

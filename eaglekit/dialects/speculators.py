@@ -41,6 +41,9 @@ class SpeculatorsDialect(Dialect):
     library_name = "speculators"
     hub_tags = ("vllm", "speculators")
     served_by = ("vllm",)
+    # speculators_config.verifier.name_or_path: vLLM's `vllm serve DRAFTER` (its target) and speculators 0.9.0's
+    # Eagle3DraftModel.from_pretrained (AutoConfig.from_pretrained of it; source, run here: it fails without one)
+    verifier_readers = "`vllm serve DRAFTER` and speculators' from_pretrained"
     evidence = (
         Clue("speculators_model_type is eagle3", 100, lambda c, n, k: c.get("speculators_model_type") == "eagle3"),
         Clue("has speculators_config", 30, lambda c, n, k: isinstance(c.get("speculators_config"), dict)),

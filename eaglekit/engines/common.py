@@ -266,5 +266,21 @@ def missing_tensors(
         )
 
 
+def partial_rotary_findings(out: Recorder, intended: Drafter, how: str | None) -> Drafter:
+    """A rope over part of each head (``partial_rotary_factor``) as the release runs it: ``how`` "applied" (a note) or
+    anything else (an error: it rotates every dimension). Returns the drafter as served."""
+    if intended.partial_rotary_factor == 1.0 or intended.attention == "mla":
+        return intended
+    what = (
+        f"the rope rotates the first {intended.rotary_dim} of each head's {intended.head_dim} dimensions"
+        f" (partial_rotary_factor {intended.partial_rotary_factor:g})"
+    )
+    if how == "applied":
+        out.add("engine.partial_rotary", "info", what, "rotates the same ones, neox-style", "partial_rotary_factor")
+        return intended
+    out.add("engine.partial_rotary", "error", what, "rotates every dimension: another attention than trained")
+    return replace(intended, partial_rotary_factor=1.0)
+
+
 def listed(names: list[str]) -> str:
     return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")

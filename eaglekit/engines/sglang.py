@@ -29,6 +29,7 @@ from .common import (
     listed,
     load_table,
     missing_tensors,
+    partial_rotary_findings,
     pick_row,
     release_key,
     with_source_read,
@@ -268,7 +269,7 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
 
     # -- tensors: where each lands, what matches nothing ----------------------------------------------------
     engine_drafter = replace(
-        intended,
+        partial_rotary_findings(out, intended, f["partial_rotary"]),
         flags=served,
         num_aux=counted,
         aux=AuxLayers(captured, INPUT) if captured is not None else intended.aux,

