@@ -247,9 +247,12 @@ def convert(
     data["output"] = str(out)
     data["written"] = files is not None
     if dry_run:  # what the same command without --dry-run would do to OUT
-        from .convert import destination_status
+        from .convert import foreign_entries
+        from .io.atomic import destination_status
 
-        data["destination"] = destination_status(out, force=force, protect=[plan.loaded.checkpoint.directory])
+        data["destination"] = destination_status(
+            out, force=force, protect=[plan.loaded.checkpoint.directory], replaceable=foreign_entries
+        )
     if resolve:
         data["resolved"] = resolved  # None: the checkpoint was not ambiguous, nothing to measure
     if files is not None:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import dialects
 from .dialects.base import lookup
@@ -112,7 +112,7 @@ class ConversionPlan:
     def changes(self) -> list[dict]:
         """What the conversion changes in config.json, as old -> new values with the keys that hold them
         (``config_changes``)."""
-        return config_changes(
+        return dialects.config_changes(
             dialects.get(self.loaded.dialect), self.loaded.checkpoint.config or {}, self.dialect, self.config
         )
 
@@ -132,69 +132,6 @@ class ConversionPlan:
             "notes": [n.to_dict() for n in self.notes],
             "findings": [f.to_dict() for f in self.findings],
         }
-
-
-def _side(config: dict, locations: list[str], default: Any = None) -> dict:
-    """Where one setting sits in a config: the keys (dotted) that hold it and its value (the first key's), or the
-    default."""
-    keys = [k for k in locations if lookup(config, k) is not None]
-    return {"keys": keys, "value": lookup(config, keys[0]) if keys else default}
-
-
-def config_changes(source: dialects.Dialect, before: dict, writer: dialects.Dialect, after: dict) -> list[dict]:
-    """The settings a conversion moves or rewrites, each as ``{"what", "old", "new"}`` with ``{"keys", "value",
-    "convention"}`` on each side: the architecture and model_type labels, the aux layer ids (translated between
-    conventions: SGLang's output-of-layer [1, 15, 28] is vLLM's input-of-layer [2, 16, 29]) and every flag, read
-    where each dialect's rules (``ConfigRules``) keep them. A flag no key records reads as its dialect's default."""
-    out: list[dict] = []
-    for what in ("architectures", "model_type"):
-        places = [
-            f"{rules.base}.{what}" for rules in (source.rules, writer.rules) if rules.base and what == "model_type"
-        ]
-        out.append({"what": what, "old": _side(before, [what, *places]), "new": _side(after, [what, *places])})
-
-    def aux(rules, config):
-        present = [(key, conv) for key, conv in rules.aux_ids if isinstance(_side(config, [key])["value"], list)]
-        return {**_side(config, [k for k, _ in present]), "convention": present[0][1] if present else None}
-
-    out.append({"what": "aux layer ids", "old": aux(source.rules, before), "new": aux(writer.rules, after)})
-    for flag in dict.fromkeys([*source.rules.flags, *writer.rules.flags]):
-        old_key, new_key = source.rules.flags.get(flag), writer.rules.flags.get(flag)
-        old = _side(before, list(old_key.locations) if old_key else [], old_key.default if old_key else None)
-        new = _side(after, list(new_key.locations) if new_key else [], new_key.default if new_key else None)
-        out.append({"what": flag, "old": old, "new": new})
-    return [c for c in out if c["old"] != c["new"]]
-
-
-def destination_status(out: str | Path, *, force: bool, protect: list[Path]) -> dict:
-    """What writing ``out`` would do, for a dry run: whether it exists, whether the conversion needs ``--force``, the
-    entries ``--force`` replaces, and the refusal the same command without ``--dry-run`` would stop with (or None)."""
-    from .errors import EaglekitError
-
-    dest = Path(out)
-    exists = dest.exists() or dest.is_symlink()
-
-    def refusal(with_force: bool) -> str | None:
-        try:
-            check_destination(dest, force=with_force, protect=protect, replaceable=foreign_entries)
-        except EaglekitError as exc:
-            return str(exc)
-        return None
-
-    forced = refusal(True)  # a refusal even --force cannot lift (a user's files, the source) is the one to show
-    stop = forced if forced or force else refusal(False)
-    replaces = (
-        sorted(p.name + ("/" if p.is_dir() else "") for p in dest.iterdir())
-        if exists and dest.is_dir() and not forced
-        else []
-    )
-    return {
-        "path": str(out),
-        "exists": exists,
-        "needs_force": exists and not forced,
-        "replaces": replaces,
-        "refusal": stop,
-    }
 
 
 def _refusal(why: str, problems: list[Finding]) -> str:
