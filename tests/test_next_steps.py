@@ -81,9 +81,11 @@ def test_every_next_step_keeps_its_promise(tmp_path, fixture):
         spec = f"{engine}=={release}"
         for f in api.validate(src, engine=spec, target=target).findings:
             step = f.next_step or {}
-            if step.get("release"):
+            if step.get("release"):  # that release has nothing to say against the drafter (its own checks aside)
                 later = step["release"].replace(">=", "==")
-                assert api.validate(src, engine=later, target=target).ok, (fixture, spec, f.check, later)
+                report = api.validate(src, engine=later, target=target)
+                against = [g.check for g in report.findings if g.engine == later and g.severity == "error"]
+                assert not against, (fixture, spec, f.check, later, against)
             if step.get("command") != "convert" or step["options"].get("resolve"):
                 continue  # --resolve measures the target: tests/test_resolve.py
             to = step["options"]["to"]

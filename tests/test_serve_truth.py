@@ -90,6 +90,14 @@ FIXTURES = {
         None,
     ),
     "vllm qwen3": (lambda p: write_vllm(p, Dims(qwen3=True)), None),
+    "vllm partial rotary": (
+        lambda p: edit_config(write_vllm(p, Dims()), _with({"partial_rotary_factor": 0.5})),
+        None,
+    ),
+    "specforge tied head": (
+        lambda p: edit_config(write_specforge(p, Dims()), _with({"tie_word_embeddings": True})),
+        None,
+    ),
     "vllm mla 3.1": (lambda p: write_vllm(p, Dims(mla=mla_dims(), Vd=64, fc_norm=True), norm_output=True), None),
     "vllm with target": (lambda p: write_vllm(p, Dims()), 8),
     "torchspec": (lambda p: write_torchspec(p, Dims(Vd=64)), None),
