@@ -174,5 +174,8 @@ def serve_target(target, verifier: str | None) -> tuple[str, list]:
     named = verifier or TARGET_PLACEHOLDER
     if target is None:
         return named, []
-    instead = f"the serve lines name {verifier}" if verifier else "the serve lines name no target (no Hub id is known)"
-    return named, [Finding("serve.gguf_target", "info", f"{instead}, not {target.source}: {GGUF_NOTE}", "target")]
+    if verifier:  # (serve.gguf_target, said where no Hub id is known, has a next step: name one)
+        said = f"the serve lines name {verifier}, not {target.source}: {GGUF_NOTE}"
+        return named, [Finding("serve.gguf_hub_id", "info", said, "target")]
+    said = f"the serve lines name no target (no Hub id is known), not {target.source}: {GGUF_NOTE}"
+    return named, [Finding("serve.gguf_target", "info", said, "target")]

@@ -131,6 +131,8 @@ def test_a_gguf_target_is_never_the_served_model(tmp_path, cli):
         cli("convert", src, tmp_path / "o2", "--to", "vllm", "--target", gguf, "--target-id", HUB_ID, "--json").stdout
     )
     assert data["serve"].startswith(f"vllm serve {HUB_ID} ")
+    [named] = [n for n in data["notes"] if n["check"].startswith("serve.gguf")]
+    assert named["check"] == "serve.gguf_hub_id" and "next_step" not in named  # the id was given: nothing to do
     no_machine_path(tmp_path / "o2", gguf)
 
 

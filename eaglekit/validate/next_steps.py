@@ -38,7 +38,8 @@ def advise(loaded, release, findings: list[Finding], target=None) -> list[Findin
             after[to] = _checks_after_converting(loaded, release, to, target)
         if after[to] is not None and check not in after[to]:
             kept[check] = step
-    return with_next_steps(findings, kept, extra)
+    # an engine's note (info) says what goes right: nothing to do about it
+    return [f if f.severity == "info" else with_next_steps([f], kept, extra)[0] for f in findings]
 
 
 def advise_checks(loaded, findings: list[Finding], target=None) -> list[Finding]:
