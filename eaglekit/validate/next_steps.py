@@ -76,7 +76,7 @@ def _plan(loaded, to: str, target):
         return None
     try:
         plan = plan_loaded(loaded, dialects.get_writer(to), ConvertOptions(to=to), target)
-    except EaglekitError:
+    except (EaglekitError, ValueError, KeyError, TypeError):  # advice: a plan that fails gives none, never a crash
         return None
     return None if errors(plan.findings) else plan  # one with errors, the conversion refuses to write
 
