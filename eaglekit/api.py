@@ -194,8 +194,8 @@ def convert(
     if resolve and aux_layers is not None:
         raise UsageError("--resolve and --aux-layers both decide the aux layers; pass one of them")
     if not dry_run:  # before a Hub source downloads (GBs); checked again against the located source (plan_conversion)
-        from .convert import foreign_entries
         from .io.atomic import check_destination
+        from .io.writer import foreign_entries
 
         check_destination(
             Path(out), force=force, protect=[Path(source)] if Path(source).exists() else [], replaceable=foreign_entries
@@ -247,8 +247,8 @@ def convert(
     data["output"] = str(out)
     data["written"] = files is not None
     if dry_run:  # what the same command without --dry-run would do to OUT
-        from .convert import foreign_entries
         from .io.atomic import destination_status
+        from .io.writer import foreign_entries
 
         data["destination"] = destination_status(
             out, force=force, protect=[plan.loaded.checkpoint.directory], replaceable=foreign_entries

@@ -11,7 +11,6 @@ is imported only to make a tensor: a cast, fc_norm ones, a materialised lm_head,
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,12 +18,21 @@ from typing import TYPE_CHECKING
 
 from . import dialects
 from .dialects.base import lookup
-from .errors import CheckpointError, UsageError, ValidationFailed
+from .errors import UsageError, ValidationFailed
 from .findings import Finding, errors
 from .io import dtypes, jsonfile
 from .io.atomic import atomic_directory, check_destination
 from .io.reader import Checkpoint
-from .io.writer import DEFAULT_MAX_SHARD_BYTES, Payload, TensorPlan, plan_shards, shard_names, write_checkpoint_tensors
+from .io.writer import (
+    DEFAULT_MAX_SHARD_BYTES,
+    WEIGHTS_MARK,
+    Payload,
+    TensorPlan,
+    foreign_entries,
+    plan_shards,
+    shard_names,
+    write_checkpoint_tensors,
+)
 from .model.config_view import shown
 from .model.drafter import INPUT, UPGRADE_NOTE, AuxLayers, Drafter, default_aux_ids
 from .validate.checks import CheckInput, run_checks, t2d_from_d2t
@@ -208,51 +216,6 @@ def _upgrade(d: Drafter, notes: list[Finding]) -> tuple[Drafter, list[str]]:
     return d, added
 
 
-# What a conversion writes (and what verify --report may add beside it): the only names --force replaces.
-_OUTPUT_FILE = re.compile(
-    r"config\.json|model(-\d+-of-\d+)?\.safetensors|model\.safetensors\.index\.json|eaglekit-verify\.json"
-)
-
-
-# The key in each written safetensors header's __metadata__ that says eaglekit wrote those weights (its version). A
-# model trained from a conversion keeps the config's eaglekit block but not this (save_pretrained writes its own
-# header): --force does not take the trained weights for an earlier output of ours.
-WEIGHTS_MARK = "eaglekit"
-
-
-def foreign_entries(directory: Path) -> list[str]:
-    """What stops ``directory`` being an earlier eaglekit conversion that ``--force`` may replace.
-
-    It is one when its config.json carries the ``eaglekit`` block every writer adds, every weights file's header
-    carries ``WEIGHTS_MARK``, and it holds nothing but the files a conversion writes. Every other entry is named, so
-    the refusal says what would be lost.
-    """
-    foreign = sorted(p.name + "/" for p in directory.iterdir() if p.is_dir() or p.is_symlink())
-    foreign += sorted(
-        p.name for p in directory.iterdir() if p.is_file() and not p.is_symlink() and not _OUTPUT_FILE.fullmatch(p.name)
-    )
-    if foreign:
-        return foreign
-    try:
-        config = jsonfile.load_object(directory / "config.json")
-    except CheckpointError:
-        config = {}
-    block = config.get("eaglekit")
-    if not (isinstance(block, dict) and "dialect" in block):
-        return sorted(p.name for p in directory.iterdir())  # safetensors and a config, but not eaglekit's
-    from .io.safetensors_header import read_header
-
-    unmarked = []
-    for weights in sorted(directory.glob("*.safetensors")):
-        try:
-            marked = WEIGHTS_MARK in read_header(weights).metadata
-        except CheckpointError:
-            marked = False
-        if not marked:  # another program's, re-saved since (a fine-tune), or an eaglekit's from before the mark
-            unmarked.append(f"{weights.name}: weights without eaglekit's mark")
-    return unmarked
-
-
 def plan_conversion(source: str | Path, out: str | Path | None, options: ConvertOptions) -> ConversionPlan:
     writer = dialects.get_writer(options.to)
     if options.upgrade not in (None, "3", "3.0", "3.1"):
@@ -344,6 +307,95 @@ def plan_loaded(
         d = d.with_(dtype=dtypes.name(options.dtype))
     writer.check_flags_holdable(d)
     writer.check_writable(d)
+    notes = _repaired(notes, found, loaded, writer, d)
+    if d.windowed_layers and writer.window_caveat:
+        notes.append(
+            Finding(
+                "window.writer",
+                "warning",
+                f"draft layers {list(d.windowed_layers)} use a sliding window of {d.window.size}: "
+                f"sliding_window and layer_types are written, but {writer.window_caveat}",
+                "sliding_window",
+            )
+        )
+    out_names = writer.output_names(d)
+    present = loaded.present()
+    tensors: list[OutputTensor] = []
+    for canonical, name in out_names.items():
+        op, src, dtype_in, shape = _source_of(canonical, d, loaded, present, added_ones)
+        dtype = options.dtype if options.dtype is not None and dtype_in.is_floating_point else dtype_in
+        if op == "copy" and dtype != dtype_in:
+            op = "cast"
+        tensors.append(OutputTensor(name, canonical, src, op, dtype_in, dtype, shape))
+    written_sources = {t.source for t in tensors}
+    dropped = {s: _why_dropped(c, writer) for c, s in loaded.names.items() if s not in written_sources}
+
+    # validate what would be written, with the source's vocab maps standing in for the output's
+    out_present = {t.canonical: (t.shape, t.dtype) for t in tensors}
+    for s in loaded.unknown:
+        out_present[s] = present[s]
+    config = writer.write_config(d)
+    unplaced = dialects.unplaced_keys(loaded.checkpoint.config or {}, dialects.get(loaded.dialect).rules.base, config)
+    if unplaced:
+        notes.append(
+            Finding(
+                "config.keys_dropped",
+                "warning",
+                f"config.json keys eaglekit does not know, which the {writer.name} dialect "
+                f"has no place for, are left out: {', '.join(map(shown, unplaced))}; a reader that used them no longer "
+                "can (a key that changes the drafter's math would change what an engine runs)",
+                unplaced[0],
+            )
+        )
+    findings = _check_output(loaded, d, config, out_present, out_names, writer, target)
+    # what this run's own notes already say of the output, said once, by the note (which says why)
+    said_by_notes = {"flags.untrained_upgrade"} if options.upgrade else set()
+    said_by_notes |= {n.check for n in notes if n.check == "aux.not_recorded"}
+    findings = [f for f in findings if f.check not in said_by_notes]
+    serving = []
+    if not errors(findings):  # an output that does not validate is refused for that, when it would be written
+        from .serving import engine_support, unservable
+
+        serving = engine_support(
+            writer,
+            config,
+            {t.name: (t.dtype, t.shape) for t in tensors},
+            target_num_layers=target.num_layers if target else None,
+        )
+        notes += unservable(writer, serving, trainers_only=not d.flags.norm_before_lm_head)
+    from .findings import with_next_steps
+    from .validate.checks import next_step_table
+
+    notes, findings = with_next_steps(notes, next_step_table()), with_next_steps(findings, next_step_table())
+    shards = plan_shards([TensorPlan(t.name, t.dtype, t.shape, lambda: None) for t in tensors], options.max_shard_bytes)
+    files = shard_names(len(shards)) + (["model.safetensors.index.json"] if len(shards) > 1 else []) + ["config.json"]
+    return ConversionPlan(
+        loaded, source, d, writer, tensors, dropped, config, files, notes, findings, options, target, serving
+    )
+
+
+def _check_output(loaded, d: Drafter, config: dict, out_present: dict, out_names: dict, writer, target) -> list:
+    """validate's checks of the output as planned: its config against its dialect's schema, its tensors (the source's
+    vocab maps standing in for the output's) against its config."""
+    from . import schemas  # jsonschema: the output's config.json is held to its dialect's schema, as validate holds it
+
+    findings = schemas.check_config(config, writer.schema, mla=d.attention == "mla", label="the output's config.json")
+    return findings + run_checks(
+        CheckInput(
+            d,
+            out_present,
+            values=lambda c: _values_for_checks(loaded, c),
+            target=target,
+            config=config,
+            stored_name=lambda c: out_names.get(c, c),
+        )
+    )  # the output's names
+
+
+def _repaired(notes: list[Finding], found: list[Finding], loaded, writer, d: Drafter) -> list[Finding]:
+    """``notes`` and what writing repairs of the source's own faults (the class its tensors fit, the weights' dtype,
+    tie_word_embeddings false, the q_lora_rank its tensors give)."""
+    notes = list(notes)
     if any(n.check == "config.architecture_mismatch" for n in notes):
         from .model.architectures import written_as
 
@@ -393,83 +445,7 @@ def plan_loaded(
                 "q_lora_rank",
             )
         )
-
-    if d.windowed_layers and writer.window_caveat:
-        notes.append(
-            Finding(
-                "window.writer",
-                "warning",
-                f"draft layers {list(d.windowed_layers)} use a sliding window of {d.window.size}: "
-                f"sliding_window and layer_types are written, but {writer.window_caveat}",
-                "sliding_window",
-            )
-        )
-    out_names = writer.output_names(d)
-    present = loaded.present()
-    tensors: list[OutputTensor] = []
-    for canonical, name in out_names.items():
-        op, src, dtype_in, shape = _source_of(canonical, d, loaded, present, added_ones)
-        dtype = options.dtype if options.dtype is not None and dtype_in.is_floating_point else dtype_in
-        if op == "copy" and dtype != dtype_in:
-            op = "cast"
-        tensors.append(OutputTensor(name, canonical, src, op, dtype_in, dtype, shape))
-    written_sources = {t.source for t in tensors}
-    dropped = {s: _why_dropped(c, writer) for c, s in loaded.names.items() if s not in written_sources}
-
-    # validate what would be written, with the source's vocab maps standing in for the output's
-    out_present = {t.canonical: (t.shape, t.dtype) for t in tensors}
-    for s in loaded.unknown:
-        out_present[s] = present[s]
-    config = writer.write_config(d)
-    unplaced = dialects.unplaced_keys(loaded.checkpoint.config or {}, dialects.get(loaded.dialect).rules.base, config)
-    if unplaced:
-        notes.append(
-            Finding(
-                "config.keys_dropped",
-                "warning",
-                f"config.json keys eaglekit does not know, which the {writer.name} dialect "
-                f"has no place for, are left out: {', '.join(map(shown, unplaced))}; a reader that used them no longer "
-                "can (a key that changes the drafter's math would change what an engine runs)",
-                unplaced[0],
-            )
-        )
-    from . import schemas  # jsonschema: the output's config.json is held to its dialect's schema, as validate holds it
-
-    findings = schemas.check_config(config, writer.schema, mla=d.attention == "mla", label="the output's config.json")
-    findings += run_checks(
-        CheckInput(
-            d,
-            out_present,
-            values=lambda c: _values_for_checks(loaded, c),
-            target=target,
-            config=config,
-            stored_name=lambda c: out_names.get(c, c),
-        )
-    )  # the output's names
-    # what this run's own notes already say of the output, said once, by the note (which says why)
-    said_by_notes = {"flags.untrained_upgrade"} if options.upgrade else set()
-    said_by_notes |= {n.check for n in notes if n.check == "aux.not_recorded"}
-    findings = [f for f in findings if f.check not in said_by_notes]
-    serving = []
-    if not errors(findings):  # an output that does not validate is refused for that, when it would be written
-        from .serving import engine_support, unservable
-
-        serving = engine_support(
-            writer,
-            config,
-            {t.name: (t.dtype, t.shape) for t in tensors},
-            target_num_layers=target.num_layers if target else None,
-        )
-        notes += unservable(writer, serving, trainers_only=not d.flags.norm_before_lm_head)
-    from .findings import with_next_steps
-    from .validate.checks import next_step_table
-
-    notes, findings = with_next_steps(notes, next_step_table()), with_next_steps(findings, next_step_table())
-    shards = plan_shards([TensorPlan(t.name, t.dtype, t.shape, lambda: None) for t in tensors], options.max_shard_bytes)
-    files = shard_names(len(shards)) + (["model.safetensors.index.json"] if len(shards) > 1 else []) + ["config.json"]
-    return ConversionPlan(
-        loaded, source, d, writer, tensors, dropped, config, files, notes, findings, options, target, serving
-    )
+    return notes
 
 
 def _source_of(canonical: str, d: Drafter, loaded, present, added_ones):
