@@ -43,7 +43,7 @@ class Inspection:
     dialect: str
     eagle_version: str
     attention: str
-    aux_layer_ids: list[int] | None  # input-of-layer (vLLM's convention); None when the checkpoint records none
+    aux_layer_ids: list[int] | None  # input-of-layer (vLLM's convention); None: none recorded, or ambiguous (see data)
     flags: dict[str, bool]
     data: dict[str, Any] = field(repr=False)
     # a drafter of another family (DFlash, DSpark, MTP, ...: model/families.py), which eaglekit names and does not
@@ -149,6 +149,7 @@ def convert(
     source_dialect: str = "auto",
     norm_output_semantics: str = "auto",
     target: str | None = None,
+    target_id: str | None = None,
     aux_layers: tuple[int, ...] | None = None,
     upgrade: str | None = None,
     dtype: Any = None,
@@ -167,6 +168,10 @@ def convert(
     ``verify`` measures it (``prompts``: a JSONL file, else the built-in set) and converted with the reading it was
     trained with; a UsageError, nothing written, when no reading wins by ``verify.readings.DECISIVE_MARGIN``.
 
+    ``target_id``: the target's Hub id (``org/name``), the verifier the output names (speculators'
+    ``verifier.name_or_path``, which ``vllm serve DRAFTER`` loads) and the target of the serve lines; without it the
+    target's own Hub id (a cached Hub id) or the source's, and never a path on this machine.
+
     ``dtype`` is a dtype (``eaglekit.io.dtypes.DType``, a torch dtype) or its name (``"bfloat16"``); ``on_plan`` sees
     the plan before anything is written; ``progress`` receives byte counts as tensors are written.
     """
@@ -181,6 +186,7 @@ def convert(
         source_dialect=source_dialect,
         norm_output_semantics=norm_output_semantics,
         target=target,
+        target_id=target_id,
         aux_layers=tuple(aux_layers) if aux_layers is not None else None,
         upgrade=upgrade,
         dtype=dtypes.parse_cast(dtype) if isinstance(dtype, str) else dtype,
@@ -197,8 +203,8 @@ def convert(
     if resolve and aux_layers is not None:
         raise UsageError("--resolve and --aux-layers both decide the aux layers; pass one of them")
     if not dry_run:  # before a Hub source downloads (GBs); checked again against the located source (plan_conversion)
-        from .convert import foreign_entries
         from .io.atomic import check_destination
+        from .io.writer import foreign_entries
 
         check_destination(
             Path(out), force=force, protect=[Path(source)] if Path(source).exists() else [], replaceable=foreign_entries
@@ -244,31 +250,36 @@ def convert(
             files = None if dry_run else execute(plan, out, progress=progress)
         finally:
             plan.loaded.close()
-    from .serving import TARGET_PLACEHOLDER, serve_command
+    from .serving import serve_lines, serve_target
 
     data = plan.to_dict()
     data["output"] = str(out)
     data["written"] = files is not None
     if dry_run:  # what the same command without --dry-run would do to OUT
-        from .convert import destination_status
+        from .io.atomic import destination_status
+        from .io.writer import foreign_entries
 
-        data["destination"] = destination_status(out, force=force, protect=[plan.loaded.checkpoint.directory])
+        data["destination"] = destination_status(
+            out, force=force, protect=[plan.loaded.checkpoint.directory], replaceable=foreign_entries
+        )
     if resolve:
         data["resolved"] = resolved  # None: the checkpoint was not ambiguous, nothing to measure
     if files is not None:
         data["files"] = files
-    target_name = (
-        plan.target.name if plan.target else plan.drafter.verifier or TARGET_PLACEHOLDER
-    )  # a config file: its directory or Hub id
+    target_name, said = serve_target(plan.target, plan.drafter.verifier)
     # no command to serve a drafter whose fc_norm weights are ones put there by --upgrade: it is to be fine-tuned first
     untrained = plan.drafter.provenance.untrained_upgrade
     # nor one for an output no engine serves as trained (a P-EAGLE 3.1 drafter as speculators: vLLM drops its flags)
     unservable = any(n.check == "convert.peagle_flags_dropped" for n in plan.notes)
-    data["serve"] = (
-        None
-        if untrained or unservable
-        else serve_command(plan.dialect.hub_tags, target_name, str(out_path), plan.drafter.parallel is not None)
-    )
+    parallel = plan.drafter.parallel is not None
+    lines = [] if untrained or unservable else serve_lines(plan.serving, target_name, str(out_path), parallel=parallel)
+    if lines:
+        from .findings import with_next_steps
+        from .validate.checks import next_step_table
+
+        data["notes"] += [n.to_dict() for n in with_next_steps(said, next_step_table())]
+    data["serving"] = lines  # per engine: the releases that serve the output, and the command
+    data["serve"] = lines[0]["command"] if lines else None
     data = document(source, True, data)
     data["origin"] = located.origin
     return Conversion(

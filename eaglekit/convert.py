@@ -11,20 +11,28 @@ is imported only to make a tensor: a cast, fc_norm ones, a materialised lm_head,
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import dialects
 from .dialects.base import lookup
-from .errors import CheckpointError, UsageError, ValidationFailed
+from .errors import UsageError, ValidationFailed
 from .findings import Finding, errors
 from .io import dtypes, jsonfile
 from .io.atomic import atomic_directory, check_destination
 from .io.reader import Checkpoint
-from .io.writer import DEFAULT_MAX_SHARD_BYTES, Payload, TensorPlan, plan_shards, shard_names, write_checkpoint_tensors
+from .io.writer import (
+    DEFAULT_MAX_SHARD_BYTES,
+    WEIGHTS_MARK,
+    Payload,
+    TensorPlan,
+    foreign_entries,
+    plan_shards,
+    shard_names,
+    write_checkpoint_tensors,
+)
 from .model.config_view import shown
 from .model.drafter import INPUT, UPGRADE_NOTE, AuxLayers, Drafter, default_aux_ids
 from .validate.checks import CheckInput, run_checks, t2d_from_d2t
@@ -39,6 +47,8 @@ class ConvertOptions:
     source_dialect: str = "auto"
     norm_output_semantics: str = "auto"  # how to read a SpecForge-style norm_output (eagle31 | specforge | auto)
     target: str | None = None
+    # the target's Hub id: the verifier the output names and its serve lines' target (a local path is never written)
+    target_id: str | None = None
     aux_layers: tuple[int, ...] | None = None  # input-of-layer ids (vLLM's convention)
     upgrade: str | None = None  # "3.1"
     dtype: dtypes.DType | None = None  # None: keep each tensor's dtype (a torch dtype or a name is taken too)
@@ -48,6 +58,12 @@ class ConvertOptions:
     def __post_init__(self) -> None:
         if self.dtype is not None:
             self.dtype = dtypes.of(self.dtype)
+        if self.target_id is not None:
+            from .serving import hub_id_problem
+
+            problem = hub_id_problem(self.target_id)
+            if problem:
+                raise UsageError(f"target_id {self.target_id!r} is not a Hub repo id: {problem}")
 
 
 @dataclass
@@ -86,6 +102,7 @@ class ConversionPlan:
     findings: list[Finding] = field(default_factory=list)
     options: ConvertOptions | None = None
     target: TargetConfig | None = None  # --target's config, when given
+    serving: list = field(default_factory=list)  # engines.support.Support per engine the output's layout is for
 
     @property
     def total_bytes(self) -> int:
@@ -103,7 +120,7 @@ class ConversionPlan:
     def changes(self) -> list[dict]:
         """What the conversion changes in config.json, as old -> new values with the keys that hold them
         (``config_changes``)."""
-        return config_changes(
+        return dialects.config_changes(
             dialects.get(self.loaded.dialect), self.loaded.checkpoint.config or {}, self.dialect, self.config
         )
 
@@ -123,69 +140,6 @@ class ConversionPlan:
             "notes": [n.to_dict() for n in self.notes],
             "findings": [f.to_dict() for f in self.findings],
         }
-
-
-def _side(config: dict, locations: list[str], default: Any = None) -> dict:
-    """Where one setting sits in a config: the keys (dotted) that hold it and its value (the first key's), or the
-    default."""
-    keys = [k for k in locations if lookup(config, k) is not None]
-    return {"keys": keys, "value": lookup(config, keys[0]) if keys else default}
-
-
-def config_changes(source: dialects.Dialect, before: dict, writer: dialects.Dialect, after: dict) -> list[dict]:
-    """The settings a conversion moves or rewrites, each as ``{"what", "old", "new"}`` with ``{"keys", "value",
-    "convention"}`` on each side: the architecture and model_type labels, the aux layer ids (translated between
-    conventions: SGLang's output-of-layer [1, 15, 28] is vLLM's input-of-layer [2, 16, 29]) and every flag, read
-    where each dialect's rules (``ConfigRules``) keep them. A flag no key records reads as its dialect's default."""
-    out: list[dict] = []
-    for what in ("architectures", "model_type"):
-        places = [
-            f"{rules.base}.{what}" for rules in (source.rules, writer.rules) if rules.base and what == "model_type"
-        ]
-        out.append({"what": what, "old": _side(before, [what, *places]), "new": _side(after, [what, *places])})
-
-    def aux(rules, config):
-        present = [(key, conv) for key, conv in rules.aux_ids if isinstance(_side(config, [key])["value"], list)]
-        return {**_side(config, [k for k, _ in present]), "convention": present[0][1] if present else None}
-
-    out.append({"what": "aux layer ids", "old": aux(source.rules, before), "new": aux(writer.rules, after)})
-    for flag in dict.fromkeys([*source.rules.flags, *writer.rules.flags]):
-        old_key, new_key = source.rules.flags.get(flag), writer.rules.flags.get(flag)
-        old = _side(before, list(old_key.locations) if old_key else [], old_key.default if old_key else None)
-        new = _side(after, list(new_key.locations) if new_key else [], new_key.default if new_key else None)
-        out.append({"what": flag, "old": old, "new": new})
-    return [c for c in out if c["old"] != c["new"]]
-
-
-def destination_status(out: str | Path, *, force: bool, protect: list[Path]) -> dict:
-    """What writing ``out`` would do, for a dry run: whether it exists, whether the conversion needs ``--force``, the
-    entries ``--force`` replaces, and the refusal the same command without ``--dry-run`` would stop with (or None)."""
-    from .errors import EaglekitError
-
-    dest = Path(out)
-    exists = dest.exists() or dest.is_symlink()
-
-    def refusal(with_force: bool) -> str | None:
-        try:
-            check_destination(dest, force=with_force, protect=protect, replaceable=foreign_entries)
-        except EaglekitError as exc:
-            return str(exc)
-        return None
-
-    forced = refusal(True)  # a refusal even --force cannot lift (a user's files, the source) is the one to show
-    stop = forced if forced or force else refusal(False)
-    replaces = (
-        sorted(p.name + ("/" if p.is_dir() else "") for p in dest.iterdir())
-        if exists and dest.is_dir() and not forced
-        else []
-    )
-    return {
-        "path": str(out),
-        "exists": exists,
-        "needs_force": exists and not forced,
-        "replaces": replaces,
-        "refusal": stop,
-    }
 
 
 def _refusal(why: str, problems: list[Finding]) -> str:
@@ -282,51 +236,6 @@ def _upgrade(d: Drafter, notes: list[Finding]) -> tuple[Drafter, list[str]]:
     return d, added
 
 
-# What a conversion writes (and what verify --report may add beside it): the only names --force replaces.
-_OUTPUT_FILE = re.compile(
-    r"config\.json|model(-\d+-of-\d+)?\.safetensors|model\.safetensors\.index\.json|eaglekit-verify\.json"
-)
-
-
-# The key in each written safetensors header's __metadata__ that says eaglekit wrote those weights (its version). A
-# model trained from a conversion keeps the config's eaglekit block but not this (save_pretrained writes its own
-# header): --force does not take the trained weights for an earlier output of ours.
-WEIGHTS_MARK = "eaglekit"
-
-
-def foreign_entries(directory: Path) -> list[str]:
-    """What stops ``directory`` being an earlier eaglekit conversion that ``--force`` may replace.
-
-    It is one when its config.json carries the ``eaglekit`` block every writer adds, every weights file's header
-    carries ``WEIGHTS_MARK``, and it holds nothing but the files a conversion writes. Every other entry is named, so
-    the refusal says what would be lost.
-    """
-    foreign = sorted(p.name + "/" for p in directory.iterdir() if p.is_dir() or p.is_symlink())
-    foreign += sorted(
-        p.name for p in directory.iterdir() if p.is_file() and not p.is_symlink() and not _OUTPUT_FILE.fullmatch(p.name)
-    )
-    if foreign:
-        return foreign
-    try:
-        config = jsonfile.load_object(directory / "config.json")
-    except CheckpointError:
-        config = {}
-    block = config.get("eaglekit")
-    if not (isinstance(block, dict) and "dialect" in block):
-        return sorted(p.name for p in directory.iterdir())  # safetensors and a config, but not eaglekit's
-    from .io.safetensors_header import read_header
-
-    unmarked = []
-    for weights in sorted(directory.glob("*.safetensors")):
-        try:
-            marked = WEIGHTS_MARK in read_header(weights).metadata
-        except CheckpointError:
-            marked = False
-        if not marked:  # another program's, re-saved since (a fine-tune), or an eaglekit's from before the mark
-            unmarked.append(f"{weights.name}: weights without eaglekit's mark")
-    return unmarked
-
-
 def plan_conversion(source: str | Path, out: str | Path | None, options: ConvertOptions) -> ConversionPlan:
     writer = dialects.get_writer(options.to)
     if options.upgrade not in (None, "3", "3.0", "3.1"):
@@ -356,13 +265,13 @@ def plan_conversion(source: str | Path, out: str | Path | None, options: Convert
         if loaded.ambiguity is not None and options.aux_layers is None:
             # the user must decide: converting would write one reading's ids as if they were certain
             raise UsageError(f"{loaded.checkpoint.label}: refusing to convert, {loaded.ambiguity.message()}")
-        return _plan(loaded, writer, options, target)
+        return plan_loaded(loaded, writer, options, target)
     except BaseException:
         loaded.close()
         raise
 
 
-def _plan(
+def plan_loaded(
     loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: ConvertOptions, target: TargetConfig | None
 ) -> ConversionPlan:
     from . import __version__
@@ -379,15 +288,23 @@ def _plan(
             stored_name=loaded.stored_name,
         )
     )
-    # a config dtype no reader can load is the source's error that writing repairs: the writers state the weights' dtype
-    problems = [f for f in errors(found) if f.check != "config.dtype" or source.dtype is None]
+    # the source's errors that writing repairs: a config dtype no reader can load (the writers state the weights'), a
+    # tie_word_embeddings no head can honour (the writers state false: the shipped head is the drafter's)
+    problems = [
+        f
+        for f in errors(found)
+        if not (f.check == "config.dtype" and source.dtype is not None) and f.check != "config.tied_head"
+    ]
     if problems:
         raise ValidationFailed(_refusal("the source drafter does not validate", problems), problems)
-    d = source
+    from .serving import verifier_for
+
+    verifier, said = verifier_for(source.verifier, options.target_id, target, read_by=writer.verifier_readers)
+    notes += said
+    d = source.with_(verifier=verifier)
     if target is not None:
         d = d.with_(
             target_num_layers=target.num_layers,
-            verifier=d.verifier or target.name,
             verifier_architectures=d.verifier_architectures or target.architectures,
         )
     d = _resolve_aux(d, options, target, notes)
@@ -410,45 +327,7 @@ def _plan(
         d = d.with_(dtype=dtypes.name(options.dtype))
     writer.check_flags_holdable(d)
     writer.check_writable(d)
-    if any(n.check == "config.architecture_mismatch" for n in notes):
-        from .model.architectures import written_as
-
-        notes.append(
-            Finding(
-                "architecture.repaired",
-                "info",
-                "the source's architecture label did not fit its tensors: wrote "
-                f"{written_as(writer.name, d.attention)} (model_type {d.attention}), the class the tensors fit",
-                "architectures",
-            )
-        )
-
-    for stated in (
-        f for f in found if f.check == "config.dtype" and f.severity != "info"
-    ):  # (d.dtype: the weights', or --dtype's)
-        why = "which no reader can load" if stated.severity == "error" else "not a floating-point dtype"
-        notes.append(
-            Finding(
-                "config.dtype_repaired",
-                "info",
-                f"the source's config.json had {stated.subject}"
-                f" {shown(lookup(loaded.checkpoint.config, stated.subject))}, {why}: wrote torch_dtype {d.dtype}, the"
-                " weights' dtype",
-                stated.subject,
-            )
-        )
-    if any(n.check == "mla.q_lora_rank" for n in notes):  # the source's error, repaired by writing the key
-        notes = [n for n in notes if n.check != "mla.q_lora_rank"]
-        notes.append(
-            Finding(
-                "mla.q_lora_rank_repaired",
-                "info",
-                f"the source's config.json had no q_lora_rank: wrote {d.mla.q_lora_rank}, "
-                "the row count of its q_a_proj.weight",
-                "q_lora_rank",
-            )
-        )
-
+    notes = _repaired(notes, found, loaded, writer, d)
     if d.windowed_layers and writer.window_caveat:
         notes.append(
             Finding(
@@ -489,10 +368,40 @@ def _plan(
                 unplaced[0],
             )
         )
+    findings = _check_output(loaded, d, config, out_present, out_names, writer, target)
+    # what this run's own notes already say of the output, said once, by the note (which says why)
+    said_by_notes = {"flags.untrained_upgrade"} if options.upgrade else set()
+    said_by_notes |= {n.check for n in notes if n.check == "aux.not_recorded"}
+    findings = [f for f in findings if f.check not in said_by_notes]
+    serving = []
+    if not errors(findings):  # an output that does not validate is refused for that, when it would be written
+        from .serving import engine_support, unservable
+
+        serving = engine_support(
+            writer,
+            config,
+            {t.name: (t.dtype, t.shape) for t in tensors},
+            target_num_layers=target.num_layers if target else None,
+        )
+        notes += unservable(writer, serving, trainers_only=not d.flags.norm_before_lm_head)
+    from .findings import with_next_steps
+    from .validate.checks import next_step_table
+
+    notes, findings = with_next_steps(notes, next_step_table()), with_next_steps(findings, next_step_table())
+    shards = plan_shards([TensorPlan(t.name, t.dtype, t.shape, lambda: None) for t in tensors], options.max_shard_bytes)
+    files = shard_names(len(shards)) + (["model.safetensors.index.json"] if len(shards) > 1 else []) + ["config.json"]
+    return ConversionPlan(
+        loaded, source, d, writer, tensors, dropped, config, files, notes, findings, options, target, serving
+    )
+
+
+def _check_output(loaded, d: Drafter, config: dict, out_present: dict, out_names: dict, writer, target) -> list:
+    """validate's checks of the output as planned: its config against its dialect's schema, its tensors (the source's
+    vocab maps standing in for the output's) against its config."""
     from . import schemas  # jsonschema: the output's config.json is held to its dialect's schema, as validate holds it
 
     findings = schemas.check_config(config, writer.schema, mla=d.attention == "mla", label="the output's config.json")
-    findings += run_checks(
+    return findings + run_checks(
         CheckInput(
             d,
             out_present,
@@ -502,13 +411,62 @@ def _plan(
             stored_name=lambda c: out_names.get(c, c),
         )
     )  # the output's names
-    # what this run's own notes already say of the output, said once, by the note (which says why)
-    said_by_notes = {"flags.untrained_upgrade"} if options.upgrade else set()
-    said_by_notes |= {n.check for n in notes if n.check == "aux.not_recorded"}
-    findings = [f for f in findings if f.check not in said_by_notes]
-    shards = plan_shards([TensorPlan(t.name, t.dtype, t.shape, lambda: None) for t in tensors], options.max_shard_bytes)
-    files = shard_names(len(shards)) + (["model.safetensors.index.json"] if len(shards) > 1 else []) + ["config.json"]
-    return ConversionPlan(loaded, source, d, writer, tensors, dropped, config, files, notes, findings, options, target)
+
+
+def _repaired(notes: list[Finding], found: list[Finding], loaded, writer, d: Drafter) -> list[Finding]:
+    """``notes`` and what writing repairs of the source's own faults (the class its tensors fit, the weights' dtype,
+    tie_word_embeddings false, the q_lora_rank its tensors give)."""
+    notes = list(notes)
+    if any(n.check == "config.architecture_mismatch" for n in notes):
+        from .model.architectures import written_as
+
+        notes.append(
+            Finding(
+                "architecture.repaired",
+                "info",
+                "the source's architecture label did not fit its tensors: wrote "
+                f"{written_as(writer.name, d.attention)} (model_type {d.attention}), the class the tensors fit",
+                "architectures",
+            )
+        )
+
+    for stated in (
+        f for f in found if f.check == "config.dtype" and f.severity != "info"
+    ):  # (d.dtype: the weights', or --dtype's)
+        why = "which no reader can load" if stated.severity == "error" else "not a floating-point dtype"
+        notes.append(
+            Finding(
+                "config.dtype_repaired",
+                "info",
+                f"the source's config.json had {stated.subject}"
+                f" {shown(lookup(loaded.checkpoint.config, stated.subject))}, {why}: wrote torch_dtype {d.dtype}, the"
+                " weights' dtype",
+                stated.subject,
+            )
+        )
+    notes += [
+        Finding(
+            "config.tied_head_repaired",
+            "info",
+            f"the source's {f.subject} was true beside a shipped lm_head.weight: wrote tie_word_embeddings false, so"
+            " that every loader runs the shipped head (as vLLM did)",
+            f.subject,
+        )
+        for f in found
+        if f.check == "config.tied_head"
+    ]
+    if any(n.check == "mla.q_lora_rank" for n in notes):  # the source's error, repaired by writing the key
+        notes = [n for n in notes if n.check != "mla.q_lora_rank"]
+        notes.append(
+            Finding(
+                "mla.q_lora_rank_repaired",
+                "info",
+                f"the source's config.json had no q_lora_rank: wrote {d.mla.q_lora_rank}, "
+                "the row count of its q_a_proj.weight",
+                "q_lora_rank",
+            )
+        )
+    return notes
 
 
 def _source_of(canonical: str, d: Drafter, loaded, present, added_ones):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from . import dialects
-from .dialects.base import LoadedDrafter
+from .dialects.base import LoadedDrafter, Reading
 from .findings import Finding
 from .io import dtypes
 from .model.drafter import window_dict
@@ -30,6 +30,26 @@ def hints(loaded: LoadedDrafter) -> list[Finding]:
     return out
 
 
+def aux_layers(loaded: LoadedDrafter) -> dict:
+    """The aux layer ids as recorded and read. An ambiguous checkpoint has no one reading: ``convention`` and
+    ``input_ids`` are null and ``readings`` holds every reading; otherwise ``readings`` holds the one taken."""
+    d, ambiguity = loaded.drafter, loaded.ambiguity
+    ids_in = d.aux.as_input()
+    if ambiguity is not None:
+        readings = [r.to_dict() for r in ambiguity.readings]
+    elif d.aux.ids is not None:
+        readings = [Reading(loaded.dialect, d.aux.convention, d.aux.ids, "the reading taken").to_dict()]
+    else:
+        readings = []
+    return {
+        "ids": list(d.aux.ids) if d.aux.ids is not None else None,
+        "convention": d.aux.convention if d.aux.ids is not None and ambiguity is None else None,
+        "input_ids": list(ids_in) if ids_in is not None and ambiguity is None else None,
+        "readings": readings,
+        "num_aux": d.num_aux,
+    }
+
+
 def describe(loaded: LoadedDrafter) -> dict:
     ckpt, d = loaded.checkpoint, loaded.drafter
     to_canonical = {s: c for c, s in loaded.names.items()}
@@ -44,7 +64,6 @@ def describe(loaded: LoadedDrafter) -> dict:
         }
         for info in ckpt.tensors.values()
     ]
-    ids_in = d.aux.as_input()
     findings = [n.to_dict() for n in loaded.notes + hints(loaded)]  # under "findings", as validate's are
     return {
         "source": ckpt.label,
@@ -79,12 +98,7 @@ def describe(loaded: LoadedDrafter) -> dict:
             "embed_tokens": d.ships_embed,
             "lm_head": "factorised" if d.low_rank_lm_head else d.ships_lm_head,
         },
-        "aux_layers": {
-            "ids": list(d.aux.ids) if d.aux.ids is not None else None,
-            "convention": d.aux.convention if d.aux.ids is not None else None,
-            "input_ids": list(ids_in) if ids_in is not None else None,
-            "num_aux": d.num_aux,
-        },
+        "aux_layers": aux_layers(loaded),
         "flags": d.flags.__dict__,
         "norm_output_semantics": (
             {"reading": d.norm_output_semantics, "certain": d.norm_output_certain} if d.norm_output_semantics else None
@@ -99,7 +113,7 @@ def describe(loaded: LoadedDrafter) -> dict:
             if d.parallel is not None
             else None
         ),
-        "rope": {"theta": d.rope.theta, "scaling": d.rope.scaling},
+        "rope": {"theta": d.rope.theta, "scaling": d.rope.scaling, "partial_rotary_factor": d.partial_rotary_factor},
         "rms_norm_eps": d.rms_norm_eps,
         "verifier": d.verifier,
         "dtype": d.dtype,

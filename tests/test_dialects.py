@@ -236,7 +236,22 @@ def test_inspect_is_header_only_and_complete(tmp_path, cli):
     data = json.loads(result.stdout)
     assert data["dialect"]["dialect"] == "sglang"
     assert data["eagle_version"] == "3.1"
-    assert data["aux_layers"] == {"ids": [1, 3, 4], "convention": "output", "input_ids": [2, 4, 5], "num_aux": 3}
+    assert data["aux_layers"] == {
+        "ids": [1, 3, 4],
+        "convention": "output",
+        "input_ids": [2, 4, 5],
+        "readings": [
+            {
+                "dialect": "sglang",
+                "score": None,
+                "ids": [1, 3, 4],
+                "convention": "output",
+                "input_ids": [2, 4, 5],
+                "why": "the reading taken",
+            }
+        ],
+        "num_aux": 3,
+    }
     assert data["vocab"]["draft_vocab_size"] == 32 and data["vocab"]["d2t"] and data["vocab"]["t2d"]
     assert data["num_tensors"] == len(data["tensors"]) == 18
     human = cli("inspect", src).stdout

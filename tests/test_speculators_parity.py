@@ -58,6 +58,9 @@ def test_reference_matches_speculators_eagle3_draft_model(tmp_path, target, case
 
     config = Eagle3SpeculatorConfig.from_pretrained(str(out))
     config.transformer_layer_config._attn_implementation = "eager"  # flex attention needs 128-multiple lengths on CPU
+    # convert writes no path of this machine as the verifier (a local target has no Hub id): named here, at load time
+    assert config.speculators_config.verifier.name_or_path is None
+    config.speculators_config.verifier.name_or_path = str(target)
     theirs = Eagle3DraftModel.from_pretrained(str(out), config=config).eval()
     logits: list[torch.Tensor] = []
     theirs.lm_head.register_forward_hook(lambda module, args, output: logits.append(output.detach()))
@@ -116,6 +119,7 @@ def test_reference_matches_speculators_with_a_sliding_window(tmp_path, target, q
 
     config = Eagle3SpeculatorConfig.from_pretrained(str(out))
     config.transformer_layer_config._attn_implementation = "eager"
+    config.speculators_config.verifier.name_or_path = str(target)  # convert writes none for a local target
     theirs = Eagle3DraftModel.from_pretrained(str(out), config=config).eval()
     assert theirs.sliding_window == W and theirs.sliding_window_indices == [0]
     logits: list[torch.Tensor] = []

@@ -110,7 +110,10 @@ def test_sglang_writer_leaves_norm_output_out_for_eagle3(tmp_path):
     """Changed expectation (issue 15): the writer used to put norm_output: false into every EAGLE 3 output, which
     SpecForge 0.2.0 runs without the final norm. Absent, SGLang and SpecForge both run plain EAGLE 3."""
     out = tmp_path / "sglang"
-    convert(write_speculators(tmp_path / "src", Dims()), out, ConvertOptions(to="sglang"))
+    src = write_speculators(
+        tmp_path / "src", Dims(), norm_before_residual=False
+    )  # SGLang reads no norm_before_residual
+    convert(src, out, ConvertOptions(to="sglang"))
     cfg = json.loads((out / "config.json").read_text())
     assert "norm_output" not in cfg and "norm_output_semantics" not in cfg["eaglekit"]
     with dialects.load(out) as back:
@@ -120,7 +123,8 @@ def test_sglang_writer_leaves_norm_output_out_for_eagle3(tmp_path):
 
 def test_sglang_writer_records_the_eagle31_reading(tmp_path):
     out = tmp_path / "sglang"
-    convert(write_speculators(tmp_path / "src", Dims(fc_norm=True), norm_output=True), out, ConvertOptions(to="sglang"))
+    src = write_speculators(tmp_path / "src", Dims(fc_norm=True), norm_output=True, norm_before_residual=False)
+    convert(src, out, ConvertOptions(to="sglang"))
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["norm_output"] is True and cfg["eaglekit"]["norm_output_semantics"] == "eagle31"
     with dialects.load(out) as back:
@@ -186,6 +190,7 @@ def test_inspect_hints_when_fc_norm_tensors_are_missing(tmp_path, cli):
 
 
 def test_convert_says_a_dropped_embed_tokens_without_dry_run(tmp_path, cli):
-    src = write_speculators(tmp_path / "s", Dims())  # ships embed_tokens; sglang takes the target's
+    # ships embed_tokens; sglang takes the target's (norm_before_residual false: no SGLang release reads it)
+    src = write_speculators(tmp_path / "s", Dims(), norm_before_residual=False)
     shown = cli("convert", src, tmp_path / "out", "--to", "sglang").stdout
     assert "embed_tokens.weight dropped: sglang takes embeddings from the target" in shown

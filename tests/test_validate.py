@@ -108,6 +108,10 @@ def broken(name: str):
         ),
         "config.fc_bias": (lambda p: tensors(v(p), lambda t: t.update({"fc.bias": torch.zeros(16)})), {}),
         "config.hidden_act": (lambda p: config(v(p), lambda c: c.update(hidden_act="gelu")), {}),
+        "mla.use_nope": (lambda p: config(v(p, mla=mla_dims()), lambda c: c.update(mla_use_nope=True)), {}),
+        "config.tied_head": (lambda p: config(v(p), lambda c: c.update(tie_word_embeddings=True)), {}),
+        "config.heads": (lambda p: v(p, heads=3, kv_heads=2), {}),
+        "config.vocab_ids": (lambda p: config(v(p), lambda c: c.update(pad_token_id=64)), {}),
         "config.num_layers": (lambda p: config(write_eagle(p, Dims()), lambda c: c.update(num_hidden_layers=40)), {}),
         "rope.conflicting_locations": (
             lambda p: config(
@@ -116,7 +120,7 @@ def broken(name: str):
             ),
             {},
         ),
-        "config.partial_rotary": (lambda p: config(v(p), lambda c: c.update(partial_rotary_factor=0.5)), {}),
+        "config.partial_rotary": (lambda p: config(v(p), lambda c: c.update(partial_rotary_factor=1.5)), {}),
         "config.dtype": (lambda p: config(v(p), lambda c: c.update(torch_dtype="bf16")), {}),
         "mla.q_lora_rank": (lambda p: mla_without_q_lora(p), {}),
         "attention.sliding_window": (
@@ -329,35 +333,32 @@ def test_a_config_dtype_is_held_to_torch_names_and_to_the_weights(tmp_path, cli)
     assert validate(tmp_path / "out").ok
 
 
-def test_a_partial_rotary_factor_is_refused_where_eaglekit_would_measure_or_write_another_drafter(tmp_path, cli):
-    """A noticed silent change: partial_rotary_factor (vLLM rotates int(head_dim * factor) dims of each head) was
-    dropped by every writer and ignored by the reference. Now validate says so wherever a config states it, and convert
-    and verify refuse the drafter; 1 (every dimension) is what eaglekit runs and says nothing."""
+def test_a_partial_rotary_factor_is_read_wherever_a_config_states_it(tmp_path, cli):
+    """Changed expectation (issue 53, item 4): partial_rotary_factor (vLLM rotates int(head_dim * factor) dims of each
+    head) was refused by convert and verify. The reference now rotates as vLLM does and the writers carry it: read at
+    the top level, in rope_scaling and in speculators' transformer_layer_config alike, said as a note, written back."""
     from eaglekit.verify.checks import cannot_run
 
     for where, edit in (
         ("partial_rotary_factor", lambda c: c.update(partial_rotary_factor=0.5)),
         (
             "rope_scaling.partial_rotary_factor",
-            lambda c: c.update(rope_scaling={"rope_type": "default", "partial_rotary_factor": 0.25}),
+            lambda c: c.update(rope_scaling={"rope_type": "default", "partial_rotary_factor": 0.5}),
         ),
-        # where vLLM reads a speculators drafter's settings (convert dropped it with a mere keys_dropped warning)
         (
             "transformer_layer_config.partial_rotary_factor",
             lambda c: c["transformer_layer_config"].update(partial_rotary_factor=0.5),
         ),
     ):
-        write = write_speculators if where.startswith("transformer_layer_config") else write_vllm
+        speculators = where.startswith("transformer_layer_config")  # (SGLang reads no norm_before_residual: false)
+        write = (lambda p, d: write_speculators(p, d, norm_before_residual=False)) if speculators else write_vllm
         src = config(write(tmp_path / where, Dims()), edit)
         [finding] = [f for f in validate(src).findings if f.check == "config.partial_rotary"]
-        assert (
-            finding.severity == "error"
-            and finding.subject == where
-            and "vLLM rotates only the first" in finding.message
-        )
-        assert cannot_run([finding]) == [finding]
-        refused = cli("convert", src, tmp_path / f"out-{len(where)}", "--to", "sglang", expect=1)
-        assert "partial_rotary_factor" in refused.stderr and not (tmp_path / f"out-{len(where)}").exists()
+        assert finding.severity == "info" and finding.subject == where and "first 4 of each head's 8" in finding.message
+        assert cannot_run([finding]) == []
+        out = tmp_path / f"out-{len(where)}"
+        cli("convert", src, out, "--to", "sglang")
+        assert json.loads((out / "config.json").read_text())["partial_rotary_factor"] == 0.5
     whole = config(write_vllm(tmp_path / "one", Dims()), lambda c: c.update(partial_rotary_factor=1.0))
     assert "config.partial_rotary" not in ids_of(validate(whole))
 
@@ -463,6 +464,7 @@ def test_each_invariant_is_caught_by_its_id(tmp_path, check):
         "config.architecture_mismatch": "warning",
         "vocab.lm_head_borrowed": "info",
         "attention.sliding_window": "info",
+        "mla.use_nope": "warning",
     }.get(check, "error")
     assert finding.severity == severity
 
@@ -1054,7 +1056,7 @@ def test_speculators_norm_before_residual_default(tmp_path):
 def test_releases_between_rows_use_the_previous_row():
     assert engines.parse("vllm==0.23.1").row == "0.23.0"
     assert engines.parse("vllm==0.24").row == "0.24.0"
-    assert engines.parse("vllm==0.26.1").row == "0.25.0"
+    assert engines.parse("vllm==0.25.1").row == "0.25.0" and engines.parse("vllm==0.26.1").row == "0.26.0"
     assert engines.parse("vllm==0.40").beyond_table
 
 

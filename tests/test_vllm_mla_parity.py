@@ -137,6 +137,9 @@ CASES = {
     "eagle3, deepseek_v2, llama3 rope, neither its original context nor max_position_embeddings": dict(
         model_type="deepseek_v2", edit=_neither
     ),
+    # a Kimi config's mla_use_nope: true (NoPE MLA), which vLLM's EAGLE 3 MLA drafter never reads (source): served, it
+    # rotates as the reference does (validate's mla.use_nope rests on this run)
+    "eagle3, kimi_k2, yarn rope, mla_use_nope true": dict(edit=lambda cfg: cfg.update(mla_use_nope=True)),
 }
 
 

@@ -87,6 +87,31 @@ CASES = {
             ),
         ),
     ),
+    # partial rotary (Qwen3-Next / Qwen3.5-style layers): vLLM's get_rope rotates the first int(head_dim * factor)
+    # dimensions of each head, neox-style, with frequencies over those; the reference does the same (issue 53, item 4)
+    "partial rotary 0.5": dict(
+        dims=Dims(H=64, T=64, V=96, Vd=48, heads=2, kv_heads=1, head_dim=32, I=96),
+        edit=lambda cfg: cfg.update(partial_rotary_factor=0.5),
+    ),
+    "partial rotary 0.25 in rope_parameters, llama3 rope, speculators layout": dict(
+        dims=Dims(H=64, T=64, V=96, Vd=48, heads=2, kv_heads=1, head_dim=32, I=96, fc_norm=True),
+        norm_output=True,
+        to="speculators",
+        edit=lambda cfg: (
+            cfg.pop("rope_theta", None),
+            cfg.update(
+                rope_parameters={
+                    "rope_type": "llama3",
+                    "rope_theta": 500000.0,
+                    "factor": 8.0,
+                    "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 16,
+                    "partial_rotary_factor": 0.25,
+                }
+            ),
+        ),
+    ),
 }
 
 
@@ -104,7 +129,7 @@ def test_reference_matches_vllms_live_drafter(tmp_path, target, prompts, case):
     if spec.get("as_written"):
         served = drafter
     else:
-        convert(drafter, served, ConvertOptions(to="vllm"))  # what eaglekit writes for vLLM
+        convert(drafter, served, ConvertOptions(to=spec.get("to", "vllm")))  # what eaglekit writes for vLLM
     report = verify(
         str(served), VerifyOptions(target=str(target), prompts=str(prompts), max_new_tokens=12, against=AGAINST)
     )

@@ -133,7 +133,22 @@ class NamedPlaceType(click.ParamType):
         return value
 
 
+class HubIdType(click.ParamType):
+    """A Hub repo id (``namespace/name``) a drafter may record: never a path on this machine."""
+
+    name = "hub id"
+
+    def convert(self, value, param, ctx):
+        from ..serving import hub_id_problem
+
+        problem = hub_id_problem(value) if isinstance(value, str) else None
+        if problem:
+            self.fail(f"{value!r} is not a Hub repo id: {problem}", param, ctx)
+        return value
+
+
 AGAINST = AgainstType()
+HUB_ID = HubIdType()
 NAMED_PLACE = NamedPlaceType(hub=True)  # a drafter or a target
 NAMED_FILE = NamedPlaceType(hub=False)  # a file or folder of this machine
 NAMED_REVISION = NamedPlaceType(what="a branch, tag or commit")

@@ -87,10 +87,36 @@ def findings_text(findings: Iterable[Finding], *, empty: str = "") -> str:
         if not items:
             continue
         lines = [f"{severity}s ({len(items)}):" if len(items) != 1 else f"{severity} (1):"]
-        for f in items:
+        steps = [next_step_text(f.next_step) if f.next_step else None for f in items]
+        for i, f in enumerate(items):
             lines.append(f"  [{f.check}] {printable(f.line())}")
+            if steps[i] and steps[i] not in steps[i + 1 :]:  # one next step shared by several: said after the last
+                lines.append(f"    next: {printable(steps[i])}")
         blocks.append("\n".join(lines))
     return "\n".join(blocks) if blocks else empty
+
+
+# what each command a next step names takes before its options (the reader fills them in)
+_ARGUMENTS = {"convert": "SRC OUT", "verify": "DRAFTER", "validate": "DRAFTER", "inspect": "DRAFTER"}
+_ENGINES = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def next_step_text(step: dict) -> str:
+    """A finding's next step (``findings.NEXT_STEP_KEYS``) in the CLI's words: ``use vLLM >= 0.25.0, or `eaglekit
+    convert SRC OUT --to vllm```."""
+    flags = " ".join(
+        f"--{name.replace('_', '-')}" + ("" if value is True else f" {value}")
+        for name, value in (step.get("options") or {}).items()
+    )
+    parts = []
+    if step.get("release"):
+        engine, _, spec = step["release"].partition(">=")
+        parts.append(f"use {_ENGINES.get(engine, engine)} >= {spec}")
+    if step.get("command"):
+        parts.append(f"`eaglekit {step['command']} {_ARGUMENTS.get(step['command'], '')} {flags}`".replace("  ", " "))
+    elif flags:
+        parts.append(f"pass {flags}")
+    return ", or ".join(parts)
 
 
 def human_bytes(n: int) -> str:

@@ -15,6 +15,7 @@ from ..io import dtypes
 from ..io.sources import origin_note
 from ._options import (
     AUX_IDS,
+    HUB_ID,
     NAMED_FILE,
     NAMED_PLACE,
     WRITABLE_DIALECT,
@@ -132,8 +133,8 @@ def _render(r: dict) -> str:
         lines.append(findings_text(notes))
     if not r["written"]:
         lines.append("nothing written (--dry-run)")
-    elif r.get("serve"):
-        lines.append(f"serve it: {printable(r['serve'])}")
+    else:
+        lines += [f"serve it ({line['for']}): {printable(line['command'])}" for line in r.get("serving") or []]
     return "\n".join(lines)
 
 
@@ -153,6 +154,16 @@ def _render(r: dict) -> str:
 @from_option
 @norm_output_option
 @target_option
+@click.option(
+    "--target-id",
+    type=HUB_ID,
+    metavar="ORG/NAME",
+    help=(
+        "The target's Hub id: the verifier the output names (speculators' verifier.name_or_path, which `vllm serve"
+        " DRAFTER` loads) and the model the printed serve lines serve. Default: --target's Hub id when it is one, else"
+        " the source's; a path on this machine is never written (the output then names none)."
+    ),
+)
 @click.option(
     "--aux-layers",
     type=AUX_IDS,
@@ -193,6 +204,7 @@ def convert_command(
     source_dialect,
     norm_output_semantics,
     target,
+    target_id,
     aux_layers,
     resolve,
     prompts_file,
@@ -242,6 +254,7 @@ def convert_command(
             source_dialect=source_dialect,
             norm_output_semantics=norm_output_semantics,
             target=target,
+            target_id=target_id,
             aux_layers=aux_layers,
             upgrade=upgrade,
             dtype=dtypes.parse_cast(dtype),

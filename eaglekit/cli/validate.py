@@ -32,7 +32,11 @@ def render(r: dict) -> str:
         + (f", EAGLE {r['eagle_version']}" if r["eagle_version"] else "")
     ]
     if r["engine"]:
-        context.append(f"for {r['engine']}")
+        # where the engine has nothing to say, what its silence rests on (its findings each say their own)
+        view = r.get("engine_view") or {}
+        silent = view.get("evidence") and not any(f.get("engine") == r["engine"] for f in r["findings"])
+        ref = f" ({view['evidence_ref']})" if view.get("evidence_ref") else ""
+        context.append(f"for {r['engine']}" + (f" [evidence: {view['evidence']}{ref}]" if silent else ""))
     if r["target"]:
         context.append(f"with target {r['target']}")
     if r["scanned"]:

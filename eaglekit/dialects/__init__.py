@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError, EaglekitError, NotADrafterError, OtherFamilyError, UsageError
 from ..findings import Finding
 from ..io.reader import Checkpoint
 from . import automodel, eagle, modelopt, sglang, speculators, torchspec, vllm
-from .base import Ambiguity, Detection, Dialect, LoadedDrafter, Reading
+from .base import Ambiguity, Detection, Dialect, LoadedDrafter, Reading, lookup
 
 DIALECTS: dict[str, Dialect] = {
     d.name: d
@@ -45,7 +46,7 @@ def unplaced_keys(source: dict, base: str | None, written: dict) -> list[str]:
     the written config holds nowhere under their name and that no dialect's rules read: a custom or newer key a
     conversion would drop in silence. Keys without effect on a served drafter (``WITHOUT_EFFECT_KEYS``) are not named.
     """
-    from ..model.hf_config import REWRITTEN_KEYS, WITHOUT_EFFECT_KEYS
+    from ..model.hf_config import NO_EFFECT_WHEN_FALSE, REWRITTEN_KEYS, WITHOUT_EFFECT_KEYS
 
     read = set(_STRUCTURE_KEYS) | set(WITHOUT_EFFECT_KEYS) | set(REWRITTEN_KEYS)
     for dialect in DIALECTS.values():
@@ -68,9 +69,53 @@ def unplaced_keys(source: dict, base: str | None, written: dict) -> list[str]:
             stack += node.values()
         elif isinstance(node, list):
             stack += node
-    nested = source.get(base) if base else None
-    keys = [*source, *(f"{base}.{k}" for k in (nested if isinstance(nested, dict) else {}))]
+    keys = []
+    for prefix, block in (("", source), (f"{base}.", source.get(base) if base else None)):
+        if not isinstance(block, dict):
+            continue
+        keys += [
+            prefix + k for k in block if k != "rope_parameters" and not (k in NO_EFFECT_WHEN_FALSE and not block[k])
+        ]
+        # transformers 5's rope: read, and written as rope_theta / rope_scaling (hf_config.rope_config); a key inside
+        # it that no writer carries is named as any other
+        rope = block.get("rope_parameters")
+        keys += [f"{prefix}rope_parameters.{k}" for k in (rope if isinstance(rope, dict) else {}) if k not in ROPE_KIND]
     return [k for k in keys if k.rsplit(".", 1)[-1] not in held and k.rsplit(".", 1)[-1] not in read]
+
+
+ROPE_KIND = ("rope_type", "type", "rope_theta")  # what rope_parameters says of the rope itself: always carried
+
+
+def _side(config: dict, locations: list[str], default: Any = None) -> dict:
+    """Where one setting sits in a config: the keys (dotted) that hold it and its value (the first key's), or the
+    default."""
+    keys = [k for k in locations if lookup(config, k) is not None]
+    return {"keys": keys, "value": lookup(config, keys[0]) if keys else default}
+
+
+def config_changes(source: Dialect, before: dict, writer: Dialect, after: dict) -> list[dict]:
+    """The settings a conversion moves or rewrites, each as ``{"what", "old", "new"}`` with ``{"keys", "value",
+    "convention"}`` on each side: the architecture and model_type labels, the aux layer ids (translated between
+    conventions: SGLang's output-of-layer [1, 15, 28] is vLLM's input-of-layer [2, 16, 29]) and every flag, read
+    where each dialect's rules (``ConfigRules``) keep them. A flag no key records reads as its dialect's default."""
+    out: list[dict] = []
+    for what in ("architectures", "model_type"):
+        places = [
+            f"{rules.base}.{what}" for rules in (source.rules, writer.rules) if rules.base and what == "model_type"
+        ]
+        out.append({"what": what, "old": _side(before, [what, *places]), "new": _side(after, [what, *places])})
+
+    def aux(rules, config):
+        present = [(key, conv) for key, conv in rules.aux_ids if isinstance(_side(config, [key])["value"], list)]
+        return {**_side(config, [k for k, _ in present]), "convention": present[0][1] if present else None}
+
+    out.append({"what": "aux layer ids", "old": aux(source.rules, before), "new": aux(writer.rules, after)})
+    for flag in dict.fromkeys([*source.rules.flags, *writer.rules.flags]):
+        old_key, new_key = source.rules.flags.get(flag), writer.rules.flags.get(flag)
+        old = _side(before, list(old_key.locations) if old_key else [], old_key.default if old_key else None)
+        new = _side(after, list(new_key.locations) if new_key else [], new_key.default if new_key else None)
+        out.append({"what": flag, "old": old, "new": new})
+    return [c for c in out if c["old"] != c["new"]]
 
 
 def names(*, writable: bool = False) -> list[str]:

@@ -327,6 +327,8 @@ class Dialect:
     schema: str | None = None  # its config.json schema, relative to schemas/
     library_name: str = "vllm"  # the Hub's library_name for a drafter published in this dialect
     hub_tags: tuple[str, ...] = ()  # the engines/libraries a model card tags it with
+    served_by: tuple[str, ...] = ()  # the engines that load this layout as it is: convert names a serve line for each
+    verifier_readers: str = ""  # who reads the verifier this layout records (speculators'): said when none is known
     # the writer's vocabulary maps: with a pruned vocabulary, synthesise t2d if missing; with a full one, drop both
     writes_t2d: bool = False
     drops_full_vocab_maps: bool = True

@@ -44,6 +44,8 @@ class EagleDialect(Dialect):
     names = NameMap(rules=MIDLAYER)
     rules = ConfigRules(flags=NO_FLAGS, aux_ids=())
     schema = "config/eagle.schema.json"
+    # vLLM and SGLang both load EAGLE's own layout (LlamaForCausalLM -> their Llama drafter, default capture layers)
+    served_by = ("vllm", "sglang")
     evidence = (
         Clue("pytorch_model.bin", 30, lambda c, n, k: k.format == "bin"),
         architecture_clue("eagle", 20, alone=True),
@@ -116,6 +118,8 @@ class EagleDialect(Dialect):
             problems.append("its lm_head is factorised")  # materialised by convert before this point
         if d.head_dim != d.hidden_size // d.num_heads:
             problems.append(f"its head_dim {d.head_dim} is not hidden_size // heads (EAGLE ignores head_dim)")
+        if d.partial_rotary_factor != 1.0:  # EAGLE's cnets.py rotates every dimension of each head
+            problems.append(f"its rope rotates {d.rotary_dim} of {d.head_dim} dimensions (partial_rotary_factor)")
         if problems:
             raise UnsupportedError("the eagle format cannot hold this drafter: " + "; ".join(problems))
 

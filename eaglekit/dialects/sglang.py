@@ -73,6 +73,7 @@ class SglangDialect(Dialect):
     schema = "config/sglang.schema.json"
     library_name = "sglang"
     hub_tags = ("sglang",)
+    served_by = ("sglang",)
     writes_t2d = True
     drops_full_vocab_maps = False
     holds_unnormed_lm_head = True  # SpecForge's norm_output: false

@@ -52,6 +52,10 @@ class SpeculatorsDialect(Dialect):
     schema = "config/speculators.schema.json"
     library_name = "speculators"
     hub_tags = ("vllm", "speculators")
+    served_by = ("vllm",)
+    # speculators_config.verifier.name_or_path: vLLM's `vllm serve DRAFTER` (its target) and speculators 0.9.0's
+    # Eagle3DraftModel.from_pretrained (AutoConfig.from_pretrained of it; source, run here: it fails without one)
+    verifier_readers = "`vllm serve DRAFTER` and speculators' from_pretrained"
     evidence = (
         Clue(
             "speculators_model_type is eagle3 or peagle",

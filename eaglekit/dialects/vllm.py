@@ -46,6 +46,7 @@ class VllmDialect(Dialect):
     )
     schema = "config/vllm.schema.json"
     hub_tags = ("vllm",)
+    served_by = ("vllm",)
     evidence = (
         architecture_clue("vllm", 40, "architectures names a vLLM-native Eagle3* class"),
         Clue(

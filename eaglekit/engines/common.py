@@ -8,6 +8,7 @@ pieces here turn those decisions into findings worded the same way for every eng
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field, replace
@@ -36,7 +37,9 @@ def release_key(text: str) -> tuple[int, int, int, int]:
     return (*(int(p or 0) for p in match.groups()[:3]), int(post.group(1) or 0) if post else 0)
 
 
+@functools.cache
 def load_table(filename: str) -> dict:
+    """A release table or the run record, read once a process (data: no caller changes it)."""
     return json.loads(resources.files("eaglekit.engines").joinpath(filename).read_text())
 
 
@@ -49,10 +52,24 @@ class Release:
     beyond_table: bool  # newer than the newest release read: its rules are assumed to still hold
     evidence: str = "source"  # what the row rests on: "source" (read in the released code) or "run"
     newest_read: str = ""  # the newest release the rules were read from (a row is where they last changed)
+    source_read: bool = True  # this release's own source was read (the table's wheels_read)
 
     @property
     def label(self) -> str:
         return f"{self.engine}=={self.requested}"
+
+    @property
+    def unread(self) -> str | None:
+        """What a finding's evidence rests on where this release's own source was not read (None where it was)."""
+        if self.source_read:
+            return None
+        return f"{self.engine} {self.requested}'s own source not read: the rules of {self.row}"
+
+
+def with_source_read(rel: Release, wheels_read) -> Release:
+    """``rel`` knowing whether its requested release is one whose source was read (``wheels_read``, a table's list)."""
+    wanted = release_key(rel.requested)
+    return replace(rel, source_read=any(release_key(v) == wanted for v in wheels_read))
 
 
 def pick_row(table: dict, engine: str, version: str, first: str, why_first: str) -> Release:
@@ -75,12 +92,14 @@ class EngineView:
     uninitialised: list[str] = field(default_factory=list)  # missing weights the engine leaves as garbage
     findings: list[Finding] = field(default_factory=list)
     evidence: str = "source"
+    evidence_ref: str | None = None  # for "run": which runs of the release saw this reading (engines/runs.py)
 
     def to_dict(self) -> dict:
         return {
             "engine": self.engine,
             "loads": self.loads,
             "evidence": self.evidence,
+            **({"evidence_ref": self.evidence_ref} if self.evidence_ref else {}),
             "unit_weights": self.unit_weights,
             "uninitialised": self.uninitialised,
             "findings": [f.to_dict() for f in self.findings],
@@ -94,9 +113,12 @@ class Recorder:
         self.view = EngineView(rel.label, evidence=rel.evidence)
         self.label = rel.label
         self.evidence = rel.evidence
+        self.view_ref = rel.unread  # where the release's own source was not read, said on each finding
 
     def add(self, check: str, severity: str, message: str, effect: str, subject: str | None = None) -> None:
-        self.view.findings.append(Finding(check, severity, message, subject, self.label, effect, self.evidence))
+        self.view.findings.append(
+            Finding(check, severity, message, subject, self.label, effect, self.evidence, self.view_ref)
+        )
 
     def refuse(self, check: str, message: str, effect: str, subject: str | None = None) -> None:
         self.view.loads = False
@@ -245,6 +267,22 @@ def missing_tensors(
             f"missing weights {', '.join(out.view.uninitialised[:4])}",
             "leaves them uninitialised (torch.empty), without a word",
         )
+
+
+def partial_rotary_findings(out: Recorder, intended: Drafter, how: str | None) -> Drafter:
+    """A rope over part of each head (``partial_rotary_factor``) as the release runs it: ``how`` "applied" (a note) or
+    anything else (an error: it rotates every dimension). Returns the drafter as served."""
+    if intended.partial_rotary_factor == 1.0 or intended.attention == "mla":
+        return intended
+    what = (
+        f"the rope rotates the first {intended.rotary_dim} of each head's {intended.head_dim} dimensions"
+        f" (partial_rotary_factor {intended.partial_rotary_factor:g})"
+    )
+    if how == "applied":
+        out.add("engine.partial_rotary", "info", what, "rotates the same ones, neox-style", "partial_rotary_factor")
+        return intended
+    out.add("engine.partial_rotary", "error", what, "rotates every dimension: another attention than trained")
+    return replace(intended, partial_rotary_factor=1.0)
 
 
 def listed(names: list[str]) -> str:

@@ -29,8 +29,10 @@ from .common import (
     listed,
     load_table,
     missing_tensors,
+    partial_rotary_findings,
     pick_row,
     release_key,
+    with_source_read,
 )
 
 TABLE = "sglang_releases.json"
@@ -46,12 +48,15 @@ LEGACY_AUX_NORM = {"aux_norm_low": "fc_norm.0", "aux_norm_mid": "fc_norm.1", "au
 
 def release(version: str) -> Release:
     table = load_table(TABLE)
-    return pick_row(
-        table,
-        "sglang",
-        version,
-        table["first_release"],
-        f"SGLang {table['first_release']}, its first release with EAGLE 3",
+    return with_source_read(
+        pick_row(
+            table,
+            "sglang",
+            version,
+            table["first_release"],
+            f"SGLang {table['first_release']}, its first release with EAGLE 3",
+        ),
+        table["wheels_read"],
     )
 
 
@@ -272,7 +277,7 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
 
     # -- tensors: where each lands, what matches nothing ----------------------------------------------------
     engine_drafter = replace(
-        intended,
+        partial_rotary_findings(out, intended, f["partial_rotary"]),
         flags=served,
         num_aux=counted,
         aux=AuxLayers(captured, INPUT) if captured is not None else intended.aux,

@@ -30,14 +30,16 @@ from .common import (
     listed,
     load_table,
     missing_tensors,
+    partial_rotary_findings,
     pick_row,
     release_key,
     stamp_runs,
+    with_source_read,
 )
+from .runs import cite_layout, layout_features, run_evidence
 
 FIRST_RELEASE = "0.22.0"
 TABLE = "vllm_releases.json"
-OBSERVATIONS = "vllm_observations.json"  # what runs of each release did with the conformance matrix's drafters
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -45,21 +47,12 @@ def parse_version(text: str) -> tuple[int, ...]:
     return release_key(text)[:3]
 
 
-def run_evidence(version: str, path: str):
-    """``check -> "vllm-cpu X, case NAME"`` for the checks a recorded run of release ``version`` observed, on drafters
-    read the same way (``path``: "native", "speculators" or "speculators-peagle" configs), with vLLM doing what
-    eaglekit predicted (tests/engines/test_vllm_matrix.py records them); None for the rest."""
-    wanted = parse_version(version)
-    covered: dict[str, str] = {}
-    for entry in load_table(OBSERVATIONS)["observations"]:
-        if entry["agrees"] and entry["path"] == path and parse_version(entry["release"]) == wanted:
-            for check in entry["checks"]:
-                covered.setdefault(check, f"vllm-cpu {entry['release']}, case {entry['case']}")
-    return covered.get
-
-
 def release(version: str) -> Release:
-    return pick_row(load_table(TABLE), "vllm", version, FIRST_RELEASE, "vLLM 0.22.0, the first release with EAGLE 3.1")
+    table = load_table(TABLE)
+    return with_source_read(
+        pick_row(table, "vllm", version, FIRST_RELEASE, "vLLM 0.22.0, the first release with EAGLE 3.1"),
+        table["wheels_read"],
+    )
 
 
 def _mla_q_lora_rank(out: Recorder, config: dict, loaded) -> None:
@@ -104,6 +97,11 @@ def _cpu_rotary(out: Recorder, rel: Release, intended: Drafter) -> None:
     from . import vllm_cpu_mla
 
     bug = vllm_cpu_mla.rotary_bug(rel.requested)
+    # a row run on its own release is evidence for that release only; another release the row covers rests on source
+    evidence = bug["evidence"] if parse_version(rel.requested) == parse_version(bug["row"]) else "source"
+    ref = f"vllm-cpu {bug['row']}" if evidence == "run" else out.view_ref
+    if evidence != bug["evidence"]:
+        ref = f"run on vllm-cpu {bug['row']}, not on {rel.requested}: assumed alike"
     if bug["mla_on_cpu"] is not True:
         out.view.findings.append(
             Finding(
@@ -113,7 +111,8 @@ def _cpu_rotary(out: Recorder, rel: Release, intended: Drafter) -> None:
                 None,
                 out.label,
                 f"{bug['mla_on_cpu']} (CUDA builds are not concerned)",
-                bug["evidence"],
+                evidence,
+                ref,
             )
         )
         return
@@ -142,7 +141,8 @@ def _cpu_rotary(out: Recorder, rel: Release, intended: Drafter) -> None:
             "rope_scaling",
             out.label,
             effect,
-            bug["evidence"],
+            evidence,
+            ref,
         )
     )
 
@@ -210,8 +210,9 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     flags, applied = _flags(out, r)
     counted, captured, fc_states = _aux_layers(out, r)
     window = _window(out, r)
+    served = partial_rotary_findings(out, r.intended, r.rules.get("partial_rotary"))
     engine_drafter = replace(
-        r.intended,
+        served,
         window=window,
         flags=applied,
         num_aux=counted,
@@ -232,7 +233,9 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
         )
     out.view.drafter = engine_drafter if out.view.loads else None
     path = ("speculators-peagle" if r.peagle else "speculators") if r.speculators else "native"
-    stamp_runs(out.view, run_evidence(rel.requested, path))
+    stamp_runs(out.view, run_evidence(rel.requested, path, r.family, r.config.get("model_type")))
+    if out.view.loads:
+        cite_layout(out.view, rel.requested, layout_features(r.loaded, engine_drafter, path, r.family))
     return out.view
 
 
@@ -529,7 +532,7 @@ def _aux_layers(out: Recorder, r: _Reading) -> tuple[int, tuple[int, ...] | None
             "error",
             f"it captures target layer 0 (input-of-layer ids {list(captured)}): the embedding output",
             "crashes at the first request: the DeepSeek target adds hidden_states + residual before layer 0, where"
-            " residual is None (models/deepseek_v2.py DeepseekV2Model.forward; run on vllm-cpu 0.32.0: TypeError)",
+            " residual is None (models/deepseek_v2.py DeepseekV2Model.forward: TypeError)",
             "eagle_aux_hidden_state_layer_ids",
         )
     v1_where = _cuda_runner_findings(out, r, source, top_ids, L, intended_ids)
@@ -692,14 +695,13 @@ def _window(out: Recorder, r: _Reading) -> Window:
             "sliding_window",
         )
         return Window()
-    if r.rules.get("sliding_window", "applied") == "applied":
+    if r.rules["sliding_window"].get(family) == "applied":
         out.add(
             "engine.sliding_window",
             "info",
             what,
-            "applies it per layer (run on vllm-cpu 0.32.0); at draft steps k >= 2 it counts the window back from the"
-            " draft token's own position, k-1 positions fewer than speculators' training mask (counted from the chain's"
-            " start)",
+            "applies it per layer; at draft steps k >= 2 it counts the window back from the draft token's own position,"
+            " k-1 positions fewer than speculators' training mask (counted from the chain's start)",
             "sliding_window",
         )
         return window
@@ -707,7 +709,8 @@ def _window(out: Recorder, r: _Reading) -> Window:
         "engine.sliding_window",
         "error",
         what,
-        "ignores it: full attention, unlike training, once sequences pass the window",
+        f"ignores it in its {family} drafter (it passes no per-layer window; the target's cache window applies, usually"
+        " none): full attention, unlike training, once sequences pass the window",
         "sliding_window",
     )
     return Window()
@@ -808,6 +811,14 @@ def _tensors(out: Recorder, r: _Reading, engine_drafter: Drafter, flags: Flags, 
                 f" {intended.hidden_size}-wide hidden states)"
             )
         out.add("engine.embed", "error", "no embed_tokens and hidden_size != target hidden", effect)
+    if r.config.get("tie_word_embeddings") is True and "lm_head.weight" in loaded.names:
+        out.add(
+            "engine.lm_head_tied",
+            "info",
+            "tie_word_embeddings is true beside a shipped lm_head.weight",
+            "never reads tie_word_embeddings: runs the shipped lm_head (its EAGLE 3 drafter classes, every wheel read)",
+            "tie_word_embeddings",
+        )
     if intended.pruned_vocab and "lm_head.weight" not in loaded.names:
         # _maybe_share_lm_head gives the drafter the target's V-row head; compute_logits then scatters V logits onto
         # the draft_vocab_size mapped ids (llama_eagle3.py, 0.32.0 source)

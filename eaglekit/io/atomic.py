@@ -344,3 +344,35 @@ def _remove_created(created: list[Path]) -> None:
             folder.rmdir()
         except OSError:
             return
+
+
+def destination_status(out: str | Path, *, force: bool, protect: list[Path], replaceable) -> dict:
+    """What writing ``out`` would do, for a dry run: whether it exists, whether the conversion needs ``--force``, the
+    entries ``--force`` replaces, and the refusal the same command without ``--dry-run`` would stop with (or None).
+    ``replaceable``: as for ``check_destination`` (convert's ``foreign_entries``)."""
+    from ..errors import EaglekitError
+
+    dest = Path(out)
+    exists = dest.exists() or dest.is_symlink()
+
+    def refusal(with_force: bool) -> str | None:
+        try:
+            check_destination(dest, force=with_force, protect=protect, replaceable=replaceable)
+        except EaglekitError as exc:
+            return str(exc)
+        return None
+
+    forced = refusal(True)  # a refusal even --force cannot lift (a user's files, the source) is the one to show
+    stop = forced if forced or force else refusal(False)
+    replaces = (
+        sorted(p.name + ("/" if p.is_dir() else "") for p in dest.iterdir())
+        if exists and dest.is_dir() and not forced
+        else []
+    )
+    return {
+        "path": str(out),
+        "exists": exists,
+        "needs_force": exists and not forced,
+        "replaces": replaces,
+        "refusal": stop,
+    }

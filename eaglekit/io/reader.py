@@ -87,6 +87,17 @@ class Checkpoint:
         ckpt._discover()
         return ckpt
 
+    @classmethod
+    def planned(cls, label: str, config: dict, tensors: dict[str, tuple[Any, tuple[int, ...]]]) -> Checkpoint:
+        """A checkpoint not yet written (``convert``'s plan): its config and its tensors' dtypes and shapes, as headers
+        would say them; like a Hub repo read by headers, its tensor values cannot be read."""
+        ckpt = cls(Located(Path(label), (), label=label, remote=True), label)
+        ckpt.config, ckpt.format, ckpt.files = config, "safetensors", ["model.safetensors"]
+        ckpt.tensors = {
+            n: TensorInfo(n, dtype, tuple(shape), "model.safetensors") for n, (dtype, shape) in tensors.items()
+        }
+        return ckpt
+
     @property
     def directory(self) -> Path:
         return self.located.directory

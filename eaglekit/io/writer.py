@@ -222,3 +222,48 @@ def _copy_range(src: ByteRange, out, writeback: _Writeback | None = None) -> Non
                 raise CheckpointError(f"{src.path}: ended {remaining} bytes early")
             _write_all(out, chunk)
             remaining -= len(chunk)
+
+
+# What a conversion writes (and what verify --report may add beside it): the only names --force replaces.
+_OUTPUT_FILE = re.compile(
+    r"config\.json|model(-\d+-of-\d+)?\.safetensors|model\.safetensors\.index\.json|eaglekit-verify\.json"
+)
+
+
+# The key in each written safetensors header's __metadata__ that says eaglekit wrote those weights (its version). A
+# model trained from a conversion keeps the config's eaglekit block but not this (save_pretrained writes its own
+# header): --force does not take the trained weights for an earlier output of ours.
+WEIGHTS_MARK = "eaglekit"
+
+
+def foreign_entries(directory: Path) -> list[str]:
+    """What stops ``directory`` being an earlier eaglekit conversion that ``--force`` may replace.
+
+    It is one when its config.json carries the ``eaglekit`` block every writer adds, every weights file's header
+    carries ``WEIGHTS_MARK``, and it holds nothing but the files a conversion writes. Every other entry is named, so
+    the refusal says what would be lost.
+    """
+    foreign = sorted(p.name + "/" for p in directory.iterdir() if p.is_dir() or p.is_symlink())
+    foreign += sorted(
+        p.name for p in directory.iterdir() if p.is_file() and not p.is_symlink() and not _OUTPUT_FILE.fullmatch(p.name)
+    )
+    if foreign:
+        return foreign
+    try:
+        config = jsonfile.load_object(directory / "config.json")
+    except CheckpointError:
+        config = {}
+    block = config.get("eaglekit")
+    if not (isinstance(block, dict) and "dialect" in block):
+        return sorted(p.name for p in directory.iterdir())  # safetensors and a config, but not eaglekit's
+    from .safetensors_header import read_header
+
+    unmarked = []
+    for weights in sorted(directory.glob("*.safetensors")):
+        try:
+            marked = WEIGHTS_MARK in read_header(weights).metadata
+        except CheckpointError:
+            marked = False
+        if not marked:  # another program's, re-saved since (a fine-tune), or an eaglekit's from before the mark
+            unmarked.append(f"{weights.name}: weights without eaglekit's mark")
+    return unmarked

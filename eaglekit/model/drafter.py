@@ -391,8 +391,16 @@ class Drafter:
     norm_output_certain: bool = True
     window: Window = Window()  # sliding-window attention per layer (none by default)
     parallel: ParallelDrafting | None = None  # P-EAGLE: all K drafts in one pass (None: EAGLE 3's chain)
+    # the share of each head's dimensions the rope rotates (Qwen3-Next / Qwen3.5-style layers): vLLM's get_rope rotates
+    # the first int(head_dim * factor), neox-style, its frequencies over those; 1: all of them
+    partial_rotary_factor: float = 1.0
 
     # -- derived views -------------------------------------------------------------------------------
+
+    @property
+    def rotary_dim(self) -> int:
+        """How many of each head's dimensions the rope rotates (the first ones; the rest pass through)."""
+        return int(self.head_dim * self.partial_rotary_factor)
 
     @property
     def rope_as_loaded(self) -> Rope:

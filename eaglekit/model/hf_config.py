@@ -31,6 +31,9 @@ WITHOUT_EFFECT_KEYS = (
     "auto_map",
     "has_no_defaults_at_init",
 )
+# keys whose value false changes nothing an engine runs for a drafter, which a conversion leaves out without a word then
+# (true is said: validate.consistency): mla_use_nope, which vLLM's EAGLE 3 MLA drafter never reads (every wheel read)
+NO_EFFECT_WHEN_FALSE = ("mla_use_nope",)
 # keys eaglekit reads and writes again as it states them (a dtype: the weights'; a window: as layer_types), not by name
 REWRITTEN_KEYS = ("torch_dtype", "dtype", "max_window_layers", "use_sliding_window", "sliding_window", "layer_types")
 MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
@@ -84,7 +87,7 @@ def read_rope(view: ConfigView) -> tuple[Rope, bool]:
                 f"{view.label}: {view.path}rope_parameters per layer type is not supported by EAGLE drafters"
             )
         theta = params.float("rope_theta", theta)
-        p = {k: v for k, v in params.data.items() if k != "rope_theta"}
+        p = {k: v for k, v in params.data.items() if k not in ("rope_theta", PARTIAL)}
         if p.get("rope_type", p.get("type", "default")) != "default":
             scaling = p
     if scaling is not None:
@@ -94,11 +97,25 @@ def read_rope(view: ConfigView) -> tuple[Rope, bool]:
                 f"{view.label}: {view.path}rope_scaling needs a 'rope_type' (or 'type') string",
                 key=f"{view.path}rope_scaling",
             )
-        scaling = {"rope_type": kind, **{k: v for k, v in scaling.items() if k not in ("rope_type", "type")}}
+        scaling = {"rope_type": kind, **{k: v for k, v in scaling.items() if k not in ("rope_type", "type", PARTIAL)}}
         if kind == "default":
             scaling = None
     given = theta is not None
     return Rope(theta if given else DEFAULT_ROPE_THETA, scaling), given
+
+
+PARTIAL = "partial_rotary_factor"
+
+
+def read_partial_rotary(view: ConfigView) -> float:
+    """``partial_rotary_factor`` where a config states it: at the top level (transformers 5 moves it into
+    rope_parameters: 5.19, run), in rope_parameters, or in rope_scaling, the first stated. 1.0 where none is, or where
+    the value is no number in (0, 1], which validate reports (config.partial_rotary) and vLLM refuses."""
+    for holder in (view.data, view.data.get("rope_parameters"), view.data.get("rope_scaling")):
+        value = holder.get(PARTIAL) if isinstance(holder, dict) else None
+        if value is not None:
+            return float(value) if finite_number(value) and 0 < value <= 1 else 1.0
+    return 1.0
 
 
 def frequency_divisors(rope: Rope, dim: int) -> tuple[float, ...] | None:
@@ -305,6 +322,7 @@ def base_fields(view: ConfigView) -> dict:
         rope=rope,
         mla=mla,
         window=read_window(view, view.str("model_type", None)),
+        partial_rotary_factor=read_partial_rotary(view),
     )
 
 
@@ -324,6 +342,8 @@ def base_config(d: Drafter, *, vocab_size: int | None = None) -> dict:
         # the rope a scaling without its original context gets stays the one the source gave the engine
         "max_position_embeddings": d.max_positions_as_loaded or 2048,
         **rope_config(d.rope),
+        # where transformers and the engines read it: the top level (transformers 5 also moves it into rope_parameters)
+        **({PARTIAL: d.partial_rotary_factor} if d.partial_rotary_factor != 1.0 else {}),
         "attention_bias": d.attention_bias,
         "mlp_bias": d.mlp_bias,
         "tie_word_embeddings": False,

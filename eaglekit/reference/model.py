@@ -183,8 +183,15 @@ class ReferenceDrafter:
         if d.attention == "qwen3":
             q = self._norm(q, f"{p}.q_norm")
             k = self._norm(k, f"{p}.k_norm")
-        cos, sin = rope_cos_sin(self.rope, d.head_dim, positions)
-        return apply_rope(q, cos, sin, neox=True), apply_rope(k, cos, sin, neox=True), v
+        # vLLM's get_rope: the first rotary_dim dimensions of each head rotate, neox-style, with frequencies over
+        # rotary_dim; the rest pass through (partial_rotary_factor < 1)
+        rot = d.rotary_dim
+        cos, sin = rope_cos_sin(self.rope, rot, positions)
+        if rot == d.head_dim:
+            return apply_rope(q, cos, sin, neox=True), apply_rope(k, cos, sin, neox=True), v
+        q = torch.cat((apply_rope(q[..., :rot], cos, sin, neox=True), q[..., rot:]), dim=-1)
+        k = torch.cat((apply_rope(k[..., :rot], cos, sin, neox=True), k[..., rot:]), dim=-1)
+        return q, k, v
 
     def _mlp(self, i: int, x: torch.Tensor) -> torch.Tensor:
         p = f"layers.{i}.mlp"

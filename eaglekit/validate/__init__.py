@@ -142,7 +142,11 @@ def validate(
 
                 report.findings += check_lm_head_order(loaded.read("lm_head.weight"), loaded.read("d2t"), target_head)
         if release is not None:
-            view = engines.interpret(loaded, release, target_num_layers=target_cfg.num_layers if target_cfg else None)
+            depth = target_cfg.num_layers if target_cfg else None
+            view = engines.interpret(loaded, release, target_num_layers=depth)
+            from .next_steps import advise
+
+            view.findings = advise(loaded, release, view.findings, target_cfg)
             restated = {RESTATED_FOR_THE_ENGINE[f.check] for f in view.findings if f.check in RESTATED_FOR_THE_ENGINE}
             report.findings = [f for f in report.findings if f.check not in restated] + view.findings
             # its findings are said once, in report.findings (each with its engine); the view keeps the verdict
@@ -161,6 +165,9 @@ def validate(
                 for f in scan_all(loaded.checkpoint, list(loaded.checkpoint.tensors))
             ]
         from .. import schemas  # jsonschema: loaded when a config is checked, not on import
+        from .next_steps import advise_checks
+
+        report.findings = advise_checks(loaded, report.findings, target_cfg)
 
         # the config against its schema, said first, less what the other errors already say of a value (one fault, one
         # finding)

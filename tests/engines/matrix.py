@@ -276,6 +276,7 @@ def predict(drafter_dir: Path, release: str) -> dict:
     """What eaglekit's reading of release ``release`` (the rules ``validate --engine`` uses) says vLLM will do, in the
     terms a run observes, with the engine findings it gives."""
     from eaglekit import dialects, engines
+    from eaglekit.engines.runs import layout_features
 
     with dialects.load(drafter_dir, target_num_layers=TARGET_LAYERS) as loaded:
         loaded.drafter = loaded.drafter.with_(target_num_layers=TARGET_LAYERS)
@@ -283,6 +284,8 @@ def predict(drafter_dir: Path, release: str) -> dict:
         served = view.drafter
         names = set(loaded.names)
         path = config_path(loaded.checkpoint.config or {})
+        family = "qwen3" if served is not None and served.attention == "qwen3" else "llama"
+        features = layout_features(loaded, served, path, family) if served is not None else None
     checks = sorted({f.check for f in view.findings if f.check not in UNOBSERVED_CHECKS})
     if not view.loads:
         return {"loads": False, "checks": checks, "path": path}
@@ -298,6 +301,7 @@ def predict(drafter_dir: Path, release: str) -> dict:
         "map": "d2t" if "d2t" in names else "identity",
         "checks": checks,
         "path": path,
+        "features": features,  # what this reading turns on (engines/runs.py: validate cites the run by them)
     }
     if served.parallel is not None:  # one pass drafts all K: no step hands a token to the next to judge the head by
         out["parallel"] = True
@@ -620,6 +624,7 @@ def _record(release: str, date: str, results: dict[str, dict]) -> None:
                 "case": case,
                 "path": r["predicted"]["path"],
                 "checks": r["predicted"]["checks"],
+                **({"features": r["predicted"]["features"]} if r["predicted"].get("features") else {}),
                 "observation": r["observed"],
                 "agrees": not r["disagreements"],
             }
