@@ -269,10 +269,8 @@ def convert(
     target_name, said = serve_target(plan.target, plan.drafter.verifier)
     # no command to serve a drafter whose fc_norm weights are ones put there by --upgrade: it is to be fine-tuned first
     untrained = plan.drafter.provenance.untrained_upgrade
-    # nor one for an output no engine serves as trained (a P-EAGLE 3.1 drafter as speculators: vLLM drops its flags)
-    unservable = any(n.check == "convert.peagle_flags_dropped" for n in plan.notes)
     parallel = plan.drafter.parallel is not None
-    lines = [] if untrained or unservable else serve_lines(plan.serving, target_name, str(out_path), parallel=parallel)
+    lines = [] if untrained else serve_lines(plan.serving, target_name, str(out_path), parallel=parallel)
     if lines:
         from .findings import with_next_steps
         from .validate.checks import next_step_table

@@ -383,7 +383,11 @@ def plan_loaded(
             {t.name: (t.dtype, t.shape) for t in tensors},
             target_num_layers=target.num_layers if target else None,
         )
-        notes += unservable(writer, serving, trainers_only=not d.flags.norm_before_lm_head)
+        # a layout no engine serves the drafter in is written where it is a trainer's own: SpecForge's lm_head on the
+        # un-normalised state, and a P-EAGLE drafter as speculators or SpecForge keep it (no SGLang release drafts in
+        # parallel, no vLLM release reads a speculators P-EAGLE's 3.1 flags); the notes say why no line is printed
+        trainers_only = not d.flags.norm_before_lm_head or d.parallel is not None
+        notes += unservable(writer, serving, trainers_only=trainers_only)
     from .findings import with_next_steps
     from .validate.checks import next_step_table
 

@@ -152,7 +152,8 @@ def test_each_output_validates_clean_for_the_engine_its_serve_line_names(tmp_pat
     target = write_tiny_target(tmp_path / "target", layers=8, hidden=16, vocab=64)  # the verifier SpecForge omits
     for writer in ROUND_TRIPS[kind]:
         out = tmp_path / writer
-        result = json.loads(cli("convert", src, out, "--to", writer, "--target", target, "--json").stdout)
+        cmd = ("convert", src, out, "--to", writer, "--target", target, "--target-id", "tester/tiny-target", "--json")
+        result = json.loads(cli(*cmd).stdout)
         serve = result["serve"]
         if serve is None:  # no engine serves it as written: a 3.1 P-EAGLE as speculators, SpecForge's layout
             assert writer == "sglang" or kind.endswith("3.1"), (kind, writer)

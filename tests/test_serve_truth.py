@@ -196,7 +196,10 @@ def test_what_convert_writes_and_serves_validates_clean_for_that_engine(tmp_path
             for release in releases_named(engine, line["releases"]):
                 problems = _errors(out, f"{engine}=={release}", target)
                 assert not problems, f"{fixture} -> {to}: {line['for']} printed, {engine}=={release}: {problems}"
-        assert served or not dialects.get(to).served_by, (to, result.data["notes"])
+        # a layout its engines serve none of is refused, but where it is the trainer's own: a P-EAGLE 3.1 drafter as
+        # speculators, which trains it and whose flags no vLLM release reads there (said by its own note)
+        trainers_layout = any(n["check"] == "convert.peagle_flags_dropped" for n in result.data["notes"])
+        assert served or trainers_layout or not dialects.get(to).served_by, (to, result.data["notes"])
         shutil.rmtree(out)
 
 
