@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from .. import dialects
+from ..engines.vllm_scale import Parallel
 from ..errors import UsageError
 from ..findings import errors
 from ..io.prompts_file import read_prompt_records
@@ -28,6 +29,7 @@ from ..reference.simulate import Counters, accepted_lengths, chains_from, every_
 from ..validate.checks import CheckInput, run_checks
 from .options import VerifyOptions
 from .prompts import chat_ids
+from .report import target_engine_report
 from .run import Verifier, chain_starts, count, judged_tokens, last_full_start, layers_of, resolved_ids
 from .sampling import DRAFT_DISTRIBUTION, MIN_TEMPERATURE, Expected, prefix_acceptance
 
@@ -53,6 +55,10 @@ class DriftOptions:
     variants: bool = False  # the same content under every prompt framing of data/drift_variants.json
     temperature: float | None = None  # expected acceptance under vLLM's rejection sampler (sampling.py)
     top_p: float = 1.0
+    target_engine: str | None = None  # the target run by vLLM (verify.capture), never loaded here
+    hidden_states: str | None = None  # the target's states from files (an `eaglekit capture` folder): no target run
+    vllm_python: str | None = None
+    parallel: Parallel = field(default_factory=Parallel)
 
 
 def bucket_edges(limit: int) -> list[int]:
@@ -447,6 +453,21 @@ def run_variants(
     return out
 
 
+def _refuse_without_target(options: DriftOptions) -> None:
+    """What needs the target's own run, refused where vLLM runs it (its capture keeps no distributions; every framing
+    of --variants would start an engine) or files bring its states (--hidden-states)."""
+    needs = {"--temperature": options.temperature is not None, "--variants": options.variants}
+    if options.target_engine and any(needs.values()):
+        raise UsageError(
+            f"{next(f for f, v in needs.items() if v)} needs the target run by eaglekit: drop --target-engine"
+        )
+    needs.update({"--target-engine": bool(options.target_engine), "--prompts": bool(options.prompts)})
+    if options.hidden_states and any(needs.values()):
+        raise UsageError(
+            f"--hidden-states brings the target's states; {next(f for f, v in needs.items() if v)} runs it"
+        )
+
+
 def drift(path: str, options: DriftOptions, progress: Callable[[str, int], object] | None = None) -> dict:
     """Run the drift measurement and return the report's data (schemas/drift.schema.json, without the contract keys)."""
     if options.sink_tokens < 1:
@@ -462,6 +483,7 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
         raise UsageError("--top-p must lie in (0, 1]")
     if options.top_p != 1.0 and options.temperature is None:
         raise UsageError("--top-p applies to sampling: give --temperature too")
+    _refuse_without_target(options)
     verifier = Verifier(
         VerifyOptions(
             target=options.target,
@@ -472,6 +494,10 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
             source_dialect=options.source_dialect,
             norm_output_semantics=options.norm_output_semantics,
             command="drift",
+            target_engine=options.target_engine,
+            vllm_python=options.vllm_python,
+            parallel=options.parallel,
+            hidden_states=options.hidden_states,
         ),
         progress,
     )
@@ -485,11 +511,13 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
     # long inputs were cut to this room when verify decoded 2 tokens more; cut anew, every long-context figure would
     # move)
     reserve = options.max_new_tokens + options.k + 1
-    if options.prompts:
+    if options.hidden_states:
+        records, source = None, options.hidden_states
+    elif options.prompts:
         records, source = read_prompt_records(options.prompts), options.prompts
     else:
         records, source = (
-            long_records(verifier.load_target().tokenizer, limit, options.inputs_per_bucket, reserve),
+            long_records(verifier.target_tokens()[0], limit, options.inputs_per_bucket, reserve),
             LONG_SOURCE,
         )
     framed = None
@@ -499,11 +527,16 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
         framed = variant_records(records, verifier.load_target().tokenizer, source)
     # each drafter read and checked once, before the target decodes: a drafter that cannot run fails at once, and the
     # layers both fuse are kept while the target decodes (no second full pass per sequence for the aux states)
-    verifier.load_target()
+    if not (options.target_engine or options.hidden_states):
+        verifier.load_target()
     draftings = [load_drafter(verifier, p, options) for p in (path, *([options.compare] if options.compare else []))]
     keep = layers_of([x.model.d for x in draftings], verifier.target_config.num_layers)
-    # --temperature: each sequence's logits and KV cache are kept from its decoding for the target's distributions
-    verifier.prepare(records, capture=keep, keep_passes=options.temperature is not None)
+    if options.hidden_states:  # a capture's files: every layer both drafters fuse must be there
+        verifier.prepare_stored(draftings[0].model.d, keep)
+    elif options.target_engine:  # the target run by vLLM: the same layers, captured by vLLM itself
+        verifier.prepare_engine(records, capture=keep)
+    else:  # --temperature: each sequence's logits and KV cache kept from its decoding, for the target's distributions
+        verifier.prepare(records, capture=keep, keep_passes=options.temperature is not None)
     too_long = [p.id for p, tokens in verifier.sequences if tokens.shape[0] > limit]
     if too_long:
         raise UsageError(f"input {too_long[0]} runs past --max-context {limit} with its continuation")
@@ -554,5 +587,6 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
         "compare": None if other is None else {**other, "ratios": ratios(mine, other)},
         "variants": variants,
         "sampling": mine["sampling"],
+        "target_engine": target_engine_report(verifier),
         "findings": findings,
     }
