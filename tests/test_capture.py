@@ -39,6 +39,7 @@ class StandIn:
     def __init__(self):
         self.jobs: list[dict] = []
         self.models: dict = {}
+        self.interrupt_after: int | None = None  # the user's Ctrl-C, after this many prompts
 
     def model(self, target: str):
         from eaglekit.target import read_target_config
@@ -53,7 +54,9 @@ class StandIn:
         model = self.model(job["target"])
         on_event({"event": "started", "vllm_version": "stand-in", "workarounds": []})
         ids = tuple(job["aux_layer_ids"])
-        for index, prompt in job["prompts"]:
+        for n, (index, prompt) in enumerate(job["prompts"]):
+            if n == self.interrupt_after:
+                raise KeyboardInterrupt
             tokens = torch.tensor(prompt)
             for _ in range(job["max_tokens"]):  # greedy, every stop token ignored
                 _, nxt = model.aux_states(tokens, ids)
@@ -186,10 +189,46 @@ def test_drift_reads_a_capture_and_runs_the_target_in_vllm_as_it_runs_its_own(pa
     api.capture(str(pair["target"]), out, prompts=str(pair["prompts"]), max_new_tokens=MAX_NEW)
     folder = api.drift(str(pair["drafter"]), hidden_states=str(out), **common).data
     for other in (one_step, folder):
-        assert other["acceptance"] == own["acceptance"] and other["per_depth"] == own["per_depth"]
-        assert other["inputs"]["tokens"] == own["inputs"]["tokens"]
+        assert other["acceptance"] == own["acceptance"] and other["inputs"]["tokens"] == own["inputs"]["tokens"]
+        for a, b in zip(other["per_depth"], own["per_depth"]):  # the states: another pass, float32 noise apart
+            assert a == pytest.approx(b, rel=1e-5), (a, b)
     assert one_step["target_engine"]["vllm_version"] == "stand-in" and own["target_engine"] is None
     with pytest.raises(UsageError, match="--temperature needs the target run by eaglekit"):
         api.drift(str(pair["drafter"]), prompts=str(pair["prompts"]), target_engine="vllm", temperature=0.8, **common)
     with pytest.raises(UsageError, match="--hidden-states brings the target's states; --prompts runs it"):
         api.drift(str(pair["drafter"]), hidden_states=str(out), prompts=str(pair["prompts"]), **common)
+
+
+def test_an_interrupted_capture_keeps_what_it_finished_and_the_rerun_does_the_rest(pair, stand_in, tmp_path):
+    out = tmp_path / "states"
+    stand_in.interrupt_after = 4
+    with pytest.raises(KeyboardInterrupt):
+        api.capture(str(pair["target"]), out, prompts=str(pair["prompts"]), max_new_tokens=MAX_NEW)
+    assert sorted(p.name for p in out.iterdir()) == ["capture.json"] + [f"seq-0000{i}.safetensors" for i in range(4)]
+    assert not list(tmp_path.glob(".eaglekit-staging-*"))  # vLLM's raw files gone with the run
+    stand_in.interrupt_after = None
+    again = api.capture(str(pair["target"]), out, prompts=str(pair["prompts"]), max_new_tokens=MAX_NEW)
+    assert (again.captured, again.data["resumed"]) == (2, 4)
+    _same(
+        verify(str(pair["drafter"]), VerifyOptions(target=str(pair["target"]), hidden_states=str(out))), _verify(pair)
+    )
+
+
+@pytest.mark.real_target
+def test_a_gguf_target_is_dequantised_once_in_a_child_for_vllm_and_its_borrowed_tensors(monkeypatch, tmp_path):
+    """vLLM loads a transformers directory; with the target in vLLM eaglekit's process never loads it, so the GGUF
+    file's cache entry is written by a child process; the embedding and lm_head a drafter borrows are read alone from
+    that entry, equal to what transformers dequantises."""
+    from test_real_pair import smollm2
+
+    from eaglekit.target import gguf_cache, read_target_config
+    from eaglekit.target.dequantise import transformers_directory
+    from eaglekit.target.weights import read_target_weight
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    config = read_target_config(smollm2())
+    assert gguf_cache.cached(config.directory / config.gguf_file) is None
+    directory = transformers_directory(config)
+    assert directory == gguf_cache.cached(config.directory / config.gguf_file)
+    embed = read_target_weight(config, "embed", directory)
+    assert embed.shape == (49152, 576) and embed.dtype == torch.float32

@@ -20,13 +20,20 @@ def transformers_directory(config: TargetConfig) -> Path:
     gguf_path = config.directory / config.gguf_file
     directory = gguf_cache.cached(gguf_path)
     if directory is None:
-        done = subprocess.run([sys.executable, "-m", __name__, str(gguf_path)], stdout=sys.stderr.fileno())
+        done = subprocess.run(
+            [sys.executable, "-m", __name__, str(gguf_path)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         directory = gguf_cache.cached(gguf_path) if done.returncode == 0 else None
+        said = " ".join((done.stderr or "").strip().splitlines()[-1:])
     if directory is None:
         raise UnsupportedError(
             f"{gguf_path}: vLLM needs the target as a transformers directory, and eaglekit's cache"
-            f" ({gguf_cache.cache_directory(gguf_path).parent}) could not be written; free the cache or give the"
-            " model's safetensors directory"
+            f" ({gguf_cache.cache_directory(gguf_path).parent}) could not be written"
+            + (f" ({said})" if said else "")
+            + "; free the cache or give the model's safetensors directory"
         )
     return directory
 

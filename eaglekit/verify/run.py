@@ -358,6 +358,10 @@ class Verifier:
                     f"the drafter ships no {what}, which {self.options.command} takes from the target"
                 )
             )
+        if self.target_config.gguf_file:  # its dequantised directory (what vLLM loads; made once, in a child process)
+            from ..target.dequantise import transformers_directory
+
+            return read_target_weight(self.target_config, kind, transformers_directory(self.target_config))
         return read_target_weight(self.target_config, kind)
 
     def aux(self, index: int, ids: tuple[int, ...]) -> tuple[torch.Tensor, int]:

@@ -102,7 +102,8 @@ def mla_on_cpu(job: dict, engine_args: dict, speculative: dict | None) -> list[s
         if speculative is not None:
             speculative.setdefault("attention_backend", "CPU_MLA")
         done.append(
-            "attention backend CPU_MLA for target and drafter (AMX_MLA, preferred on AMX CPUs, refuses float32 weights)"
+            f"attention backend CPU_MLA for {'target and drafter' if speculative is not None else 'the target'}"
+            " (AMX_MLA, preferred on AMX CPUs, refuses float32 weights)"
         )
     if mla.get("cpu_rotary_bug"):
         compilation = dict(engine_args.get("compilation_config") or {})
