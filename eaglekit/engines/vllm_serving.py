@@ -25,9 +25,9 @@ def check_request(
     vllm_scale.check_parallel(parallel)
     if not (against or target_engine):
         if not parallel.plain:
-            raise UsageError("the parallel options say how vLLM runs the target: give --target-engine or --against too")
+            raise UsageError("a parallel layout says how vLLM runs the target: it needs target_engine or against")
         if vllm_python:
-            raise UsageError("--vllm-python says which vLLM runs the target: give --target-engine or --against too")
+            raise UsageError("vllm_python says which vLLM runs the target: it needs target_engine or against")
         return
     config = read_target_config(target, weights=True)
     if target_engine:
@@ -35,7 +35,7 @@ def check_request(
     if against:
         if parallel.data > 1:
             raise UsageError(
-                "--against serves the drafter in one engine; --data-parallel-size applies to the target's capture"
-                " (--target-engine) only"
+                "against serves the drafter in one engine; data_parallel_size applies to the target's capture"
+                " (target_engine) only"
             )
         vllm_scale.check(envs.served(against, vllm_python)[1], parallel, config, purpose="serve")

@@ -53,7 +53,7 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
             " of them"
         )
     if options.hidden_states and options.target_engine:
-        raise UsageError("--hidden-states brings the target's states; --target-engine would run the target: pass one")
+        raise UsageError("hidden_states brings the target's states; target_engine would run the target: give one")
     check_request(
         options.target,
         target_engine=options.target_engine,

@@ -114,7 +114,8 @@ def check_ids(ids: tuple[int, ...], config: TargetConfig) -> tuple[int, ...]:
     if bad:
         raise UnsupportedError(
             f"aux layer {bad[0]}: vLLM captures the input of a layer, 0..{config.num_layers - 1} for"
-            f" {config.name} ({config.num_layers} layers); verify without --target-engine runs the others"
+            f" {config.name} ({config.num_layers} layers); the target run by eaglekit (not target_engine) gives the"
+            " others"
         )
     return tuple(sorted(set(ids)))
 
@@ -303,8 +304,8 @@ def resumable(out: Path, wanted: dict, *, force: bool) -> set[int]:
         if not force:
             differ = sorted(k for k in wanted if not isinstance(found, dict) or found.get(k) != wanted[k])
             raise UsageError(
-                f"{out}: holds a capture of other settings ({', '.join(differ)} differ); pass --force to replace it,"
-                " or give another folder"
+                f"{out}: holds a capture of other settings ({', '.join(differ)} differ); replace it (force) or give"
+                " another folder"
             )
         for old in out.glob("seq-*.safetensors"):
             old.unlink()
@@ -346,7 +347,7 @@ def _folder_plan(
     from .prompts import encode_prompts
 
     if dtype not in DTYPES:
-        raise UsageError(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
+        raise UsageError(f"dtype {dtype!r}: one of {', '.join(DTYPES)}")
     ids = check_ids(aux_layers or default_aux_ids(config.num_layers), config)
     tokenizer, eos = target_tokens(config)
     prompts = encode_prompts(records, tokenizer, num_prompts, config.vocab_size)

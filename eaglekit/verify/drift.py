@@ -455,16 +455,16 @@ def run_variants(
 
 def _refuse_without_target(options: DriftOptions) -> None:
     """What needs the target's own run, refused where vLLM runs it (its capture keeps no distributions; every framing
-    of --variants would start an engine) or files bring its states (--hidden-states)."""
-    needs = {"--temperature": options.temperature is not None, "--variants": options.variants}
+    of variants would start an engine) or files bring its states (hidden_states)."""
+    needs = {"temperature": options.temperature is not None, "variants": options.variants}
     if options.target_engine and any(needs.values()):
         raise UsageError(
-            f"{next(f for f, v in needs.items() if v)} needs the target run by eaglekit: drop --target-engine"
+            f"{next(f for f, v in needs.items() if v)} needs the target run by eaglekit, not by vLLM (target_engine)"
         )
-    needs.update({"--target-engine": bool(options.target_engine), "--prompts": bool(options.prompts)})
+    needs.update({"target_engine": bool(options.target_engine), "prompts": bool(options.prompts)})
     if options.hidden_states and any(needs.values()):
         raise UsageError(
-            f"--hidden-states brings the target's states; {next(f for f, v in needs.items() if v)} runs it"
+            f"hidden_states brings the target's states; {next(f for f, v in needs.items() if v)} runs the target"
         )
 
 

@@ -275,7 +275,7 @@ class Verifier:
             if seq.max_k is not None and self.options.k > seq.max_k:
                 raise UsageError(
                     f"{seq.name}: captured for chains of up to {seq.max_k} drafts, whose last steps K"
-                    f" {self.options.k} would judge past its continuation; capture again for K {self.options.k}"
+                    f" {self.options.k} would judge past its continuation; capture it for K {self.options.k}"
                 )
             if vocab and seq.tokens.numel() and not 0 <= int(seq.tokens.min()) <= int(seq.tokens.max()) < vocab:
                 raise UsageError(
