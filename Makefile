@@ -61,9 +61,12 @@ test-user:
 	$(USER_VENV)/bin/python $(PYTEST) -m "not vllm and not speculators and not specforge"
 
 # vLLM releases whose behaviour the parity suite and the conformance matrix (tests/engines) check in their own
-# environments (eaglekit engines install); `make test` runs both against the vLLM importable beside eaglekit (0.32.0)
+# environments (eaglekit engines install); `make test` runs both against the vLLM importable beside eaglekit (0.32.0).
+# tests/test_vllm_scale.py: the target run by vLLM with tensor-parallel workers (TP=2: one CPU core each), the
+# capture, --against with batched requests
 ENGINE_RELEASES ?= 0.31.0
-ENGINE_TESTS := tests/test_vllm_parity.py tests/engines/test_vllm_matrix.py tests/test_vllm_mla_parity.py
+ENGINE_TESTS := tests/test_vllm_parity.py tests/engines/test_vllm_matrix.py tests/test_vllm_mla_parity.py \
+	tests/test_vllm_scale.py
 
 engines: install
 	for r in $(ENGINE_RELEASES); do $(VENV)/bin/eaglekit engines install vllm==$$r || exit 1; done

@@ -92,6 +92,16 @@ class DriftReport:
 
 
 @dataclass(frozen=True)
+class Capture:
+    """The target's greedy continuations and aux states, captured by vLLM into a folder (``eaglekit capture``)."""
+
+    output: str
+    sequences: int  # in the folder
+    captured: int  # by this run (the others were there: a resumed capture)
+    data: dict[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
 class Publication:
     """What ``eaglekit push`` published (or, with ``dry_run``, would publish)."""
 
@@ -383,15 +393,21 @@ def verify(
 ) -> Verification:
     """Run the drafter on its target's hidden states and measure acceptance; ``options`` are ``VerifyOptions`` fields
     (``num_prompts``, ``max_new_tokens``, ``k``, ``engine``, ``reference``, ``against``, ...)."""
-    from .engines import envs
+    from .engines.vllm_serving import check_request
     from .io.sources import open_source, refuse_missing
     from .target.long_lived import frozen_scope, long_lived
 
     refuse_missing(path, revision=options.get("revision"))  # the drafter first, as it is given first
-    envs.require_environment(options.get("against"), options.get("vllm_python"))
     _check_inputs(
         target, "verify", options.get("prompts"), options.get("hidden_states")
     )  # before a Hub drafter downloads
+    check_request(  # what vLLM cannot run, refused before torch and before any engine starts
+        target,
+        target_engine=options.get("target_engine"),
+        against=options.get("against"),
+        vllm_python=options.get("vllm_python"),
+        parallel=options.get("parallel"),
+    )
     with open_source(path, revision=options.pop("revision", None), mode="download") as located:
         with (
             frozen_scope()
@@ -403,6 +419,62 @@ def verify(
     report["origin"] = located.origin
     report["ok"] = report["passed"]  # `passed` stays for readers of schema version 0
     return Verification(str(path), report["acceptance_length"], report["passed"], report["checks"], report)
+
+
+def capture(
+    target: str,
+    out: str | Path,
+    *,
+    prompts: str | None = None,
+    num_prompts: int | None = None,
+    max_new_tokens: int = 64,
+    k: int = 3,
+    aux_layers: tuple[int, ...] | None = None,
+    dtype: str = "float32",
+    target_engine: str = "vllm",
+    vllm_python: str | None = None,
+    parallel: Any = None,
+    force: bool = False,
+    on_plan: Callable[[Any], None] | None = None,
+    progress: Callable[[str, int], object] | None = None,
+) -> Capture:
+    """Run ``target`` in vLLM (``target_engine``: "vllm" or "vllm==X"; ``vllm_python``: any environment's Python),
+    with ``parallel`` workers (``eaglekit.engines.vllm_scale.Parallel``), and write into ``out`` each prompt's greedy
+    continuation and the states of target layers ``aux_layers`` (input-of-layer ids; default vLLM's (2, L//2, L-3))
+    at every position, captured by vLLM's own ``extract_hidden_states``, in the dtype the target runs in: the folder
+    ``verify --hidden-states`` and many drafters' runs read. eaglekit's process never loads the target's weights. A
+    rerun into the same folder with the same settings captures only the prompts still missing; ``force`` replaces a
+    capture of other settings. ``on_plan`` sees the plan (the sequences and the bytes they take) before the engine
+    starts."""
+    from .engines.vllm_scale import Parallel
+    from .engines.vllm_serving import check_request
+    from .io.prompts_file import read_prompt_records
+    from .target import read_target_config
+    from .target.long_lived import long_lived
+
+    parallel = parallel or Parallel()
+    config = read_target_config(target, weights=True)
+    config.require_runnable("capture runs the target model")
+    records = read_prompt_records(prompts)
+    check_request(target, target_engine=target_engine, vllm_python=vllm_python, parallel=parallel)
+    with long_lived():
+        from .verify.capture import Engine, capture_to_folder
+    result = capture_to_folder(
+        config,
+        records,
+        Path(out),
+        Engine(target_engine, vllm_python, parallel),
+        aux_layers=aux_layers,
+        dtype=dtype,
+        max_new_tokens=max_new_tokens,
+        k=k,
+        num_prompts=num_prompts,
+        force=force,
+        on_plan=on_plan,
+        progress=progress,
+    )
+    data = document(out, True, result)
+    return Capture(str(out), result["sequences"], result["captured"], data)
 
 
 def drift(
@@ -422,7 +494,15 @@ def drift(
     for drafter in (path, options.get("compare")):
         if drafter is not None:
             refuse_missing(drafter)  # before the target loads (~5 s), not after it
-    _check_inputs(target, "drift", options.get("prompts"))
+    _check_inputs(target, "drift", options.get("prompts"), options.get("hidden_states"))
+    from .engines.vllm_serving import check_request
+
+    check_request(  # what vLLM cannot run, refused before torch and before any engine starts
+        target,
+        target_engine=options.get("target_engine"),
+        vllm_python=options.get("vllm_python"),
+        parallel=options.get("parallel"),
+    )
     from .drift_report import check_report_destination, require_matplotlib, write_report
 
     inputs = (path, options.get("compare"), target, options.get("prompts"))
@@ -472,6 +552,7 @@ def push(path: str | Path, repo_id: str, **options: Any) -> Publication:
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Capture",
     "Conversion",
     "DriftReport",
     "document",
@@ -479,6 +560,7 @@ __all__ = [
     "Publication",
     "SurveyRow",
     "Verification",
+    "capture",
     "convert",
     "drift",
     "inspect",

@@ -102,6 +102,7 @@ def test_the_runner_in_another_process_measures_what_the_in_process_one_does(cli
         "vllm_target_states": True,
         "vllm_logits": True,
         "vllm_acceptance": True,
+        "vllm_batched_acceptance": True,  # the prompts served again all at once: the same counters
     }
 
 

@@ -93,7 +93,18 @@ def test_schemas_ship_in_the_wheel(tmp_path):
 
 # -- the JSON contract: one success key, one path key, a version; offline schemas; an error document ---------------
 
-OUTPUT_SCHEMAS = ("inspect", "convert", "validate", "verify", "push", "convert-list", "engines", "drift", "error")
+OUTPUT_SCHEMAS = (
+    "inspect",
+    "convert",
+    "validate",
+    "verify",
+    "push",
+    "convert-list",
+    "engines",
+    "drift",
+    "error",
+    "capture",
+)
 
 
 @pytest.mark.parametrize("name", OUTPUT_SCHEMAS)

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "convert": ("convert", "convert_command"),
     "validate": ("validate", "validate_command"),
     "verify": ("verify", "verify_command"),
+    "capture": ("capture", "capture_command"),
     "push": ("push", "push_command"),
     "engines": ("engines", "engines_group"),
     "drift": ("drift", "drift_command"),

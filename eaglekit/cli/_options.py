@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import click
 
 from .. import dialects
@@ -149,6 +151,7 @@ class HubIdType(click.ParamType):
 
 AGAINST = AgainstType()
 HUB_ID = HubIdType()
+TARGET_ENGINE = AgainstType()
 NAMED_PLACE = NamedPlaceType(hub=True)  # a drafter or a target
 NAMED_FILE = NamedPlaceType(hub=False)  # a file or folder of this machine
 NAMED_REVISION = NamedPlaceType(what="a branch, tag or commit")
@@ -265,3 +268,94 @@ def parse_ids(text: str | None) -> tuple[int, ...] | None:
     if any(i < 0 for i in ids):  # input-of-layer ids: 0 is the embeddings' output, nothing comes before it
         raise UsageError(f"--aux-layers {text!r}: layer ids are 0 or more (vLLM's input-of-layer convention)")
     return ids
+
+
+# -- the target served by vLLM (verify, drift, capture) and vLLM's workers (also for verify --against)
+
+vllm_python_option = click.option(
+    "--vllm-python",
+    metavar="PATH",
+    type=NAMED_FILE,
+    help=(
+        "Run vLLM with this Python (any environment with vLLM, e.g. CUDA vLLM), for --target-engine and --against;"
+        " its release is read from its packages."
+    ),
+)
+
+
+def target_engine_option(*, default: str | None = None):
+    return click.option(
+        "--target-engine",
+        type=TARGET_ENGINE,
+        metavar="vllm|vllm==X",
+        default=default,
+        show_default=default is not None,
+        help=(
+            "Run the target in vLLM, never in eaglekit's process (which reads only its config, tokenizer and the"
+            " tensors a drafter borrows): the vLLM installed beside eaglekit, or release X's engine environment"
+            " (`eaglekit engines install vllm==X`). Its states are captured by vLLM's own extract_hidden_states."
+        ),
+    )
+
+
+_PARALLEL_OPTIONS = (
+    click.option(
+        "--tensor-parallel-size",
+        type=click.IntRange(min=1),
+        default=1,
+        show_default=True,
+        metavar="N",
+        help="vLLM's tensor parallel workers for the target (on a CPU: one core each, bound by eaglekit).",
+    ),
+    click.option(
+        "--pipeline-parallel-size",
+        type=click.IntRange(min=1),
+        default=1,
+        show_default=True,
+        metavar="N",
+        help="vLLM's pipeline parallel stages (refused where the release cannot run them, before any engine starts).",
+    ),
+    click.option(
+        "--data-parallel-size",
+        type=click.IntRange(min=1),
+        default=1,
+        show_default=True,
+        metavar="N",
+        help="vLLM engines capturing the target side by side, the prompts dealt out among them (--target-engine).",
+    ),
+    click.option(
+        "--distributed-executor-backend",
+        type=click.Choice(["mp", "ray"]),
+        help="How vLLM starts its workers: mp (one machine; the default for several) or ray (a cluster; GPUs only).",
+    ),
+    click.option(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="With --distributed-executor-backend ray: the cluster to join (else RAY_ADDRESS, else a local one).",
+    ),
+)
+
+
+def parallel_options(func):
+    """The parallel options, handed to the command as one ``parallel`` argument (``engines.vllm_scale.Parallel``)."""
+
+    @functools.wraps(func)
+    def command(
+        *args,
+        tensor_parallel_size,
+        pipeline_parallel_size,
+        data_parallel_size,
+        distributed_executor_backend,
+        ray_address,
+        **kwargs,
+    ):
+        from ..engines.vllm_scale import Parallel
+
+        parallel = Parallel(
+            tensor_parallel_size, pipeline_parallel_size, data_parallel_size, distributed_executor_backend, ray_address
+        )
+        return func(*args, parallel=parallel, **kwargs)
+
+    for option in reversed(_PARALLEL_OPTIONS):
+        command = option(command)
+    return command

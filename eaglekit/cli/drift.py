@@ -18,8 +18,11 @@ from ._options import (
     from_option,
     json_option,
     norm_output_option,
+    parallel_options,
     raw_prompts_option,
     run_dtype_option,
+    target_engine_option,
+    vllm_python_option,
 )
 from ._output import Output, printable, table
 
@@ -140,6 +143,15 @@ def render(r: dict) -> str:
     metavar="P",
     help="With --temperature: the target's top-p cut, as vLLM applies it.",
 )
+@click.option(
+    "--hidden-states",
+    metavar="PATH",
+    type=NAMED_FILE,
+    help="The target's sequences and states from files (an `eaglekit capture` folder) instead of running the target.",
+)
+@target_engine_option()
+@vllm_python_option
+@parallel_options
 @device_option
 @run_dtype_option
 @from_option
@@ -161,6 +173,10 @@ def drift_command(
     variants,
     temperature,
     top_p,
+    hidden_states,
+    target_engine,
+    vllm_python,
+    parallel,
     device,
     dtype,
     source_dialect,
@@ -176,6 +192,7 @@ def drift_command(
       eaglekit drift ./eagle3 --target ./SmolLM2-135M-Instruct.Q4_1.gguf --max-context 4096
       eaglekit drift ./eagle3 --target ./target --compare ./eagle31 --report ./drift-report
       eaglekit drift ./eagle3 --target ./target --prompts chat.jsonl --variants --temperature 0.8 --top-p 0.95
+      eaglekit drift ./eagle3 --target ./target --target-engine vllm==0.32.0 --tensor-parallel-size 2
     """
     output = Output(json_mode)
 
@@ -196,6 +213,10 @@ def drift_command(
         variants=variants,
         temperature=temperature,
         top_p=top_p,
+        hidden_states=hidden_states,
+        target_engine=target_engine,
+        vllm_python=vllm_python,
+        parallel=parallel,
         device=device,
         dtype=dtype,
         source_dialect=source_dialect,

@@ -22,9 +22,12 @@ from ._options import (
     from_option,
     json_option,
     norm_output_option,
+    parallel_options,
     raw_prompts_option,
     revision_option,
     run_dtype_option,
+    target_engine_option,
+    vllm_python_option,
 )
 from ._output import Output, printable, table
 
@@ -34,12 +37,32 @@ def _counters(c: dict) -> str:
     return f"AL {c['acceptance_length']:.3f}  per position [{rates}]  ({c['num_drafts']} drafts)"
 
 
+def _layout(parallel: dict) -> str:
+    sizes = [
+        f"{name} {parallel[key]}"
+        for name, key in (
+            ("TP", "tensor_parallel_size"),
+            ("PP", "pipeline_parallel_size"),
+            ("DP", "data_parallel_size"),
+        )
+        if parallel[key] > 1
+    ]
+    backend = parallel.get("distributed_executor_backend")
+    return (", ".join(sizes) or "one worker") + (f", {backend} executor" if backend else "")
+
+
 def render(r: dict) -> str:
     lines = [
         f"verify {printable(r['drafter'])} ({r['dialect']}, EAGLE {r['eagle_version']}) on {printable(r['target'])},"
         f" {r['device']} {r['dtype']}, K={r['num_speculative_tokens']}, aux layers {r['aux_layer_ids']}"
         + ("" if r["aux_layer_ids_recorded"] else " (engine default)"),
     ]
+    if r.get("target_engine"):
+        e = r["target_engine"]
+        lines.append(
+            f"  target run by vLLM {e['vllm_version'] or e['engine']} ({_layout(e['parallel'])}), states captured by"
+            " its extract_hidden_states" + "".join(f"; {w}" for w in e["workarounds"])
+        )
     rows = [("prompt", "category", "tokens", "trajectory", "every position")]
     for p in r["prompts"]:
         rows.append(
@@ -95,6 +118,8 @@ def render(r: dict) -> str:
                 lines.append(f"  simulated, vLLM's chain reading:     {_counters(a['readings']['vllm_chain'])}")
             elif chain.get("status"):
                 lines.append(chain["status"])
+        if a.get("batched"):
+            lines.append(f"vLLM, the prompts served together: {_counters(a['batched']['vllm'])}")
     if r.get("readings"):
         lines.append("readings the files cannot tell apart, measured on these prompts:")
         for m in r["readings"]["measured"]:
@@ -170,12 +195,9 @@ def render(r: dict) -> str:
         "beside eaglekit, or release X's engine environment (`eaglekit engines install vllm==X`)."
     ),
 )
-@click.option(
-    "--vllm-python",
-    metavar="PATH",
-    type=NAMED_FILE,
-    help="With --against: run vLLM with this Python (any environment with vLLM, e.g. CUDA vLLM).",
-)
+@target_engine_option()
+@vllm_python_option
+@parallel_options
 @click.option("--min-acceptance-length", type=FiniteFloat(), help="Fail (exit 1) below this acceptance length.")
 @device_option
 @run_dtype_option
@@ -207,7 +229,9 @@ def verify_command(
     engine,
     reference,
     against,
+    target_engine,
     vllm_python,
+    parallel,
     min_acceptance_length,
     device,
     dtype,
@@ -230,6 +254,7 @@ def verify_command(
       eaglekit verify ./for-vllm --target ./target --reference ./specforge-ckpt
       eaglekit verify ./drafter --target ./target --engine vllm==0.24
       eaglekit verify ./for-vllm --target ./target-dir --against vllm
+      eaglekit verify ./for-vllm --target ./target-dir --target-engine vllm==0.32.0 --tensor-parallel-size 2
     """
     output = Output(json_mode)
     if vllm_python and not against:
@@ -261,6 +286,8 @@ def verify_command(
         atol=atol,
         progress=output.count_progress,
         vllm_python=vllm_python,
+        target_engine=target_engine,
+        parallel=parallel,
         norm_output_semantics=norm_output_semantics,
         revision=revision,
     )

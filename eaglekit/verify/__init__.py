@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 
 from .. import dialects
-from ..engines import envs
+from ..engines.vllm_serving import check_request
 from ..errors import UsageError, ValidationFailed
 from ..findings import Finding, errors
 from ..io.prompts_file import read_prompt_records
@@ -52,9 +52,17 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
             "--hidden-states brings its own sequences (prompt and continuation); --prompts would be ignored: pass one"
             " of them"
         )
-    envs.require_environment(options.against, options.vllm_python)
+    if options.hidden_states and options.target_engine:
+        raise UsageError("hidden_states brings the target's states; target_engine would run the target: give one")
+    check_request(
+        options.target,
+        target_engine=options.target_engine,
+        against=options.against,
+        vllm_python=options.vllm_python,
+        parallel=options.parallel,
+    )
     verifier = Verifier(options, progress)
-    if options.against:
+    if options.against or options.target_engine:
         served_rope(
             verifier.target_config
         )  # refuses, before any work, a target vLLM cannot be told to run as verify does
@@ -95,6 +103,8 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
         candidates = readings.alternatives(loaded, d, L)
         if options.hidden_states:
             verifier.prepare_stored(d, ids)
+        elif options.target_engine:  # the target run by vLLM: the same layers, captured by vLLM itself
+            verifier.prepare_engine(capture=layers_of([d, *(c for _, c in candidates)], L))
         else:  # the layers of the drafter and of every reading to measure are kept while the target decodes
             verifier.prepare(capture=layers_of([d, *(c for _, c in candidates)], L))
         model = verifier.model_for(loaded)

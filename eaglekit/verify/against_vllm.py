@@ -33,10 +33,12 @@ from ..engines import envs, vllm_cpu_mla, vllm_runner
 from ..errors import UnsupportedError
 from ..io import jsonfile
 from ..io.tensorfile import load_torch
-from ..model.hf_config import is_mla, rope_from_divisors
+from ..model.hf_config import is_mla
 from ..reference.model import ReferenceDrafter
 from ..reference.simulate import Counters
 from ..target import gguf_cache
+from ..target.dequantise import transformers_directory
+from .capture import served_rope
 from .checks import Check
 from .run import SequenceResult, Verifier, resolved_ids
 
@@ -59,33 +61,12 @@ def stdout_to_stderr():
         os.close(saved)
 
 
-def served_rope(cfg) -> dict | None:
-    """The rope vLLM is told to run the target with (its ``hf_overrides``), where the transformers directory it loads
-    (``target_directory``) cannot state the one verify runs: a GGUF file with llama.cpp's rope divisors
-    (``target.gguf_rope``), served as the rope (default, linear or llama3) that divides by the same
-    (``model.hf_config.rope_from_divisors``). None where the directory states it; refused where no such rope exists."""
-    if cfg.rope_freqs is None:
-        return None
-    rope = rope_from_divisors(cfg.rope_freqs, cfg.rope.theta)
-    if rope is None:
-        raise UnsupportedError(
-            f"--target {cfg.source}: holds llama.cpp rope_freqs that no default, linear or llama3 rope divides by, so"
-            " vLLM cannot be told to run the rope verify runs; for --against vllm give the model's safetensors"
-            " directory"
-        )
-    return {
-        "rope_theta": rope.theta,
-        "rope_type": rope.rope_type,
-        **{k: v for k, v in (rope.scaling or {}).items() if k != "rope_type"},
-    }
-
-
 def target_directory(verifier: Verifier) -> Path:
     """vLLM loads a transformers directory; a GGUF target is dequantised once into eaglekit's cache (target.gguf_cache:
-    verify's own target load has usually written it already)."""
+    verify's own target load has usually written it already; with --target-engine, a child process writes it)."""
     cfg = verifier.target_config
-    if not cfg.gguf_file:
-        return cfg.directory
+    if not cfg.gguf_file or verifier.target is None:
+        return transformers_directory(cfg)
     gguf_path = cfg.directory / cfg.gguf_file
     directory = gguf_cache.cached(gguf_path) or gguf_cache.save(
         gguf_path, verifier.target.model, verifier.target.tokenizer, cfg.config
@@ -200,14 +181,17 @@ def against_vllm(
     rope = served_rope(verifier.target_config)
     if rope is not None:
         job["hf_overrides"] = {"rope_parameters": rope}
-    python = options.vllm_python or (envs.python_for(options.against) if options.against != "vllm" else None)
+    python, served_release = envs.served(options.against, options.vllm_python)
+    job.update(_at_scale(options, served_release, len(job["prompts"])))
+    if options.against == "vllm" and not options.vllm_python and options.parallel.plain:
+        python = None  # the vLLM beside eaglekit, in this process (its workers, at scale, need a process of their own)
     if model.d.attention == "mla" or is_mla(verifier.target_config.config):  # what vLLM's CPU build needs for MLA
         job["mla"] = vllm_cpu_mla.job_entry(
             vllm_cpu_mla.served_version(options.against, Path(options.vllm_python) if options.vllm_python else None)
         )
     parallel = model.d.parallel is not None and loaded is not None
     jobs = [{**job, "parallel_drafting": True}, job] if parallel else [job]
-    served, *chain = serve(jobs, Path(python) if python else None)
+    served, *chain = serve(jobs, python)
     workarounds = served.get("workarounds", [])
     said = [Check("vllm_workarounds", True, "eaglekit ran vLLM with " + "; ".join(workarounds))] if workarounds else []
     if "refused" in served:
@@ -231,6 +215,20 @@ def against_vllm(
     else:
         data, checks = _compare(served, verifier, model, results)
     return data | {"workarounds": workarounds}, checks + said
+
+
+def _at_scale(options, served_release, prompts: int) -> dict:
+    """The job's serving layout: its workers (``parallel``), and every prompt served a second time all at once
+    (``batched``, up to 16 in flight), with per-request counters where the release keeps them."""
+    from ..engines import vllm_scale
+
+    row = vllm_scale.rules(served_release)
+    entry = {"batched": True, "max_num_seqs": max(1, min(prompts, 16))}
+    if row.get("per_request_counters"):
+        entry["per_request_counters"] = True
+    if not options.parallel.plain:
+        entry["parallel"] = options.parallel.job_entry()
+    return entry
 
 
 def serve(jobs: list[dict], python: Path | None = None) -> list[dict]:
@@ -444,4 +442,46 @@ def _compare(served: dict, verifier: Verifier, model: ReferenceDrafter, results:
             + (f"; {output_mismatch} output tokens differ from the target's greedy output" if output_mismatch else ""),
         ),
     ]
+    if "batched" in served:
+        data["batched"], check = _batched(served["batched"], verifier, results, simulated)
+        checks.append(check)
     return data, checks
+
+
+def _batched(
+    batched: dict, verifier: Verifier, results: list[SequenceResult], simulated: Counters
+) -> tuple[dict, Check]:
+    """The prompts served all at once, as a server meets them: vLLM's counters (in total, and per request where the
+    release keeps them) against the simulated trajectories, its outputs against verify's sequences."""
+    total = _counters(batched["counters"])
+    mismatches, per_request, equal = 0, [], 0
+    for (prompt, tokens), result, request in zip(verifier.sequences, results, batched["requests"]):
+        expected = tokens[len(prompt.ids) : len(prompt.ids) + len(request["generated"])].tolist()
+        mismatch = sum(1 for a, b in zip(request["generated"], expected) if a != b) + abs(
+            len(expected) - len(request["generated"])
+        )
+        mismatches += mismatch
+        counters = _counters(request["counters"]).to_dict() if request["counters"] is not None else None
+        equal += counters == result.trajectory.to_dict()
+        per_request.append({"id": prompt.id, "vllm": counters, "output_mismatches": mismatch})
+    kept = all(r["vllm"] is not None for r in per_request)
+    totals_equal = total.to_dict() == simulated.to_dict()
+    ok = totals_equal and mismatches == 0 and (not kept or equal == len(per_request))
+    detail = (
+        f"{len(per_request)} requests served together: vLLM AL {total.acceptance_length:.3f}, "
+        + ("counters identical to the simulation" if totals_equal else "counters differ from the simulation")
+        + (
+            f"; per request: {equal} of {len(per_request)} identical"
+            if kept
+            else "; this release keeps no counters per request (totals compared)"
+        )
+        + (f"; {mismatches} output tokens differ from the target's greedy output" if mismatches else "")
+    )
+    data = {
+        "vllm": total.to_dict(),
+        "counters_equal": totals_equal,
+        "per_request_equal": equal if kept else None,
+        "output_mismatches": mismatches,
+        "requests": per_request,
+    }
+    return data, Check("vllm_batched_acceptance", ok, detail)

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from .. import dialects
+from ..engines.vllm_scale import Parallel
 from ..errors import UsageError
 from ..findings import errors
 from ..io.prompts_file import read_prompt_records
@@ -29,6 +30,7 @@ from ..serving import MIN_TEMPERATURE
 from ..validate.checks import CheckInput, run_checks
 from .options import VerifyOptions
 from .prompts import chat_ids
+from .report import target_engine_report
 from .run import Verifier, chain_starts, count, judged_tokens, last_full_start, layers_of, resolved_ids
 from .sampling import DRAFT_DISTRIBUTION, Expected, prefix_acceptance
 
@@ -55,6 +57,10 @@ class DriftOptions:
     variants: bool = False  # the same content under every prompt framing of data/drift_variants.json
     temperature: float | None = None  # expected acceptance under vLLM's rejection sampler (sampling.py)
     top_p: float = 1.0
+    target_engine: str | None = None  # the target run by vLLM (verify.capture), never loaded here
+    hidden_states: str | None = None  # the target's states from files (an `eaglekit capture` folder): no target run
+    vllm_python: str | None = None
+    parallel: Parallel = field(default_factory=Parallel)
 
 
 def bucket_edges(limit: int) -> list[int]:
@@ -466,11 +472,30 @@ def check_options(options: DriftOptions) -> None:
         raise UsageError("--top-p must lie in (0, 1]")
     if options.top_p != 1.0 and options.temperature is None:
         raise UsageError("--top-p applies to sampling: give --temperature too")
+    _refuse_without_target(options)
 
 
-def _inputs(verifier: Verifier, options: DriftOptions, limit: int) -> tuple[list[dict], str, list | None]:
+def _refuse_without_target(options: DriftOptions) -> None:
+    """What needs the target's own run, refused where vLLM runs it (its capture keeps no distributions; every framing
+    of variants would start an engine) or files bring its states (hidden_states)."""
+    needs = {"temperature": options.temperature is not None, "variants": options.variants}
+    if options.target_engine and any(needs.values()):
+        raise UsageError(
+            f"{next(f for f, v in needs.items() if v)} needs the target run by eaglekit, not by vLLM (target_engine)"
+        )
+    needs.update({"target_engine": bool(options.target_engine), "prompts": bool(options.prompts)})
+    if options.hidden_states and any(needs.values()):
+        raise UsageError(
+            f"hidden_states brings the target's states; {next(f for f, v in needs.items() if v)} runs the target"
+        )
+
+
+def _inputs(verifier: Verifier, options: DriftOptions, limit: int) -> tuple[list[dict] | None, str, list | None]:
     """(records, where they come from, their --variants framings or None). Records from a file are read, and checked
-    for what --variants needs, before the target loads; the built-in ones are cut with its tokenizer."""
+    for what --variants needs, before the target loads; the built-in ones are cut with its tokenizer (its weights are
+    not loaded for that); a capture's files (hidden_states) bring their own sequences."""
+    if options.hidden_states:
+        return None, options.hidden_states, None
     # the window's room left for the continuation: continuation_length(max_new_tokens, k) tokens, and 2 to spare (the
     # long inputs were cut to this room when verify decoded 2 tokens more; cut anew, every long-context figure would
     # move)
@@ -482,11 +507,22 @@ def _inputs(verifier: Verifier, options: DriftOptions, limit: int) -> tuple[list
         if options.variants:
             require_text(records, source)
     else:
-        tokenizer = verifier.load_target().tokenizer
+        tokenizer = verifier.target_tokens()[0]
         records, source = long_records(tokenizer, limit, options.inputs_per_bucket, reserve), LONG_SOURCE
     # framed before the long runs, so that a prompt set variants cannot frame fails at once
     framed = variant_records(records, verifier.load_target().tokenizer, source) if options.variants else None
     return records, source, framed
+
+
+def _prepare(verifier: Verifier, options: DriftOptions, records: list[dict] | None, draftings: list, keep) -> None:
+    """The target's states for every input: from a capture's files, from vLLM (target_engine), or decoded here (with
+    --temperature each sequence's logits and KV cache kept from its decoding, for the target's distributions)."""
+    if options.hidden_states:  # a capture's files: every layer both drafters fuse must be there
+        verifier.prepare_stored(draftings[0].model.d, keep)
+    elif options.target_engine:  # the target run by vLLM: the same layers, captured by vLLM itself
+        verifier.prepare_engine(records, capture=keep)
+    else:
+        verifier.prepare(records, capture=keep, keep_passes=options.temperature is not None)
 
 
 def drift(path: str, options: DriftOptions, progress: Callable[[str, int], object] | None = None) -> dict:
@@ -502,6 +538,10 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
             source_dialect=options.source_dialect,
             norm_output_semantics=options.norm_output_semantics,
             command="drift",
+            target_engine=options.target_engine,
+            vllm_python=options.vllm_python,
+            parallel=options.parallel,
+            hidden_states=options.hidden_states,
         ),
         progress,
     )
@@ -512,16 +552,17 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
     if window and limit > window:
         raise UsageError(f"--max-context {limit} exceeds the target's window ({window})")
     # each drafter checked before the target loads (one that cannot run fails at once), made into its model once the
-    # target is there; the layers both fuse are kept while the target decodes (no second full pass per sequence)
+    # target is there (or, where vLLM runs it, its borrowed tensors read alone); the layers both fuse are kept while
+    # the target decodes (no second full pass per sequence)
     paths = (path, *([options.compare] if options.compare else []))
     for drafter in paths:
         load_drafter(verifier, drafter, options, build=False)
     records, source, framed = _inputs(verifier, options, limit)
-    verifier.load_target()
+    if not (options.target_engine or options.hidden_states):
+        verifier.load_target()
     draftings = [load_drafter(verifier, p, options) for p in paths]
     keep = layers_of([x.model.d for x in draftings], verifier.target_config.num_layers)
-    # --temperature: each sequence's logits and KV cache are kept from its decoding for the target's distributions
-    verifier.prepare(records, capture=keep, keep_passes=options.temperature is not None)
+    _prepare(verifier, options, records, draftings, keep)
     too_long = [p.id for p, tokens in verifier.sequences if tokens.shape[0] > limit]
     if too_long:
         raise UsageError(f"input {too_long[0]} runs past --max-context {limit} with its continuation")
@@ -572,5 +613,6 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
         "compare": None if other is None else {**other, "ratios": ratios(mine, other)},
         "variants": variants,
         "sampling": mine["sampling"],
+        "target_engine": target_engine_report(verifier),
         "findings": findings,
     }

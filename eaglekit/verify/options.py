@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from ..engines.vllm_scale import Parallel
 
 
 @dataclass
@@ -16,7 +18,9 @@ class VerifyOptions:
     engine: str | None = None
     reference: str | None = None
     against: str | None = None  # "vllm" (the vLLM importable here) or "vllm==X" (its engine environment)
-    vllm_python: str | None = None  # --against with vLLM from this Python's environment
+    vllm_python: str | None = None  # vLLM from this Python's environment (for --against and --target-engine)
+    target_engine: str | None = None  # "vllm" / "vllm==X": the target run by vLLM, never loaded here (verify.capture)
+    parallel: Parallel = field(default_factory=Parallel)  # vLLM's workers, for --target-engine and --against
     min_acceptance_length: float | None = None
     device: str = "cpu"
     dtype: str = "float32"

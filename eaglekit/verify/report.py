@@ -9,6 +9,19 @@ from .checks import Check
 from .run import SequenceResult, Verifier, totals
 
 
+def target_engine_report(verifier: Verifier) -> dict | None:
+    """With --target-engine: which vLLM ran the target, with which workers, and what eaglekit changed in its run."""
+    options = verifier.options
+    if not options.target_engine:
+        return None
+    return {
+        "engine": options.target_engine,
+        "vllm_version": verifier.engine_said.get("vllm_version"),
+        "parallel": options.parallel.to_dict(),
+        "workarounds": verifier.engine_said.get("workarounds", []),
+    }
+
+
 def drafter_report(
     path: str,
     loaded: dialects.LoadedDrafter,
@@ -33,6 +46,7 @@ def drafter_report(
         "num_speculative_tokens": options.k,
         "max_new_tokens": options.max_new_tokens,
         "hidden_states": options.hidden_states,
+        "target_engine": target_engine_report(verifier),
         "aux_layer_ids": list(ids),
         "aux_layer_ids_recorded": d.aux.ids is not None,
         "acceptance_length": round(traj.acceptance_length, 6),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -31,6 +31,7 @@ from ..reference.simulate import (
 )
 from ..target import read_target_config
 from ..target.runner import DTYPES, SequencePass, TargetModel, pick_device
+from ..target.tokens import first_eos
 from ..target.weights import read_target_weight
 from .options import VerifyOptions
 from .prompts import Prompt, encode_prompts
@@ -110,13 +111,6 @@ def count(
         trajectory(accepted, starts, k, prompt_len, max_new_tokens, eos),
         every_position(accepted, starts, k, last_full=last_full_start(prompt_len, seq_len, k, max_new_tokens, eos)),
     )
-
-
-def first_eos(tokens: torch.Tensor, prompt_len: int, eos_ids: set[int]) -> int | None:
-    for i in range(prompt_len, tokens.shape[0]):
-        if int(tokens[i]) in eos_ids:
-            return i
-    return None
 
 
 def totals(results: list[SequenceResult]) -> tuple[Counters, Counters]:
@@ -201,6 +195,8 @@ class Verifier:
         ] = []  # per sequence, with prepare(keep_passes=True): its pass, kept while decoding
         # seconds per stage (target_load, generation, aux_pass, simulation), summed over every drafter run
         self.timings: dict[str, float] = {}
+        self._tokens: tuple[object, set[int]] | None = None  # --target-engine: the tokenizer and stop tokens alone
+        self.engine_said: dict = {}  # --target-engine: the release that ran the target, and what eaglekit changed
 
     def load_target(self) -> TargetModel:
         if self.target is None:
@@ -224,14 +220,7 @@ class Verifier:
         prompts = encode_prompts(
             records, self.target.tokenizer, self.options.num_prompts, self.target_config.vocab_size
         )
-        window = self.target_config.max_position_embeddings
-        longest = max(prompts, key=lambda p: len(p.ids))
-        if window and len(longest.ids) + self.options.max_new_tokens > window:
-            raise UsageError(
-                f"prompt {longest.id}: {len(longest.ids)} tokens + --max-new-tokens {self.options.max_new_tokens} run"
-                f" past the target's max_position_embeddings {window} (vLLM refuses such a request); shorten it or"
-                " lower --max-new-tokens"
-            )
+        self._check_window(prompts)
         bar = self.progress("generating", len(prompts)) if self.progress else None
         eos_ids = self.target.eos_token_ids()
         start = time.perf_counter()
@@ -246,20 +235,31 @@ class Verifier:
         )
         self.timings["generation"] = time.perf_counter() - start
         for prompt, (tokens, states, kept, after_stop) in zip(prompts, decoded):
-            self.sequences.append((prompt, tokens))
+            # past_eos None where the sequence did not stop at an end-of-sequence token
+            self._add(
+                prompt, tokens, first_eos(tokens, len(prompt.ids), eos_ids), after_stop, self.options.max_new_tokens
+            )
             self._captured.append(states)
             self._passes.append(kept)
-            self.eos.append(first_eos(tokens, len(prompt.ids), eos_ids))
-            self.past_eos.append(after_stop)  # None where the sequence did not stop at an end-of-sequence token
-            self.max_new.append(self.options.max_new_tokens)
             if bar is not None:
                 bar.update(1)
         if bar is not None:
             bar.close()
 
+    def _check_window(self, prompts: list[Prompt]) -> None:
+        window = self.target_config.max_position_embeddings
+        longest = max(prompts, key=lambda p: len(p.ids))
+        if window and len(longest.ids) + self.options.max_new_tokens > window:
+            raise UsageError(
+                f"prompt {longest.id}: {len(longest.ids)} tokens + --max-new-tokens {self.options.max_new_tokens} run"
+                f" past the target's max_position_embeddings {window} (vLLM refuses such a request); shorten it or"
+                " lower --max-new-tokens"
+            )
+
     def prepare_stored(self, drafter: Drafter, ids: tuple[int, ...]) -> None:
         """--hidden-states: sequences and aux states from files; the target contributes its config and, where the
-        drafter ships none, its embedding and lm_head (read alone from its checkpoint)."""
+        drafter ships none, its embedding and lm_head (read alone from its checkpoint). A file of ``eaglekit capture``
+        is judged as verify judged its own run of the target (its stop token, its continuation's length)."""
         stored = read_sequences(
             self.options.hidden_states,
             num_aux=drafter.num_aux,
@@ -268,30 +268,84 @@ class Verifier:
         )
         vocab = self.target_config.vocab_size
         for seq in stored:
-            if seq.aux_layer_ids is not None and tuple(sorted(seq.aux_layer_ids)) != ids:
+            if seq.aux_layer_ids is not None and not set(ids) <= set(seq.aux_layer_ids):
                 raise UsageError(
                     f"{seq.name}: the file holds target layers {list(seq.aux_layer_ids)}, the drafter fuses {list(ids)}"
                 )
-            if (
-                seq.aux_layer_ids is not None and tuple(seq.aux_layer_ids) != ids
-            ):  # columns in the file's order: fused in ascending
-                width = drafter.target_hidden_size
-                blocks = seq.aux.split(width, dim=1)
-                seq = replace(
-                    seq, aux=torch.cat([blocks[seq.aux_layer_ids.index(i)] for i in ids], dim=1), aux_layer_ids=ids
+            if seq.max_k is not None and self.options.k > seq.max_k:
+                raise UsageError(
+                    f"{seq.name}: captured for chains of up to {seq.max_k} drafts, whose last steps K"
+                    f" {self.options.k} would judge past its continuation; capture it for K {self.options.k}"
                 )
             if vocab and seq.tokens.numel() and not 0 <= int(seq.tokens.min()) <= int(seq.tokens.max()) < vocab:
                 raise UsageError(
                     f"{seq.name}: token ids {int(seq.tokens.min())}..{int(seq.tokens.max())} are outside the target's"
                     f" vocabulary 0..{vocab - 1}"
                 )
-            prompt = Prompt(seq.name, "stored", seq.tokens[: seq.prompt_len].tolist())
-            self.sequences.append((prompt, seq.tokens))
-            self.eos.append(None)
-            self.past_eos.append(None)
-            self.max_new.append(int(seq.tokens.shape[0]) - seq.prompt_len)
-            self._aux_cache[(len(self.sequences) - 1, ids)] = (seq.aux, 0)
-        self.stored_ids = ids
+            prompt = Prompt(seq.name, seq.category, seq.tokens[: seq.prompt_len].tolist())
+            max_new = seq.max_new if seq.max_new is not None else int(seq.tokens.shape[0]) - seq.prompt_len
+            self._add(prompt, seq.tokens, seq.eos, seq.past_eos, max_new)
+            # a file naming its layers gives each (its columns in its order, maybe more than ``ids``: any drafter
+            # fusing some of them reads it); one that does not is the drafter's layers
+            named = seq.aux_layer_ids or ids
+            self._captured.append(dict(zip(named, seq.aux.split(drafter.target_hidden_size, dim=1))))
+            self._passes.append(None)
+            self.stored_ids = tuple(sorted(named))
+
+    def prepare_engine(self, records: list[dict] | None = None, capture: tuple[int, ...] = ()) -> None:
+        """--target-engine: ``prepare``'s greedy continuations and aux states (of layers ``capture``), from the target
+        served by vLLM (``verify.capture``); eaglekit's process reads the target's tokenizer and config only."""
+        from . import capture as engine_capture
+
+        if records is None:
+            records = read_prompt_records(self.options.prompts)
+        tokenizer, eos = self.target_tokens()
+        prompts = encode_prompts(records, tokenizer, self.options.num_prompts, self.target_config.vocab_size)
+        self._check_window(prompts)
+        plan = engine_capture.prepare(
+            self.target_config,
+            prompts,
+            capture,
+            engine_capture.Engine(self.options.target_engine, self.options.vllm_python, self.options.parallel),
+            dtype=self.options.dtype,
+            max_new_tokens=self.options.max_new_tokens,
+            k=self.options.k,
+        )
+        found: dict[int, engine_capture.CapturedSequence] = {}
+        start = time.perf_counter()
+        self.engine_said = engine_capture.run(
+            plan,
+            self.target_config,
+            eos,
+            max_new_tokens=self.options.max_new_tokens,
+            k=self.options.k,
+            keep=found.__setitem__,
+            progress=self.progress,
+            hf_overrides=engine_capture.rope_overrides(self.target_config),
+        )
+        self.timings["generation"] = time.perf_counter() - start
+        for index in range(len(prompts)):
+            seq = found[index]
+            self._add(seq.prompt, seq.tokens, seq.eos, seq.past_eos, seq.max_new)
+            self._captured.append(seq.states)
+            self._passes.append(None)
+        self.stored_ids = plan.ids  # no other layers: eaglekit holds no target to compute them
+
+    def _add(self, prompt: Prompt, tokens: torch.Tensor, eos: int | None, past_eos, max_new: int) -> None:
+        self.sequences.append((prompt, tokens))
+        self.eos.append(eos)
+        self.past_eos.append(past_eos)
+        self.max_new.append(max_new)
+
+    def target_tokens(self) -> tuple[object, set[int]]:
+        """The target's tokenizer and stop tokens: the loaded model's, else read alone (``--target-engine``)."""
+        if self.target is not None:
+            return self.target.tokenizer, self.target.eos_token_ids()
+        if self._tokens is None:
+            from .capture import target_tokens
+
+            self._tokens = target_tokens(self.target_config)
+        return self._tokens
 
     def target_weight(self, kind: str) -> torch.Tensor | None:
         """The target's input embedding ("embed") or lm_head: from the loaded model, else from its checkpoint."""
@@ -304,6 +358,10 @@ class Verifier:
                     f"the drafter ships no {what}, which {self.options.command} takes from the target"
                 )
             )
+        if self.target_config.gguf_file:  # its dequantised directory (what vLLM loads; made once, in a child process)
+            from ..target.dequantise import transformers_directory
+
+            return read_target_weight(self.target_config, kind, transformers_directory(self.target_config))
         return read_target_weight(self.target_config, kind)
 
     def aux(self, index: int, ids: tuple[int, ...]) -> tuple[torch.Tensor, int]:
@@ -313,14 +371,15 @@ class Verifier:
         sequence (0 where the states come from the decoding itself)."""
         prompt, tokens = self.sequences[index]
         key = (index, ids)
+        if key not in self._aux_cache and index < len(self._captured) and set(ids) <= set(self._captured[index]):
+            # taken while decoding (or by vLLM, or stored by layer): the states of the forwards that picked these
+            # tokens, so none is a mismatch
+            self._aux_cache[key] = (torch.cat([self._captured[index][k] for k in sorted(set(ids))], dim=-1), 0)
         if key not in self._aux_cache and self.stored_ids is not None:
             raise UnsupportedError(
-                f"the stored hidden states hold target layers {list(self.stored_ids)}, not {list(ids)}: run the target"
-                " to compare these"
+                f"the {'captured' if self.options.target_engine else 'stored'} hidden states hold target layers"
+                f" {list(self.stored_ids)}, not {list(ids)}: run the target to compare these"
             )
-        if key not in self._aux_cache and index < len(self._captured) and set(ids) <= set(self._captured[index]):
-            # taken while decoding: the states of the forwards that picked these tokens, so none is a mismatch
-            self._aux_cache[key] = (torch.cat([self._captured[index][k] for k in sorted(set(ids))], dim=-1), 0)
         if key not in self._aux_cache:
             # layers not captured while decoding: one pass over the whole sequence, one sequence per pass (a
             # right-padded batch gives the same states only to fp32 noise on the real target)

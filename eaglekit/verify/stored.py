@@ -5,7 +5,11 @@ Three layouts, one file per sequence in a directory (or one file):
 
 - eaglekit's own: ``input_ids`` [S] int64 and ``aux_hidden_states`` [S, n*T], the target's states at the
   drafter's aux layers (input-of-layer ids, ascending) concatenated; metadata ``aux_layer_ids`` ("2,30,58") and
-  optionally ``prompt_len``;
+  optionally ``prompt_len``. ``eaglekit capture`` also records how verify judges the sequence as it would have judged
+  its own run of the target: ``prompt_id``, ``category``, ``max_new_tokens`` (the continuation the trajectory
+  counts), ``num_speculative_tokens`` (the longest chain its tokens judge), ``eos_position`` (where it stopped)
+  and ``past_eos`` (the greedy tokens after the stop, "3,17"). A file holding more layers than a drafter fuses
+  gives it those it fuses;
 - vllm-project/speculators' data generation (``hs_{i}.safetensors``): ``token_ids`` [S] int64 and
   ``hidden_states`` [S, layers, T], the aux layers in ascending order followed by the target's last layer
   (fp8 files with ``hidden_states_scales`` are dequantised);
@@ -42,6 +46,11 @@ class StoredSequence:
     aux: torch.Tensor  # [S, n*T]
     prompt_len: int
     aux_layer_ids: tuple[int, ...] | None  # as recorded in the file, when it says
+    category: str = "stored"
+    max_new: int | None = None  # the continuation the trajectory judges (None: all of it)
+    eos: int | None = None  # where the continuation stopped at the target's stop token
+    past_eos: torch.Tensor | None = None  # the target's greedy tokens after it
+    max_k: int | None = None  # the longest chain the continuation judges (the K it was captured for)
 
 
 SUFFIXES = (".safetensors", ".ckpt", ".ckpt.gz")
@@ -114,9 +123,16 @@ def read_sequences(path: str | Path, *, num_aux: int, hidden: int, limit: int | 
             tokens, aux = tensors["input_ids"], tensors["aux_hidden_states"]
             meta = header.metadata
             ids = _metadata_ints(file, meta, "aux_layer_ids") if meta.get("aux_layer_ids") else None
-            prompt_len = _metadata_ints(file, meta, "prompt_len")[0] if "prompt_len" in meta else 1
-            if "prompt_len" in meta and "," in meta["prompt_len"]:
-                raise CheckpointError(f"{file}: metadata prompt_len {meta['prompt_len']!r} should be one whole number")
+            prompt_len = _metadata_int(file, meta, "prompt_len", 1)
+            judging = _judging(file, meta)
+            name = judging.pop("name", file.stem)
+            # a file of more layers than the drafter fuses: all kept (the file's order), prepare_stored picks its own
+            wide = ids is not None and len(ids) > num_aux and aux.dim() == 2 and aux.shape[1] == len(ids) * hidden
+            _check(file, tokens, aux[:, : num_aux * hidden] if wide else aux, prompt_len, num_aux, hidden)
+            if wide and aux.is_floating_point() and not bool(torch.isfinite(aux).all()):
+                raise CheckpointError(f"{file}: the aux hidden states hold non-finite values (NaN or inf)")
+            out.append(StoredSequence(name, tokens.to(torch.int64), aux, prompt_len, ids, **judging))
+            continue
         elif {"token_ids", "hidden_states"} <= names:
             scaled = "hidden_states_scales" in names
             tensors = read_safetensors(
@@ -139,6 +155,32 @@ def read_sequences(path: str | Path, *, num_aux: int, hidden: int, limit: int | 
         _check(file, tokens, aux, prompt_len, num_aux, hidden)
         out.append(StoredSequence(file.stem, tokens.to(torch.int64), aux, prompt_len, ids))
     return out
+
+
+def _judging(file: Path, meta: dict[str, str]) -> dict:
+    """What ``eaglekit capture`` records of how the sequence is judged (its prompt's id too), where the file says."""
+    extra: dict = {}
+    if meta.get("prompt_id"):
+        extra["name"] = meta["prompt_id"]
+    if meta.get("category"):
+        extra["category"] = meta["category"]
+    if "max_new_tokens" in meta:
+        extra["max_new"] = _metadata_int(file, meta, "max_new_tokens", None)
+    if "eos_position" in meta:
+        extra["eos"] = _metadata_int(file, meta, "eos_position", None)
+    if "num_speculative_tokens" in meta:
+        extra["max_k"] = _metadata_int(file, meta, "num_speculative_tokens", None)
+    if meta.get("past_eos"):
+        extra["past_eos"] = torch.tensor(_metadata_ints(file, meta, "past_eos"), dtype=torch.int64)
+    return extra
+
+
+def _metadata_int(file: Path, meta: dict[str, str], key: str, default: int | None) -> int | None:
+    if key not in meta:
+        return default
+    if "," in meta[key]:
+        raise CheckpointError(f"{file}: metadata {key} {meta[key]!r} should be one whole number")
+    return _metadata_ints(file, meta, key)[0]
 
 
 def _metadata_ints(file: Path, meta: dict[str, str], key: str) -> tuple[int, ...]:
@@ -168,11 +210,23 @@ def _check(file: Path, tokens: torch.Tensor, aux: torch.Tensor, prompt_len: int,
 
 
 def write_sequence(
-    path: Path, tokens: torch.Tensor, aux: torch.Tensor, aux_layer_ids: tuple[int, ...], prompt_len: int
+    path: Path,
+    tokens: torch.Tensor,
+    aux: torch.Tensor,
+    aux_layer_ids: tuple[int, ...],
+    prompt_len: int,
+    judging: dict[str, str] | None = None,
 ) -> None:
-    """eaglekit's own layout (what a data-generation job can write for ``verify --hidden-states``)."""
+    """eaglekit's own layout (what a data-generation job can write for ``verify --hidden-states``); ``judging``: the
+    metadata ``eaglekit capture`` adds (prompt_id, category, max_new_tokens, num_speculative_tokens, eos_position,
+    past_eos)."""
     write_safetensors(
         path,
         {"input_ids": tokens.to(torch.int64).contiguous(), "aux_hidden_states": aux.contiguous()},
-        {"format": "pt", "aux_layer_ids": ",".join(map(str, aux_layer_ids)), "prompt_len": str(prompt_len)},
+        {
+            "format": "pt",
+            "aux_layer_ids": ",".join(map(str, aux_layer_ids)),
+            "prompt_len": str(prompt_len),
+            **(judging or {}),
+        },
     )

@@ -1,0 +1,41 @@
+"""Whether the vLLM a command names can run the target with the workers asked for: checked before torch is imported
+and before any engine starts, for ``verify`` and ``drift`` (``--target-engine``, ``--against``) and ``capture``."""
+
+from __future__ import annotations
+
+from ..errors import UsageError
+from . import envs, vllm_scale
+
+
+def check_request(
+    target: str,
+    *,
+    target_engine: str | None,
+    against: str | None = None,
+    vllm_python: str | None = None,
+    parallel: vllm_scale.Parallel | None = None,
+) -> None:
+    """The environments named are installed, the layout makes sense and the release can run it on this target
+    (``vllm_scale.check``); each refusal one line, exit 2."""
+    from ..target import read_target_config
+
+    parallel = parallel or vllm_scale.Parallel()
+    envs.require_environment(against, vllm_python)
+    envs.require_environment(target_engine, vllm_python)
+    vllm_scale.check_parallel(parallel)
+    if not (against or target_engine):
+        if not parallel.plain:
+            raise UsageError("a parallel layout says how vLLM runs the target: it needs target_engine or against")
+        if vllm_python:
+            raise UsageError("vllm_python says which vLLM runs the target: it needs target_engine or against")
+        return
+    config = read_target_config(target, weights=True)
+    if target_engine:
+        vllm_scale.check(envs.served(target_engine, vllm_python)[1], parallel, config, purpose="capture")
+    if against:
+        if parallel.data > 1:
+            raise UsageError(
+                "against serves the drafter in one engine; data_parallel_size applies to the target's capture"
+                " (target_engine) only"
+            )
+        vllm_scale.check(envs.served(against, vllm_python)[1], parallel, config, purpose="serve")
