@@ -393,11 +393,13 @@ def verify(
 ) -> Verification:
     """Run the drafter on its target's hidden states and measure acceptance; ``options`` are ``VerifyOptions`` fields
     (``num_prompts``, ``max_new_tokens``, ``k``, ``engine``, ``reference``, ``against``, ...)."""
+    from .engines import envs
     from .engines.vllm_serving import check_request
     from .io.sources import open_source, refuse_missing
     from .target.long_lived import frozen_scope, long_lived
 
     refuse_missing(path, revision=options.get("revision"))  # the drafter first, as it is given first
+    envs.require_environment(options.get("against"), options.get("vllm_python"))  # then the engine, before the target
     _check_inputs(
         target, "verify", options.get("prompts"), options.get("hidden_states")
     )  # before a Hub drafter downloads
