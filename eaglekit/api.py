@@ -187,13 +187,13 @@ def convert(
         raise UsageError("--resolve needs --target: it measures each reading of the aux layers on the target")
     if resolve and aux_layers is not None:
         raise UsageError("--resolve and --aux-layers both decide the aux layers; pass one of them")
-    if not dry_run:  # before a Hub source downloads (GBs); checked again against the located source (plan_conversion)
-        from .convert import foreign_entries
-        from .io.atomic import check_destination
+    from . import dialects
 
-        check_destination(
-            Path(out), force=force, protect=[Path(source)] if Path(source).exists() else [], replaceable=foreign_entries
-        )
+    options.output_name = Path(out).name
+    if not dry_run:  # before a Hub source downloads (GBs); checked again against the located source (plan_conversion)
+        from .convert import check_output
+
+        check_output(out, dialects.get_writer(to), force=force, protect=[Path(source)] if Path(source).exists() else [])
     if target is not None:
         from .target import read_target_config
 
@@ -243,7 +243,9 @@ def convert(
     if dry_run:  # what the same command without --dry-run would do to OUT
         from .convert import destination_status
 
-        data["destination"] = destination_status(out, force=force, protect=[plan.loaded.checkpoint.directory])
+        data["destination"] = destination_status(
+            out, force=force, protect=[plan.loaded.checkpoint.location], writer=plan.dialect
+        )
     if resolve:
         data["resolved"] = resolved  # None: the checkpoint was not ambiguous, nothing to measure
     if files is not None:

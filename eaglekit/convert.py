@@ -22,7 +22,7 @@ from .dialects.base import lookup
 from .errors import CheckpointError, UsageError, ValidationFailed
 from .findings import Finding, errors
 from .io import dtypes, jsonfile
-from .io.atomic import atomic_directory, check_destination
+from .io.atomic import atomic_directory, check_destination, check_file_destination
 from .io.reader import Checkpoint
 from .io.writer import DEFAULT_MAX_SHARD_BYTES, Payload, TensorPlan, plan_shards, shard_names, write_checkpoint_tensors
 from .model.config_view import shown
@@ -44,6 +44,7 @@ class ConvertOptions:
     dtype: dtypes.DType | None = None  # None: keep each tensor's dtype (a torch dtype or a name is taken too)
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
     force: bool = False
+    output_name: str | None = None  # OUT's name, for a single-file output's plan (its one file)
 
     def __post_init__(self) -> None:
         if self.dtype is not None:
@@ -157,7 +158,9 @@ def config_changes(source: dialects.Dialect, before: dict, writer: dialects.Dial
     return [c for c in out if c["old"] != c["new"]]
 
 
-def destination_status(out: str | Path, *, force: bool, protect: list[Path]) -> dict:
+def destination_status(
+    out: str | Path, *, force: bool, protect: list[Path], writer: dialects.Dialect | None = None
+) -> dict:
     """What writing ``out`` would do, for a dry run: whether it exists, whether the conversion needs ``--force``, the
     entries ``--force`` replaces, and the refusal the same command without ``--dry-run`` would stop with (or None)."""
     from .errors import EaglekitError
@@ -167,7 +170,10 @@ def destination_status(out: str | Path, *, force: bool, protect: list[Path]) -> 
 
     def refusal(with_force: bool) -> str | None:
         try:
-            check_destination(dest, force=with_force, protect=protect, replaceable=foreign_entries)
+            if writer is not None:
+                check_output(dest, writer, force=with_force, protect=protect)
+            else:
+                check_destination(dest, force=with_force, protect=protect, replaceable=foreign_entries)
         except EaglekitError as exc:
             return str(exc)
         return None
@@ -177,7 +183,7 @@ def destination_status(out: str | Path, *, force: bool, protect: list[Path]) -> 
     replaces = (
         sorted(p.name + ("/" if p.is_dir() else "") for p in dest.iterdir())
         if exists and dest.is_dir() and not forced
-        else []
+        else ([dest.name] if exists and dest.is_file() and not forced else [])
     )
     return {
         "path": str(out),
@@ -307,17 +313,49 @@ def foreign_entries(directory: Path) -> list[str]:
     return unmarked
 
 
+def check_output(out: str | Path, writer: dialects.Dialect, *, force: bool, protect: list[Path]) -> None:
+    """Refuse, before any work, an OUT the conversion could not write: a directory of files (``check_destination``),
+    or one file for a single-file dialect (GGUF)."""
+    if writer.single_file:
+        if Path(out).suffix != ".gguf":
+            raise UsageError(f"{out}: the {writer.name} output is one file; give a name ending in .gguf")
+        check_file_destination(Path(out), force=force, protect=protect, replaceable=earlier_gguf)
+    else:
+        check_destination(Path(out), force=force, protect=protect, replaceable=foreign_entries)
+
+
+def earlier_gguf(path: Path) -> bool:
+    """A GGUF file eaglekit wrote (its metadata carries eaglekit's provenance key): what --force may replace."""
+    from .dialects.gguf import PROVENANCE_KEY
+    from .io.gguf_metadata import read_metadata
+
+    try:
+        return PROVENANCE_KEY in read_metadata(path).values
+    except CheckpointError:
+        return False
+
+
 def plan_conversion(source: str | Path, out: str | Path | None, options: ConvertOptions) -> ConversionPlan:
     writer = dialects.get_writer(options.to)
     if options.upgrade not in (None, "3", "3.0", "3.1"):
         raise UsageError(f"--upgrade {options.upgrade!r}: only 3.1 is supported")
     if out is not None:
-        check_destination(Path(out), force=options.force, protect=[Path(source)], replaceable=foreign_entries)
+        check_output(out, writer, force=options.force, protect=[Path(source)])
     target = None
+    if writer.single_file and not options.target:
+        raise UsageError(
+            f"--to {writer.name} needs --target TARGET.gguf: llama.cpp serves the target from GGUF, and the drafter"
+            " takes its tokenizer from it"
+        )
     if options.target:
         from .target import read_target_config
 
         target = read_target_config(options.target)
+        if writer.single_file and not target.gguf_file:
+            raise UsageError(
+                f"--to {writer.name}: --target {options.target} is not a GGUF file; give the target's .gguf (llama.cpp"
+                " serves the target from GGUF, and the drafter's tokenizer is copied from it)"
+            )
     loaded = dialects.load(
         source,
         options.source_dialect,
@@ -445,14 +483,24 @@ def _plan(
     for canonical, name in out_names.items():
         op, src, dtype_in, shape = _source_of(canonical, d, loaded, present, added_ones)
         dtype = options.dtype if options.dtype is not None and dtype_in.is_floating_point else dtype_in
+        if writer.single_file:  # GGUF: llama.cpp's row order, absolute ids, norms in float32
+            transform, as_float32 = writer.stored(canonical, d)
+            dtype = dtypes.FLOAT32 if as_float32 and dtype.is_floating_point else dtype
+            op = transform if transform and op == "copy" else op
         if op == "copy" and dtype != dtype_in:
             op = "cast"
         tensors.append(OutputTensor(name, canonical, src, op, dtype_in, dtype, shape))
+    divisors = writer.rope_divisors(d) if writer.single_file else None
+    if divisors is not None:
+        f32 = dtypes.FLOAT32
+        tensors.append(
+            OutputTensor("rope_freqs.weight", "rope_freqs", None, "synth:rope_freqs", f32, f32, (len(divisors),))
+        )
     written_sources = {t.source for t in tensors}
     dropped = {s: _why_dropped(c, writer) for c, s in loaded.names.items() if s not in written_sources}
 
     # validate what would be written, with the source's vocab maps standing in for the output's
-    out_present = {t.canonical: (t.shape, t.dtype) for t in tensors}
+    out_present = {t.canonical: (t.shape, t.dtype) for t in tensors if t.op != "synth:rope_freqs"}
     for s in loaded.unknown:
         out_present[s] = present[s]
     config = writer.write_config(d)
@@ -485,8 +533,14 @@ def _plan(
     said_by_notes = {"flags.untrained_upgrade"} if options.upgrade else set()
     said_by_notes |= {n.check for n in notes if n.check == "aux.not_recorded"}
     findings = [f for f in findings if f.check not in said_by_notes]
-    shards = plan_shards([TensorPlan(t.name, t.dtype, t.shape, lambda: None) for t in tensors], options.max_shard_bytes)
-    files = shard_names(len(shards)) + (["model.safetensors.index.json"] if len(shards) > 1 else []) + ["config.json"]
+    if writer.single_file:
+        files = [Path(options.output_name or "drafter.gguf").name]
+    else:
+        plans = [TensorPlan(t.name, t.dtype, t.shape, lambda: None) for t in tensors]
+        shards = plan_shards(plans, options.max_shard_bytes)
+        files = (
+            shard_names(len(shards)) + (["model.safetensors.index.json"] if len(shards) > 1 else []) + ["config.json"]
+        )
     return ConversionPlan(loaded, source, d, writer, tensors, dropped, config, files, notes, findings, options, target)
 
 
@@ -508,6 +562,8 @@ def _source_of(canonical: str, d: Drafter, loaded, present, added_ones):
 
 
 def _why_dropped(canonical: str, writer) -> str:
+    if canonical in writer.omitted:
+        return writer.omitted[canonical]
     if canonical == "embed_tokens.weight":
         return f"{writer.name} takes embeddings from the target"
     if canonical in ("d2t", "t2d"):
@@ -523,9 +579,30 @@ def _values_for_checks(loaded: dialects.LoadedDrafter, canonical: str):
     return loaded.read_values(canonical)
 
 
-def _producer(t: OutputTensor, loaded: dialects.LoadedDrafter) -> Callable[[], Payload]:
+def _producer(t: OutputTensor, plan: ConversionPlan) -> Callable[[], Payload]:
+    loaded = plan.loaded
     ckpt: Checkpoint = loaded.checkpoint
-    if t.op == "copy":
+    if t.op.startswith("rows:") or t.op == "absolute":  # GGUF's stored form (dialects/gguf.py, GGUFDialect.stored)
+
+        def produce() -> Payload:
+            from .io.gguf_tensors import permute_rows
+
+            values = ckpt.read(t.source)
+            if t.op == "absolute":
+                import torch
+
+                return values + torch.arange(values.shape[0], dtype=values.dtype)
+            moved = permute_rows(values, int(t.op.split(":", 1)[1])).contiguous()
+            return _cast(moved, t) if t.dtype != t.dtype_in else moved
+
+    elif t.op == "synth:rope_freqs":
+
+        def produce() -> Payload:
+            import torch
+
+            return torch.tensor(plan.dialect.rope_divisors(plan.drafter), dtype=torch.float32)
+
+    elif t.op == "copy":
 
         def produce() -> Payload:
             return ckpt.byte_range(t.source) or ckpt.read(t.source)
@@ -591,9 +668,11 @@ def execute(plan: ConversionPlan, out: str | Path, *, progress: Callable[[int], 
     from . import __version__
 
     options = plan.options or ConvertOptions(to=plan.dialect.name)
-    tensor_plans = [TensorPlan(t.name, t.dtype, t.shape, _producer(t, plan.loaded)) for t in plan.tensors]
+    if plan.dialect.single_file:
+        return _execute_file(plan, Path(out), options, progress)
+    tensor_plans = [TensorPlan(t.name, t.dtype, t.shape, _producer(t, plan)) for t in plan.tensors]
     with atomic_directory(
-        Path(out), force=options.force, protect=[plan.loaded.checkpoint.directory], replaceable=foreign_entries
+        Path(out), force=options.force, protect=[plan.loaded.checkpoint.location], replaceable=foreign_entries
     ) as tmp:
         files = write_checkpoint_tensors(
             tmp,
@@ -605,6 +684,30 @@ def execute(plan: ConversionPlan, out: str | Path, *, progress: Callable[[int], 
         (tmp / "config.json").write_text(jsonfile.dumps(plan.config))
         files.append("config.json")
     return files
+
+
+def _execute_file(plan: ConversionPlan, out: Path, options: ConvertOptions, progress) -> list[str]:
+    """A single-file dialect (GGUF): the metadata the dialect states, the target's tokenizer keys copied as stored, the
+    tensors streamed in order; written beside OUT and renamed over it once complete."""
+    from .io.gguf_tensors import ggml_type
+    from .io.gguf_writer import GGUFTensor, copied_entries, encode_value, write_gguf
+
+    assert plan.target is not None and plan.target.gguf_file  # plan_conversion refuses any other target
+    target = plan.target.directory / plan.target.gguf_file
+    protect = [plan.loaded.checkpoint.location, target]
+    existed = out.exists()
+    check_file_destination(out, force=options.force, protect=protect, replaceable=earlier_gguf)
+    entries = [
+        (key, encode_value(kind, value)) for key, kind, value in plan.dialect.metadata(plan.drafter, plan.config)
+    ]
+    entries += copied_entries(target, lambda key: key.startswith("tokenizer."), f"--target {plan.target.source}")
+    tensors = [
+        GGUFTensor(t.name, ggml_type(t.dtype), t.shape, _numel(t.shape) * dtypes.itemsize(t.dtype), _producer(t, plan))
+        for t in plan.tensors
+    ]
+    check_file_destination(out, force=options.force, protect=protect, replaceable=earlier_gguf, appeared=not existed)
+    write_gguf(out, entries, tensors, progress=progress)
+    return [out.name]
 
 
 def convert(source: str | Path, out: str | Path, options: ConvertOptions) -> ConversionPlan:

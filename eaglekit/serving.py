@@ -36,10 +36,20 @@ def sglang_serve(target: str, drafter: str, k: int = NUM_SPECULATIVE_TOKENS) -> 
     )
 
 
+def llama_server(target: str, drafter: str, k: int = NUM_SPECULATIVE_TOKENS) -> str:
+    """llama.cpp's server with an EAGLE 3 GGUF drafter (flags of build b11434: ``--spec-draft-n-max``; the older
+    ``--draft-max`` is refused there)."""
+    return (
+        f"llama-server -m {_argument(target)} -md {_argument(drafter)} --spec-type draft-eagle3 --spec-draft-n-max {k}"
+    )
+
+
 def serve_command(engine_tags: tuple[str, ...], target: str, drafter: str) -> str | None:
     """How to serve a drafter in a dialect tagged with these engines (``Dialect.hub_tags``): vLLM first."""
     if "vllm" in engine_tags:
         return vllm_serve(target, drafter)
     if "sglang" in engine_tags:
         return sglang_serve(target, drafter)
+    if "llama.cpp" in engine_tags:
+        return llama_server(target, drafter)
     return None

@@ -75,11 +75,13 @@ class EngineView:
     uninitialised: list[str] = field(default_factory=list)  # missing weights the engine leaves as garbage
     findings: list[Finding] = field(default_factory=list)
     evidence: str = "source"
+    crashes: bool = False  # loads, then aborts at start or at the first draft (llama.cpp's GGML_ASSERT/GGML_ABORT)
 
     def to_dict(self) -> dict:
         return {
             "engine": self.engine,
             "loads": self.loads,
+            "crashes": self.crashes,
             "evidence": self.evidence,
             "unit_weights": self.unit_weights,
             "uninitialised": self.uninitialised,
@@ -158,7 +160,7 @@ def flag_findings(out: Recorder, intended: Drafter, served_flags, effects: dict[
             out.add(f"engine.flag.{key}", "error", f"the drafter has {key}={str(want).lower()}", effect, key)
 
 
-DISPLAY = {"vllm": "vLLM", "sglang": "SGLang"}
+DISPLAY = {"vllm": "vLLM", "sglang": "SGLang", "llama.cpp": "llama.cpp"}
 
 
 def final_norm_findings(out: Recorder, intended: Drafter, config: dict, *, reads_norm_output: bool = True) -> None:

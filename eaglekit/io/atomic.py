@@ -208,6 +208,47 @@ def check_output_file(
     return out
 
 
+def check_file_destination(
+    destination: str | Path,
+    *,
+    force: bool,
+    protect: Iterable[Path] = (),
+    replaceable: Callable[[Path], bool] = lambda path: False,
+    appeared: bool = False,
+) -> Path:
+    """An output that is one file (a GGUF drafter): refused where it would clobber a source (``protect``: files or
+    folders), a folder, or an existing file without ``force``; with ``force`` only a file ``replaceable`` recognises as
+    an earlier output of eaglekit's is replaced. ``appeared``: checked again once written, of a file that did not exist
+    at the start."""
+    _check_name_room(Path(destination), Path(os.path.abspath(destination)))
+    dest = output_path(destination)
+    for source in protect:
+        src = Path(source).resolve()
+        if dest.resolve() == src or _inside(dest.resolve(), src):
+            raise UsageError(
+                f"{destination}: would overwrite {'' if dest.resolve() == src else 'a file of '}the input {source}"
+            )
+    if dest.is_symlink():
+        raise UsageError(
+            f"{destination}: is a symlink; give the file itself (an output is never written through a link)"
+        )
+    if dest.is_dir():
+        raise UsageError(f"{destination}: is a directory; give a file name")
+    if not dest.parent.is_dir():
+        raise UsageError(f"{destination}: its folder {dest.parent} does not exist")
+    if not os.access(dest.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{destination}: cannot be created: {dest.parent} is not writable")
+    if appeared and dest.exists():
+        raise OutputExistsError(f"{destination}: appeared while the output was written; nothing replaced")
+    if dest.exists() and not force:
+        raise OutputExistsError(f"{destination}: already exists (pass --force to replace it)")
+    if dest.exists() and not replaceable(dest):
+        raise OutputExistsError(
+            f"{destination}: not replaced even with --force: eaglekit did not write it; choose another file name"
+        )
+    return dest
+
+
 def write_file_atomically(path: str | Path, data: bytes | str | Callable[[Path], None]) -> Path:
     """One file written beside ``path`` under a hidden name and renamed over it once complete and synced: a reader
     (or a crash) sees the old file or the new one, never half of one. ``data`` is the content, or a function that

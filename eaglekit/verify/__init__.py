@@ -52,9 +52,19 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
             "--hidden-states brings its own sequences (prompt and continuation); --prompts would be ignored: pass one"
             " of them"
         )
+    llamacpp = bool(options.against) and options.against.startswith(("llama.cpp", "llamacpp"))
+    if llamacpp and options.vllm_python:
+        raise UsageError(
+            "--vllm-python runs vLLM; --against llama.cpp==X runs llama-server from its engine environment"
+        )
     envs.require_environment(options.against, options.vllm_python)
     verifier = Verifier(options, progress)
-    if options.against:
+    if llamacpp and not verifier.target_config.gguf_file:
+        raise UsageError(
+            f"--against {options.against}: llama-server serves the target from GGUF; give --target as the target's"
+            " .gguf file"
+        )
+    if options.against and not llamacpp:
         served_rope(
             verifier.target_config
         )  # refuses, before any work, a target vLLM cannot be told to run as verify does
@@ -146,8 +156,13 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
             checks.append(check)
         if options.against:
             start = time.perf_counter()
-            report["against"], new_checks = against_vllm(path, verifier, model, results)
-            verifier.timings["against_vllm"] = time.perf_counter() - start
+            if llamacpp:
+                from .against_llamacpp import against_llamacpp
+
+                report["against"], new_checks = against_llamacpp(path, verifier, loaded, model, results)
+            else:
+                report["against"], new_checks = against_vllm(path, verifier, model, results)
+            verifier.timings["against_llamacpp" if llamacpp else "against_vllm"] = time.perf_counter() - start
             checks.extend(new_checks)
     report["timings"] = {stage: round(seconds, 3) for stage, seconds in verifier.timings.items()}
     return finish(report, checks)

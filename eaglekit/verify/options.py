@@ -14,7 +14,8 @@ class VerifyOptions:
     k: int = 3
     engine: str | None = None
     reference: str | None = None
-    against: str | None = None  # "vllm" (the vLLM importable here) or "vllm==X" (its engine environment)
+    # "vllm" (the vLLM importable here), "vllm==X" (its engine environment) or "llama.cpp==bN" (llama-server of build N)
+    against: str | None = None
     vllm_python: str | None = None  # --against with vLLM from this Python's environment
     min_acceptance_length: float | None = None
     device: str = "cpu"

@@ -1,0 +1,226 @@
+"""``verify --against llama.cpp==bN``: llama-server itself, with the target's GGUF and the drafter's, on verify's
+prompts.
+
+llama-server (the build's engine environment: ``eaglekit engines install llama.cpp==bN``) serves each prompt greedily
+with K draft tokens per step (``engines/llamacpp_server.py``); its per-request counters (``draft_n``,
+``draft_n_accepted``) and its per-step log (the tokens each step drafted, how many were accepted) are compared with
+eaglekit's simulation, counted as llama.cpp counts (a step drafts at most max_new_tokens - produced - 1 tokens:
+``reference.simulate.steps(capped=True)``).
+
+llama.cpp runs the target's quantised weights in its own kernels (a Q4_1 matrix product quantises the activations
+too); eaglekit's reference runs the same weights dequantised to float32. So two things can differ, and both are
+measured per prompt:
+
+- the target's tokens: where llama.cpp's greedy output leaves verify's (``diverges_at``), the two runs continue on
+  different sequences and their counters count different steps. Counters are also simulated on llama.cpp's own
+  sequence (eaglekit's target and drafter on the tokens llama.cpp produced), where every step is the same step;
+- the target's hidden states, which the drafter fuses: on the same sequence a draft can still differ where the
+  drafter's choice is close. Each step whose drafts differ is listed with llama.cpp's probability for its draft and
+  the margin of eaglekit's choice (its logit minus that of llama.cpp's draft), and the positions where the quantised
+  target's token differs from what eaglekit's target picks after the same prefix (``flips``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import torch
+
+from ..engines import envs, llamacpp_env
+from ..engines.llamacpp_server import LlamaServer, ServerFailed, parse_steps
+from ..errors import UsageError
+from ..reference.model import ReferenceDrafter
+from ..reference.simulate import Counters, accepted_lengths, draft_chains, steps
+from .checks import Check
+from .run import SequenceResult, Verifier, chain_starts, first_eos, resolved_ids
+
+
+def _drafter_gguf(path: str, loaded, verifier: Verifier, tmp: Path) -> tuple[Path, str | None]:
+    """The drafter as a GGUF file: itself, or eaglekit's conversion of it (said in the note returned)."""
+    if loaded.dialect == "gguf":
+        return Path(path), None
+    from ..convert import ConvertOptions, convert
+
+    out = tmp / "drafter.gguf"
+    options = ConvertOptions(
+        to="gguf",
+        source_dialect=loaded.dialect,
+        norm_output_semantics=verifier.options.norm_output_semantics,
+        target=verifier.options.target,
+        output_name=out.name,
+    )
+    convert(path, out, options).loaded.close()
+    return out, f"the {loaded.dialect} drafter served as eaglekit's GGUF conversion of it (convert --to gguf)"
+
+
+def serve(verifier: Verifier, drafter: Path, tmp: Path) -> tuple[list[dict], list[str]]:
+    """llama-server on every prompt: its answers and, per request, its log."""
+    options = verifier.options
+    cfg = verifier.target_config
+    binary = llamacpp_env.binary_path(envs.env_dir(options.against))
+    longest = max(len(prompt.ids) for prompt, _ in verifier.sequences)
+    context = -(-(longest + options.max_new_tokens + options.k + 16) // 256) * 256
+    server = LlamaServer(binary, cfg.directory / cfg.gguf_file, drafter, options.k, context, tmp / "server.log")
+    answers = []
+    with server:
+        for prompt, _ in verifier.sequences:
+            answers.append(server.complete(prompt.ids, options.max_new_tokens))
+    return answers, server.request_logs()
+
+
+def against_llamacpp(
+    path: str, verifier: Verifier, loaded, model: ReferenceDrafter, results: list[SequenceResult]
+) -> tuple[dict, list[Check]]:
+    cfg = verifier.target_config
+    if not cfg.gguf_file:
+        raise UsageError(
+            f"--against {verifier.options.against}: llama-server serves the target from GGUF; give --target as the"
+            " target's .gguf file"
+        )
+    with tempfile.TemporaryDirectory(prefix="eaglekit-llamacpp-") as tmp:
+        drafter, note = _drafter_gguf(path, loaded, verifier, Path(tmp))
+        try:
+            answers, logs = serve(verifier, drafter, Path(tmp))
+        except ServerFailed as exc:
+            data = {"build": verifier.options.against, "status": f"llama-server {exc.kind}: {exc.line}", "note": note}
+            return data, [Check("llamacpp_load" if exc.kind == "refused" else "llamacpp_run", False, data["status"])]
+    return compare(verifier, model, results, answers, logs, note)
+
+
+def own_sequence(verifier: Verifier, model: ReferenceDrafter, prompt, generated: list[int], ids: tuple[int, ...]):
+    """eaglekit's target and drafter on llama.cpp's sequence: (its tokens, chains, accepted lengths, eos index, the
+    positions where eaglekit's target picks another token after the same prefix)."""
+    tokens = torch.tensor(prompt.ids + generated, dtype=torch.long)
+    aux, target_next = verifier.target.aux_states(tokens, ids)
+    P = len(prompt.ids)
+    starts = chain_starts(P, tokens.shape[0])
+    chains = draft_chains(model, tokens, aux, starts, verifier.options.k)
+    accepted = accepted_lengths(chains, tokens).cpu()
+    flips = [t for t in range(P, tokens.shape[0]) if int(target_next[t - 1]) != int(tokens[t])]
+    return tokens, chains, accepted, first_eos(tokens, P, verifier.target.eos_token_ids()), flips
+
+
+def _counted(step_list) -> Counters:
+    counters = Counters()
+    for accepted, drafted, _ in step_list:
+        if drafted:
+            counters.add(accepted, max(drafted, 1), drafted)
+    return counters
+
+
+def _step_differences(logged, simulated, chains, model: ReferenceDrafter, k: int) -> list[dict]:
+    """The steps on one sequence where llama.cpp drafted or accepted otherwise than the simulation, with the margin
+    of eaglekit's choice over llama.cpp's draft at the first differing draft."""
+    out = []
+    row_of = {int(j): r for r, j in enumerate(chains.starts.tolist())}
+    for index, (theirs, (accepted, drafted, j)) in enumerate(zip(logged, simulated)):
+        ours = chains.drafts[row_of[j], :drafted].tolist()
+        if theirs.drafts == ours and theirs.accepted == accepted:
+            continue
+        at = next((i for i, (a, b) in enumerate(zip(theirs.drafts, ours)) if a != b), None)
+        margin = None
+        if at is not None:
+            logits = model.draft_logits(chains.y[row_of[j], at][None]).float()[0]
+            margin = (
+                float(logits[ours[at]] - logits[theirs.drafts[at]]) if theirs.drafts[at] < logits.shape[0] else None
+            )
+        out.append(
+            {
+                "step": index,
+                "position": j,
+                "llamacpp": {"drafts": theirs.drafts, "accepted": theirs.accepted, "p": theirs.probabilities},
+                "eaglekit": {"drafts": ours, "accepted": accepted},
+                "first_different_draft": at,
+                "margin": margin,
+            }
+        )
+    return out
+
+
+def _logit(model: ReferenceDrafter, logits: torch.Tensor, token: int) -> float | None:
+    """The logit of target token ``token`` (None where the draft vocabulary has no row for it)."""
+    rows = (model.draft_to_target == token).nonzero()
+    return float(logits[int(rows[0])]) if rows.numel() else None
+
+
+def _prompt(verifier, model, result: SequenceResult, answer: dict, log: str, ids, eos_verify: int | None) -> dict:
+    """One prompt: llama.cpp's counters and steps beside the simulation on verify's sequence and on llama.cpp's own."""
+    options = verifier.options
+    prompt, k = result.prompt, options.k
+    P = len(prompt.ids)
+    generated = [int(t) for t in answer.get("tokens", [])]
+    timings = answer.get("timings", {})
+    served = {
+        "num_draft_tokens": int(timings.get("draft_n", 0)),
+        "num_accepted_tokens": int(timings.get("draft_n_accepted", 0)),
+    }
+    logged = parse_steps(log)
+    ours = result.tokens[P:].tolist()
+    diverges = next((i for i, (a, b) in enumerate(zip(generated, ours)) if a != b), None)
+    on_verify = _counted(
+        steps(result.accepted, result.chains.starts.cpu(), k, P, options.max_new_tokens, eos_verify, capped=True)
+    )
+    tokens, chains, accepted, eos, flips = own_sequence(verifier, model, prompt, generated, ids)
+    simulated = steps(accepted, chains.starts.cpu(), k, P, options.max_new_tokens, eos, capped=True)
+    on_own = _counted(simulated)
+    differences = _step_differences(logged, simulated, chains, model, k) if len(logged) == len(simulated) else None
+    return {
+        "id": prompt.id,
+        "llamacpp": served,
+        "logged_steps": len(logged),
+        "logged_accepted": sum(s.accepted for s in logged),
+        "simulated_on_verify_sequence": on_verify.to_dict(),
+        "simulated_on_llamacpp_sequence": on_own.to_dict(),
+        "generated_tokens": len(generated),
+        "diverges_at": diverges,
+        "flips": [t - P for t in flips],
+        "step_differences": differences,
+    }
+
+
+def _sum(entries: list[dict]) -> dict:
+    drafted = sum(e["num_draft_tokens"] for e in entries)
+    accepted = sum(e["num_accepted_tokens"] for e in entries)
+    return {"num_draft_tokens": drafted, "num_accepted_tokens": accepted}
+
+
+def _same(served: dict, simulated: dict) -> bool:
+    return (served["num_draft_tokens"], served["num_accepted_tokens"]) == (
+        simulated["num_draft_tokens"],
+        simulated["num_accepted_tokens"],
+    )
+
+
+def compare(verifier: Verifier, model, results, answers, logs, note) -> tuple[dict, list[Check]]:
+    ids = resolved_ids(model.d, verifier.target_config.num_layers)
+    prompts = [
+        _prompt(verifier, model, r, answer, log, ids, verifier.eos[i])
+        for i, (r, answer, log) in enumerate(zip(results, answers, logs))
+    ]
+    served = _sum([p["llamacpp"] for p in prompts])
+    own = _sum([p["simulated_on_llamacpp_sequence"] for p in prompts])
+    on_verify = _sum([p["simulated_on_verify_sequence"] for p in prompts])
+    logged_ok = all(p["logged_accepted"] == p["llamacpp"]["num_accepted_tokens"] for p in prompts)
+    equal_own = [p["id"] for p in prompts if _same(p["llamacpp"], p["simulated_on_llamacpp_sequence"])]
+    equal_verify = [p["id"] for p in prompts if _same(p["llamacpp"], p["simulated_on_verify_sequence"])]
+    same_tokens = [p["id"] for p in prompts if p["diverges_at"] is None]
+    data = {
+        "build": verifier.options.against,
+        "note": note,
+        "llamacpp": served,
+        "simulated_on_llamacpp_sequence": own,
+        "simulated_on_verify_sequence": on_verify,
+        "prompts": prompts,
+    }
+    rate = lambda c: c["num_accepted_tokens"] / c["num_draft_tokens"] if c["num_draft_tokens"] else 0.0
+    detail = (
+        f"llama.cpp accepted {served['num_accepted_tokens']} of {served['num_draft_tokens']} drafts"
+        f" ({rate(served):.3f}); simulated on its own sequences {own['num_accepted_tokens']} of"
+        f" {own['num_draft_tokens']}"
+        f" (equal on {len(equal_own)} of {len(prompts)} prompts); on verify's {on_verify['num_accepted_tokens']} of"
+        f" {on_verify['num_draft_tokens']} (equal on {len(equal_verify)}; {len(same_tokens)} prompts with the same"
+        " tokens as verify's)"
+    )
+    checks = [Check("llamacpp_acceptance", logged_ok and len(equal_own) == len(prompts), detail)]
+    return data, checks
