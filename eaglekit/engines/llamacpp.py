@@ -98,7 +98,8 @@ def _through_converter(loaded, f: dict, out: Recorder, L: int | None) -> Served 
         out.refuse(
             "engine.converter",
             f"architecture {arch!r}",
-            "its converter (convert_hf_to_gguf.py) has no EAGLE 3 conversion for it: no GGUF, nothing to serve",
+            "cannot convert it: its converter (convert_hf_to_gguf.py) has no EAGLE 3 conversion for that architecture,"
+            " so there is no GGUF to serve",
             "architectures",
         )
         return None
@@ -108,8 +109,8 @@ def _through_converter(loaded, f: dict, out: Recorder, L: int | None) -> Served 
             "config.json has no draft_vocab_size"
             if "draft_vocab_size" not in config
             else f"num_hidden_layers {layers}",
-            "its converter does not take it for an EAGLE 3 drafter (it needs draft_vocab_size and"
-            " num_hidden_layers 1 at the top level) and fails on fc.weight as a plain Llama: no GGUF",
+            "cannot convert it: its converter takes a config for an EAGLE 3 drafter only with draft_vocab_size and"
+            " num_hidden_layers 1 at its top level, and fails on fc.weight as a plain Llama: no GGUF to serve",
             "draft_vocab_size" if "draft_vocab_size" not in config else "num_hidden_layers",
         )
         return None
@@ -119,7 +120,8 @@ def _through_converter(loaded, f: dict, out: Recorder, L: int | None) -> Served 
         out.refuse(
             "engine.converter",
             f"{'tensors' if len(unmapped) > 1 else 'tensor'} {listed(sorted(unmapped))}",
-            "its converter has no GGUF name for them and stops ('Can not map tensor'): no GGUF",
+            "cannot convert it: its converter has no GGUF name for them and stops ('Can not map tensor'): no GGUF to"
+            " serve",
             sorted(unmapped)[0],
         )
         return None
@@ -255,7 +257,7 @@ def _reading(out: Recorder, served: Served, loaded, L: int | None) -> Drafter:
                 "engine.converter_default_ids",
                 "info",
                 "the drafter's ids live only in eagle_config",
-                f"its converter ignores them and writes the default {list(served.ids)}, which here are the same layers",
+                f"ignores them in its converter, which writes the default {list(served.ids)}: here the same layers",
                 "eagle_aux_hidden_state_layer_ids",
             )
     aux = AuxLayers(tuple(served.ids), INPUT) if served.ids is not None else d.aux

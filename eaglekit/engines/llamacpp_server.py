@@ -130,9 +130,11 @@ class LlamaServer:
             time.sleep(0.2)
         raise ServerFailed("refused", f"did not answer /health within {START_SECONDS} s")
 
-    def complete(self, prompt: list[int], n_predict: int) -> dict:
-        """One greedy completion of ``prompt`` (token ids): the server's answer (``tokens``, ``timings``, ...)."""
+    def complete(self, prompt: list[int], n_predict: int, *, ignore_eos: bool = False) -> dict:
+        """One greedy completion of ``prompt`` (token ids): the server's answer (``tokens``, ``timings``, ...);
+        ``ignore_eos``: decode all ``n_predict`` tokens (for a target whose end-of-sequence token means nothing)."""
         body = {
+            "ignore_eos": ignore_eos,
             "prompt": prompt,
             "n_predict": n_predict,
             "temperature": 0.0,
