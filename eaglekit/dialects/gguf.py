@@ -26,6 +26,7 @@ import json
 from ..errors import ConfigError, NotADrafterError, UnsupportedError
 from ..findings import Finding
 from ..io.gguf_metadata import SkippedArray, read_vector
+from ..model.architectures import written_as
 from ..model.drafter import Drafter
 from ..model.hf_config import base_config, frequency_divisors, rope_from_divisors
 from .base import FLAT_FLAGS_FALSE, INPUT, Clue, ConfigRules, Dialect, NameMap, provenance_block
@@ -92,7 +93,7 @@ def _value(values: dict, key: str):
 def config_from_metadata(ckpt) -> tuple[dict, list[Finding]]:
     """The flat config a GGUF drafter's metadata states (``KEYS``), and what reading it noticed."""
     values = ckpt.metadata.values
-    config: dict = {"architectures": ["Eagle3LlamaForCausalLM"], "model_type": "llama"}
+    config: dict = {"architectures": [written_as("vllm", "llama")], "model_type": "llama"}
     notes: list[Finding] = []
     for suffix, key, _ in KEYS:
         value = _value(values, f"{ARCH}.{suffix}")
@@ -213,7 +214,7 @@ class GGUFDialect(Dialect):
     def config_keys(self, d: Drafter) -> dict:
         """The flat config the written file's metadata states (what reading it back gives; ``metadata`` writes it)."""
         config = {
-            "architectures": ["Eagle3LlamaForCausalLM"],
+            "architectures": [written_as("vllm", "llama")],
             "model_type": "llama",
             **base_config(d),
             "draft_vocab_size": d.draft_vocab_size,

@@ -93,8 +93,10 @@ def _through_converter(loaded, f: dict, out: Recorder, L: int | None) -> Served 
     config = loaded.checkpoint.config or {}
     archs = config.get("architectures") if isinstance(config.get("architectures"), list) else []
     arch = archs[0] if archs and isinstance(archs[0], str) else None
-    layers = config.get("num_hidden_layers")
-    if arch not in f["converter_architectures"] and arch != "LlamaForCausalLM":
+    nested = config.get("transformer_layer_config")  # speculators' layer config: the converter reads it over the top
+    hparams = {**config, **nested} if isinstance(nested, dict) else config
+    layers = hparams.get("num_hidden_layers")
+    if arch not in f["converter_architectures"]:
         out.refuse(
             "engine.converter",
             f"architecture {arch!r}",
@@ -103,15 +105,15 @@ def _through_converter(loaded, f: dict, out: Recorder, L: int | None) -> Served 
             "architectures",
         )
         return None
-    if "draft_vocab_size" not in config or layers != 1:
+    if "draft_vocab_size" not in hparams or layers != 1:
+        missing = "draft_vocab_size" not in hparams
         out.refuse(
             "engine.converter",
-            "config.json has no draft_vocab_size"
-            if "draft_vocab_size" not in config
-            else f"num_hidden_layers {layers}",
+            "config.json has no draft_vocab_size" if missing else f"num_hidden_layers {layers}",
             "cannot convert it: its converter takes a config for an EAGLE 3 drafter only with draft_vocab_size and"
-            " num_hidden_layers 1 at its top level, and fails on fc.weight as a plain Llama: no GGUF to serve",
-            "draft_vocab_size" if "draft_vocab_size" not in config else "num_hidden_layers",
+            " num_hidden_layers 1 (top level, or speculators' transformer_layer_config), and fails on fc.weight as a"
+            " plain Llama: no GGUF to serve",
+            "draft_vocab_size" if missing else "num_hidden_layers",
         )
         return None
     unmapped = [loaded.stored_name(n) for n in loaded.names if n.startswith(tuple(f["converter_unmapped"]))]

@@ -73,8 +73,14 @@ def build_jobs() -> int:
     return max(1, min(cpus, 8))
 
 
-def cmake_args(include: Path) -> list[str]:
-    return [*(f"-D{name}=OFF" for name in CMAKE_OFF), f"-DCMAKE_PROJECT_llama.cpp_INCLUDE={include}"]
+def cmake_args(include: Path, version: str) -> list[str]:
+    """What the package's CMake configure step gets: tests, examples and the app off, ``SERVER_ONLY`` included, and
+    the build number (the sdist has no git history to take it from: ``llama-server --version`` says build 0)."""
+    return [
+        *(f"-D{name}=OFF" for name in CMAKE_OFF),
+        f"-DCMAKE_PROJECT_llama.cpp_INCLUDE={include}",
+        f"-DLLAMA_BUILD_NUMBER={version.removeprefix('b')}",
+    ]
 
 
 def _unpack(sdist: Path, into: Path) -> Path:
@@ -105,7 +111,11 @@ def build(spec: str, version: str, env: Path, log, run_steps) -> None:
     include = work / "server_only.cmake"
     include.write_text(SERVER_ONLY)
     jobs = build_jobs()
-    environment = {**os.environ, "CMAKE_ARGS": " ".join(cmake_args(include)), "LLAMA_CPP_BUILD_JOBS": str(jobs)}
+    environment = {
+        **os.environ,
+        "CMAKE_ARGS": " ".join(cmake_args(include, version)),
+        "LLAMA_CPP_BUILD_JOBS": str(jobs),
+    }
     start = time.monotonic()
     run_steps(spec, [pip + ["install", "-q", str(source)]], log, env=environment)
     seconds = time.monotonic() - start
@@ -129,7 +139,7 @@ def build(spec: str, version: str, env: Path, log, run_steps) -> None:
         "build": version,
         "package": package,
         "jobs": jobs,
-        "cmake_args": cmake_args(Path("server_only.cmake")),
+        "cmake_args": cmake_args(Path("server_only.cmake"), version),
         "build_seconds": round(seconds, 1),
         "version_output": (done.stderr or done.stdout).strip().splitlines()[-2:],
     }
