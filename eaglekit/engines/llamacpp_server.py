@@ -111,9 +111,9 @@ class LlamaServer:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def request_logs(self) -> list[str]:
-        """The log cut at each request's start (the server's "processing task" line): one part per request, in order.
+        """The log cut at each request's start (the slot's "processing task" line): one part per request, in order.
         Read once the server has stopped (its log is written by a thread of its own)."""
-        parts = re.split(r"(?m)^.*processing task.*$", self.log())
+        parts = re.split(r"(?m)^.*launch_slot_.*processing task.*$", self.log())
         return parts[1:]
 
     def _wait_healthy(self) -> None:

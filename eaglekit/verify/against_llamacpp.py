@@ -101,40 +101,45 @@ def own_sequence(verifier: Verifier, model: ReferenceDrafter, prompt, generated:
     return tokens, chains, accepted, first_eos(tokens, P, verifier.target.eos_token_ids()), flips
 
 
-def _counted(step_list) -> Counters:
+def _counted(step_list, k: int) -> Counters:
     counters = Counters()
     for accepted, drafted, _ in step_list:
         if drafted:
-            counters.add(accepted, max(drafted, 1), drafted)
+            counters.add(accepted, k, drafted)
     return counters
 
 
-def _step_differences(logged, simulated, chains, model: ReferenceDrafter, k: int) -> list[dict]:
-    """The steps on one sequence where llama.cpp drafted or accepted otherwise than the simulation, with the margin
-    of eaglekit's choice over llama.cpp's draft at the first differing draft."""
+def _step_differences(logged, prompt_len: int, chains, accepted, model: ReferenceDrafter) -> list[dict]:
+    """Walking llama.cpp's own steps (each starts where the one before left off), those where it drafted or accepted
+    otherwise than eaglekit's drafter does from the same position of the same sequence, with eaglekit's logit margin
+    of its draft over llama.cpp's at the first draft that differs."""
     out = []
     row_of = {int(j): r for r, j in enumerate(chains.starts.tolist())}
-    for index, (theirs, (accepted, drafted, j)) in enumerate(zip(logged, simulated)):
-        ours = chains.drafts[row_of[j], :drafted].tolist()
-        if theirs.drafts == ours and theirs.accepted == accepted:
-            continue
-        at = next((i for i, (a, b) in enumerate(zip(theirs.drafts, ours)) if a != b), None)
-        margin = None
-        if at is not None:
-            logits = model.draft_logits(chains.y[row_of[j], at][None]).float()[0]
-            margin = (
-                float(logits[ours[at]] - logits[theirs.drafts[at]]) if theirs.drafts[at] < logits.shape[0] else None
+    j = prompt_len - 1
+    for index, theirs in enumerate(logged):
+        row = row_of.get(j)
+        if row is None:
+            break
+        drafted = len(theirs.drafts)
+        ours, ours_accepted = chains.drafts[row, :drafted].tolist(), min(int(accepted[row]), drafted)
+        if theirs.drafts != ours or theirs.accepted != ours_accepted:
+            at = next((i for i, (a, b) in enumerate(zip(theirs.drafts, ours)) if a != b), None)
+            margin = None
+            if at is not None:  # eaglekit's logit for its own draft minus its logit for llama.cpp's
+                logits = model.draft_logits(chains.y[row, at][None]).float()[0]
+                mine, other = _logit(model, logits, ours[at]), _logit(model, logits, theirs.drafts[at])
+                margin = mine - other if mine is not None and other is not None else None
+            out.append(
+                {
+                    "step": index,
+                    "position": j,
+                    "llamacpp": {"drafts": theirs.drafts, "accepted": theirs.accepted, "p": theirs.probabilities},
+                    "eaglekit": {"drafts": ours, "accepted": ours_accepted},
+                    "first_different_draft": at,
+                    "margin": margin,
+                }
             )
-        out.append(
-            {
-                "step": index,
-                "position": j,
-                "llamacpp": {"drafts": theirs.drafts, "accepted": theirs.accepted, "p": theirs.probabilities},
-                "eaglekit": {"drafts": ours, "accepted": accepted},
-                "first_different_draft": at,
-                "margin": margin,
-            }
-        )
+        j += theirs.accepted + 1
     return out
 
 
@@ -159,12 +164,12 @@ def _prompt(verifier, model, result: SequenceResult, answer: dict, log: str, ids
     ours = result.tokens[P:].tolist()
     diverges = next((i for i, (a, b) in enumerate(zip(generated, ours)) if a != b), None)
     on_verify = _counted(
-        steps(result.accepted, result.chains.starts.cpu(), k, P, options.max_new_tokens, eos_verify, capped=True)
+        steps(result.accepted, result.chains.starts.cpu(), k, P, options.max_new_tokens, eos_verify, capped=True), k
     )
     tokens, chains, accepted, eos, flips = own_sequence(verifier, model, prompt, generated, ids)
     simulated = steps(accepted, chains.starts.cpu(), k, P, options.max_new_tokens, eos, capped=True)
-    on_own = _counted(simulated)
-    differences = _step_differences(logged, simulated, chains, model, k) if len(logged) == len(simulated) else None
+    on_own = _counted(simulated, k)
+    differences = _step_differences(logged, P, chains, accepted, model)
     return {
         "id": prompt.id,
         "llamacpp": served,
