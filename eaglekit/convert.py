@@ -22,7 +22,7 @@ from .dialects.base import lookup
 from .errors import CheckpointError, UsageError, ValidationFailed
 from .findings import Finding, errors
 from .io import dtypes, jsonfile
-from .io.atomic import atomic_directory, check_destination, check_file_destination
+from .io.atomic import atomic_directory, check_destination
 from .io.reader import Checkpoint
 from .io.writer import DEFAULT_MAX_SHARD_BYTES, Payload, TensorPlan, plan_shards, shard_names, write_checkpoint_tensors
 from .model.config_view import shown
@@ -315,24 +315,11 @@ def foreign_entries(directory: Path) -> list[str]:
 
 def check_output(out: str | Path, writer: dialects.Dialect, *, force: bool, protect: list[Path]) -> None:
     """Refuse, before any work, an OUT the conversion could not write: a directory of files (``check_destination``),
-    or one file for a single-file dialect (GGUF)."""
+    or one file for a single-file dialect (``GGUFDialect.check_output``)."""
     if writer.single_file:
-        if Path(out).suffix != ".gguf":
-            raise UsageError(f"{out}: the {writer.name} output is one file; give a name ending in .gguf")
-        check_file_destination(Path(out), force=force, protect=protect, replaceable=earlier_gguf)
+        writer.check_output(Path(out), force=force, protect=protect)
     else:
         check_destination(Path(out), force=force, protect=protect, replaceable=foreign_entries)
-
-
-def earlier_gguf(path: Path) -> bool:
-    """A GGUF file eaglekit wrote (its metadata carries eaglekit's provenance key): what --force may replace."""
-    from .dialects.gguf import PROVENANCE_KEY
-    from .io.gguf_metadata import read_metadata
-
-    try:
-        return PROVENANCE_KEY in read_metadata(path).values
-    except CheckpointError:
-        return False
 
 
 def plan_conversion(source: str | Path, out: str | Path | None, options: ConvertOptions) -> ConversionPlan:
@@ -342,20 +329,12 @@ def plan_conversion(source: str | Path, out: str | Path | None, options: Convert
     if out is not None:
         check_output(out, writer, force=options.force, protect=[Path(source)])
     target = None
-    if writer.single_file and not options.target:
-        raise UsageError(
-            f"--to {writer.name} needs --target TARGET.gguf: llama.cpp serves the target from GGUF, and the drafter"
-            " takes its tokenizer from it"
-        )
     if options.target:
         from .target import read_target_config
 
         target = read_target_config(options.target)
-        if writer.single_file and not target.gguf_file:
-            raise UsageError(
-                f"--to {writer.name}: --target {options.target} is not a GGUF file; give the target's .gguf (llama.cpp"
-                " serves the target from GGUF, and the drafter's tokenizer is copied from it)"
-            )
+    if writer.single_file:
+        writer.check_target(options.target, target)
     loaded = dialects.load(
         source,
         options.source_dialect,
@@ -582,25 +561,11 @@ def _values_for_checks(loaded: dialects.LoadedDrafter, canonical: str):
 def _producer(t: OutputTensor, plan: ConversionPlan) -> Callable[[], Payload]:
     loaded = plan.loaded
     ckpt: Checkpoint = loaded.checkpoint
-    if t.op.startswith("rows:") or t.op == "absolute":  # GGUF's stored form (dialects/gguf.py, GGUFDialect.stored)
+    if t.op.startswith(("rows:", "absolute", "synth:rope_freqs")):  # GGUF's stored forms (GGUFDialect.stored_value)
 
         def produce() -> Payload:
-            from .io.gguf_tensors import permute_rows
-
-            values = ckpt.read(t.source)
-            if t.op == "absolute":
-                import torch
-
-                return values + torch.arange(values.shape[0], dtype=values.dtype)
-            moved = permute_rows(values, int(t.op.split(":", 1)[1])).contiguous()
-            return _cast(moved, t) if t.dtype != t.dtype_in else moved
-
-    elif t.op == "synth:rope_freqs":
-
-        def produce() -> Payload:
-            import torch
-
-            return torch.tensor(plan.dialect.rope_divisors(plan.drafter), dtype=torch.float32)
+            values = plan.dialect.stored_value(t.op, ckpt.read(t.source) if t.source else None, plan.drafter)
+            return _cast(values, t) if t.dtype != t.dtype_in else values
 
     elif t.op == "copy":
 
@@ -687,26 +652,19 @@ def execute(plan: ConversionPlan, out: str | Path, *, progress: Callable[[int], 
 
 
 def _execute_file(plan: ConversionPlan, out: Path, options: ConvertOptions, progress) -> list[str]:
-    """A single-file dialect (GGUF): the metadata the dialect states, the target's tokenizer keys copied as stored, the
-    tensors streamed in order; written beside OUT and renamed over it once complete."""
-    from .io.gguf_tensors import ggml_type
-    from .io.gguf_writer import GGUFTensor, copied_entries, encode_value, write_gguf
-
-    assert plan.target is not None and plan.target.gguf_file  # plan_conversion refuses any other target
-    target = plan.target.directory / plan.target.gguf_file
-    protect = [plan.loaded.checkpoint.location, target]
-    existed = out.exists()
-    check_file_destination(out, force=options.force, protect=protect, replaceable=earlier_gguf)
-    entries = [
-        (key, encode_value(kind, value)) for key, kind, value in plan.dialect.metadata(plan.drafter, plan.config)
-    ]
-    entries += copied_entries(target, lambda key: key.startswith("tokenizer."), f"--target {plan.target.source}")
-    tensors = [
-        GGUFTensor(t.name, ggml_type(t.dtype), t.shape, _numel(t.shape) * dtypes.itemsize(t.dtype), _producer(t, plan))
-        for t in plan.tensors
-    ]
-    check_file_destination(out, force=options.force, protect=protect, replaceable=earlier_gguf, appeared=not existed)
-    write_gguf(out, entries, tensors, progress=progress)
+    """A single-file dialect (GGUF) writes the one file itself, from the plan's tensors in order."""
+    assert plan.target is not None  # plan_conversion refuses a single-file output without one
+    tensors = [(t.name, t.dtype, t.shape, _producer(t, plan)) for t in plan.tensors]
+    plan.dialect.write_file(
+        out,
+        plan.drafter,
+        plan.config,
+        plan.target,
+        tensors,
+        force=options.force,
+        protect=[plan.loaded.checkpoint.location],
+        progress=progress,
+    )
     return [out.name]
 
 

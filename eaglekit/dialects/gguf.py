@@ -22,10 +22,16 @@ and the writers see what they see for any other dialect.
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
 
-from ..errors import ConfigError, NotADrafterError, UnsupportedError
+from ..errors import CheckpointError, ConfigError, NotADrafterError, UnsupportedError, UsageError
 from ..findings import Finding
-from ..io.gguf_metadata import SkippedArray, read_vector
+from ..io import dtypes
+from ..io.atomic import check_file_destination
+from ..io.gguf_metadata import SkippedArray, read_metadata, read_vector
+from ..io.gguf_tensors import ggml_type
+from ..io.gguf_writer import GGUFTensor, copied_entries, encode_value, write_gguf
 from ..model.architectures import written_as
 from ..model.drafter import Drafter
 from ..model.hf_config import base_config, frequency_divisors, rope_from_divisors
@@ -79,6 +85,14 @@ MAX_LAYERS = 8  # layer names mapped (llama.cpp serves one; more are read, to be
 def _name_rules() -> tuple[tuple[str, str], ...]:
     layers = tuple((f"blk.{i}.{g}", f"layers.{i}.{c}") for i in range(MAX_LAYERS) for g, c in LAYER)
     return TOP + layers
+
+
+def written_here(path: Path) -> bool:
+    """A GGUF file eaglekit wrote (its metadata carries eaglekit's provenance key): what a forced write may replace."""
+    try:
+        return PROVENANCE_KEY in read_metadata(path).values
+    except CheckpointError:
+        return False
 
 
 def is_gguf(ckpt) -> bool:
@@ -166,7 +180,7 @@ class GGUFDialect(Dialect):
         "a GGUF file of architecture eagle3 (llama.cpp's converter or eaglekit wrote it); quantised tensors dequantised"
     )
     writes = (
-        "OUT.gguf: architecture eagle3 for llama-server --spec-type draft-eagle3; needs --target TARGET.gguf (its"
+        "OUT.gguf: architecture eagle3 for llama-server --spec-type draft-eagle3; needs the target's GGUF file (its"
         " tokenizer is copied); EAGLE 3.1, MLA, Qwen3 and multi-layer drafters refused"
     )
     names = NameMap(rules=_name_rules())
@@ -211,6 +225,18 @@ class GGUFDialect(Dialect):
             return "absolute", False
         return None, canonical.endswith("norm.weight")
 
+    def stored_value(self, op: str, values, d: Drafter):
+        """A tensor as the file stores it (``stored``'s transforms; "synth:rope_freqs": the rope's divisors)."""
+        import torch
+
+        from ..io.gguf_tensors import permute_rows
+
+        if op == "absolute":
+            return values + torch.arange(values.shape[0], dtype=values.dtype)
+        if op == "synth:rope_freqs":
+            return torch.tensor(self.rope_divisors(d), dtype=torch.float32)
+        return permute_rows(values, int(op.split(":", 1)[1])).contiguous()
+
     def config_keys(self, d: Drafter) -> dict:
         """The flat config the written file's metadata states (what reading it back gives; ``metadata`` writes it)."""
         config = {
@@ -240,6 +266,45 @@ class GGUFDialect(Dialect):
             ]
         out.append((PROVENANCE_KEY, "string", json.dumps(provenance_block(d, self.name))))
         return out
+
+    # -- the one file -----------------------------------------------------------------------------------------
+
+    def check_target(self, given: str | None, target) -> None:
+        """The target must be given, as its GGUF file: llama.cpp serves it from GGUF and the drafter's tokenizer is
+        copied from it."""
+        if given is None or target is None:
+            raise UsageError(
+                "a gguf output needs the target, as its GGUF file: llama.cpp serves the target from GGUF, and the"
+                " drafter takes its tokenizer from it"
+            )
+        if not target.gguf_file:
+            raise UsageError(
+                f"target {given} is not a GGUF file; a gguf output takes its tokenizer from the target's GGUF"
+                " (llama.cpp serves the target from GGUF too)"
+            )
+
+    def check_output(self, out: Path, *, force: bool, protect: list[Path], appeared: bool = False) -> None:
+        if out.suffix != ".gguf":
+            raise UsageError(f"{out}: the {self.name} output is one file; give a name ending in .gguf")
+        check_file_destination(out, force=force, protect=protect, replaceable=written_here, appeared=appeared)
+
+    def write_file(
+        self, out: Path, d: Drafter, config: dict, target, tensors, *, force, protect, progress=None
+    ) -> None:
+        """The file: ``metadata``'s keys, the target's tokenizer keys copied as stored, ``tensors`` ((name, dtype,
+        shape, produce) each) streamed in order; written beside ``out`` and renamed over it once complete."""
+        source = target.directory / target.gguf_file
+        protect = [*protect, source]
+        existed = out.exists()
+        self.check_output(out, force=force, protect=protect)
+        entries = [(key, encode_value(kind, value)) for key, kind, value in self.metadata(d, config)]
+        entries += copied_entries(source, lambda key: key.startswith("tokenizer."), f"target {target.source}")
+        planned = [
+            GGUFTensor(name, ggml_type(dtype), shape, math.prod(shape) * dtypes.itemsize(dtype), produce)
+            for name, dtype, shape, produce in tensors
+        ]
+        self.check_output(out, force=force, protect=protect, appeared=not existed)
+        write_gguf(out, entries, planned, progress=progress)
 
     def rope_divisors(self, d: Drafter) -> tuple[float, ...] | None:
         """The ``rope_freqs`` tensor a llama3 rope is written as (None for the other ropes this format holds)."""

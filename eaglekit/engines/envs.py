@@ -132,8 +132,8 @@ def install(spec: str, *, log: Callable[[str], None] | None = None) -> Path:
 def run_steps(spec: str, steps: list[list[str]], log, env: dict | None = None, cwd: Path | None = None) -> None:
     """Each command in turn; the first that fails is said in one line (its last line of output)."""
     for step in steps:
-        if log:
-            log(" ".join(step[1:]))
+        if log:  # as a person would type it: "pip install ...", "python -c ..."
+            log(" ".join(a for a in step[1:] if a not in ("-m", "--disable-pip-version-check")))
         done = subprocess.run(step, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd)
         if done.returncode != 0:
             last = " ".join(done.stdout.strip().splitlines()[-1:]) or f"exit {done.returncode}"

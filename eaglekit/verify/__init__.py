@@ -61,8 +61,8 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
     verifier = Verifier(options, progress)
     if llamacpp and not verifier.target_config.gguf_file:
         raise UsageError(
-            f"--against {options.against}: llama-server serves the target from GGUF; give --target as the target's"
-            " .gguf file"
+            f"against {options.against}: llama-server serves the target from GGUF; the target must be its .gguf file,"
+            f" not {options.target}"
         )
     if options.against and not llamacpp:
         served_rope(

@@ -29,7 +29,6 @@ import torch
 
 from ..engines import envs, llamacpp_env
 from ..engines.llamacpp_server import LlamaServer, ServerFailed, parse_steps
-from ..errors import UsageError
 from ..reference.model import ReferenceDrafter
 from ..reference.simulate import Counters, accepted_lengths, draft_chains, steps
 from .checks import Check
@@ -72,12 +71,6 @@ def serve(verifier: Verifier, drafter: Path, tmp: Path) -> tuple[list[dict], lis
 def against_llamacpp(
     path: str, verifier: Verifier, loaded, model: ReferenceDrafter, results: list[SequenceResult]
 ) -> tuple[dict, list[Check]]:
-    cfg = verifier.target_config
-    if not cfg.gguf_file:
-        raise UsageError(
-            f"--against {verifier.options.against}: llama-server serves the target from GGUF; give --target as the"
-            " target's .gguf file"
-        )
     with tempfile.TemporaryDirectory(prefix="eaglekit-llamacpp-") as tmp:
         drafter, note = _drafter_gguf(path, loaded, verifier, Path(tmp))
         try:
