@@ -101,3 +101,24 @@ def test_builds_are_named_as_llama_cpp_tags_them(cli, tmp_path, tiny):
     found, _ = findings(cli, src, target, engine="llamacpp==b12000")
     assert found["engine.untested_release"]["severity"] == "info"
     assert "installs llama.cpp b11434" in cli("engines", "install", "llama.cpp==b11000", expect=2).stderr
+
+
+def test_an_mla_drafter_has_no_conversion_and_a_speculators_one_loses_its_default(cli, tmp_path, tiny):
+    """MLA: the converter has no EAGLE 3 class for Eagle3DeepseekV2ForCausalLM. speculators without
+    norm_before_residual: speculators (and vLLM) read it as true, llama.cpp's converter writes false."""
+    from drafters import mla_dims, write_speculators
+
+    d, target = tiny
+    mla = write_vllm(tmp_path / "mla", Dims(**{**d.__dict__, "mla": mla_dims()}), ids=[1, 4, 6])
+    cfg = json.loads((mla / "config.json").read_text())
+    cfg.update(architectures=["Eagle3DeepseekV2ForCausalLM"], model_type="deepseek_v3")
+    (mla / "config.json").write_text(json.dumps(cfg))
+    found, view = findings(cli, mla, target)
+    assert (
+        view["loads"] is False and "no EAGLE 3 conversion for that architecture" in found["engine.converter"]["effect"]
+    )
+    spec = write_speculators(tmp_path / "sp", d, ids=[1, 4, 6], norm_before_residual=None)
+    found, view = findings(cli, spec, target)
+    assert view["loads"] is True
+    assert found["engine.flag.norm_before_residual"]["message"] == "the drafter has norm_before_residual=true"
+    assert "norm_before_residual=false" in found["engine.flag.norm_before_residual"]["effect"]

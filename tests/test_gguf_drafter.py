@@ -156,7 +156,10 @@ def test_what_llama_cpp_cannot_serve_is_refused(cli, tmp_path, tiny, dims, why):
 def test_the_output_and_the_target_are_checked_first(cli, tmp_path, tiny, target_dir):
     d, target = tiny
     src = write_vllm(tmp_path / "src", d, ids=[1, 4, 6])
-    assert "a gguf output needs the target, as its GGUF file" in cli("convert", src, tmp_path / "d.gguf", "--to", "gguf", expect=2).stderr
+    assert (
+        "a gguf output needs the target, as its GGUF file"
+        in cli("convert", src, tmp_path / "d.gguf", "--to", "gguf", expect=2).stderr
+    )
     assert (
         "not a GGUF file"
         in cli("convert", src, tmp_path / "d.gguf", "--to", "gguf", "--target", target_dir, expect=2).stderr
