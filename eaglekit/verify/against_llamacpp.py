@@ -171,6 +171,7 @@ def _prompt(verifier, model, result: SequenceResult, answer: dict, log: str, ids
         "simulated_on_verify_sequence": on_verify.to_dict(),
         "simulated_on_llamacpp_sequence": on_own.to_dict(),
         "generated_tokens": len(generated),
+        "tokens": generated,
         "diverges_at": diverges,
         "flips": [t - P for t in flips],
         "step_differences": differences,
@@ -190,6 +191,14 @@ def _same(served: dict, simulated: dict) -> bool:
     )
 
 
+# A draft that differs between llama.cpp and eaglekit's drafter on the same sequence is a near tie when eaglekit's logit
+# for its own choice exceeds its logit for llama.cpp's by at most this much. On the SmolLM2 pair (Q4_1 target) every
+# differing draft had a margin of 0.04 to 0.17: the drafter fuses the target's hidden states, which llama.cpp computes
+# with 8-bit activations in each Q4_1 product and a float16 KV cache; emulating the 8-bit activations alone in
+# eaglekit's target turned one of them into llama.cpp's choice (docs/llama-cpp.md)
+NEAR_TIE_LOGITS = 0.5
+
+
 def compare(verifier: Verifier, model, results, answers, logs, note) -> tuple[dict, list[Check]]:
     ids = resolved_ids(model.d, verifier.target_config.num_layers)
     prompts = [
@@ -201,24 +210,35 @@ def compare(verifier: Verifier, model, results, answers, logs, note) -> tuple[di
     on_verify = _sum([p["simulated_on_verify_sequence"] for p in prompts])
     logged_ok = all(p["logged_accepted"] == p["llamacpp"]["num_accepted_tokens"] for p in prompts)
     equal_own = [p["id"] for p in prompts if _same(p["llamacpp"], p["simulated_on_llamacpp_sequence"])]
-    equal_verify = [p["id"] for p in prompts if _same(p["llamacpp"], p["simulated_on_verify_sequence"])]
-    same_tokens = [p["id"] for p in prompts if p["diverges_at"] is None]
+    diverged = [p["diverges_at"] for p in prompts if p["diverges_at"] is not None]
+    steps_total = sum(p["logged_steps"] for p in prompts)
+    differing = [d for p in prompts for d in p["step_differences"]]
+    far = [d for d in differing if d["margin"] is None or abs(d["margin"]) > NEAR_TIE_LOGITS]
     data = {
         "build": verifier.options.against,
         "note": note,
         "llamacpp": served,
         "simulated_on_llamacpp_sequence": own,
         "simulated_on_verify_sequence": on_verify,
+        "steps": steps_total,
+        "steps_differing": len(differing),
+        "near_tie_logits": NEAR_TIE_LOGITS,
         "prompts": prompts,
     }
-    rate = lambda c: c["num_accepted_tokens"] / c["num_draft_tokens"] if c["num_draft_tokens"] else 0.0
+    largest = max((abs(d["margin"]) for d in differing if d["margin"] is not None), default=0.0)
     detail = (
-        f"llama.cpp accepted {served['num_accepted_tokens']} of {served['num_draft_tokens']} drafts"
-        f" ({rate(served):.3f}); simulated on its own sequences {own['num_accepted_tokens']} of"
-        f" {own['num_draft_tokens']}"
-        f" (equal on {len(equal_own)} of {len(prompts)} prompts); on verify's {on_verify['num_accepted_tokens']} of"
-        f" {on_verify['num_draft_tokens']} (equal on {len(equal_verify)}; {len(same_tokens)} prompts with the same"
-        " tokens as verify's)"
+        f"llama.cpp accepted {served['num_accepted_tokens']} of {served['num_draft_tokens']} drafts; on its own"
+        f" tokens eaglekit's drafter drafts the same at {steps_total - len(differing)} of {steps_total} steps"
+        + (
+            f", the other {len(differing)} near ties (margins up to {largest:.3g} logits)"
+            if differing and not far
+            else ""
+        )
+        + (f", {len(far)} steps differ by more than {NEAR_TIE_LOGITS} logits" if far else "")
+        + f"; counters simulated on its tokens {own['num_accepted_tokens']} of {own['num_draft_tokens']} (equal on"
+        f" {len(equal_own)} of {len(prompts)} prompts), on verify's {on_verify['num_accepted_tokens']} of"
+        f" {on_verify['num_draft_tokens']}: llama.cpp's quantised target leaves verify's tokens in"
+        f" {len(diverged)} of {len(prompts)} prompts"
+        + ("" if logged_ok else "; its log does not add up to its counters")
     )
-    checks = [Check("llamacpp_acceptance", logged_ok and len(equal_own) == len(prompts), detail)]
-    return data, checks
+    return data, [Check("llamacpp_acceptance", logged_ok and not far, detail)]
