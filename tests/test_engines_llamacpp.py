@@ -122,3 +122,25 @@ def test_an_mla_drafter_has_no_conversion_and_a_speculators_one_loses_its_defaul
     assert view["loads"] is True
     assert found["engine.flag.norm_before_residual"]["message"] == "the drafter has norm_before_residual=true"
     assert "norm_before_residual=false" in found["engine.flag.norm_before_residual"]["effect"]
+
+
+def test_validate_cites_the_recorded_runs(cli, tmp_path, tiny):
+    """Findings a recorded run of the build covered (eaglekit/engines/llamacpp_observations.json, written by the
+    matrix) say `evidence: run (llama.cpp b11434, case NAME)`; the others `evidence: source`."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent / "engines"))
+    import llamacpp_matrix as lm
+
+    entries = [e for e in lm.stored()["observations"] if e["agrees"] and e["checks"] and e["path"] == "converted"]
+    if not entries:
+        pytest.skip("no recorded run covers a finding (EAGLEKIT_RECORD=1 with the llama.cpp matrix records them)")
+    entry = next(e for e in entries if e["case"] == "specforge, ids not the default [converted]")
+    source = lm.build_case("specforge, ids not the default", tmp_path / "case")
+    target = lm.matrix.write_target(tmp_path / "target")
+    report = json.loads(cli("validate", source, "--engine", SPEC, "--target", target, "--json", expect=None).stdout)
+    cited = {f["check"]: f for f in report["findings"] if f.get("engine")}
+    assert set(entry["checks"]) <= set(cited)
+    for check in entry["checks"]:
+        assert cited[check]["evidence"] == "run", cited[check]
+        assert cited[check]["evidence_ref"].startswith("llama.cpp b11434, case ")
