@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..errors import UsageError
+from ..io import dtypes
 from ..model.drafter import INPUT, AuxLayers, Drafter, Flags, default_aux_ids
 from ..model.layout import expected_tensors
 from .common import EngineView, Recorder, Release, flag_findings, fused_states, int_ids, listed, load_table, stamp_runs
@@ -189,10 +190,26 @@ def _load(out: Recorder, served: Served, loaded, f: dict, L: int | None) -> None
             "engine.missing_tensor", f"missing {listed(missing)}", "refuses to load (missing tensor)", missing[0]
         )
     if out.view.loads:
-        _aborts(out, served, d, f, L)
+        d2t = loaded.present().get("d2t") if not served.converted else None  # the converter writes it as int64
+        _aborts(out, served, d, f, L, dtypes.name(d2t[1]) if d2t else None)
 
 
-def _aborts(out: Recorder, served: Served, d: Drafter, f: dict, L: int | None) -> None:
+def _aborts(out: Recorder, served: Served, d: Drafter, f: dict, L: int | None, d2t_dtype: str | None = None) -> None:
+    """What loads, then aborts (GGML_ASSERT, GGML_ABORT): at start, building the draft graph, or at the first draft."""
+    if "d2t" in served.tensors and d2t_dtype not in (None, "int64"):
+        out.view.crashes = True
+        out.add(
+            "engine.crash", "error", f"d2t is {d2t_dtype}", "aborts at the first draft (GGML_ASSERT d2t is I64)", "d2t"
+        )
+    if "d2t" in served.tensors and "lm_head.weight" not in served.tensors and d.draft_vocab_size != d.vocab_size:
+        out.view.crashes = True
+        out.add(
+            "engine.crash",
+            "error",
+            f"d2t maps {d.draft_vocab_size} draft tokens but the drafter ships no lm_head",
+            "aborts at the first draft: the target's head gives a logit per target token, not per d2t row",
+            "lm_head.weight",
+        )
     if d.num_layers != f["layers_exactly"]:
         out.view.crashes = True
         out.add(
