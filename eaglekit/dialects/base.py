@@ -338,6 +338,8 @@ class Dialect:
     # readers
     # are not known to apply them, what to tell the user when a windowed drafter is written (convert's note)
     window_caveat: str | None = None
+    single_file: bool = False  # the output is one file (GGUF), not a directory of config.json and safetensors
+    omitted: dict[str, str] = {}  # canonical tensors the format has no place for, with why (said when dropped)
 
     @property
     def can_write(self) -> bool:

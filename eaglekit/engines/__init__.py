@@ -4,18 +4,21 @@ sglang==0.5.4``)."""
 from __future__ import annotations
 
 from ..errors import UsageError
-from . import sglang, vllm
+from . import llamacpp, sglang, vllm
 from .common import EngineView, Release
 
-ENGINES = {"vllm": vllm, "sglang": sglang}
+ENGINES = {"vllm": vllm, "sglang": sglang, "llama.cpp": llamacpp}
+ALIASES = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp"}
 
 
 def parse(spec: str) -> Release:
-    """``vllm==0.24`` or ``sglang==0.4.9`` -> the rules of that release."""
+    """``vllm==0.24``, ``sglang==0.4.9`` or ``llama.cpp==b11434`` -> the rules of that release."""
     engine, sep, version = spec.partition("==")
-    engine = engine.strip().lower()
+    engine = ALIASES.get(engine.strip().lower(), engine.strip().lower())
     if not sep or not version.strip():
-        raise UsageError(f"--engine {spec!r}: expected ENGINE==VERSION, e.g. vllm==0.24 or sglang==0.5.4")
+        raise UsageError(
+            f"--engine {spec!r}: expected ENGINE==VERSION, e.g. vllm==0.24, sglang==0.5.4 or llama.cpp==b11434"
+        )
     if engine not in ENGINES:
         raise UsageError(f"--engine {spec!r}: eaglekit has rules for {', '.join(ENGINES)}")
     return ENGINES[engine].release(version.strip())

@@ -93,11 +93,13 @@ class EngineView:
     findings: list[Finding] = field(default_factory=list)
     evidence: str = "source"
     evidence_ref: str | None = None  # for "run": which runs of the release saw this reading (engines/runs.py)
+    crashes: bool = False  # loads, then aborts at start or at the first draft (llama.cpp's GGML_ASSERT/GGML_ABORT)
 
     def to_dict(self) -> dict:
         return {
             "engine": self.engine,
             "loads": self.loads,
+            "crashes": self.crashes,
             "evidence": self.evidence,
             **({"evidence_ref": self.evidence_ref} if self.evidence_ref else {}),
             "unit_weights": self.unit_weights,
@@ -180,7 +182,7 @@ def flag_findings(out: Recorder, intended: Drafter, served_flags, effects: dict[
             out.add(f"engine.flag.{key}", "error", f"the drafter has {key}={str(want).lower()}", effect, key)
 
 
-DISPLAY = {"vllm": "vLLM", "sglang": "SGLang"}
+DISPLAY = {"vllm": "vLLM", "sglang": "SGLang", "llama.cpp": "llama.cpp"}
 
 
 def final_norm_findings(out: Recorder, intended: Drafter, config: dict, *, reads_norm_output: bool = True) -> None:

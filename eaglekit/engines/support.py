@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..findings import Finding
 from .common import DISPLAY, load_table, release_key
 
-TABLES = {"vllm": "vllm_releases.json", "sglang": "sglang_releases.json"}
+TABLES = {"vllm": "vllm_releases.json", "sglang": "sglang_releases.json", "llama.cpp": "llamacpp_releases.json"}
 
 
 @dataclass(frozen=True)
@@ -56,11 +56,14 @@ class Support:
 
 def rows(engine: str) -> list[str]:
     """The engine's release rows, oldest first."""
-    return sorted(load_table(TABLES[engine])["releases"], key=release_key)
+    from . import ENGINES
+
+    return sorted(load_table(TABLES[engine])["releases"], key=getattr(ENGINES[engine], "release_key", release_key))
 
 
 def support(loaded, engine: str, *, target_num_layers: int | None = None) -> Support:
-    """Which releases of ``engine`` (``vllm``, ``sglang``) serve ``loaded`` (a LoadedDrafter) without an error."""
+    """Which releases of ``engine`` (``vllm``, ``sglang``, ``llama.cpp``) serve ``loaded`` (a LoadedDrafter) without an
+    error."""
     from . import ENGINES
 
     module = ENGINES[engine]

@@ -20,6 +20,9 @@ def check_request(
     from ..target import read_target_config
 
     parallel = parallel or vllm_scale.Parallel()
+    if is_llamacpp(against):
+        _check_llamacpp_request(against, target_engine, vllm_python, parallel)
+        return
     envs.require_environment(against, vllm_python)
     envs.require_environment(target_engine, vllm_python)
     vllm_scale.check_parallel(parallel)
@@ -39,3 +42,22 @@ def check_request(
                 " (target_engine) only"
             )
         vllm_scale.check(envs.served(against, vllm_python)[1], parallel, config, purpose="serve")
+
+
+def is_llamacpp(against: str | None) -> bool:
+    """``against`` names a llama.cpp build (``llama.cpp==bN``), run as llama-server, not vLLM."""
+    return bool(against) and against.lower().startswith(("llama.cpp", "llamacpp", "llama-cpp"))
+
+
+def _check_llamacpp_request(against: str, target_engine, vllm_python, parallel: vllm_scale.Parallel) -> None:
+    """llama-server runs from the build's engine environment beside eaglekit's own target run: no vLLM is involved."""
+    if vllm_python:
+        raise UsageError(f"vllm_python runs vLLM; against {against} runs llama-server from its engine environment")
+    if target_engine:
+        raise UsageError(
+            f"against {against} compares llama-server with eaglekit's own run of the target; target_engine runs it in"
+            " vLLM: give one"
+        )
+    if not parallel.plain:
+        raise UsageError(f"a parallel layout says how vLLM runs the target; against {against} runs llama-server")
+    envs.require_environment(against)

@@ -210,6 +210,47 @@ def check_output_file(
     return out
 
 
+def check_file_destination(
+    destination: str | Path,
+    *,
+    force: bool,
+    protect: Iterable[Path] = (),
+    replaceable: Callable[[Path], bool] = lambda path: False,
+    appeared: bool = False,
+) -> Path:
+    """An output that is one file (a GGUF drafter): refused where it would clobber a source (``protect``: files or
+    folders), a folder, or an existing file without ``force``; with ``force`` only a file ``replaceable`` recognises as
+    an earlier output of eaglekit's is replaced. ``appeared``: checked again once written, of a file that did not exist
+    at the start."""
+    _check_name_room(Path(destination), Path(os.path.abspath(destination)))
+    dest = output_path(destination)
+    for source in protect:
+        src = Path(source).resolve()
+        if dest.resolve() == src or _inside(dest.resolve(), src):
+            raise UsageError(
+                f"{destination}: would overwrite {'' if dest.resolve() == src else 'a file of '}the input {source}"
+            )
+    if dest.is_symlink():
+        raise UsageError(
+            f"{destination}: is a symlink; give the file itself (an output is never written through a link)"
+        )
+    if dest.is_dir():
+        raise UsageError(f"{destination}: is a directory; give a file name")
+    if not dest.parent.is_dir():
+        raise UsageError(f"{destination}: its folder {dest.parent} does not exist")
+    if not os.access(dest.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{destination}: cannot be created: {dest.parent} is not writable")
+    if appeared and dest.exists():
+        raise OutputExistsError(f"{destination}: appeared while the output was written; nothing replaced")
+    if dest.exists() and not force:
+        raise OutputExistsError(f"{destination}: already exists (pass --force to replace it)")
+    if dest.exists() and not replaceable(dest):
+        raise OutputExistsError(
+            f"{destination}: not replaced even with --force: eaglekit did not write it; choose another file name"
+        )
+    return dest
+
+
 def write_file_atomically(path: str | Path, data: bytes | str | Callable[[Path], None]) -> Path:
     """One file written beside ``path`` under a hidden name and renamed over it once complete and synced: a reader
     (or a crash) sees the old file or the new one, never half of one. ``data`` is the content, or a function that
@@ -346,10 +387,10 @@ def _remove_created(created: list[Path]) -> None:
             return
 
 
-def destination_status(out: str | Path, *, force: bool, protect: list[Path], replaceable) -> dict:
+def destination_status(out: str | Path, *, force: bool, protect: list[Path], check: Callable[..., None]) -> dict:
     """What writing ``out`` would do, for a dry run: whether it exists, whether the conversion needs ``--force``, the
     entries ``--force`` replaces, and the refusal the same command without ``--dry-run`` would stop with (or None).
-    ``replaceable``: as for ``check_destination`` (convert's ``foreign_entries``)."""
+    ``check(dest, force=, protect=)`` raises where the write would be refused (convert's ``check_output``)."""
     from ..errors import EaglekitError
 
     dest = Path(out)
@@ -357,18 +398,18 @@ def destination_status(out: str | Path, *, force: bool, protect: list[Path], rep
 
     def refusal(with_force: bool) -> str | None:
         try:
-            check_destination(dest, force=with_force, protect=protect, replaceable=replaceable)
+            check(dest, force=with_force, protect=protect)
         except EaglekitError as exc:
             return str(exc)
         return None
 
     forced = refusal(True)  # a refusal even --force cannot lift (a user's files, the source) is the one to show
     stop = forced if forced or force else refusal(False)
-    replaces = (
-        sorted(p.name + ("/" if p.is_dir() else "") for p in dest.iterdir())
-        if exists and dest.is_dir() and not forced
-        else []
-    )
+    replaces = []
+    if exists and not forced:
+        replaces = (
+            sorted(p.name + ("/" if p.is_dir() else "") for p in dest.iterdir()) if dest.is_dir() else [dest.name]
+        )
     return {
         "path": str(out),
         "exists": exists,

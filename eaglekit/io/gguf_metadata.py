@@ -85,6 +85,8 @@ class GGUFMetadata:
     )
     data_offset: int | None = None  # where the data section starts, with the index
     byte_order: str = "<"
+    # per key, the bytes of its value type and value (``read_metadata(spans=True)``): what a writer copies unchanged
+    spans: dict[str, tuple[int, int]] | None = None
 
     def architecture(self) -> str | None:
         value = self.values.get("general.architecture")
@@ -167,10 +169,10 @@ class _Cursor:
         raise self.fail(f"has value type {kind}, not one of GGUF's 0..12")
 
 
-def read_metadata(path: Path, label: str | None = None, *, tensors: bool = False) -> GGUFMetadata:
+def read_metadata(path: Path, label: str | None = None, *, tensors: bool = False, spans: bool = False) -> GGUFMetadata:
     """The key/values of the GGUF file ``path`` (``label`` names it in errors), with its tensor index where
-    ``tensors``. Raises CheckpointError, naming the file, the byte and the key or tensor, for anything that is not a
-    GGUF v2/v3 metadata section (and tensor index)."""
+    ``tensors`` and each value's byte span where ``spans``. Raises CheckpointError, naming the file, the byte and the
+    key or tensor, for anything that is not a GGUF v2/v3 metadata section (and tensor index)."""
     label = label or str(path)
     try:
         with open(path, "rb") as f:
@@ -179,12 +181,12 @@ def read_metadata(path: Path, label: str | None = None, *, tensors: bool = False
                 raise CheckpointError(f"{label}: not a GGUF file ({size} bytes, shorter than GGUF's 24-byte header)")
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
                 with memoryview(mapped) as view:
-                    return _parse(view, label, tensors)
+                    return _parse(view, label, tensors, spans)
     except OSError as exc:
         raise CheckpointError(f"{label}: cannot read ({exc.strerror or exc})") from None
 
 
-def _parse(buffer, label: str, tensors: bool) -> GGUFMetadata:
+def _parse(buffer, label: str, tensors: bool, spans: bool = False) -> GGUFMetadata:
     if bytes(buffer[:4]) != MAGIC:
         raise CheckpointError(f"{label}: not a GGUF file (starts with {bytes(buffer[:4])!r}, not {MAGIC!r})")
     (version,) = struct.unpack_from("<I", buffer, 4)
@@ -201,12 +203,14 @@ def _parse(buffer, label: str, tensors: bool) -> GGUFMetadata:
     if key_count > cursor.size // 13:  # each key/value takes at least 13 bytes (an empty key and a one-byte value)
         raise cursor.fail(f"claims {key_count} keys, more than {cursor.size} bytes can hold")
     values: dict[str, object] = {}
+    where: dict[str, tuple[int, int]] = {}
     for _ in range(key_count):
         cursor.key = None
         key = cursor.string()
         cursor.key = f"key {key!r}"
         if key in values:  # gguf's reader refuses such a file too
             raise cursor.fail("states this key a second time")
+        start = cursor.offset
         (kind,) = cursor.take("I")
         if (
             key == ALIGNMENT_KEY and kind != ALIGNMENT_TYPE
@@ -215,11 +219,13 @@ def _parse(buffer, label: str, tensors: bool) -> GGUFMetadata:
                 f"states {ALIGNMENT_KEY} as {TYPE_NAMES.get(kind, f'type {kind}')}, not {TYPE_NAMES[ALIGNMENT_TYPE]}"
             )
         values[key] = cursor.value(kind)
+        where[key] = (start, cursor.offset)
+    kept = where if spans else None
     if not tensors:
-        return GGUFMetadata(version, tensor_count, values, byte_order=order)
+        return GGUFMetadata(version, tensor_count, values, byte_order=order, spans=kept)
     cursor.key = None
     index, data_offset = _tensor_index(cursor, tensor_count, values)
-    return GGUFMetadata(version, tensor_count, values, index, data_offset, order)
+    return GGUFMetadata(version, tensor_count, values, index, data_offset, order, kept)
 
 
 def _tensor_index(cursor: _Cursor, count: int, values: dict) -> tuple[dict[str, TensorInfo], int]:

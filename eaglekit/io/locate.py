@@ -29,12 +29,13 @@ class Located:
     label: str = ""  # how the user named it ("org/name@rev"); str() gives it, so messages read as typed
     remote: bool = False  # a header-only stub of a Hub repo: tensor values cannot be read from it
     origin: dict[str, Any] = field(default_factory=dict, compare=False)  # see ``io.sources.open_source``
+    file: str | None = None  # a single-file checkpoint (a GGUF drafter): its name in ``directory``
 
     def __str__(self) -> str:
         return self.label or str(self.directory)
 
-    def __fspath__(self) -> str:  # Path(located) is the directory
-        return str(self.directory)
+    def __fspath__(self) -> str:  # Path(located) is the directory (or the one file of a single-file checkpoint)
+        return str(self.directory / self.file) if self.file else str(self.directory)
 
 
 def locate(
@@ -47,10 +48,9 @@ def locate(
     path = Path(source).expanduser()
     if path.exists():
         if not path.is_dir():
-            if path.suffix == ".gguf":
-                raise CheckpointError(
-                    f"{source}: a GGUF file is a target model, not a drafter checkpoint (did you mean --target?)"
-                )
+            if path.suffix == ".gguf" or _gguf_magic(path):  # llama.cpp's one-file format: the dialect tells its kind
+                real = path.parent.resolve()
+                return Located(path.parent, roots_for(real), label=str(source), file=path.name)
             hint = (
                 f" (give its directory: {path.parent})"
                 if path.name == "config.json" or path.suffix in (".safetensors", ".bin", ".json")
@@ -71,6 +71,14 @@ def locate(
             f" first with `{hint}`)"
         )
     raise CheckpointError(f"{source}: no such {what} directory")
+
+
+def _gguf_magic(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
 
 
 def roots_for(real: Path) -> tuple[Path, ...]:

@@ -83,6 +83,8 @@ class Checkpoint:
     @classmethod
     def open(cls, source: str | Path) -> Checkpoint:
         located = locate(source)
+        if located.file is not None:  # one GGUF file: io.checkpoints.open_checkpoint opens either
+            raise CheckpointError(f"{source}: a single file, not a checkpoint directory")
         ckpt = cls(located, str(source))
         ckpt._discover()
         return ckpt
@@ -101,6 +103,11 @@ class Checkpoint:
     @property
     def directory(self) -> Path:
         return self.located.directory
+
+    @property
+    def location(self) -> Path:
+        """What the checkpoint is on disk: its directory, or its one file (a GGUF drafter)."""
+        return self.directory / self.located.file if self.located.file else self.directory
 
     def _where(self, relative: str) -> str:
         return f"{self.label}/{relative}" if not self.label.endswith("/") else f"{self.label}{relative}"

@@ -74,7 +74,9 @@ def open_source(
         if revision:
             raise UsageError(f"--revision {revision}: {text} is a local path, not a Hub id")
         located = locate(path, what)
-        yield Located(located.directory, located.roots, label=text, origin={"kind": "local", "path": text})
+        yield Located(
+            located.directory, located.roots, label=text, origin={"kind": "local", "path": text}, file=located.file
+        )
         return
     repo_id, rev = split_revision(text, revision)
     refuse_missing(text, what, revision)

@@ -180,11 +180,13 @@ class Counters:
     num_accepted_tokens: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)
 
-    def add(self, accepted: int, k: int) -> None:
+    def add(self, accepted: int, k: int, drafted: int | None = None) -> None:
+        """One verification step of a K-token chain: ``accepted`` of its ``drafted`` tokens (K unless the engine drafted
+        fewer) accepted."""
         if not self.accepted_per_pos:
             self.accepted_per_pos = [0] * k
         self.num_drafts += 1
-        self.num_draft_tokens += k
+        self.num_draft_tokens += k if drafted is None else drafted
         self.num_accepted_tokens += accepted
         for i in range(accepted):
             self.accepted_per_pos[i] += 1
@@ -243,7 +245,14 @@ def continuation_length(max_new_tokens: int, k: int) -> int:
 
 
 def trajectory(
-    accepted: torch.Tensor, starts: torch.Tensor, k: int, prompt_len: int, max_new_tokens: int, eos: int | None = None
+    accepted: torch.Tensor,
+    starts: torch.Tensor,
+    k: int,
+    prompt_len: int,
+    max_new_tokens: int,
+    eos: int | None = None,
+    *,
+    capped: bool = False,
 ) -> Counters:
     """Counters along the positions a greedy vLLM run visits, as its scheduler counts them.
 
@@ -251,14 +260,38 @@ def trajectory(
     verification step counts K drafts and the accepted prefix, then the run continues from the last accepted
     token. Steps happen while fewer than ``max_new_tokens`` tokens are out and no end-of-sequence token
     (``eos``) is among them; the last step counts its full chain even past max_new_tokens, as vLLM does, so
-    ``accepted`` must have been measured against a continuation of ``continuation_length`` tokens."""
-    by_start = dict(zip(starts.tolist(), accepted.tolist()))
+    ``accepted`` must have been measured against a continuation of ``continuation_length`` tokens.
+
+    ``capped``: as llama.cpp's server counts instead (``steps``): a step drafts at most max_new_tokens - produced - 1
+    tokens, and none when none fit (a plain decoding step, not counted)."""
     counters = Counters()
+    for accepted_here, drafted, _ in steps(accepted, starts, k, prompt_len, max_new_tokens, eos, capped=capped):
+        if drafted:
+            counters.add(accepted_here, k, drafted)
+    return counters
+
+
+def steps(
+    accepted: torch.Tensor,
+    starts: torch.Tensor,
+    k: int,
+    prompt_len: int,
+    max_new_tokens: int,
+    eos: int | None = None,
+    *,
+    capped: bool = False,
+) -> list[tuple[int, int, int]]:
+    """The verification steps of ``trajectory``, in order: (accepted, drafted, start position j); ``capped`` as
+    there (llama.cpp's get_n_draft_max: min(K, max_new_tokens - produced - 1); a step drafting 0 decodes one
+    token)."""
+    by_start = dict(zip(starts.tolist(), accepted.tolist()))
+    out = []
     j = prompt_len - 1
     produced = 1
     while produced < max_new_tokens and j in by_start and not (eos is not None and eos <= j + 1):
-        a = int(by_start[j])
-        counters.add(a, k)
+        drafted = min(k, max_new_tokens - produced - 1) if capped else k
+        a = min(int(by_start[j]), drafted)
+        out.append((a, drafted, j))
         j += a + 1
         produced += a + 1
-    return counters
+    return out

@@ -228,9 +228,9 @@ def _target_lm_head(target_cfg: TargetConfig):
 def _unreadable(source, source_dialect, exc, release, target_cfg, scan) -> ValidationReport:
     """A config eaglekit cannot read: report the schema violations and the reading error, not just the latter."""
     from .. import schemas
-    from ..io.reader import Checkpoint
+    from ..io.checkpoints import open_checkpoint
 
-    with Checkpoint.open(source) as ckpt:
+    with open_checkpoint(source) as ckpt:
         if ckpt.config is None:  # no config to hold to a schema: the missing file is the one thing to say (exit 2)
             raise exc
         dialect = source_dialect if source_dialect != "auto" else dialects.detect(ckpt)[0].dialect

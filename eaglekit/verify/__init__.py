@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 
 from .. import dialects
-from ..engines.vllm_serving import check_request
+from ..engines.vllm_serving import check_request, is_llamacpp
 from ..errors import UsageError, ValidationFailed
 from ..findings import Finding, errors
 from ..io.prompts_file import read_prompt_records
@@ -61,8 +61,14 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
         vllm_python=options.vllm_python,
         parallel=options.parallel,
     )
+    llamacpp = is_llamacpp(options.against)
     verifier = Verifier(options, progress)
-    if options.against or options.target_engine:
+    if llamacpp and not verifier.target_config.gguf_file:
+        raise UsageError(
+            f"against {options.against}: llama-server serves the target from GGUF; the target must be its .gguf file,"
+            f" not {options.target}"
+        )
+    if (options.against and not llamacpp) or options.target_engine:
         served_rope(
             verifier.target_config
         )  # refuses, before any work, a target vLLM cannot be told to run as verify does
@@ -147,8 +153,13 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
             checks.append(check)
         if options.against:
             start = time.perf_counter()
-            report["against"], new_checks = against_vllm(path, verifier, model, results, loaded)
-            verifier.timings["against_vllm"] = time.perf_counter() - start
+            if llamacpp:
+                from .against_llamacpp import against_llamacpp
+
+                report["against"], new_checks = against_llamacpp(path, verifier, loaded, model, results)
+            else:
+                report["against"], new_checks = against_vllm(path, verifier, model, results, loaded)
+            verifier.timings["against_llamacpp" if llamacpp else "against_vllm"] = time.perf_counter() - start
             checks.extend(new_checks)
     report["timings"] = {stage: round(seconds, 3) for stage, seconds in verifier.timings.items()}
     return finish(report, checks)

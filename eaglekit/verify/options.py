@@ -17,7 +17,8 @@ class VerifyOptions:
     k: int = 3
     engine: str | None = None
     reference: str | None = None
-    against: str | None = None  # "vllm" (the vLLM importable here) or "vllm==X" (its engine environment)
+    # "vllm" (the vLLM importable here), "vllm==X" (its engine environment) or "llama.cpp==bN" (llama-server of build N)
+    against: str | None = None
     vllm_python: str | None = None  # vLLM from this Python's environment (for --against and --target-engine)
     target_engine: str | None = None  # "vllm" / "vllm==X": the target run by vLLM, never loaded here (verify.capture)
     parallel: Parallel = field(default_factory=Parallel)  # vLLM's workers, for --target-engine and --against
