@@ -290,7 +290,7 @@ def convert(
             plan.serving, target_name, str(out_path), parallel=parallel, gguf_target=gguf_target(plan.target)
         )
     )
-    if lines:
+    if any(line["engine"] != "llama.cpp" for line in lines):  # llama-server takes the GGUF target as given
         from .findings import with_next_steps
         from .validate.checks import next_step_table
 

@@ -55,6 +55,14 @@ def test_a_vllm_drafter_becomes_the_gguf_llama_cpp_reads(cli, tmp_path, tiny):
     out = tmp_path / "d.gguf"
     result = cli("convert", src, out, "--to", "gguf", "--target", target)
     assert "llama-server -m" in result.stdout and "--spec-type draft-eagle3" in result.stdout
+    assert "serve.gguf_target" not in result.stdout  # that note is vLLM's: llama-server takes the GGUF target as given
+    dry = cli("convert", src, tmp_path / "dry.gguf", "--to", "gguf", "--target", target, "--dry-run", "--json")
+    (serving,) = json.loads(dry.stdout)["serving"]  # from llama.cpp's release table, as vLLM's lines from vLLM's
+    assert (
+        serving["engine"] == "llama.cpp"
+        and serving["first"] == "b11434"
+        and serving["command"].startswith(f"llama-server -m {target} -md ")
+    )
     values, tensors = read_gguf(out)
     assert values["general.architecture"] == "eagle3"
     assert values["eagle3.target_layers"] == [1, 4, 6]
