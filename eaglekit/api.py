@@ -14,6 +14,7 @@ subclasses with a one-line message. Importing this module is cheap: each functio
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,6 +133,22 @@ def inspect(
     )
 
 
+def _threads_chosen(run: Callable) -> Callable:
+    """``run`` with a ``threads`` keyword: torch's CPU threads while it runs (``eaglekit.target.threads``: by default
+    the cores other processes leave at least half free, measured from the call until torch is imported; torch's count
+    before comes back after it)."""
+
+    @functools.wraps(run)
+    def chosen(*args, threads: int | None = None, **kwargs):
+        from .target import threads as cpu_threads
+
+        with cpu_threads.chosen(threads):
+            return run(*args, **kwargs)
+
+    return chosen
+
+
+@_threads_chosen
 def convert(
     source: str | Path,
     out: str | Path,
@@ -159,7 +176,8 @@ def convert(
     trained with; a UsageError, nothing written, when no reading wins by ``verify.readings.DECISIVE_MARGIN``.
 
     ``dtype`` is a dtype (``eaglekit.io.dtypes.DType``, a torch dtype) or its name (``"bfloat16"``); ``on_plan`` sees
-    the plan before anything is written; ``progress`` receives byte counts as tensors are written.
+    the plan before anything is written; ``progress`` receives byte counts as tensors are written. ``threads``: torch's
+    CPU threads where torch runs (``resolve``, a cast; ``_threads_chosen``).
     """
     from .convert import ConvertOptions, execute, plan_conversion
     from .errors import UsageError
@@ -354,11 +372,13 @@ def _check_inputs(target: str, command: str, prompts: str | None, hidden_states:
         read_prompt_records(prompts)
 
 
+@_threads_chosen
 def verify(
     path: str | Path, *, target: str, progress: Callable[[str, int], object] | None = None, **options: Any
 ) -> Verification:
     """Run the drafter on its target's hidden states and measure acceptance; ``options`` are ``VerifyOptions`` fields
-    (``num_prompts``, ``max_new_tokens``, ``k``, ``engine``, ``reference``, ``against``, ...)."""
+    (``num_prompts``, ``max_new_tokens``, ``k``, ``engine``, ``reference``, ``against``, ``batch_size``, ...);
+    ``threads``: torch's CPU threads (``_threads_chosen``)."""
     from .engines import envs
     from .io.sources import open_source, refuse_missing
     from .target.long_lived import frozen_scope, long_lived
@@ -381,6 +401,7 @@ def verify(
     return Verification(str(path), report["acceptance_length"], report["passed"], report["checks"], report)
 
 
+@_threads_chosen
 def drift(
     path: str | Path,
     *,
@@ -391,7 +412,8 @@ def drift(
 ) -> DriftReport:
     """Measure attention drift, fed-back norms, fused-input balance and acceptance by context length; ``options`` are
     ``DriftOptions`` fields (``compare``, ``sink_tokens``, ``max_context``, ``prompts``, ``k``, ...). ``report``: a
-    directory for report.json, PNG plots and report.html (needs matplotlib: ``eaglekit[report]``)."""
+    directory for report.json, PNG plots and report.html (needs matplotlib: ``eaglekit[report]``); ``threads``: torch's
+    CPU threads (``_threads_chosen``)."""
     from .io.sources import refuse_missing
     from .target.long_lived import frozen_scope, long_lived
 

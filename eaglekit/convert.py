@@ -591,6 +591,10 @@ def execute(plan: ConversionPlan, out: str | Path, *, progress: Callable[[int], 
     from . import __version__
 
     options = plan.options or ConvertOptions(to=plan.dialect.name)
+    if any(t.op != "copy" or t.dtype != t.dtype_in for t in plan.tensors):  # torch makes these: its threads settled
+        from .target import threads
+
+        threads.settle()
     tensor_plans = [TensorPlan(t.name, t.dtype, t.shape, _producer(t, plan.loaded)) for t in plan.tensors]
     with atomic_directory(
         Path(out), force=options.force, protect=[plan.loaded.checkpoint.directory], replaceable=foreign_entries

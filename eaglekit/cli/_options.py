@@ -199,6 +199,27 @@ run_dtype_option = click.option(
     help="The float type the target and the drafter run in.",
 )
 
+threads_option = click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help=(
+        "CPU threads for torch. Default: the cores this process may use that other processes leave at least half free,"
+        " measured while it starts (on a busy machine fewer threads are faster: each product waits for its slowest"
+        " thread). EAGLEKIT_NUM_THREADS sets it too; an OMP_NUM_THREADS you set is left to torch. The report's"
+        " resources say what was used."
+    ),
+)
+batch_size_option = click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help=(
+        "Prompts the target decodes together. Default: as many as a quarter of the memory available holds (their KV"
+        " cache and states), up to 64; the report's resources say what was used."
+    ),
+)
+
 norm_output_option = click.option(
     "--norm-output-semantics",
     type=NORM_OUTPUT_SEMANTICS_TYPE,

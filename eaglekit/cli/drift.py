@@ -12,11 +12,13 @@ from ._options import (
     NAMED_FILE,
     NAMED_PLACE,
     FiniteFloat,
+    batch_size_option,
     device_option,
     from_option,
     json_option,
     norm_output_option,
     run_dtype_option,
+    threads_option,
 )
 from ._output import Output, printable, table
 
@@ -140,6 +142,8 @@ def render(r: dict) -> str:
 )
 @device_option
 @run_dtype_option
+@threads_option
+@batch_size_option
 @from_option
 @norm_output_option
 @json_option
@@ -160,6 +164,8 @@ def drift_command(
     top_p,
     device,
     dtype,
+    threads,
+    batch_size,
     source_dialect,
     norm_output_semantics,
     json_mode,
@@ -196,6 +202,8 @@ def drift_command(
         dtype=dtype,
         source_dialect=source_dialect,
         norm_output_semantics=norm_output_semantics,
+        threads=threads,
+        batch_size=batch_size,
     )
     output.emit(result.data, render)
     if result.files:

@@ -16,6 +16,7 @@ from ._options import (
     NAMED_FILE,
     NAMED_PLACE,
     FiniteFloat,
+    batch_size_option,
     device_option,
     engine_option,
     from_option,
@@ -23,6 +24,7 @@ from ._options import (
     norm_output_option,
     revision_option,
     run_dtype_option,
+    threads_option,
 )
 from ._output import Output, printable, table
 
@@ -168,6 +170,8 @@ def render(r: dict) -> str:
 @click.option("--min-acceptance-length", type=FiniteFloat(), help="Fail (exit 1) below this acceptance length.")
 @device_option
 @run_dtype_option
+@threads_option
+@batch_size_option
 @click.option("--device-map", help="transformers device_map for targets larger than one device (e.g. auto).")
 @click.option(
     "--hidden-states",
@@ -199,6 +203,8 @@ def verify_command(
     min_acceptance_length,
     device,
     dtype,
+    threads,
+    batch_size,
     device_map,
     hidden_states,
     atol,
@@ -248,6 +254,8 @@ def verify_command(
         vllm_python=vllm_python,
         norm_output_semantics=norm_output_semantics,
         revision=revision,
+        threads=threads,
+        batch_size=batch_size,
     )
     if report_path:
         write_file_atomically(report_path, json.dumps(result.data, indent=2) + "\n")

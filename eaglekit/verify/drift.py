@@ -25,6 +25,7 @@ from ..io.prompts_file import read_prompt_records
 from ..reference.model import ReferenceDrafter
 from ..reference.record import DriftRecorder
 from ..reference.simulate import Counters, accepted_lengths, chains_from, every_position, first_pass
+from ..target import heap
 from ..validate.checks import CheckInput, run_checks
 from .options import VerifyOptions
 from .prompts import chat_ids
@@ -53,6 +54,7 @@ class DriftOptions:
     variants: bool = False  # the same content under every prompt framing of data/drift_variants.json
     temperature: float | None = None  # expected acceptance under vLLM's rejection sampler (sampling.py)
     top_p: float = 1.0
+    batch_size: int | None = None  # inputs the target decodes together; None: as many as memory allows (batch_rows)
 
 
 def bucket_edges(limit: int) -> list[int]:
@@ -225,6 +227,7 @@ def run_drafter(
         del first
         if sampling is not None:
             del cache, first_logits
+        heap.trim()  # the first pass's freed memory back to the system before the next sequence (target/heap.py)
         accepted_t = torch.cat(accepted)
         t, e = count(accepted_t, starts, options.k, P, S, verifier.max_new[index], verifier.eos[index])
         traj.merge(t)
@@ -472,6 +475,7 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
             source_dialect=options.source_dialect,
             norm_output_semantics=options.norm_output_semantics,
             command="drift",
+            batch_size=options.batch_size,
         ),
         progress,
     )
@@ -555,4 +559,5 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
         "variants": variants,
         "sampling": mine["sampling"],
         "findings": findings,
+        "resources": verifier.resources,
     }
