@@ -595,7 +595,13 @@ def execute(plan: ConversionPlan, out: str | Path, *, progress: Callable[[int], 
         from .target import threads
 
         threads.settle()
-    tensor_plans = [TensorPlan(t.name, t.dtype, t.shape, _producer(t, plan.loaded)) for t in plan.tensors]
+    ckpt = plan.loaded.checkpoint
+    tensor_plans = [
+        TensorPlan(
+            t.name, t.dtype, t.shape, _producer(t, plan.loaded), ckpt.byte_range(t.source) if t.op == "copy" else None
+        )
+        for t in plan.tensors
+    ]
     with atomic_directory(
         Path(out), force=options.force, protect=[plan.loaded.checkpoint.directory], replaceable=foreign_entries
     ) as tmp:
