@@ -204,10 +204,10 @@ threads_option = click.option(
     type=click.IntRange(min=1),
     metavar="N",
     help=(
-        "CPU threads for torch. Default: the cores this process may use that other processes leave at least half free,"
-        " measured while it starts (on a busy machine fewer threads are faster: each product waits for its slowest"
-        " thread). EAGLEKIT_NUM_THREADS sets it too; an OMP_NUM_THREADS you set is left to torch. The report's"
-        " resources say what was used."
+        "CPU threads for torch (verify, drift; convert with --resolve or --dtype). Default: the cores this process may"
+        " use that other processes leave at least half free, measured while it starts (on a busy machine fewer threads"
+        " are faster: each product waits for its slowest thread). EAGLEKIT_NUM_THREADS sets it too; an OMP_NUM_THREADS"
+        " you set is left to torch. verify's and drift's reports say what was used (resources)."
     ),
 )
 batch_size_option = click.option(
