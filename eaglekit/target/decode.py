@@ -59,13 +59,13 @@ BATCH_MEMORY_SHARE = 0.25
 def length_groups(lengths: list[int], batch_size: int, padding: float = PADDING, steps: int = 0) -> list[list[int]]:
     """Which prompts to decode together (indices, longest first): a group is left-padded to its longest prompt, and the
     padding stays in its KV cache, and in what every step's attention reads, while it decodes ``steps`` tokens. A group
-    closes when it holds ``batch_size`` prompts or when taking the next prompt would make more than ``padding`` of the
-    positions its cache holds padding (width x n padded prompt positions, then ``steps`` per row). Prompts of like
-    length share a batch (the demo's 8 prompts of 37-48 tokens are one, and so are its 20 of 37-48 with 258 steps);
-    inputs of 0.3k, 1.3k and 5.2k tokens with 34 steps each get their own (padded together they decoded 5x slower on 2
-    cores: their padding masks keep attention off the fused causal kernels). Each group decodes every step on its
-    own, and a step costs about as much for 4 rows as for 20 (its weights are read once per step: packed_gemm.py), so
-    the fewer the groups the better where the padding is small beside the decode."""
+    closes when it holds ``batch_size`` prompts or when taking the next prompt would bring its padded positions to more
+    than ``padding`` times its real ones (each prompt's tokens and the ``steps`` it decodes). Prompts of like length
+    share a batch (the demo's 8 prompts of 37-48 tokens are one, and so are its 20 of 37-48 with 258 steps); inputs of
+    0.3k, 1.3k and 5.2k tokens with 34 steps each get their own (padded together they decoded 5x slower on 2 cores:
+    their padding masks keep attention off the fused causal kernels). Each group decodes every step on its own, and a
+    step costs about as much for 4 rows as for 20 (its weights are read once per step: packed_gemm.py), so the fewer
+    the groups the better where the padding is small beside the decode."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     groups: list[list[int]] = []
     for i in order:
