@@ -64,6 +64,49 @@ def run(cmd: list[str], env: dict, report: Path, kind: str) -> tuple[float, dict
     return wall, data.get("resources", {})
 
 
+def condition_rounds(
+    condition: str, rounds: int, settings: dict, base: list, env: dict, report: Path, kind: str
+) -> bool:
+    """Every setting in each round (the order rotating), one spinner beside them where ``condition`` is busy; prints
+    each round and the medians; whether the default came within ``LIMIT`` of the best."""
+    times: dict[str, list[float]] = {name: [] for name in settings}
+    chosen = []
+    for r in range(rounds):
+        names = list(settings)
+        names = names[r % len(names) :] + names[: r % len(names)]
+        spinner = subprocess.Popen(SPINNER) if condition == "busy" else None
+        try:
+            if spinner is not None:
+                time.sleep(1)
+            for name in names:
+                wall, resources = run(base + settings[name], env, report, kind)
+                times[name].append(wall)
+                if name == "default":
+                    chosen.append(resources)
+        finally:
+            if spinner is not None:
+                spinner.kill()
+                spinner.wait()
+        print(
+            f"{condition} round {r + 1}: "
+            + ", ".join(f"{name} {times[name][-1]:.1f} s" for name in settings)
+            + f" | default chose {chosen[-1]}",
+            flush=True,
+        )
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    best = min(medians, key=medians.get)
+    ratio = medians["default"] / medians[best]
+    paired = statistics.median(times["default"][r] / min(times[name][r] for name in settings) for r in range(rounds))
+    print(
+        f"{condition}: medians "
+        + ", ".join(f"{name} {m:.1f} s" for name, m in medians.items())
+        + f"; default / best ({best}) {ratio:.2f} (paired, per round: {paired:.2f}); target <= {LIMIT}:"
+        f" {'met' if ratio <= LIMIT else 'MISSED'}; load average {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    return ratio <= LIMIT
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -89,45 +132,7 @@ def main() -> int:
     )
     failed = False
     for condition in args.conditions.split(","):
-        times: dict[str, list[float]] = {name: [] for name in settings}
-        chosen = []
-        for r in range(args.rounds):
-            names = list(settings)
-            names = names[r % len(names) :] + names[: r % len(names)]
-            spinner = subprocess.Popen(SPINNER) if condition == "busy" else None
-            try:
-                if spinner is not None:
-                    time.sleep(1)
-                for name in names:
-                    wall, resources = run(base + settings[name], env, report, args.command)
-                    times[name].append(wall)
-                    if name == "default":
-                        chosen.append(resources)
-            finally:
-                if spinner is not None:
-                    spinner.kill()
-                    spinner.wait()
-            print(
-                f"{condition} round {r + 1}: "
-                + ", ".join(f"{name} {times[name][-1]:.1f} s" for name in settings)
-                + f" | default chose {chosen[-1]}",
-                flush=True,
-            )
-        medians = {name: statistics.median(t) for name, t in times.items()}
-        best = min(medians, key=medians.get)
-        ratio = medians["default"] / medians[best]
-        paired = statistics.median(
-            times["default"][r] / min(times[name][r] for name in settings) for r in range(args.rounds)
-        )
-        ok = ratio <= LIMIT
-        failed |= not ok
-        print(
-            f"{condition}: medians "
-            + ", ".join(f"{name} {m:.1f} s" for name, m in medians.items())
-            + f"; default / best ({best}) {ratio:.2f} (paired, per round: {paired:.2f}); target <= {LIMIT}:"
-            f" {'met' if ok else 'MISSED'}; load average {os.getloadavg()[0]:.1f}",
-            flush=True,
-        )
+        failed |= not condition_rounds(condition, args.rounds, settings, base, env, report, args.command)
     return 1 if failed else 0
 
 

@@ -326,14 +326,12 @@ class TargetModel:
         end-of-sequence token or at ``max_new_tokens``. The states of a row's last token are not computed: a drafter
         fuses the states of position t with token t + 1, and the last token has none after it (its logits are, with
         ``keep_bytes``: one more forward feeds every row's last token). Prompts are grouped by ``length_groups`` (at
-        most ``batch_size`` per group, default ``batch_rows``: as many as memory allows, up to ``MAX_BATCH``; padding at
-        most ``padding`` of a group's real positions, its decoded ones included). The tokens all of a group's prompts
-        start with (``shared_prefix``: a chat template's system prompt) are run once, as a batch of one
-        row, and their keys, values and states given to every row; the rest of each prompt follows, left-padded (the
-        padding masked, between the prefix and the prompt's own tokens): the demo's prefill runs 24 + 8 x 24 positions
-        instead of 8 x 48. On a CPU in float32 the steps' linears take oneDNN's prepacked weights while the groups
-        decode, where that pays (``packed_gemm.packed_linears``), and then the rows that are done leave their batch once
-        they are a quarter of it (``decode._Rows.drop_done``).
+        most ``batch_size`` per group, default ``batch_rows``; padding at most ``padding`` of a group's real positions,
+        its decoded ones included). The tokens all of a group's prompts start with (``shared_prefix``: a chat
+        template's system prompt) are run once, for one row, and their keys, values and states given to every row; the
+        rest of each prompt follows, left-padded (the padding masked, between the prefix and the prompt's own tokens).
+        On a CPU in float32 the steps' linears take oneDNN's prepacked weights where that pays
+        (``packed_gemm.packed_linears``), and the rows that are done then leave their batch (``_Rows.drop_done``).
 
         ``keep_bytes``: each prompt's ``SequencePass`` is kept from the same forwards (every step's logits, the
         row's part of the KV cache), so that ``chain_logits`` needs no second pass over the sequence, for the groups
