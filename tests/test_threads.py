@@ -129,3 +129,20 @@ def test_help_says_how_the_count_is_chosen(cli):
 def test_a_bad_count_on_the_command_line_is_a_usage_error(cli, tmp_path):
     result = cli("verify", str(tmp_path), "--target", str(tmp_path), "--threads", "0", expect=2)
     assert "--threads" in result.stderr
+
+
+def test_the_report_says_the_threads_and_batch_a_run_used(trained_pair, cli):
+    """--threads and --batch-size reach the run, and the report's resources say what it used (the schema holds them)."""
+    import json
+
+    from eaglekit import schemas
+
+    pair = trained_pair(eagle="3")
+    args = ("verify", pair["drafter"], "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", 8)
+    report = json.loads(cli(*args, "--threads", 1, "--batch-size", 2, "--json").stdout)
+    assert report["resources"] == {"threads": 1, "chosen_by": "asked", "batch_size": 2, "decode_groups": 3}
+    assert schemas.check(report, "verify.schema.json") == []
+    said = json.loads(cli(*args, "--json").stdout)["resources"]  # the environment's count (tests/conftest.py)
+    assert said["chosen_by"] == threads.ENV and said["threads"] == int(os.environ[threads.ENV])
+    assert said["batch_size"] >= 1 and said["decode_groups"] >= 1
+    assert torch.get_num_threads() == int(os.environ[threads.ENV])  # given back after the run
