@@ -14,6 +14,7 @@ subclasses with a one-line message. Importing this module is cheap: each functio
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,6 +152,22 @@ def inspect(
     )
 
 
+def _threads_chosen(run: Callable) -> Callable:
+    """``run`` with a ``threads`` keyword: torch's CPU threads while it runs (``eaglekit.target.threads``: by default
+    the cores other processes leave at least half free, measured from the call until torch is imported; torch's count
+    before comes back after it)."""
+
+    @functools.wraps(run)
+    def chosen(*args, threads: int | None = None, **kwargs):
+        from .target import threads as cpu_threads
+
+        with cpu_threads.chosen(threads):
+            return run(*args, **kwargs)
+
+    return chosen
+
+
+@_threads_chosen
 def convert(
     source: str | Path,
     out: str | Path,
@@ -183,7 +200,8 @@ def convert(
     target's own Hub id (a cached Hub id) or the source's, and never a path on this machine.
 
     ``dtype`` is a dtype (``eaglekit.io.dtypes.DType``, a torch dtype) or its name (``"bfloat16"``); ``on_plan`` sees
-    the plan before anything is written; ``progress`` receives byte counts as tensors are written.
+    the plan before anything is written; ``progress`` receives byte counts as tensors are written. ``threads``: torch's
+    CPU threads where torch runs (``resolve``, a cast; ``_threads_chosen``).
     """
     from .convert import ConvertOptions, execute, plan_conversion
     from .errors import UsageError
@@ -397,11 +415,13 @@ def _check_inputs(target: str, command: str, prompts: str | None, hidden_states:
         read_prompt_records(prompts)
 
 
+@_threads_chosen
 def verify(
     path: str | Path, *, target: str, progress: Callable[[str, int], object] | None = None, **options: Any
 ) -> Verification:
     """Run the drafter on its target's hidden states and measure acceptance; ``options`` are ``VerifyOptions`` fields
-    (``num_prompts``, ``max_new_tokens``, ``k``, ``engine``, ``reference``, ``against``, ...)."""
+    (``num_prompts``, ``max_new_tokens``, ``k``, ``engine``, ``reference``, ``against``, ``batch_size``, ...);
+    ``threads``: torch's CPU threads (``_threads_chosen``)."""
     from .engines import envs
     from .engines.vllm_serving import check_request
     from .io.sources import open_source, refuse_missing
@@ -488,6 +508,7 @@ def capture(
     return Capture(str(out), result["sequences"], result["captured"], data)
 
 
+@_threads_chosen
 def drift(
     path: str | Path,
     *,
@@ -498,7 +519,8 @@ def drift(
 ) -> DriftReport:
     """Measure attention drift, fed-back norms, fused-input balance and acceptance by context length; ``options`` are
     ``DriftOptions`` fields (``compare``, ``sink_tokens``, ``max_context``, ``prompts``, ``k``, ...). ``report``: a
-    directory for report.json, PNG plots and report.html (needs matplotlib: ``eaglekit[report]``)."""
+    directory for report.json, PNG plots and report.html (needs matplotlib: ``eaglekit[report]``); ``threads``: torch's
+    CPU threads (``_threads_chosen``)."""
     from .io.sources import refuse_missing
     from .target.long_lived import frozen_scope, long_lived
 

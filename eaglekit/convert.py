@@ -612,9 +612,17 @@ def execute(plan: ConversionPlan, out: str | Path, *, progress: Callable[[int], 
     from . import __version__
 
     options = plan.options or ConvertOptions(to=plan.dialect.name)
+    if any(t.op != "copy" or t.dtype != t.dtype_in for t in plan.tensors):  # torch makes these: its threads settled
+        from .target import threads
+
+        threads.settle()
     if plan.dialect.single_file:
         return _execute_file(plan, Path(out), options, progress)
-    tensor_plans = [TensorPlan(t.name, t.dtype, t.shape, _producer(t, plan)) for t in plan.tensors]
+    ckpt = plan.loaded.checkpoint
+    tensor_plans = [
+        TensorPlan(t.name, t.dtype, t.shape, _producer(t, plan), ckpt.byte_range(t.source) if t.op == "copy" else None)
+        for t in plan.tensors
+    ]
     with atomic_directory(
         Path(out), force=options.force, protect=[plan.loaded.checkpoint.location], replaceable=foreign_entries
     ) as tmp:

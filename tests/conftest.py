@@ -16,6 +16,9 @@ from fakehub import fake_hub  # noqa: F401  (a fixture: every test module may as
 # of two threads each on 2 cores: `make test-fast` 2m24s serial -> 3m41s; one thread each: 1m20s)
 _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1) // _workers))
+# ... and every verify, drift and convert the tests run (in this process or a child) takes that share too, rather than
+# a count measured from whatever else the machine runs that moment (eaglekit/target/threads.py; tests/test_threads.py)
+os.environ["EAGLEKIT_NUM_THREADS"] = str(torch.get_num_threads())
 
 
 @pytest.fixture(scope="session")

@@ -135,7 +135,7 @@ def test_a_cache_that_is_not_the_whole_sequence_is_not_kept():
     kept and drift makes the pass (kept is None)."""
     from transformers import DynamicCache
 
-    from eaglekit.target.runner import _plain_layers
+    from eaglekit.target.decode import _plain_layers
 
     kv = torch.zeros(1, 2, 6, 4)
     assert _plain_layers(DynamicCache(ddp_cache_data=[(kv, kv), (kv, kv)])) is not None
@@ -146,7 +146,7 @@ def test_a_cache_that_is_not_the_whole_sequence_is_not_kept():
 def test_drift_sampling_makes_no_second_pass_and_gives_the_same_figures(pair31, monkeypatch):
     """With the passes kept while decoding, drift --temperature (and --compare, which drafts on the same caches)
     never runs a sequence pass; the figures are those of the old route (a pass per sequence) to fp32 noise."""
-    from eaglekit.target import runner
+    from eaglekit.target import decode, runner
     from eaglekit.verify.drift import DriftOptions, drift
 
     options = DriftOptions(
@@ -163,7 +163,7 @@ def test_drift_sampling_makes_no_second_pass_and_gives_the_same_figures(pair31, 
     monkeypatch.setattr(runner.TargetModel, "sequence_pass", lambda self, *a: passes.append(1) or real(self, *a))
     kept = drift(str(pair31["drafter"]), options)
     assert passes == []
-    monkeypatch.setattr(runner, "_plain_layers", lambda cache: None)  # nothing kept: a pass per sequence, per drafter
+    monkeypatch.setattr(decode, "_plain_layers", lambda cache: None)  # nothing kept: a pass per sequence, per drafter
     again = drift(str(pair31["drafter"]), options)
     assert len(passes) == 2 * again["inputs"]["count"]
     for key in ("acceptance_length", "per_position_rate"):

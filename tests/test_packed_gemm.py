@@ -146,7 +146,7 @@ def test_not_packed_where_it_cannot_pay(case, monkeypatch, counted):
     )
     if case == "no memory":
         weights = sum(m.weight.numel() * 4 for m in model.modules() if type(m) is torch.nn.Linear)
-        monkeypatch.setattr(packed_gemm, "_available_bytes", lambda: int(weights / packed_gemm.MEMORY_SHARE) - 1)
+        monkeypatch.setattr(packed_gemm, "available_bytes", lambda: int(weights / packed_gemm.MEMORY_SHARE) - 1)
     with torch.no_grad(), packed_linears(model, rows, steps) as packed:
         assert not packed and _own_forwards(model) == (["lm_head"] if case == "hooked forward" else [])
         model(torch.randint(0, 256, (rows, 1)))
@@ -155,4 +155,24 @@ def test_not_packed_where_it_cannot_pay(case, monkeypatch, counted):
 
 
 def test_the_memory_rule_reads_this_machine():
-    assert packed_gemm._available_bytes() > 0
+    assert packed_gemm.available_bytes() > 0
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_row_s_prepacked_product_does_not_depend_on_the_rows_beside_it(threads):
+    """What lets a batched decode drop its done rows (target/decode.py, ``_Rows.drop_done``) without moving the others'
+    linears: from ``MIN_ROWS`` to ``MAX_ROWS`` rows, a row's product is the same floats in any batch of them."""
+    reorder, linear = packed_gemm._onednn_ops()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        generator = torch.Generator().manual_seed(threads)
+        for n_out, n_in in ((1536, 576), (192, 64), (49152 // 16, 576)):
+            weight = torch.randn(n_out, n_in, generator=generator)
+            packed = reorder(weight, MAX_ROWS)
+            x = torch.randn(MAX_ROWS, n_in, generator=generator)
+            every = linear(x, packed, None, "none", [], "")
+            for rows in (list(range(MIN_ROWS)), list(range(1, MAX_ROWS, 2)), [0, 5, 6, 7, 30], list(range(20))):
+                assert torch.equal(linear(x[rows], packed, None, "none", [], ""), every[rows]), (n_out, rows)
+    finally:
+        torch.set_num_threads(before)

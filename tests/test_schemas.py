@@ -155,3 +155,82 @@ def test_under_json_a_failure_prints_an_error_document(tmp_path, cli):
         "exit_code": 2,
     }
     assert result.stderr.startswith("error: ")
+
+
+# -- config checks without jsonschema (schemas._Lite) ---------------------------------------------------------------
+
+CONFIG_SCHEMAS = [name for name in schemas.all_schema_files() if name.startswith("config/")]
+# values put in place of each key of a real config: every JSON type, near misses of the usual ones
+ODD_VALUES = [None, True, 0, -1, 2.0, 1.5, "x", [], [True], [2.5], {"type": "yarn"}]
+
+
+def _config_corpus(tmp_path) -> list[tuple[str, dict]]:
+    """(schema, config) pairs: each dialect writer's config (GQA, and MLA beside the MLA schema too) against its own
+    schema, and the example drafters' configs against every config schema."""
+    writers = {
+        "sglang": lambda p, d: write_specforge(p, d, norm_output=True),
+        "speculators": write_speculators,
+        "vllm": write_vllm,
+        "torchspec": lambda p, d: write_torchspec(p, d, norm_output=True),
+    }
+    corpus = []
+    for name, write in writers.items():
+        gqa = json.loads((write(tmp_path / f"{name}-gqa", Dims(fc_norm=True)) / "config.json").read_text())
+        mla = json.loads((write(tmp_path / f"{name}-mla", Dims(Vd=64, mla=mla_dims())) / "config.json").read_text())
+        corpus += [(f"config/{name}.schema.json", gqa), (f"config/{name}.schema.json", mla), (schemas.MLA_SCHEMA, mla)]
+    for config in sorted((ROOT / "examples" / "drafters").glob("*/config.json"))[:1]:
+        corpus += [(name, json.loads(config.read_text())) for name in CONFIG_SCHEMAS]
+    return corpus
+
+
+def _mutations(config):
+    """``config`` itself, then with each value (at every depth) removed or replaced by each of ``ODD_VALUES``."""
+    yield config
+    if isinstance(config, dict):
+        items = list(config.items())
+    elif isinstance(config, list):
+        items = list(enumerate(config))
+    else:
+        return
+    for key, value in items:
+        for replacement in [*ODD_VALUES, *(m for m in _mutations(value) if m is not value)]:
+            changed = dict(config) if isinstance(config, dict) else list(config)
+            changed[key] = replacement
+            yield changed
+        if isinstance(config, dict):
+            yield {k: v for k, v in config.items() if k != key}
+
+
+def _said(errors) -> list[tuple]:
+    return [(e.message, e.validator, e.validator_value, list(e.absolute_path), repr(e.instance)) for e in errors]
+
+
+def test_config_checks_without_jsonschema_say_what_jsonschema_says(tmp_path):
+    """validate and convert check a config with schemas._Lite (no jsonschema import: ~3/4 of their start-up floor): its
+    errors are jsonschema's, message, keyword, path and order, on every writer's and example's config and on each of
+    them with any one value anywhere removed or replaced by an odd one."""
+    assert all(schemas._Lite.covers(name) for name in CONFIG_SCHEMAS)
+    checked = 0
+    for name, config in _config_corpus(tmp_path):
+        reference = schemas.validator(name)
+        for mutated in _mutations(config):
+            lite = schemas._errors(mutated, name, lite=True)
+            assert _said(lite) == _said(
+                sorted(reference.iter_errors(mutated), key=lambda e: list(map(str, e.absolute_path)))
+            ), (name, mutated)
+            checked += 1
+    assert checked > 4000
+
+
+def test_a_schema_with_a_keyword_the_lite_check_does_not_know_goes_to_jsonschema(monkeypatch):
+    monkeypatch.setattr(
+        schemas, "load", lambda name: {"type": "object", "patternProperties": {"^x": {"type": "string"}}}
+    )
+    schemas._Lite.covers.cache_clear()
+    try:
+        assert not schemas._Lite.covers("config/odd.schema.json")
+        assert [e.message for e in schemas._errors({"xa": 1}, "config/odd.schema.json", lite=True)] == [
+            "1 is not of type 'string'"
+        ]
+    finally:
+        schemas._Lite.covers.cache_clear()

@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 from eaglekit import schemas
 from eaglekit.convert import ConvertOptions, convert
 from eaglekit.errors import CheckpointError
-from eaglekit.target.runner import PADDING, length_groups
+from eaglekit.target.decode import PADDING, length_groups
 from eaglekit.verify import VerifyOptions, verify
 
 
@@ -592,6 +592,82 @@ def test_prompts_are_grouped_by_length_with_bounded_padding():
             assert len(g) == 1 or lengths[g[0]] * len(g) <= (1 + PADDING) * sum(lengths[i] for i in g)
 
 
+def test_a_long_decode_puts_prompts_of_a_little_padding_in_one_group():
+    """The padding a group's prompts get stays in its cache for every step: where the decode is long beside it (the
+    20 held-out prompts of 37-48 tokens, 258 steps), one group; drift's long inputs of unlike length still apart."""
+    heldout = [38, 41, 43, 41, 39, 39, 48, 37, 39, 37, 38, 42, 40, 39, 38, 41, 38, 39, 40, 40]
+    assert len(length_groups(heldout, 16)) == 2  # counted on the prompts alone, and at most 16 a group
+    assert length_groups(heldout, 32, steps=258) == [sorted(range(20), key=lambda i: -heldout[i])]
+    assert length_groups([289, 1312, 5153], 32, steps=34) == [[2], [1], [0]]
+    assert length_groups([100, 1000], 32, steps=2000) == [[1, 0]]  # 900 padded positions beside 4,000 decoded
+    for lengths, steps in (([5, 9, 9, 30, 31, 32, 100, 7], 50), (list(range(1, 60, 3)), 200)):
+        for g in length_groups(lengths, 4, steps=steps):
+            total = sum(lengths[i] + steps for i in g)
+            assert len(g) == 1 or (lengths[g[0]] + steps) * len(g) <= (1 + PADDING) * total
+
+
+def test_the_batch_size_is_bounded_by_the_memory_available(pair, monkeypatch):
+    from eaglekit.target import decode, packed_gemm, read_target_config
+    from eaglekit.target.runner import TargetModel
+
+    target = TargetModel.load(read_target_config(pair["target"]))
+    per_row = target.row_bytes(40, 60, 3, keep_logits=False)
+    config = target.model.config
+    kv = 2 * config.num_hidden_layers * config.num_key_value_heads * (config.hidden_size // config.num_attention_heads)
+    assert per_row == 100 * (kv + 2 * 3 * config.hidden_size) * 4 + config.num_attention_heads * 40 * 40 * 4
+    assert target.row_bytes(40, 60, 3, keep_logits=True) == per_row + 61 * target.config.vocab_size * 4
+    monkeypatch.setattr(packed_gemm, "available_bytes", lambda: int(5.5 * per_row / decode.BATCH_MEMORY_SHARE))
+    assert target.batch_rows(40, 60, 3) == 5
+    monkeypatch.setattr(packed_gemm, "available_bytes", lambda: 1)
+    assert target.batch_rows(40, 60, 3) == 1  # at least one
+    monkeypatch.setattr(packed_gemm, "available_bytes", lambda: 2**50)
+    assert target.batch_rows(40, 60, 3) == decode.MAX_BATCH
+    monkeypatch.setattr(packed_gemm, "available_bytes", lambda: 0)  # not known: the most
+    assert target.batch_rows(40, 60, 3) == decode.MAX_BATCH
+
+
+def test_rows_that_are_done_leave_the_batch_and_the_others_decode_as_beside_them(pair, monkeypatch):
+    """Once a quarter of a batch is done (an end-of-sequence token and the tokens asked for past it), the rest decode
+    without those rows: the forwards after the stop feed fewer rows, and the tokens, the tokens past the stop and the
+    captured states are what the batch decoding every row to the end gives (the states bit for bit on one thread; on
+    more, torch's attention splits its work by the batch's size, and they stay within fp32 noise: 1e-5 of their
+    magnitude)."""
+    from eaglekit.io.prompts_file import read_prompt_records
+    from eaglekit.target import decode, read_target_config
+    from eaglekit.target.runner import TargetModel
+
+    target = TargetModel.load(read_target_config(pair["target"]))
+    base = [r["input_ids"] for r in read_prompt_records(str(pair["prompts"]))]
+    prompts = [base[0], base[0], *base[1:]]  # 7 rows, the first two alike
+    first = target.generate(prompts[0], 20)
+    target.model.generation_config.eos_token_id = int(first[len(prompts[0]) + 5])  # rows 0 and 1 stop at token 6
+    slots = (0, 2, target.num_layers)
+    fed: list[int] = []
+    forward = TargetModel._forward
+
+    def spy(self, with_slots, **inputs):
+        fed.append(inputs["input_ids"].shape[0])
+        return forward(self, with_slots, **inputs)
+
+    monkeypatch.setattr(TargetModel, "_forward", spy)
+    dropped = target.decode_batch(prompts, 20, capture=slots, past_stop=2, padding=float("inf"))
+    assert len(prompts) > fed[-1] >= decode.MIN_ROWS
+    monkeypatch.setattr(decode._Rows, "drop_done", lambda self: None)
+    fed.clear()
+    kept = target.decode_batch(prompts, 20, capture=slots, past_stop=2, padding=float("inf"))
+    assert set(fed) == {len(prompts)}
+    assert [d.tokens.tolist() for d in dropped] == [d.tokens.tolist() for d in kept]
+    assert (
+        dropped[0].tokens.shape[0] == len(prompts[0]) + 6 and dropped[0].after_stop.tolist() == first[-14:-12].tolist()
+    )
+    for a, b in zip(dropped, kept):
+        assert (a.after_stop is None and b.after_stop is None) or torch.equal(a.after_stop, b.after_stop)
+        for k in slots:
+            assert a.states[k].shape == b.states[k].shape
+            assert float((a.states[k] - b.states[k]).abs().max()) <= 1e-5 * float(b.states[k].abs().max())
+            assert torch.get_num_threads() > 1 or torch.equal(a.states[k], b.states[k])
+
+
 def test_batched_target_runs_match_one_prompt_at_a_time(pair):
     """verify decodes every prompt in one left-padded batch: the tokens must be the one-prompt greedy run's, token
     for token."""
@@ -679,8 +755,9 @@ def test_a_prefix_every_prompt_starts_with_is_run_once(pair, monkeypatch):
     the states the full pass's, each row's kept pass (logits after each position, cache) its own sequence's, also for a
     prompt that is the prefix and one token of its own; and all of them as without the sharing, to fp32 noise."""
     from eaglekit.io.prompts_file import read_prompt_records
-    from eaglekit.target import read_target_config, reserved_cache, runner
-    from eaglekit.target.runner import TargetModel, shared_prefix
+    from eaglekit.target import decode, read_target_config, reserved_cache
+    from eaglekit.target.decode import shared_prefix
+    from eaglekit.target.runner import TargetModel
 
     target = TargetModel.load(read_target_config(pair["target"]))
     base = [r["input_ids"] for r in read_prompt_records(str(pair["prompts"]))][:4]
@@ -726,7 +803,7 @@ def test_a_prefix_every_prompt_starts_with_is_run_once(pair, monkeypatch):
         fallen_back = target.decode_batch(prompts, 12, capture=slots, padding=float("inf"))
     assert first_inputs[0] == (len(prompts), max(len(p) for p in prompts))
     assert [d.tokens.tolist() for d in fallen_back] == [d.tokens.tolist() for d in decoded]
-    monkeypatch.setattr(runner, "MIN_SHARED_ROWS", 10**9)  # nothing shared: the whole prompts padded together
+    monkeypatch.setattr(decode, "MIN_SHARED_ROWS", 10**9)  # nothing shared: the whole prompts padded together
     assert shared_prefix(prompts) == 0
     plain = target.decode_batch(prompts, 12, capture=slots, keep_bytes=2**30, padding=float("inf"))
 
@@ -739,12 +816,12 @@ def test_a_prefix_every_prompt_starts_with_is_run_once(pair, monkeypatch):
 
 
 def test_the_shared_prefix_leaves_each_prompt_a_token_and_must_pay(monkeypatch):
-    from eaglekit.target import runner
-    from eaglekit.target.runner import shared_prefix
+    from eaglekit.target import decode
+    from eaglekit.target.decode import shared_prefix
 
     assert shared_prefix([[1, 2, 3, 4]]) == 0  # one prompt: nothing to share
     assert shared_prefix([[1, 2, 3, 4], [1, 2, 3, 5]]) == 0  # 3 rows saved, under MIN_SHARED_ROWS
-    monkeypatch.setattr(runner, "MIN_SHARED_ROWS", 1)
+    monkeypatch.setattr(decode, "MIN_SHARED_ROWS", 1)
     assert shared_prefix([[1, 2, 3, 4], [1, 2, 3, 5]]) == 3
     assert shared_prefix([[1, 2, 3], [1, 2, 3, 4]]) == 2  # the shorter one keeps its last token
     assert shared_prefix([[7], [7, 8]]) == 0

@@ -229,6 +229,26 @@ raw_prompts_option = click.option(
     is_flag=True,
     help='Take each {"prompt": ...} line as raw text, as {"text": ...} is: no chat template.',
 )
+threads_option = click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help=(
+        "CPU threads for torch (verify, drift; convert with --resolve or --dtype). Default: the cores this process may"
+        " use that other processes leave at least half free, measured while it starts (on a busy machine fewer threads"
+        " are faster: each product waits for its slowest thread). EAGLEKIT_NUM_THREADS sets it too; an OMP_NUM_THREADS"
+        " you set is left to torch. verify's and drift's reports say what was used (resources)."
+    ),
+)
+batch_size_option = click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help=(
+        "Prompts the target decodes together. Default: as many as a quarter of the memory available holds (their KV"
+        " cache and states), up to 64; the report's resources say what was used."
+    ),
+)
 
 norm_output_option = click.option(
     "--norm-output-semantics",

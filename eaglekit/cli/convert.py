@@ -26,6 +26,7 @@ from ._options import (
     norm_output_option,
     revision_option,
     target_option,
+    threads_option,
 )
 from ._output import Output, findings_text, human_bytes, printable, table
 
@@ -191,6 +192,7 @@ def _render(r: dict) -> str:
     help="Upgrade an EAGLE 3 drafter to 3.1 for fine-tuning: fc_norm weights of ones, norm_output on.",
 )
 @dtype_option
+@threads_option
 @click.option("--max-shard-size", default="5GB", show_default=True, help="Largest output shard, e.g. 5GB, 500MB.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (renames, config diff, dtypes, files) and write nothing.")
 @force_option
@@ -210,6 +212,7 @@ def convert_command(
     prompts_file,
     upgrade,
     dtype,
+    threads,
     max_shard_size,
     dry_run,
     force,
@@ -266,6 +269,7 @@ def convert_command(
             revision=revision,
             resolve=resolve,
             prompts=prompts_file,
+            threads=threads,
         )
     note = origin_note(result.data.get("origin"))
     if note:

@@ -14,6 +14,7 @@ from ._options import (
     NAMED_PLACE,
     PROMPTS_HELP,
     FiniteFloat,
+    batch_size_option,
     device_option,
     from_option,
     json_option,
@@ -22,6 +23,7 @@ from ._options import (
     raw_prompts_option,
     run_dtype_option,
     target_engine_option,
+    threads_option,
     vllm_python_option,
 )
 from ._output import Output, printable, table
@@ -154,6 +156,8 @@ def render(r: dict) -> str:
 @parallel_options
 @device_option
 @run_dtype_option
+@threads_option
+@batch_size_option
 @from_option
 @norm_output_option
 @json_option
@@ -179,6 +183,8 @@ def drift_command(
     parallel,
     device,
     dtype,
+    threads,
+    batch_size,
     source_dialect,
     norm_output_semantics,
     json_mode,
@@ -221,6 +227,8 @@ def drift_command(
         dtype=dtype,
         source_dialect=source_dialect,
         norm_output_semantics=norm_output_semantics,
+        threads=threads,
+        batch_size=batch_size,
     )
     output.emit(result.data, render)
     if result.files:

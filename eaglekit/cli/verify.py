@@ -17,6 +17,7 @@ from ._options import (
     NAMED_PLACE,
     PROMPTS_HELP,
     FiniteFloat,
+    batch_size_option,
     device_option,
     engine_option,
     from_option,
@@ -27,6 +28,7 @@ from ._options import (
     revision_option,
     run_dtype_option,
     target_engine_option,
+    threads_option,
     vllm_python_option,
 )
 from ._output import Output, printable, table
@@ -238,6 +240,8 @@ def render(r: dict) -> str:
 @click.option("--min-acceptance-length", type=FiniteFloat(), help="Fail (exit 1) below this acceptance length.")
 @device_option
 @run_dtype_option
+@threads_option
+@batch_size_option
 @click.option("--device-map", help="transformers device_map for targets larger than one device (e.g. auto).")
 @click.option(
     "--hidden-states",
@@ -272,6 +276,8 @@ def verify_command(
     min_acceptance_length,
     device,
     dtype,
+    threads,
+    batch_size,
     device_map,
     hidden_states,
     atol,
@@ -327,6 +333,8 @@ def verify_command(
         parallel=parallel,
         norm_output_semantics=norm_output_semantics,
         revision=revision,
+        threads=threads,
+        batch_size=batch_size,
     )
     if report_path:
         write_file_atomically(report_path, json.dumps(result.data, indent=2) + "\n")

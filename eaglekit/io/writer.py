@@ -39,12 +39,15 @@ Payload = Union["torch.Tensor", ByteRange]
 
 @dataclass(frozen=True)
 class TensorPlan:
-    """One output tensor: its name, dtype and shape, and how to produce it when its turn comes."""
+    """One output tensor: its name, dtype and shape, how to produce it when its turn comes, and, for one copied
+    unchanged, where its bytes lie (``source``: the header is padded so that the most such bytes keep their offset
+    within a page, ``_aligning_pad``)."""
 
     name: str
     dtype: torch.dtype
     shape: tuple[int, ...]
     produce: Callable[[], Payload]
+    source: ByteRange | None = None
 
     @property
     def nbytes(self) -> int:
@@ -116,8 +119,16 @@ def write_checkpoint_tensors(
 
 
 def _header(plans: Iterable[TensorPlan], metadata: dict[str, str]) -> tuple[bytes, list[TensorPlan]]:
-    # Largest item size first: with an 8-byte-aligned data start, every tensor is then aligned.
-    ordered = sorted(plans, key=lambda p: -dtypes.itemsize(p.dtype))
+    # Largest item size first: with an 8-byte-aligned data start, every tensor is then aligned. Among those of one item
+    # size, the tensors copied unchanged in their source's order, so that neighbours there stay neighbours here and are
+    # copied as one range (``_runs``)
+    ordered = sorted(
+        plans,
+        key=lambda p: (
+            -dtypes.itemsize(p.dtype),
+            *((0, str(p.source.path), p.source.offset) if p.source else (1, "", 0)),
+        ),
+    )
     header: dict = {"__metadata__": metadata}
     offset = 0
     for plan in ordered:
@@ -129,7 +140,28 @@ def _header(plans: Iterable[TensorPlan], metadata: dict[str, str]) -> tuple[byte
         offset += plan.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * (-len(raw) % 8)
+    raw += b" " * _aligning_pad(8 + len(raw), ordered)
     return struct.pack("<Q", len(raw)) + raw, ordered
+
+
+# The page size copies are aligned to (``_aligning_pad``): x86's and most Arm kernels' (a larger page is a multiple).
+PAGE = 4096
+
+
+def _aligning_pad(data_start: int, ordered: list[TensorPlan]) -> int:
+    """How many spaces more the header takes (a multiple of 8 below ``PAGE``) so that the most bytes copied unchanged
+    sit at the same offset within a page as in their source file. The kernel copies a range whose source and
+    destination are aligned alike page by page; misaligned, every page is split across two: the 1.9 GB drafter's copy
+    took 1.6-2.7 s that way against 1.0-1.6 s aligned (2026-11-29, copy_file_range with the page cache warm)."""
+    votes: dict[int, int] = {}
+    offset = 0
+    for plan in ordered:
+        if plan.source is not None:
+            pad = (plan.source.offset - (data_start + offset)) % PAGE
+            if pad % 8 == 0:
+                votes[pad] = votes.get(pad, 0) + plan.nbytes
+        offset += plan.nbytes
+    return max(votes, key=lambda pad: (votes[pad], -pad)) if votes else 0
 
 
 def write_safetensors(
@@ -141,8 +173,16 @@ def write_safetensors(
     header, ordered = _header(plans, metadata)
     with open(path, "wb", buffering=0) as out:
         out.write(header)
-        writeback = _Writeback(out.fileno())
-        for plan in ordered:
+        _write_plans(ordered, out, _Writeback(out.fileno()), progress)
+
+
+def _write_plans(ordered: list[TensorPlan], out, writeback: _Writeback, progress) -> None:
+    for run in _runs(ordered):
+        if len(run) > 1 or run[0].source is not None:  # copied unchanged: one range of the source for the whole run
+            first, last = run[0].source, run[-1].source
+            _copy_range(ByteRange(first.path, first.offset, last.offset + last.length - first.offset), out, writeback)
+        else:
+            plan = run[0]
             payload = plan.produce()
             if isinstance(payload, ByteRange):
                 if payload.length != plan.nbytes:
@@ -150,9 +190,31 @@ def write_safetensors(
                 _copy_range(payload, out, writeback)
             else:
                 _write_tensor(plan, payload, out)
-            writeback.written(out.tell())
-            if progress:
-                progress(plan.nbytes)
+        writeback.written(out.tell())
+        if progress:
+            progress(sum(plan.nbytes for plan in run))
+
+
+def _runs(ordered: list[TensorPlan]) -> list[list[TensorPlan]]:
+    """``ordered`` in runs: tensors copied unchanged whose bytes lie one after another in one source file, each of the
+    rest alone. One copy per run: on the 1.9 GB drafter, copying tensor by tensor took 0.77-0.94 s of kernel time where
+    one range took 0.57-0.75 s (2026-11-29, copy_file_range, the page cache warm)."""
+    runs: list[list[TensorPlan]] = []
+    for plan in ordered:
+        previous = runs[-1][-1].source if runs else None
+        source = plan.source
+        if (
+            source is not None
+            and previous is not None
+            and source.length == plan.nbytes
+            and previous.path == source.path
+            and previous.offset + previous.length == source.offset
+        ):
+            runs[-1].append(plan)
+        else:
+            runs.append([plan])
+    return runs
+
     # No fsync here: the one caller writes into an atomic_directory, which fsyncs every file in one pass before the
     # rename that makes the output visible (one wait for the disk, as `cp -r` + `sync`, instead of one after each shard
     # and a second fsync of the same file). _Writeback has the disk start on each piece as soon as it is written, so

@@ -78,15 +78,17 @@ def _chain_attend(
         for lo in range(0, q.shape[0], block):
             hi = lo + block
             qb = q[lo:hi].float()
-            s_base = torch.einsum("jhd,shd->jhs", qb, base_k) * model.scale
+            # in place where the same floats come out (a copy of a long sequence's scores is memory held at the peak)
+            s_base = torch.einsum("jhd,shd->jhs", qb, base_k).mul_(model.scale)
             hidden = cols > starts[lo:hi, None, None]
             if window is not None:
                 hidden = hidden | (cols <= starts[lo:hi, None, None] + back - window)
-            s_base = s_base.masked_fill(hidden, float("-inf"))
-            s_own = torch.einsum("jhd,jchd->jhc", qb, own_k[lo:hi]) * model.scale
+            s_base.masked_fill_(hidden, float("-inf"))
+            s_own = torch.einsum("jhd,jchd->jhc", qb, own_k[lo:hi]).mul_(model.scale)
             if own_hidden is not None:
-                s_own = s_own.masked_fill(own_hidden, float("-inf"))
+                s_own.masked_fill_(own_hidden, float("-inf"))
             probs = torch.cat([s_base, s_own], dim=-1).softmax(-1)
+            del s_base, s_own
             p_base, p_own = probs[..., : base_k.shape[0]], probs[..., base_k.shape[0] :]
             if recorder is not None:
                 recorder.chain_attention(layer, p_base, p_own)

@@ -45,7 +45,7 @@ MEMORY_SHARE = 0.5
 SHARED_INPUT = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
-def _available_bytes() -> int:
+def available_bytes() -> int:
     """MemAvailable (Linux), else free pages; 0 where neither can be read."""
     try:
         with open("/proc/meminfo") as f:
@@ -147,7 +147,7 @@ def packed_linears(model, rows: int, steps: int) -> Iterator[bool]:
     forward back on leaving, errors included."""
     ops = _onednn_ops()
     linears = _plain_linears(model) if ops is not None and rows >= MIN_ROWS and steps >= MIN_STEPS else None
-    if linears is not None and sum(m.weight.numel() * 4 for m in linears) > MEMORY_SHARE * _available_bytes():
+    if linears is not None and sum(m.weight.numel() * 4 for m in linears) > MEMORY_SHARE * available_bytes():
         linears = None
     if linears is None:
         yield False

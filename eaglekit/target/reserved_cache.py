@@ -52,6 +52,14 @@ class ReservedLayer(DynamicLayer):
         self.keys, self.values = room[..., :end, :], self._value_room[..., :end, :]
         return self.keys, self.values
 
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the rows ``indices`` only (the rows a batched decode still feeds), in room of their own."""
+        if self._key_room is None or not self.is_initialized:
+            return super().batch_select_indices(indices)
+        n = self.get_seq_length()
+        self._key_room, self._value_room = self._key_room[indices], self._value_room[indices]
+        self.keys, self.values = self._key_room[..., :n, :], self._value_room[..., :n, :]
+
     def reset(self) -> None:
         self._key_room = self._value_room = None
         super().reset()

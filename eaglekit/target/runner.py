@@ -13,14 +13,22 @@ import copy
 import functools
 import inspect
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 
 from ..errors import MissingDependencyError, UnsupportedError, install_line
 from ..io.dtypes import CAST_TARGETS
-from . import gguf_cache
+from . import gguf_cache, heap
 from .config import TargetConfig
+from .decode import (
+    BATCH_MEMORY_SHARE,
+    MAX_BATCH,
+    PADDING,
+    Decoded,
+    cut_at_stop,
+    decode_group,
+    length_groups,
+)
 from .long_lived import long_lived
 from .packed_gemm import packed_linears
 from .tokens import eos_ids, load_tokenizer
@@ -110,120 +118,9 @@ GREEDY_NEUTRAL = {
 }
 
 
-# The most of a group's prefill that may go to padding (see length_groups).
-PADDING = 0.25
-
-# A group's prompts share a leading run of tokens (a chat template's system prompt: 24 of the demo's 37-48) where at
-# least this many prefill rows are saved by running it once ((prompts - 1) x its length; see shared_prefix). The one
-# more forward costs its ~1,300 small ops beyond its rows (~20 ms on 2 cores), a row of the demo's padded prefill ~3 ms:
-# 16 rows is about twice that (an estimate from those two figures, not a measured break-even).
-MIN_SHARED_ROWS = 16
-
-
-def shared_prefix(prompts: list[list[int]]) -> int:
-    """How many leading tokens ``_decode_group`` runs once for all of ``prompts``: the tokens they all start with, each
-    prompt keeping at least one of its own (its last position's logits pick its first new token), or 0 where that
-    saves fewer than ``MIN_SHARED_ROWS`` prefill rows."""
-    if len(prompts) < 2:
-        return 0
-    n = min(len(p) for p in prompts) - 1
-    first = prompts[0]
-    for p in prompts[1:]:
-        n = next((i for i in range(n) if p[i] != first[i]), n)
-    return n if (len(prompts) - 1) * n >= MIN_SHARED_ROWS else 0
-
-
-def length_groups(lengths: list[int], batch_size: int, padding: float = PADDING) -> list[list[int]]:
-    """Which prompts to decode together (indices, longest first): a group is left-padded to its longest prompt, so its
-    prefill runs width x n positions, and its padding mask keeps attention off the fused causal kernels. A group
-    closes when it holds ``batch_size`` prompts or when taking the next prompt would spend more than ``padding`` of
-    its prefill on padding. Prompts of like length share a batch (the demo's 8 prompts of 37-48 tokens are one);
-    inputs of 0.3k, 1.3k and 5.2k tokens each get their own (padded together they decoded 5x slower on 2 cores)."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    groups: list[list[int]] = []
-    for i in order:
-        group = groups[-1] if groups else None
-        if group is not None and len(group) < batch_size:
-            width, total = lengths[group[0]], sum(lengths[j] for j in group) + lengths[i]
-            if width * (len(group) + 1) <= (1 + padding) * total:
-                group.append(i)
-                continue
-        groups.append([i])
-    return groups
-
-
-def _row_columns(shared: int, first: int):
-    """The columns a row of a decoded group holds its sequence in: the ``shared`` prefix, then its own from ``first``
-    on (past its padding). Returns ``take(tensor, n, dim)``: the first ``n`` of them along ``dim`` (a view where the row
-    shares no prefix)."""
-
-    def take(tensor: torch.Tensor, n: int, dim: int) -> torch.Tensor:
-        if not shared:
-            return tensor.narrow(dim, first, n)
-        return torch.cat(
-            [tensor.narrow(dim, 0, min(shared, n)), tensor.narrow(dim, first, max(n - shared, 0))], dim=dim
-        )
-
-    return take
-
-
 def _keep(captured: dict, slot: int, module, args: tuple, kwargs: dict) -> None:
     """A forward pre-hook: keep the module's input hidden states under ``slot``."""
     captured[slot] = args[0] if args else kwargs["hidden_states"]
-
-
-@dataclass
-class SequencePass:
-    """What ``TargetModel.sequence_pass`` computes for a sequence, kept from the forwards that decoded it: the
-    next-token logits after every position from ``first`` (the prompt's last) to the sequence's end, [S - first, V]
-    float32, and the KV cache of the whole sequence, for ``chain_logits``."""
-
-    first: int
-    logits: torch.Tensor
-    cache: object
-
-    @property
-    def nbytes(self) -> int:
-        """What it holds: its logits (a view of its group's block, counted as its own rows) and its cache."""
-        return self.logits.nbytes + sum(layer.keys.nbytes + layer.values.nbytes for layer in self.cache.layers)
-
-    def logits_at(self, positions: torch.Tensor) -> torch.Tensor:
-        """The logits after each of ``positions`` (each >= ``first``: the prompt's own were never computed)."""
-        rows = positions.to(self.logits.device) - self.first
-        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= self.logits.shape[0]):
-            raise IndexError(
-                f"positions {int(positions.min())}..{int(positions.max())} outside the kept"
-                f" {self.first}..{self.first + self.logits.shape[0] - 1}"
-            )
-        return self.logits[rows]
-
-
-class Decoded(NamedTuple):
-    """One prompt decoded by ``TargetModel.decode_batch``: prompt + new tokens (CPU ids), {aux slot: [S - 1, T] states:
-    every position but the last, whose next token the sequence does not hold, so that no drafter step reads its states},
-    when asked for (``keep_bytes``) its ``SequencePass`` (None where none was kept), and, when asked for
-    (``past_stop``), the greedy tokens decoded after its end-of-sequence token (None where it did not stop at one)."""
-
-    tokens: torch.Tensor
-    states: dict[int, torch.Tensor]
-    kept: SequencePass | None = None
-    after_stop: torch.Tensor | None = None
-
-
-def _plain_layers(cache) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
-    """The (keys, values) [B, kv heads, T, head dim] of every layer of a ``DynamicCache`` whose layers all hold the
-    whole sequence as plain tensors; None for any other cache (a sliding window keeps only its last tokens)."""
-    from transformers.cache_utils import DynamicLayer
-
-    from .reserved_cache import ReservedLayer
-
-    layers = getattr(cache, "layers", None)
-    if not layers or any(type(layer) not in (DynamicLayer, ReservedLayer) for layer in layers):
-        return None
-    kv = [(getattr(layer, "keys", None), getattr(layer, "values", None)) for layer in layers]
-    return (
-        kv if all(isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor) and k.dim() == 4 for k, v in kv) else None
-    )
 
 
 @dataclass
@@ -333,6 +230,34 @@ class TargetModel:
         )
         return out[0].cpu()
 
+    def row_bytes(self, prompt: int, steps: int, slots: int, keep_logits: bool) -> int:
+        """About what one row of a decoded group holds at most, in bytes, for a prompt of ``prompt`` tokens (its group's
+        width) decoding ``steps`` tokens: its keys and values in every layer, the states of ``slots`` aux layers (twice:
+        per step, then joined), with ``keep_logits`` the logits after every new token (float32), and its prefill's
+        attention scores (heads x prompt x prompt float32, what a masked attention may hold at once)."""
+        config = getattr(self.model.config, "get_text_config", lambda: self.model.config)()
+        heads = getattr(config, "num_attention_heads", 1) or 1
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        hidden = getattr(config, "hidden_size", 0) or 0
+        head_dim = getattr(config, "head_dim", None) or hidden // heads
+        layers = getattr(config, "num_hidden_layers", self.num_layers)
+        item = torch.empty((), dtype=self.dtype).element_size()
+        positions = prompt + steps
+        per_position = 2 * layers * kv_heads * head_dim * item + 2 * slots * hidden * item
+        logits = (steps + 1) * self.config.vocab_size * 4 if keep_logits else 0
+        return positions * per_position + logits + heads * prompt * prompt * 4
+
+    def batch_rows(self, prompt: int, steps: int, slots: int = 0, keep_logits: bool = False) -> int:
+        """How many prompts ``decode_batch`` decodes together unless told: ``MAX_BATCH``, or fewer where a group's rows
+        (``row_bytes``) would take more than ``BATCH_MEMORY_SHARE`` of the memory available now; at least 1."""
+        from .packed_gemm import available_bytes
+
+        available = available_bytes()
+        if not available:
+            return MAX_BATCH
+        per_row = max(self.row_bytes(prompt, steps, slots, keep_logits), 1)
+        return max(1, min(MAX_BATCH, int(BATCH_MEMORY_SHARE * available) // per_row))
+
     def pad_token_id(self) -> int:
         """The id left padding is written with (masked, so any id the embedding has will do): the tokenizer's pad, else
         its eos, else 0; one past the embedding (a pad token added to the tokenizer only) would index out of range."""
@@ -343,7 +268,7 @@ class TargetModel:
         return 0
 
     def generate_batch(
-        self, prompts: list[list[int]], max_new_tokens: int, batch_size: int = 16, padding: float = PADDING
+        self, prompts: list[list[int]], max_new_tokens: int, batch_size: int | None = None, padding: float = PADDING
     ) -> list[torch.Tensor]:
         """``generate`` for several prompts at once, the same tokens (``decode_batch`` without capture)."""
         return [d.tokens for d in self.decode_batch(prompts, max_new_tokens, batch_size=batch_size, padding=padding)]
@@ -355,7 +280,7 @@ class TargetModel:
         prompts: list[list[int]],
         max_new_tokens: int,
         *,
-        batch_size: int = 16,
+        batch_size: int | None = None,
         padding: float = PADDING,
         capture: tuple[int, ...] = (),
         keep_bytes: int = 0,
@@ -374,12 +299,12 @@ class TargetModel:
         end-of-sequence token or at ``max_new_tokens``. The states of a row's last token are not computed: a drafter
         fuses the states of position t with token t + 1, and the last token has none after it (its logits are, with
         ``keep_bytes``: one more forward feeds every row's last token). Prompts are grouped by ``length_groups`` (at
-        most ``batch_size`` per group, at most ``padding`` of a group's prefill spent on padding). The tokens all of a
-        group's prompts start with (``shared_prefix``: a chat template's system prompt) are run once, as a batch of one
-        row, and their keys, values and states given to every row; the rest of each prompt follows, left-padded (the
-        padding masked, between the prefix and the prompt's own tokens): the demo's prefill runs 24 + 8 x 24 positions
-        instead of 8 x 48. On a CPU in float32 the steps' linears take oneDNN's prepacked weights while the groups
-        decode, where that pays (``packed_gemm.packed_linears``).
+        most ``batch_size`` per group, default ``batch_rows``; padding at most ``padding`` of a group's real positions,
+        its decoded ones included). The tokens all of a group's prompts start with (``shared_prefix``: a chat
+        template's system prompt) are run once, for one row, and their keys, values and states given to every row; the
+        rest of each prompt follows, left-padded (the padding masked, between the prefix and the prompt's own tokens).
+        On a CPU in float32 the steps' linears take oneDNN's prepacked weights where that pays
+        (``packed_gemm.packed_linears``), and the rows that are done then leave their batch (``_Rows.drop_done``).
 
         ``keep_bytes``: each prompt's ``SequencePass`` is kept from the same forwards (every step's logits, the
         row's part of the KV cache), so that ``chain_logits`` needs no second pass over the sequence, for the groups
@@ -391,12 +316,14 @@ class TargetModel:
         ``past_stop``: a row that reaches an end-of-sequence token goes on decoding greedily, ignoring it, for up to
         this many tokens more (none past ``max_new_tokens``), returned apart as ``Decoded.after_stop``: what the target
         would have picked after it, as a speculative step that crosses the stop token compares its drafts with. The
-        row stays in its batch for those steps (free while any other row still decodes)."""
+        row stays in its batch for those steps."""
         pad, eos = self.pad_token_id(), self.eos_token_ids()
         slots = self._check_slots(capture)
         out: list = [None] * len(prompts)
         kept_bytes = 0
-        groups = length_groups([len(p) for p in prompts], batch_size, padding)
+        if batch_size is None:
+            batch_size = self.batch_rows(max(map(len, prompts), default=0), max_new_tokens, len(slots), keep_bytes > 0)
+        groups = length_groups([len(p) for p in prompts], batch_size, padding, steps=max_new_tokens)
         plain = self._plain_greedy()
         # the steps' linears through oneDNN's prepacked weights where that pays (target/packed_gemm.py); ``generate``'s
         # own decoding keeps the plain GEMM, so that its tokens stay exactly generate's
@@ -405,11 +332,12 @@ class TargetModel:
             if plain
             else contextlib.nullcontext()
         )
-        with packing:
+        with packing as packed:
             for group in groups:
                 group_prompts = [prompts[i] for i in group]
                 if plain:
-                    results = self._decode_group(
+                    results = decode_group(
+                        self,
                         group_prompts,
                         max_new_tokens,
                         pad,
@@ -417,12 +345,14 @@ class TargetModel:
                         slots,
                         keep_passes=kept_bytes < keep_bytes,
                         past_stop=past_stop,
+                        drop_done=bool(packed),
                     )
                 else:
                     results = self._generate_group(group_prompts, max_new_tokens, pad, eos, slots, past_stop)
                 for i, result in zip(group, results):
                     out[i] = result
                     kept_bytes += result.kept.nbytes if result.kept is not None else 0
+        heap.trim()  # the prefills' and caches' freed memory back to the system (target/heap.py)
         return out
 
     def _plain_greedy(self) -> bool:
@@ -438,7 +368,7 @@ class TargetModel:
         slots: tuple[int, ...],
         past_stop: int = 0,
     ):
-        """``_decode_group`` through transformers' ``generate`` (for a generation config whose processors change greedy
+        """``decode_group`` through transformers' ``generate`` (for a generation config whose processors change greedy
         tokens), the states from one full pass per sequence. With ``past_stop``, ``generate`` decodes every row to
         ``max_new_tokens`` (it has no way to stop a row a given count after its end-of-sequence token)."""
         width = max(len(p) for p in prompts)
@@ -466,7 +396,7 @@ class TargetModel:
                 aux, _ = self.aux_states(tokens, slots)
                 states = dict(
                     zip(slots, aux[:-1].split(aux.shape[-1] // len(slots), dim=-1))
-                )  # as _decode_group: not the last token's
+                )  # as decode_group: not the last token's
             yield Decoded(tokens, states, None, after_stop)
 
     def _check_slots(self, ids: tuple[int, ...]) -> tuple[int, ...]:
@@ -496,132 +426,6 @@ class TargetModel:
             for handle in handles:
                 handle.remove()
         return out, captured
-
-    def _decode_group(
-        self,
-        prompts: list[list[int]],
-        max_new_tokens: int,
-        pad: int,
-        eos: set[int],
-        slots: tuple[int, ...],
-        keep_passes: bool = False,
-        past_stop: int = 0,
-    ):
-        from transformers import DynamicCache
-
-        from .reserved_cache import ReservedLayer, reserve
-
-        device = self.model.device
-        # room for every position this group's forwards feed: the shared prefix, the padded rest of the prompts, then
-        # one per new token
-        shared = shared_prefix(prompts)
-        width = max(len(p) for p in prompts) - shared
-        cache = reserve(DynamicCache(config=self.model.config), shared + width + max_new_tokens)
-        if shared and not (cache.layers and all(isinstance(layer, ReservedLayer) for layer in cache.layers)):
-            shared, width = (
-                0,
-                width + shared,
-            )  # a sliding window, a linear-attention layer: no keys to hand on as they are
-        # columns: the shared prefix, each prompt's own tokens left-padded to a common width (masked), the new tokens
-        own_lengths = [len(p) - shared for p in prompts]
-        ids = torch.tensor(
-            [[pad] * (width - n) + list(p[shared:]) for p, n in zip(prompts, own_lengths)], device=device
-        )
-        mask = torch.tensor([[1] * shared + [0] * (width - n) + [1] * n for n in own_lengths], device=device)
-        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)[:, shared:]
-        attention = None if bool((mask == 1).all()) else mask
-        states: list[dict[int, torch.Tensor]] = []  # per forward: {slot: [B, n, T]}
-        if shared:  # one forward of one row; its keys, values and states are every row's
-            prefix = DynamicCache(config=self.model.config)
-            _, captured = self._forward(
-                slots,
-                input_ids=torch.tensor([prompts[0][:shared]], device=device),
-                use_cache=True,
-                logits_to_keep=1,
-                **{self._cache_kwarg: prefix},
-            )
-            rows = len(prompts)
-            for index, (keys, values) in enumerate(_plain_layers(prefix)):
-                cache.update(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), index)
-            states.append({k: v.expand(rows, -1, -1) for k, v in captured.items()})
-            del prefix
-        logits = None  # keep_passes: [B, forward, V] float32, every forward's logits
-        new: list[torch.Tensor] = []
-        done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
-        stopped = torch.zeros_like(done)  # an end-of-sequence token decoded
-        left = torch.zeros(
-            len(prompts), dtype=torch.long, device=device
-        )  # of a stopped row: tokens still to decode past it
-        eos_ids = torch.tensor(sorted(eos), device=device) if eos else None
-        step_ids = ids
-        while True:
-            out, captured = self._forward(
-                slots,
-                input_ids=step_ids,
-                attention_mask=attention,
-                position_ids=positions,
-                use_cache=True,
-                logits_to_keep=1,
-                **{self._cache_kwarg: cache},
-            )
-            states.append(captured)
-            last = out.logits[:, -1].to(dtype=torch.float32)
-            if keep_passes:
-                if logits is None:
-                    logits = last.new_empty((len(prompts), max_new_tokens + 1, last.shape[-1]))
-                logits[:, len(new)] = last
-            token = last.argmax(-1)
-            token = torch.where(done, torch.full_like(token, pad), token)
-            new.append(token)
-            if eos_ids is not None:
-                left = torch.where(stopped, left - 1, left)  # this token was decoded past the stop
-                newly = ~stopped & ~done & torch.isin(token, eos_ids)
-                stopped |= newly
-                left = torch.where(newly, past_stop, left)
-                done |= stopped & (left <= 0)
-            # what the next forward is fed: these tokens, one position on
-            step_ids = token[:, None]
-            positions = positions[:, -1:] + 1
-            if attention is not None:
-                attention = torch.cat([attention, attention.new_ones((attention.shape[0], 1))], dim=-1)
-            if len(new) == max_new_tokens or bool(done.all()):
-                break
-        if keep_passes:  # the last new tokens' logits and keys: one more forward (nothing decodes past it)
-            out, _ = self._forward(
-                (),
-                input_ids=step_ids,
-                attention_mask=attention,
-                position_ids=positions,
-                use_cache=True,
-                logits_to_keep=1,
-                **{self._cache_kwarg: cache},
-            )
-            logits[:, len(new)] = out.logits[:, -1]
-        generated = torch.stack(new, dim=1).cpu()
-        joined = {k: torch.cat([s[k] for s in states], dim=1) for k in slots}  # [B, shared + width + steps - 1, T]
-        layers = _plain_layers(cache) if keep_passes else None
-        del states
-        for row, prompt in enumerate(prompts):
-            row_new, after_stop = cut_at_stop(generated[row], eos, past_stop)
-            tokens = torch.cat([torch.tensor(prompt, dtype=generated.dtype), row_new])
-            own = _row_columns(
-                shared, shared + width - (len(prompt) - shared)
-            )  # this row's columns, its padding left out
-            kept = None
-            if layers is not None:  # this row's keys and values (in a cache of its sequence alone)
-                rows = [
-                    (own(k[row : row + 1], tokens.shape[0], dim=2), own(v[row : row + 1], tokens.shape[0], dim=2))
-                    for k, v in layers
-                ]
-                kept = SequencePass(
-                    len(prompt) - 1, logits[row, : row_new.shape[0] + 1], DynamicCache(ddp_cache_data=rows)
-                )  # a view: one block for the group
-            yield Decoded(
-                tokens,
-                {k: own(v[row], tokens.shape[0] - 1, dim=0).clone() for k, v in joined.items()},
-                kept,
-                after_stop,
-            )
 
     @_without_cudnn_attention
     @torch.no_grad()
@@ -686,15 +490,6 @@ class TargetModel:
         finally:
             cache.crop(seq_len - cache.get_seq_length())
         return out.logits[0].float().view(J, K - 1, -1)
-
-
-def cut_at_stop(new: torch.Tensor, eos: set[int], past_stop: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(a row's new tokens up to its first end-of-sequence token, that one included; the tokens decoded after it, at
-    most ``past_stop``: None where the row has no end-of-sequence token or none were asked for)."""
-    stop = next((j + 1 for j, t in enumerate(new.tolist()) if t in eos), None)
-    if stop is None:
-        return new, None
-    return new[:stop], new[stop : stop + past_stop].clone() if past_stop else None
 
 
 def _returned_cache(out):

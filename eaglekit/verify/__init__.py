@@ -162,6 +162,7 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
             verifier.timings["against_llamacpp" if llamacpp else "against_vllm"] = time.perf_counter() - start
             checks.extend(new_checks)
     report["timings"] = {stage: round(seconds, 3) for stage, seconds in verifier.timings.items()}
+    report["resources"] = verifier.resources
     return finish(report, checks)
 
 

@@ -32,8 +32,9 @@ from ..io.tensorfile import read_safetensors
 from ..model.hf_config import is_mla, rope_from_divisors
 from ..reference.simulate import continuation_length
 from ..target.config import TargetConfig
+from ..target.decode import cut_at_stop
 from ..target.dequantise import transformers_directory
-from ..target.runner import DTYPES, cut_at_stop
+from ..target.runner import DTYPES
 from ..target.tokens import eos_ids, first_eos, generation_config, load_tokenizer
 from .prompts import Prompt
 

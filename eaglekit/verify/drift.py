@@ -27,6 +27,7 @@ from ..reference.model import ReferenceDrafter
 from ..reference.record import DriftRecorder
 from ..reference.simulate import Counters, accepted_lengths, chains_from, every_position, first_pass
 from ..serving import MIN_TEMPERATURE
+from ..target import heap
 from ..validate.checks import CheckInput, run_checks
 from .options import VerifyOptions
 from .prompts import chat_ids
@@ -61,6 +62,7 @@ class DriftOptions:
     hidden_states: str | None = None  # the target's states from files (an `eaglekit capture` folder): no target run
     vllm_python: str | None = None
     parallel: Parallel = field(default_factory=Parallel)
+    batch_size: int | None = None  # inputs the target decodes together; None: as many as memory allows (batch_rows)
 
 
 def bucket_edges(limit: int) -> list[int]:
@@ -235,6 +237,7 @@ def run_drafter(
         del first
         if sampling is not None:
             del cache, first_logits
+        heap.trim()  # the first pass's freed memory back to the system before the next sequence (target/heap.py)
         accepted_t = torch.cat(accepted)
         t, e = count(accepted_t, starts, options.k, P, S, verifier.max_new[index], verifier.eos[index])
         traj.merge(t)
@@ -542,6 +545,7 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
             vllm_python=options.vllm_python,
             parallel=options.parallel,
             hidden_states=options.hidden_states,
+            batch_size=options.batch_size,
         ),
         progress,
     )
@@ -615,4 +619,5 @@ def drift(path: str, options: DriftOptions, progress: Callable[[str, int], objec
         "sampling": mine["sampling"],
         "target_engine": target_engine_report(verifier),
         "findings": findings,
+        "resources": verifier.resources,
     }

@@ -30,4 +30,5 @@ class VerifyOptions:
     source_dialect: str = "auto"
     norm_output_semantics: str = "auto"  # how to read a SpecForge-style norm_output (see dialects.load)
     atol: float | None = None  # logit tolerance for --reference; None: 0 for same dtypes, else dtype-based
+    batch_size: int | None = None  # prompts the target decodes together; None: as many as memory allows (batch_rows)
     command: str = "verify"  # the command running, for messages (drift runs the Verifier too)

@@ -29,8 +29,9 @@ from ..reference.simulate import (
     every_position,
     trajectory,
 )
-from ..target import read_target_config
-from ..target.runner import DTYPES, SequencePass, TargetModel, pick_device
+from ..target import read_target_config, threads
+from ..target.decode import SequencePass, length_groups
+from ..target.runner import DTYPES, TargetModel, pick_device
 from ..target.tokens import first_eos
 from ..target.weights import read_target_weight
 from .options import VerifyOptions
@@ -168,6 +169,8 @@ class Verifier:
             raise UsageError("--num-speculative-tokens must be at least 1")
         if options.max_new_tokens < 1:
             raise UsageError("--max-new-tokens must be at least 1")
+        if options.batch_size is not None and options.batch_size < 1:
+            raise UsageError(f"batch_size {options.batch_size}: at least 1 prompt is decoded at a time")
         if options.dtype not in DTYPES:
             raise UsageError(f"--dtype {options.dtype!r}: one of {', '.join(DTYPES)}")
         check_device_map(options.device_map)
@@ -197,6 +200,11 @@ class Verifier:
         self.timings: dict[str, float] = {}
         self._tokens: tuple[object, set[int]] | None = None  # --target-engine: the tokenizer and stop tokens alone
         self.engine_said: dict = {}  # --target-engine: the release that ran the target, and what eaglekit changed
+        # what the run used: torch's threads and why (target/threads.py), the prompts decoded together, the groups
+        self.resources: dict = {}
+        choice = threads.settle()  # torch is imported: the count measured since the command began is applied now
+        if choice is not None:
+            self.resources.update(choice.to_dict())
 
     def load_target(self) -> TargetModel:
         if self.target is None:
@@ -224,11 +232,18 @@ class Verifier:
         bar = self.progress("generating", len(prompts)) if self.progress else None
         eos_ids = self.target.eos_token_ids()
         start = time.perf_counter()
-        # all prompts decoded together (the same greedy tokens as one at a time: TargetModel.decode_batch); a row that
-        # stops at an end-of-sequence token decodes K - 1 tokens past it, which judge the drafts of the step crossing it
+        steps = continuation_length(self.options.max_new_tokens, self.options.k)
+        longest = max(len(p.ids) for p in prompts)
+        batch = self.options.batch_size or self.target.batch_rows(longest, steps, len(capture), keep_logits=keep_passes)
+        self.resources["batch_size"] = batch
+        self.resources["decode_groups"] = len(length_groups([len(p.ids) for p in prompts], batch, steps=steps))
+        # all prompts decoded together, up to ``batch`` at a time (the same greedy tokens as one at a time:
+        # TargetModel.decode_batch); a row that stops at an end-of-sequence token decodes K - 1 tokens past it, which
+        # judge the drafts of the step crossing it
         decoded = self.target.decode_batch(
             [p.ids for p in prompts],
-            continuation_length(self.options.max_new_tokens, self.options.k),
+            steps,
+            batch_size=batch,
             capture=capture,
             keep_bytes=KEEP_PASSES_BYTES if keep_passes else 0,
             past_stop=self.options.k - 1,
