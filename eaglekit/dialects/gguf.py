@@ -321,6 +321,12 @@ def refusal(d: Drafter) -> str | None:
             " b11434 runs no per-state norm before fc and feeds the pre-norm state forward): written, it would be"
             " served as another model"
         )
+    if d.parallel is not None:
+        return (
+            "it is a P-EAGLE drafter (parallel drafting: mask_hidden and a mask token), and llama.cpp's eagle3 drafts a"
+            " chain, one token per forward, with no mask_hidden tensor (build b11434 refuses the file: wrong number of"
+            " tensors)"
+        )
     if d.attention == "mla":
         return "it is an MLA (DeepSeek/Kimi) drafter; llama.cpp's eagle3 drafter is Llama attention only"
     if d.attention == "qwen3":

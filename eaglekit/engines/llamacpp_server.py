@@ -59,9 +59,13 @@ def threads() -> int:
     return max(1, min(cpus, 8))
 
 
+# llama.cpp's log prefix, "0.00.021.400 E ": the time since start (it differs run to run) and the level
+_LOG_PREFIX = re.compile(r"^\d+\.\d+\.\d+\.\d+ [A-Z] ")
+
+
 def why_it_stopped(log: str, returncode: int | None) -> ServerFailed:
     """Refused or crashed, from the server's log and exit status, with its most telling line."""
-    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    lines = [_LOG_PREFIX.sub("", line.strip()) for line in log.splitlines() if line.strip()]
     crash = next((line for line in lines if any(mark in line for mark in CRASH_MARKS)), None)
     if crash or (returncode is not None and returncode < 0):
         return ServerFailed("crashed", crash or f"killed by signal {-returncode}")
