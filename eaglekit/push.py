@@ -1,6 +1,6 @@
 """``push``: validate, render the model card, and publish a drafter directory as one Hub commit.
 
-Everything here is local; the requests themselves live in ``hub.py``.
+Everything here is local; the requests themselves live in ``hub``.
 """
 
 from __future__ import annotations
