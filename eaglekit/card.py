@@ -205,11 +205,9 @@ def render_card(
     """``revision``: the branch the card is committed to, when not the default one: its serve and convert lines name it
     (without it they would serve the default branch's drafter)."""
     revision = None if revision in (None, "main") else revision
-    at = f"{repo_id}@{revision}" if revision else repo_id  # eaglekit's own spelling of a Hub id at a revision
     d = loaded.drafter
     dialect = dialects.get(loaded.dialect)
-    verifier = d.verifier
-    base_model = hub_id(verifier)
+    base_model = hub_id(d.verifier)
     metadata = card_metadata(
         base_model=base_model,
         library_name=dialect.library_name,
@@ -217,40 +215,43 @@ def render_card(
         tags=_tags(dialect, d.eagle_version),
     )
     target = base_model or TARGET_PLACEHOLDER  # never a path on the publisher's machine
-    name = repo_id.split("/")[-1]
-    ids = d.aux.as_input()
-    aux = (
-        f"{list(ids)} (input-of-layer, vLLM's convention)"
-        if ids is not None
-        else "not recorded: the engine's default (2, L//2, L-3)"
-    )
-    flags = ", ".join(f"`{k}: {str(v).lower()}`" for k, v in d.flags.__dict__.items())
-    if d.attention == "mla":
-        m = d.mla
-        attention = (
-            f"MLA (DeepSeek/Kimi): {d.num_heads} heads, q_lora_rank {m.q_lora_rank}, kv_lora_rank {m.kv_lora_rank}"
-        )
-    else:
-        attention = (
-            f"{'Qwen3' if d.attention == 'qwen3' else 'Llama'} GQA: {d.num_heads} heads, {d.num_kv_heads} KV heads,"
-            f" head_dim {d.head_dim}"
-        )
-    params = sum(i.numel for i in loaded.checkpoint.tensors.values())
     front = ["---", metadata, "---"]  # the YAML front matter: lines of its own, all eaglekit's and a checked Hub id
-    lines = [
+    lines = _intro(loaded, repo_id, target, base_model)
+    lines += _serve_section(d, dialect, target, repo_id, revision)
+    lines += _drafter_table(loaded, target)
+    if verify_report:
+        lines += _verification_section(verify_report, target)
+    if drift:
+        lines += drift_section(*drift)
+    lines += _provenance_section(d, validated)
+    # every other entry is one line, and many quote the drafter's files (notes, its source, the verify report's checks):
+    # escaped (``printable``), none can add a line or a section to the card
+    return "\n".join(front + [printable(line) for line in lines])
+
+
+def _intro(loaded: LoadedDrafter, repo_id: str, target: str, base_model: str | None) -> list[str]:
+    """The card's title and the sentence saying what the drafter is, for which target, in which format."""
+    d = loaded.drafter
+    return [
         "",
-        f"# {name}",
+        f"# {repo_id.split('/')[-1]}",
         "",
         (
             f"{'A P-EAGLE' if d.parallel is not None else 'An EAGLE'} {d.eagle_version} speculative-decoding drafter"
             " for"
-            f" [{target}]({'https://huggingface.co/' + verifier if base_model else '#'}), in the {loaded.dialect}"
+            f" [{target}]({'https://huggingface.co/' + d.verifier if base_model else '#'}), in the {loaded.dialect}"
             f" format. Published with [eaglekit](https://github.com/eaglekit/eaglekit) {__version__}."
         ),
         "",
-        "## Serve it",
-        "",
     ]
+
+
+def _serve_section(d, dialect: Dialect, target: str, repo_id: str, revision: str | None) -> list[str]:
+    """ "Serve it": vLLM's and SGLang's command lines where the engine reads this layout as it is, else the convert line
+    that makes one it does (``revision``: the branch named, not the default one)."""
+    at = f"{repo_id}@{revision}" if revision else repo_id  # eaglekit's own spelling of a Hub id at a revision
+    name = repo_id.split("/")[-1]
+    lines = ["## Serve it", ""]
     if "vllm" in dialect.hub_tags:  # a layout vLLM reads as it is (another, e.g. SGLang's ids, it misreads in silence)
         serve = vllm_serve(target, repo_id, revision=revision, parallel=d.parallel is not None)
         lines += ["vLLM:", "", "```bash", serve, "```", ""]
@@ -277,7 +278,32 @@ def render_card(
         ]
     else:
         lines += [f"For SGLang, convert it first: `eaglekit convert {at} ./{name}-sglang --to sglang`.", ""]
-    lines += [
+    return lines
+
+
+def _attention(d) -> str:
+    """The drafter's attention in one phrase: MLA with its ranks, or GQA with its heads."""
+    if d.attention == "mla":
+        m = d.mla
+        return f"MLA (DeepSeek/Kimi): {d.num_heads} heads, q_lora_rank {m.q_lora_rank}, kv_lora_rank {m.kv_lora_rank}"
+    return (
+        f"{'Qwen3' if d.attention == 'qwen3' else 'Llama'} GQA: {d.num_heads} heads, {d.num_kv_heads} KV heads,"
+        f" head_dim {d.head_dim}"
+    )
+
+
+def _drafter_table(loaded: LoadedDrafter, target: str) -> list[str]:
+    """ "The drafter": its shape as a table (version, target, format, attention, sizes, aux layers, vocab, flags)."""
+    d = loaded.drafter
+    ids = d.aux.as_input()
+    aux = (
+        f"{list(ids)} (input-of-layer, vLLM's convention)"
+        if ids is not None
+        else "not recorded: the engine's default (2, L//2, L-3)"
+    )
+    flags = ", ".join(f"`{k}: {str(v).lower()}`" for k, v in d.flags.__dict__.items())
+    params = sum(i.numel for i in loaded.checkpoint.tensors.values())
+    return [
         "## The drafter",
         "",
         "| | |",
@@ -285,7 +311,7 @@ def render_card(
         f"| EAGLE version | {d.eagle_version}{_features_31(d)} |",
         f"| verifier (target) | {target} |",
         f"| format | {loaded.dialect} |",
-        f"| attention | {attention} |",
+        f"| attention | {_attention(d)} |",
         f"| layers | {d.num_layers} |",
         f"| hidden size | {d.hidden_size} (target {d.target_hidden_size}) |",
         f"| aux layers | {aux} |",
@@ -295,30 +321,34 @@ def render_card(
         f"| parameters | {params:,} ({d.dtype}) |",
         "",
     ]
-    if verify_report:
-        r = verify_report
-        traj = r.get("trajectory", {})
-        rates = ", ".join(f"{x:.3f}" for x in traj.get("per_position_rate", []))
-        lines += [
-            "## Verification",
-            "",
-            (
-                f"`eaglekit verify` on {_target_label(r.get('target'), target)} ({len(r.get('prompts', []))} prompts,"
-                f" K={r.get('num_speculative_tokens')}, {r.get('device')} {r.get('dtype')}): mean acceptance length"
-                f" **{r.get('acceptance_length', 0):.3f}** as a greedy vLLM run would count it; per-position acceptance"
-                f" [{rates}]."
-            ),
-            "",
-        ]
-        for check in r.get("checks", []):
-            lines.append(
-                f"- {'passed' if check.get('passed') else 'FAILED'}: {check.get('name')} — {check.get('detail')}"
-            )
-        if r.get("checks"):
-            lines.append("")
-    if drift:
-        lines += drift_section(*drift)
-    lines += ["## Provenance", ""]
+
+
+def _verification_section(r: dict, target: str) -> list[str]:
+    """ "Verification": the verify report's acceptance length, per-position rates and parity checks."""
+    traj = r.get("trajectory", {})
+    rates = ", ".join(f"{x:.3f}" for x in traj.get("per_position_rate", []))
+    lines = [
+        "## Verification",
+        "",
+        (
+            f"`eaglekit verify` on {_target_label(r.get('target'), target)} ({len(r.get('prompts', []))} prompts,"
+            f" K={r.get('num_speculative_tokens')}, {r.get('device')} {r.get('dtype')}): mean acceptance length"
+            f" **{r.get('acceptance_length', 0):.3f}** as a greedy vLLM run would count it; per-position acceptance"
+            f" [{rates}]."
+        ),
+        "",
+    ]
+    for check in r.get("checks", []):
+        lines.append(f"- {'passed' if check.get('passed') else 'FAILED'}: {check.get('name')} — {check.get('detail')}")
+    if r.get("checks"):
+        lines.append("")
+    return lines
+
+
+def _provenance_section(d, validated: bool) -> list[str]:
+    """ "Provenance": the dialect it was read as, its conversion, its Hub source, its notes, and whether it was
+    validated."""
+    lines = ["## Provenance", ""]
     source = d.provenance.source_dialect
     lines.append(f"- read as the {source} dialect" + (f" ({d.provenance.framework})" if d.provenance.framework else ""))
     if d.provenance.eaglekit_version:
@@ -335,6 +365,4 @@ def render_card(
         else "- **not validated**: published with `--no-validate`"
     )
     lines.append("")
-    # every other entry is one line, and many quote the drafter's files (notes, its source, the verify report's checks):
-    # escaped (``printable``), none can add a line or a section to the card
-    return "\n".join(front + [printable(line) for line in lines])
+    return lines

@@ -1,6 +1,6 @@
 """``push``: validate, render the model card, and publish a drafter directory as one Hub commit.
 
-Everything here is local; the requests themselves live in ``hub.py``.
+Everything here is local; the requests themselves live in ``hub``.
 """
 
 from __future__ import annotations
@@ -298,102 +298,139 @@ def check_options(options: PushOptions) -> str:
 
 def prepare(path: str, options: PushOptions):
     """(UploadFile list, card text, card kept?, validation findings), without touching the network."""
-    from .upload import UploadFile
-
     branch = check_options(options)
-    directory = Path(path)
-    drift = (
-        read_drift_report(Path(options.report)) if options.report else None
-    )  # bad input refused before anything else
+    drift = _drift_report(options)  # bad input refused before anything else
+    findings = _validation_findings(path, options) if options.validate else []
+    with dialects.load(path) as loaded:
+        card, warning = _card_for(loaded, options, branch, drift)
+    if warning is not None:
+        findings = [*findings, warning]
+    files, kept = _files_to_publish(path, options, drift, card)
+    _refuse_secrets(files, options)
+    return files, card, kept, findings
+
+
+def _drift_report(options: PushOptions) -> tuple[dict, list[Path]] | None:
+    """The ``--report`` drift report to publish (its figures and plots), scrubbed of local paths; None without one."""
+    drift = read_drift_report(Path(options.report)) if options.report else None
     if drift:  # what is published of it names no path on the publisher's machine
         drift = (scrub_local_paths(drift[0], None), drift[1])
-    findings = []
-    if options.validate:
-        report = validate(path)
-        findings = report.findings
-        problems = errors(findings)
-        if problems:
-            raise ValidationFailed(
-                f"refusing to publish: the drafter does not validate: {problems[0].message}"
-                + (f", and {len(problems) - 1} more (see `eaglekit validate`)" if len(problems) > 1 else ""),
-                findings,
-            )
-        if report.ambiguity is not None and not options.allow_ambiguous:
-            # a warning for validate (the checkpoint is readable), a refusal here: a published checkpoint is read by
-            # engines one way, and nothing in its files says which way was meant
-            ambiguous = next(f for f in findings if f.check in ("dialect.ambiguous", "aux.ambiguous"))
-            raise ValidationFailed(
-                f"refusing to publish: {ambiguous.message} (each engine reads a published checkpoint one way and"
-                " nothing in its files says which was meant: decide with `eaglekit convert --from DIALECT`,"
-                " `--aux-layers` or `--target T --resolve` first, or pass --allow-ambiguous)",
-                findings,
-            )
-    with dialects.load(path) as loaded:
-        loaded.drafter = loaded.drafter.with_(
-            provenance=loaded.drafter.provenance.from_hub(loaded.checkpoint.located.origin)
+    return drift
+
+
+def _validation_findings(path: str, options: PushOptions) -> list[Finding]:
+    """validate's findings on the drafter; a drafter that does not validate is refused, and so is one whose files fit
+    two readings unless ``allow_ambiguous``."""
+    report = validate(path)
+    findings = report.findings
+    problems = errors(findings)
+    if problems:
+        raise ValidationFailed(
+            f"refusing to publish: the drafter does not validate: {problems[0].message}"
+            + (f", and {len(problems) - 1} more (see `eaglekit validate`)" if len(problems) > 1 else ""),
+            findings,
         )
-        if loaded.drafter.provenance.untrained_upgrade and not options.allow_untrained:
-            raise ValidationFailed(
-                "refusing to publish: eaglekit upgraded this drafter to EAGLE 3.1 with fc_norm weights of ones and it"
-                " has not been trained since, so it would serve with poor acceptance; fine-tune it first, or pass"
-                " --allow-untrained"
-            )
-        if options.base_model:
-            loaded.drafter = loaded.drafter.with_(verifier=options.base_model)
-        verify_report = read_verify_report(loaded.checkpoint.directory)
-        misfit = verify_report_misfit(verify_report, loaded.drafter) if verify_report else None
-        if misfit:
-            raise UsageError(
-                f"refusing to publish: {VERIFY_REPORT} is not a report on this drafter: {misfit}; run `eaglekit verify "
-                f"--report {VERIFY_REPORT}` again, or remove it"
-            )
-        card = render_card(
-            loaded,
-            options.repo_id,
-            validated=options.validate,
-            verify_report=verify_report,
-            drift=(drift[0], [f"{DRIFT_DIR}/{p.name}" for p in drift[1]]) if drift else None,
-            revision=None if options.create_pr else branch,
+    if report.ambiguity is not None and not options.allow_ambiguous:
+        # a warning for validate (the checkpoint is readable), a refusal here: a published checkpoint is read by
+        # engines one way, and nothing in its files says which way was meant
+        ambiguous = next(f for f in findings if f.check in ("dialect.ambiguous", "aux.ambiguous"))
+        raise ValidationFailed(
+            f"refusing to publish: {ambiguous.message} (each engine reads a published checkpoint one way and"
+            " nothing in its files says which was meant: decide with `eaglekit convert --from DIALECT`,"
+            " `--aux-layers` or `--target T --resolve` first, or pass --allow-ambiguous)",
+            findings,
         )
-        # what the card quotes of config.json and the verify report, scrubbed as those files are when uploaded
-        quoted = {
-            **_local_paths(verify_report, options.base_model),
-            **_local_paths(loaded.checkpoint.config, options.base_model),
-        }
-        card = replace_paths(card, quoted)
-        if hub_id(loaded.drafter.verifier) is None:
-            findings = [
-                *findings,
-                Finding(
-                    "card.base_model",
-                    "warning",
-                    "the drafter names its target by a local path or not at all, so "
-                    "the card names no base model and its serve line says <target model>: pass --base-model ORG/NAME",
-                ),
-            ]
+    return findings
+
+
+def _card_for(loaded, options: PushOptions, branch: str, drift) -> tuple[str, Finding | None]:
+    """The model card for the loaded drafter (its provenance, ``base_model``, verify report and drift figures), with
+    local paths scrubbed as its files are, and the warning when it can name no base model. An untrained 3.1 upgrade
+    (unless ``allow_untrained``) and a verify report on another drafter are refused."""
+    loaded.drafter = loaded.drafter.with_(
+        provenance=loaded.drafter.provenance.from_hub(loaded.checkpoint.located.origin)
+    )
+    if loaded.drafter.provenance.untrained_upgrade and not options.allow_untrained:
+        raise ValidationFailed(
+            "refusing to publish: eaglekit upgraded this drafter to EAGLE 3.1 with fc_norm weights of ones and it"
+            " has not been trained since, so it would serve with poor acceptance; fine-tune it first, or pass"
+            " --allow-untrained"
+        )
+    if options.base_model:
+        loaded.drafter = loaded.drafter.with_(verifier=options.base_model)
+    verify_report = read_verify_report(loaded.checkpoint.directory)
+    misfit = verify_report_misfit(verify_report, loaded.drafter) if verify_report else None
+    if misfit:
+        raise UsageError(
+            f"refusing to publish: {VERIFY_REPORT} is not a report on this drafter: {misfit}; run `eaglekit verify "
+            f"--report {VERIFY_REPORT}` again, or remove it"
+        )
+    card = render_card(
+        loaded,
+        options.repo_id,
+        validated=options.validate,
+        verify_report=verify_report,
+        drift=(drift[0], [f"{DRIFT_DIR}/{p.name}" for p in drift[1]]) if drift else None,
+        revision=None if options.create_pr else branch,
+    )
+    # what the card quotes of config.json and the verify report, scrubbed as those files are when uploaded
+    quoted = {
+        **_local_paths(verify_report, options.base_model),
+        **_local_paths(loaded.checkpoint.config, options.base_model),
+    }
+    card = replace_paths(card, quoted)
+    if hub_id(loaded.drafter.verifier) is not None:
+        return card, None
+    return card, Finding(
+        "card.base_model",
+        "warning",
+        "the drafter names its target by a local path or not at all, so "
+        "the card names no base model and its serve line says <target model>: pass --base-model ORG/NAME",
+    )
+
+
+def _files_to_publish(path: str, options: PushOptions, drift, card: str) -> tuple[list, bool]:
+    """The drafter's files (config.json and the verify report scrubbed), the drift report's, and the card unless the
+    drafter holds its own README.md and ``overwrite_card`` is off; whether the drafter's own card was kept."""
+    from .upload import UploadFile
+
+    directory = Path(path)
     files = [
         _upload(p, p.relative_to(directory).as_posix(), options.base_model)
         for p in collect_files(directory, getattr(path, "roots", ()))
     ]
     if drift:  # the plots and the figures, in the same commit as everything else
-        report_json = jsonfile.dumps(drift[0]).encode("utf-8")
-        figures = [UploadFile(f"{DRIFT_DIR}/report.json", data=report_json)] + [
-            UploadFile(f"{DRIFT_DIR}/{p.name}", local_path=p) for p in drift[1]
-        ]
-        # a report kept inside the drafter goes up once, as the figures: not also as the files it was collected as
-        # (its raw report.json names paths of this machine), and nothing else of the drafter's under the same names
-        report_dir = Path(options.report).resolve()
-        taken = {f.path_in_repo for f in figures}
-        files = [
-            f
-            for f in files
-            if f.path_in_repo not in taken
-            and not (f.local_path is not None and report_dir in Path(f.local_path).resolve().parents)
-        ] + figures
+        files = _with_drift_figures(files, drift, Path(options.report))
     kept = any(f.path_in_repo == "README.md" for f in files) and not options.overwrite_card
     if not kept:
         files = [f for f in files if f.path_in_repo != "README.md"]
         files.append(UploadFile("README.md", data=card.encode("utf-8")))
+    return files, kept
+
+
+def _with_drift_figures(files: list, drift: tuple[dict, list[Path]], report: Path) -> list:
+    """``files`` with the drift report's figures (its scrubbed report.json and its plots) under DRIFT_DIR, in place of
+    any of the drafter's files under those names or inside the report's directory."""
+    from .upload import UploadFile
+
+    report_json = jsonfile.dumps(drift[0]).encode("utf-8")
+    figures = [UploadFile(f"{DRIFT_DIR}/report.json", data=report_json)] + [
+        UploadFile(f"{DRIFT_DIR}/{p.name}", local_path=p) for p in drift[1]
+    ]
+    # a report kept inside the drafter goes up once, as the figures: not also as the files it was collected as
+    # (its raw report.json names paths of this machine), and nothing else of the drafter's under the same names
+    report_dir = report.resolve()
+    taken = {f.path_in_repo for f in figures}
+    return [
+        f
+        for f in files
+        if f.path_in_repo not in taken
+        and not (f.local_path is not None and report_dir in Path(f.local_path).resolve().parents)
+    ] + figures
+
+
+def _refuse_secrets(files: list, options: PushOptions) -> None:
+    """Refuse a push whose files hold what looks like a secret (the token given included): a dry run's too."""
     given = (options.token or "", os.environ.get("HF_TOKEN", ""))  # without the Hub client: a dry run imports none
     for f in files:  # a secret in a note, a config key or a report would be published as it is: refused, dry run too
         found = f.secret(given)
@@ -402,7 +439,6 @@ def prepare(path: str, options: PushOptions):
                 f"refusing to publish: {f.path_in_repo} holds what looks like {found}; remove it first "
                 "(what a push publishes is readable by everyone who can see the repository)"
             )
-    return files, card, kept, findings
 
 
 def _check_base_model(base_model: str | None) -> None:

@@ -467,6 +467,11 @@ def test_hub_module_imports_neither_torch_nor_the_rest_of_eaglekit():
 
     light = (
         "eaglekit.hub",
+        "eaglekit.hub.endpoint",
+        "eaglekit.hub.failures",
+        "eaglekit.hub.publishing",
+        "eaglekit.hub.reading",
+        "eaglekit.hub.session",
         "eaglekit.errors",
         "eaglekit.upload",
         "eaglekit.io",
