@@ -8,7 +8,7 @@ from . import dialects
 from .dialects.base import LoadedDrafter, Reading
 from .findings import Finding
 from .io import dtypes
-from .model.drafter import window_dict
+from .model.drafter import Drafter, window_dict
 
 
 def hints(loaded: LoadedDrafter) -> list[Finding]:
@@ -51,9 +51,29 @@ def aux_layers(loaded: LoadedDrafter) -> dict:
 
 
 def describe(loaded: LoadedDrafter) -> dict:
-    ckpt, d = loaded.checkpoint, loaded.drafter
+    """The inspect report of ``loaded``: the checkpoint's files and dialect, the drafter's shape and how it is read,
+    its tensors and provenance, the findings (schemas/inspect.schema.json)."""
+    tensors = _tensor_rows(loaded)
+    findings = [n.to_dict() for n in loaded.notes + hints(loaded)]  # under "findings", as validate's are
+    return {
+        **_checkpoint_part(loaded),
+        **_drafter_part(loaded.drafter),
+        "aux_layers": aux_layers(loaded),
+        **_reading_part(loaded.drafter),
+        **_contents_part(loaded, tensors),
+        "ambiguous": loaded.ambiguity is not None,
+        "ambiguity": loaded.ambiguity.to_dict() if loaded.ambiguity else None,
+        "unknown_tensors": loaded.unknown,
+        "findings": findings,
+        "notes": findings,  # the same list, under the key inspect used before; dropped at schema version 3
+        "tensors": tensors,
+    }
+
+
+def _tensor_rows(loaded: LoadedDrafter) -> list[dict]:
+    """One row per stored tensor: its name, the canonical name it maps to, shape, dtype, file and size."""
     to_canonical = {s: c for c, s in loaded.names.items()}
-    tensors = [
+    return [
         {
             "name": info.name,
             "canonical": to_canonical.get(info.name),
@@ -62,9 +82,13 @@ def describe(loaded: LoadedDrafter) -> dict:
             "file": info.file,
             "nbytes": info.nbytes,
         }
-        for info in ckpt.tensors.values()
+        for info in loaded.checkpoint.tensors.values()
     ]
-    findings = [n.to_dict() for n in loaded.notes + hints(loaded)]  # under "findings", as validate's are
+
+
+def _checkpoint_part(loaded: LoadedDrafter) -> dict:
+    """The files, and the dialect they were read as (detected with its evidence, or given) beside the candidates."""
+    ckpt = loaded.checkpoint
     return {
         "source": ckpt.label,
         "directory": str(ckpt.directory),
@@ -78,6 +102,12 @@ def describe(loaded: LoadedDrafter) -> dict:
             else {"dialect": loaded.dialect, "score": None, "evidence": ["given with --from"]}
         ),
         "candidates": [det.to_dict() for det in dialects.detect(ckpt) if det.score > 0],
+    }
+
+
+def _drafter_part(d: Drafter) -> dict:
+    """The drafter's shape: EAGLE version, attention, dimensions, vocab and what it ships."""
+    return {
         "eagle_version": d.eagle_version,
         "attention": d.attention,
         "dimensions": {
@@ -98,7 +128,12 @@ def describe(loaded: LoadedDrafter) -> dict:
             "embed_tokens": d.ships_embed,
             "lm_head": "factorised" if d.low_rank_lm_head else d.ships_lm_head,
         },
-        "aux_layers": aux_layers(loaded),
+    }
+
+
+def _reading_part(d: Drafter) -> dict:
+    """How the drafter runs: flags, the norm_output reading, window, P-EAGLE, rope, norm eps, verifier, dtype."""
+    return {
         "flags": d.flags.__dict__,
         "norm_output_semantics": (
             {"reading": d.norm_output_semantics, "certain": d.norm_output_certain} if d.norm_output_semantics else None
@@ -117,23 +152,24 @@ def describe(loaded: LoadedDrafter) -> dict:
         "rms_norm_eps": d.rms_norm_eps,
         "verifier": d.verifier,
         "dtype": d.dtype,
+    }
+
+
+def _contents_part(loaded: LoadedDrafter, tensors: list[dict]) -> dict:
+    """What the files hold: dtypes, counts and sizes, and the provenance they record."""
+    ckpt, p = loaded.checkpoint, loaded.drafter.provenance
+    return {
         "dtypes": dict(Counter(t["dtype"] for t in tensors)),
         "num_tensors": len(tensors),
         "num_parameters": sum(info.numel for info in ckpt.tensors.values()),
         "total_bytes": ckpt.total_bytes,
         "provenance": {
-            "source_dialect": d.provenance.source_dialect,
-            "framework": d.provenance.framework,
-            "eaglekit_version": d.provenance.eaglekit_version,
-            "converted_from": d.provenance.converted_from,
-            "source_repo": d.provenance.source_repo,
-            "source_commit": d.provenance.source_commit,
-            "notes": list(d.provenance.notes),
+            "source_dialect": p.source_dialect,
+            "framework": p.framework,
+            "eaglekit_version": p.eaglekit_version,
+            "converted_from": p.converted_from,
+            "source_repo": p.source_repo,
+            "source_commit": p.source_commit,
+            "notes": list(p.notes),
         },
-        "ambiguous": loaded.ambiguity is not None,
-        "ambiguity": loaded.ambiguity.to_dict() if loaded.ambiguity else None,
-        "unknown_tensors": loaded.unknown,
-        "findings": findings,
-        "notes": findings,  # the same list, under the key inspect used before; dropped at schema version 3
-        "tensors": tensors,
     }

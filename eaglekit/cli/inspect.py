@@ -59,39 +59,54 @@ def _other_family(r: dict) -> str:
     )
 
 
-def render(r: dict) -> str:
-    if r.get("family"):
-        return _other_family(r)
+def _attention(r: dict) -> str:
+    """The attention row: MLA's ranks, or the GQA family's heads."""
     dims = r["dimensions"]
     if r["attention"] == "mla":
         m = dims["mla"]
-        attention = (
+        return (
             f"MLA: {dims['num_heads']} heads, q_lora {m['q_lora_rank']}, kv_lora {m['kv_lora_rank']}, "
             f"nope {m['qk_nope_head_dim']}, rope {m['qk_rope_head_dim']}, v {m['v_head_dim']}"
         )
-    else:
-        family = {"llama": "Llama GQA", "qwen3": "Qwen3 GQA (q/k norm)"}[r["attention"]]
-        attention = f"{family}: {dims['num_heads']} heads, {dims['num_kv_heads']} kv heads, head_dim {dims['head_dim']}"
-    vocab = r["vocab"]
-    maps = [m for m in ("d2t", "t2d") if vocab[m]]
+    family = {"llama": "Llama GQA", "qwen3": "Qwen3 GQA (q/k norm)"}[r["attention"]]
+    return f"{family}: {dims['num_heads']} heads, {dims['num_kv_heads']} kv heads, head_dim {dims['head_dim']}"
+
+
+def _aux_text(r: dict) -> str:
+    """The aux layers row: the ids as read (and as vLLM counts them), or what an ambiguous checkpoint leaves open."""
     aux = r["aux_layers"]
-    if aux["ids"] is None:
-        aux_text = f"not recorded: engine default applies ({aux['num_aux']} states fused)"
-    elif aux["convention"] == "input":
-        aux_text = f"{aux['ids']} input-of-layer (vLLM convention)"
-    else:
-        aux_text = f"{aux['ids']} output-of-layer = {aux['input_ids']} input-of-layer (vLLM)"
     if r.get("ambiguity"):
         amb = r["ambiguity"]
         what = "which dialect" if amb["kind"] == "dialect" else "which convention"
-        aux_text = f"AMBIGUOUS ({what}): eaglekit does not choose; {amb['decide']}"
+        return f"AMBIGUOUS ({what}): eaglekit does not choose; {amb['decide']}"
+    if aux["ids"] is None:
+        return f"not recorded: engine default applies ({aux['num_aux']} states fused)"
+    if aux["convention"] == "input":
+        return f"{aux['ids']} input-of-layer (vLLM convention)"
+    return f"{aux['ids']} output-of-layer = {aux['input_ids']} input-of-layer (vLLM)"
+
+
+def _reading_rows(r: dict) -> list[tuple[str, str]]:
+    """One row under the aux layers per reading an ambiguous checkpoint allows."""
+    return [
+        (
+            "",
+            f"reading {r_['dialect']}"
+            + (f" (score {r_['score']})" if r_["score"] is not None else "")
+            + ": "
+            + (f"{r_['ids']} {r_['convention']}-of-layer = " if r_["convention"] == "output" else "")
+            + f"{r_['input_ids']} input-of-layer; {r_['why']}",
+        )
+        for r_ in (r.get("ambiguity") or {}).get("readings", [])
+    ]
+
+
+def _identity_rows(r: dict) -> list[tuple[str, str]]:
+    """What the checkpoint is: its files, its dialect (with the evidence), its EAGLE version, P-EAGLE."""
     det = r["dialect"]
-    rope = f"theta {r['rope']['theta']:g}" + (
-        f", {r['rope']['scaling']['rope_type']} scaling" if r["rope"]["scaling"] else ""
-    )
     set_31 = [flag for flag in ("fc_norm", "norm_output") if r["flags"][flag]]
     version = r["eagle_version"] + (f" ({', '.join(set_31)})" if set_31 else "")
-    rows = [
+    return [
         (
             "checkpoint",
             (
@@ -107,7 +122,15 @@ def render(r: dict) -> str:
         ),
         ("EAGLE", version),
         *([("parallel", _parallel(r["parallel"]))] if r.get("parallel") else []),
-        ("attention", attention),
+    ]
+
+
+def _shape_rows(r: dict) -> list[tuple[str, str]]:
+    """The drafter's shape: attention, dimensions, vocab and its maps, the tensors it ships."""
+    dims, vocab = r["dimensions"], r["vocab"]
+    maps = [m for m in ("d2t", "t2d") if vocab[m]]
+    return [
+        ("attention", _attention(r)),
         (
             "dimensions",
             (
@@ -127,23 +150,28 @@ def render(r: dict) -> str:
                 f" {vocab['lm_head'] if vocab['lm_head'] == 'factorised' else ('yes' if vocab['lm_head'] else 'no')}"
             ),
         ),
-        ("aux layers", aux_text),
-        *[
-            (
-                "",
-                f"reading {r_['dialect']}"
-                + (f" (score {r_['score']})" if r_["score"] is not None else "")
-                + ": "
-                + (f"{r_['ids']} {r_['convention']}-of-layer = " if r_["convention"] == "output" else "")
-                + f"{r_['input_ids']} input-of-layer; {r_['why']}",
-            )
-            for r_ in (r.get("ambiguity") or {}).get("readings", [])
-        ],
+    ]
+
+
+def _how_read_rows(r: dict) -> list[tuple[str, str]]:
+    """How the drafter is read: aux layers (and the readings), flags, norm_output, window, rope, verifier."""
+    rope = f"theta {r['rope']['theta']:g}" + (
+        f", {r['rope']['scaling']['rope_type']} scaling" if r["rope"]["scaling"] else ""
+    )
+    return [
+        ("aux layers", _aux_text(r)),
+        *_reading_rows(r),
         ("flags", _flags(r["flags"])),
         *([("norm_output", _semantics(r["norm_output_semantics"]))] if r.get("norm_output_semantics") else []),
         *([("window", _window(r["window"]))] if r.get("window") else []),
         ("rope", rope),
         ("verifier", r["verifier"] or "not recorded"),
+    ]
+
+
+def _contents_rows(r: dict) -> list[tuple[str, str]]:
+    """What the files hold: tensors and dtypes, provenance and its notes, tensors no dialect names."""
+    rows = [
         (
             "tensors",
             f"{r['num_tensors']} ({r['num_parameters']:,} parameters, {human_bytes(r['total_bytes'])}); "
@@ -163,7 +191,15 @@ def render(r: dict) -> str:
         rows.append(
             ("unknown", ", ".join(r["unknown_tensors"][:8]) + (" ..." if len(r["unknown_tensors"]) > 8 else ""))
         )
-    text = table(rows)
+    return rows
+
+
+def render(r: dict) -> str:
+    """The inspect report as a table: what the checkpoint is, its shape, how it is read, what its files hold; then
+    the findings."""
+    if r.get("family"):
+        return _other_family(r)
+    text = table([*_identity_rows(r), *_shape_rows(r), *_how_read_rows(r), *_contents_rows(r)])
     notes = [Finding(**n) for n in r["findings"]]
     if notes:
         text += "\n" + findings_text(notes)

@@ -87,7 +87,8 @@ def _llamacpp_lines(a: dict) -> list[str]:
     return lines
 
 
-def render(r: dict) -> str:
+def _header_lines(r: dict) -> list[str]:
+    """What ran: the drafter on the target, device, dtype, K, aux layers; the vLLM that ran the target, if one did."""
     lines = [
         f"verify {printable(r['drafter'])} ({r['dialect']}, EAGLE {r['eagle_version']}) on {printable(r['target'])},"
         f" {r['device']} {r['dtype']}, K={r['num_speculative_tokens']}, aux layers {r['aux_layer_ids']}"
@@ -99,6 +100,11 @@ def render(r: dict) -> str:
             f"  target run by vLLM {e['vllm_version'] or e['engine']} ({_layout(e['parallel'])}), states captured by"
             " its extract_hidden_states" + "".join(f"; {w}" for w in e["workarounds"])
         )
+    return lines
+
+
+def _acceptance_lines(r: dict) -> list[str]:
+    """Acceptance per prompt (a table), then over all prompts both ways, then the simulation's pace."""
     rows = [("prompt", "category", "tokens", "trajectory", "every position")]
     for p in r["prompts"]:
         rows.append(
@@ -110,7 +116,7 @@ def render(r: dict) -> str:
                 f"{p['every_position']['acceptance_length']:.3f}",
             )
         )
-    lines.append(table(rows, indent="  "))
+    lines = [table(rows, indent="  ")]
     lines.append(f"acceptance, as a greedy vLLM run would count it:  {_counters(r['trajectory'])}")
     lines.append(f"acceptance, over every position:                  {_counters(r['every_position'])}")
     t = r["throughput"]
@@ -119,60 +125,90 @@ def render(r: dict) -> str:
             f"simulation: {t['drafted_tokens']} drafted tokens in {t['seconds']:.2f}s"
             f" ({t['drafted_tokens_per_second']:.0f} tokens/s)"
         )
-    if r.get("reference"):
-        ref = r["reference"]
-        steps = "; ".join(
-            f"step {s['step']}: max|dlogit| {s['max_abs_logit_diff']:.3g}, agree {s['token_agreement']:.1%}"
-            for s in ref["steps"]
+    return lines
+
+
+def _reference_lines(r: dict) -> list[str]:
+    """``--reference``: the other checkpoint's acceptance and its logit parity per draft step."""
+    if not r.get("reference"):
+        return []
+    ref = r["reference"]
+    steps = "; ".join(
+        f"step {s['step']}: max|dlogit| {s['max_abs_logit_diff']:.3g}, agree {s['token_agreement']:.1%}"
+        for s in ref["steps"]
+    )
+    return [f"reference {ref['path']}: AL {ref['acceptance_length']:.3f}; {steps}"]
+
+
+def _engine_lines(r: dict) -> list[str]:
+    """``--engine``: acceptance as served beside as intended, and the engine's findings not said by a FAIL below."""
+    if not r.get("engine"):
+        return []
+    e = r["engine"]
+    lines = []
+    if e.get("engine_acceptance_length") is not None:
+        agreement = ", ".join(f"{a:.1%}" for a in e["token_agreement"])
+        lines.append(
+            f"{e['engine']}: AL {e['engine_acceptance_length']:.3f} as served vs"
+            f" {e['intended_acceptance_length']:.3f} as intended; the same draft token at {agreement} of"
+            " positions (step 1..K)"
         )
-        lines.append(f"reference {ref['path']}: AL {ref['acceptance_length']:.3f}; {steps}")
-    if r.get("engine"):
-        e = r["engine"]
-        if e.get("engine_acceptance_length") is not None:
-            agreement = ", ".join(f"{a:.1%}" for a in e["token_agreement"])
-            lines.append(
-                f"{e['engine']}: AL {e['engine_acceptance_length']:.3f} as served vs"
-                f" {e['intended_acceptance_length']:.3f} as intended; the same draft token at {agreement} of"
-                " positions (step 1..K)"
-            )
-        verdicts = " ".join(c["detail"] for c in r["checks"] if not c["passed"])
-        for f in e["findings"]:
-            said = f"{f['message']} — {f.get('effect', '')}"
-            if f["severity"] != "info" and said not in verdicts:  # a cause of a FAIL below is said there, once
-                lines.append(f"  [{f['check']}] {printable(said)}")
+    verdicts = " ".join(c["detail"] for c in r["checks"] if not c["passed"])
+    for f in e["findings"]:
+        said = f"{f['message']} — {f.get('effect', '')}"
+        if f["severity"] != "info" and said not in verdicts:  # a cause of a FAIL below is said there, once
+            lines.append(f"  [{f['check']}] {printable(said)}")
+    return lines
+
+
+def _vllm_lines(a: dict) -> list[str]:
+    """``--against vllm``: vLLM's own counters, and for a P-EAGLE drafter each reading simulated beside them."""
+    lines = [f"vLLM {a.get('vllm_version', '')}: " + (_counters(a["vllm"]) if a.get("vllm") else a.get("status", ""))]
+    if a.get("readings"):  # a P-EAGLE drafter: each reading vLLM can take, beside the trained one
+        lines.append(f"  simulated, vLLM's parallel reading:  {_counters(a['readings']['vllm_parallel'])}")
+        lines.append(f"  simulated, the trained reading:      {_counters(a['readings']['trained'])}")
+        chain = a.get("chain") or {}
+        if chain.get("vllm"):
+            lines.append(f"vLLM {a.get('vllm_version', '')} without parallel_drafting: {_counters(chain['vllm'])}")
+            lines.append(f"  simulated, vLLM's chain reading:     {_counters(a['readings']['vllm_chain'])}")
+        elif chain.get("status"):
+            lines.append(chain["status"])
+    if a.get("batched"):
+        lines.append(f"vLLM, the prompts served together: {_counters(a['batched']['vllm'])}")
+    return lines
+
+
+def _against_lines(r: dict) -> list[str]:
+    """``--against``: llama-server's lines or vLLM's."""
     if r.get("against") and "build" in r["against"]:
-        lines += _llamacpp_lines(r["against"])
-    elif r.get("against"):
-        a = r["against"]
+        return _llamacpp_lines(r["against"])
+    if r.get("against"):
+        return _vllm_lines(r["against"])
+    return []
+
+
+def _readings_lines(r: dict) -> list[str]:
+    """The readings the files cannot tell apart, each measured, and which one the drafter was trained with."""
+    if not r.get("readings"):
+        return []
+    lines = ["readings the files cannot tell apart, measured on these prompts:"]
+    for m in r["readings"]["measured"]:
         lines.append(
-            f"vLLM {a.get('vllm_version', '')}: " + (_counters(a["vllm"]) if a.get("vllm") else a.get("status", ""))
+            f"  {m['reading']}: AL {m['acceptance_length']:.3f} (every position"
+            f" {m['every_position_acceptance_length']:.3f})"
         )
-        if a.get("readings"):  # a P-EAGLE drafter: each reading vLLM can take, beside the trained one
-            lines.append(f"  simulated, vLLM's parallel reading:  {_counters(a['readings']['vllm_parallel'])}")
-            lines.append(f"  simulated, the trained reading:      {_counters(a['readings']['trained'])}")
-            chain = a.get("chain") or {}
-            if chain.get("vllm"):
-                lines.append(f"vLLM {a.get('vllm_version', '')} without parallel_drafting: {_counters(chain['vllm'])}")
-                lines.append(f"  simulated, vLLM's chain reading:     {_counters(a['readings']['vllm_chain'])}")
-            elif chain.get("status"):
-                lines.append(chain["status"])
-        if a.get("batched"):
-            lines.append(f"vLLM, the prompts served together: {_counters(a['batched']['vllm'])}")
-    if r.get("readings"):
-        lines.append("readings the files cannot tell apart, measured on these prompts:")
-        for m in r["readings"]["measured"]:
-            lines.append(
-                f"  {m['reading']}: AL {m['acceptance_length']:.3f} (every position"
-                f" {m['every_position_acceptance_length']:.3f})"
-            )
-        verdict = r["readings"]["trained_with"]
-        lines.append(
-            f"  trained with: {verdict}"
-            if verdict
-            else f"  no reading wins decisively ({r['readings']['rule']}): more prompts may tell"
-        )
-    for f in r["findings"]:
-        lines.append(f"{f['severity']}: [{f['check']}] {printable(f['message'])}")
+    verdict = r["readings"]["trained_with"]
+    lines.append(
+        f"  trained with: {verdict}"
+        if verdict
+        else f"  no reading wins decisively ({r['readings']['rule']}): more prompts may tell"
+    )
+    return lines
+
+
+def _verdict_lines(r: dict) -> list[str]:
+    """The findings, each check's PASS or FAIL, and the result."""
+    lines = [f"{f['severity']}: [{f['check']}] {printable(f['message'])}" for f in r["findings"]]
     for c in r["checks"]:
         lines.append(f"{'PASS' if c['passed'] else 'FAIL'}  {c['name']}: {printable(c['detail'])}")
     if not r["checks"]:
@@ -181,7 +217,22 @@ def render(r: dict) -> str:
         )
     else:
         lines.append(f"result: {'PASSED' if r['passed'] else 'FAILED'}")
-    return "\n".join(lines)
+    return lines
+
+
+def render(r: dict) -> str:
+    """The verify report as text: what ran, acceptance, each parity asked for, the readings, then the verdict."""
+    return "\n".join(
+        [
+            *_header_lines(r),
+            *_acceptance_lines(r),
+            *_reference_lines(r),
+            *_engine_lines(r),
+            *_against_lines(r),
+            *_readings_lines(r),
+            *_verdict_lines(r),
+        ]
+    )
 
 
 @click.command("verify")
@@ -259,34 +310,7 @@ def render(r: dict) -> str:
 @norm_output_option
 @revision_option
 @json_option
-def verify_command(
-    path,
-    target,
-    prompts_file,
-    raw_prompts,
-    num_prompts,
-    max_new_tokens,
-    k,
-    engine,
-    reference,
-    against,
-    target_engine,
-    vllm_python,
-    parallel,
-    min_acceptance_length,
-    device,
-    dtype,
-    threads,
-    batch_size,
-    device_map,
-    hidden_states,
-    atol,
-    report_path,
-    source_dialect,
-    norm_output_semantics,
-    revision,
-    json_mode,
-):
+def verify_command(path, target, prompts_file, report_path, json_mode, **options):
     """Run the drafter PATH on the target's real hidden states: greedy continuations, aux states, a K-step chain at
     every position, and acceptance with vLLM's definitions (AL = 1 + accepted / drafts). Exit 1 when a threshold or
     a parity check fails.
@@ -300,42 +324,27 @@ def verify_command(
       eaglekit verify ./for-vllm --target ./target-dir --target-engine vllm==0.32.0 --tensor-parallel-size 2
     """
     output = Output(json_mode)
-    if vllm_python and not against:
+    _refuse_before_running(path, target, prompts_file, report_path, options)
+    # every other option is the api.verify (VerifyOptions) argument of the same name, passed through as it is
+    result = api.verify(path, target=target, prompts=prompts_file, progress=output.count_progress, **options)
+    _emit(output, result, report_path)
+
+
+def _refuse_before_running(path, target, prompts_file, report_path, options: dict) -> None:
+    """What the command line alone can refuse: --vllm-python without --against, a --report that would overwrite an
+    input."""
+    if options["vllm_python"] and not options["against"]:
         raise click.UsageError("--vllm-python runs vLLM for --against: give --against vllm (or vllm==X) too")
     if report_path:
         check_output_file(
             report_path,
-            inputs=(path, target, prompts_file, reference, hidden_states),
+            inputs=(path, target, prompts_file, options["reference"], options["hidden_states"]),
             kept_beside=(path, VERIFY_REPORT),
         )
 
-    result = api.verify(
-        path,
-        target=target,
-        prompts=prompts_file,
-        raw_prompts=raw_prompts,
-        num_prompts=num_prompts,
-        max_new_tokens=max_new_tokens,
-        k=k,
-        engine=engine,
-        reference=reference,
-        against=against,
-        min_acceptance_length=min_acceptance_length,
-        device=device,
-        dtype=dtype,
-        device_map=device_map,
-        hidden_states=hidden_states,
-        source_dialect=source_dialect,
-        atol=atol,
-        progress=output.count_progress,
-        vllm_python=vllm_python,
-        target_engine=target_engine,
-        parallel=parallel,
-        norm_output_semantics=norm_output_semantics,
-        revision=revision,
-        threads=threads,
-        batch_size=batch_size,
-    )
+
+def _emit(output: Output, result, report_path) -> None:
+    """The report written to --report, the Hub origin noted, the report shown; exit 1 when a check failed."""
     if report_path:
         write_file_atomically(report_path, json.dumps(result.data, indent=2) + "\n")
     note = origin_note(result.data.get("origin"))

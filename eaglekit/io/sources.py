@@ -71,51 +71,82 @@ def open_source(
     text = str(source)
     path = Path(text).expanduser()
     if path.exists():
-        if revision:
-            raise UsageError(f"--revision {revision}: {text} is a local path, not a Hub id")
-        located = locate(path, what)
-        yield Located(
-            located.directory, located.roots, label=text, origin={"kind": "local", "path": text}, file=located.file
-        )
+        yield _local(path, text, revision, what)
         return
     repo_id, rev = split_revision(text, revision)
     refuse_missing(text, what, revision)
     from .. import hub
 
     if hub.offline():
-        directory = from_hub_cache(repo_id, rev)
-        if directory is None:
-            raise CheckpointError(
-                f"{text}: no such directory, and not a Hub repo in the local cache (offline: HF_HUB_OFFLINE=1; fetch it"
-                f" first with `hf download {repo_id}{f' --revision {rev}' if rev else ''}`)"
-            )
-        origin = {
-            "kind": "hub-cache",
-            "repo_id": repo_id,
-            "revision": rev or "main",
-            "commit": directory.name,
-            "downloaded": True,
-        }
+        yield _from_hub_cache(text, repo_id, rev)
+        return
+    reached = _reach_hub(text, repo_id, rev, mode, allow_patterns, endpoint, token)
+    if mode == "download":
+        directory, commit = reached
+        origin = {"kind": "hub", "repo_id": repo_id, "revision": rev or "main", "commit": commit, "downloaded": True}
         yield Located(directory, roots_for(directory.resolve()), hub_id=repo_id, label=text, origin=origin)
         return
+    with _header_stub(reached, text, repo_id) as located:
+        yield located
+
+
+def _local(path: Path, text: str, revision: str | None, what: str) -> Located:
+    """A local path (which has no revision), located."""
+    if revision:
+        raise UsageError(f"--revision {revision}: {text} is a local path, not a Hub id")
+    located = locate(path, what)
+    return Located(
+        located.directory, located.roots, label=text, origin={"kind": "local", "path": text}, file=located.file
+    )
+
+
+def _from_hub_cache(text: str, repo_id: str, rev: str | None) -> Located:
+    """Offline: the snapshot of ``repo_id`` in the local Hub cache, or an error saying how to fetch it."""
+    directory = from_hub_cache(repo_id, rev)
+    if directory is None:
+        raise CheckpointError(
+            f"{text}: no such directory, and not a Hub repo in the local cache (offline: HF_HUB_OFFLINE=1; fetch it"
+            f" first with `hf download {repo_id}{f' --revision {rev}' if rev else ''}`)"
+        )
+    origin = {
+        "kind": "hub-cache",
+        "repo_id": repo_id,
+        "revision": rev or "main",
+        "commit": directory.name,
+        "downloaded": True,
+    }
+    return Located(directory, roots_for(directory.resolve()), hub_id=repo_id, label=text, origin=origin)
+
+
+def _reach_hub(
+    text: str,
+    repo_id: str,
+    rev: str | None,
+    mode: str,
+    allow_patterns: Sequence[str],
+    endpoint: str | None,
+    token: str | None,
+):
+    """The Hub asked for ``repo_id``: a download, (directory, commit), or a remote repo to read headers from; an error
+    that says the argument was no local path either."""
+    from .. import hub
+
     # `models/drafter` where models/ is a folder here: most likely a mistyped path, so the Hub is asked once, not
     # retried
     namespace = Path(repo_id.split("/")[0])
     looks_local = namespace.is_dir()
     try:
         if mode == "download":
-            directory, commit = hub.download(
-                repo_id, rev, allow_patterns=allow_patterns, endpoint=endpoint, token=token
-            )
-        else:
-            remote = hub.open_remote(repo_id, rev, endpoint=endpoint, token=token, retry=not looks_local)
+            return hub.download(repo_id, rev, allow_patterns=allow_patterns, endpoint=endpoint, token=token)
+        return hub.open_remote(repo_id, rev, endpoint=endpoint, token=token, retry=not looks_local)
     except HubError as exc:  # it was no local path either: say both
         here = f" ({namespace}/ is a folder here, without {repo_id.split('/')[1]})" if looks_local else ""
         raise type(exc)(f"{text}: no such local directory{here}, and as a Hub repo id: {exc}") from None
-    if mode == "download":
-        origin = {"kind": "hub", "repo_id": repo_id, "revision": rev or "main", "commit": commit, "downloaded": True}
-        yield Located(directory, roots_for(directory.resolve()), hub_id=repo_id, label=text, origin=origin)
-        return
+
+
+@contextmanager
+def _header_stub(remote, text: str, repo_id: str) -> Iterator[Located]:
+    """A temporary directory holding the remote repo's config and safetensors headers, deleted afterwards."""
     from .remote import fetch_headers
 
     stub = Path(tempfile.mkdtemp(prefix="eaglekit-remote-"))
