@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from eaglekit import api, dialects, schemas
-from eaglekit.drift.run import bucket_edges, per_depth
+from eaglekit.drift.figures import per_depth
+from eaglekit.drift.inputs import bucket_edges
 from eaglekit.reference.model import ReferenceDrafter, weights_for
 from eaglekit.reference.record import DriftRecorder
 from eaglekit.reference.simulate import Counters, chains_from, continuation_length, first_pass
@@ -446,7 +447,7 @@ def test_built_in_inputs_fit_the_context_they_are_given_or_it_says_why(pair31, c
     where the context leaves no room for framing and continuation, one line says so before any decoding."""
     from transformers import AutoTokenizer
 
-    from eaglekit.drift.run import long_records
+    from eaglekit.drift.inputs import long_records
     from eaglekit.verify.prompts import chat_ids
 
     tokenizer = AutoTokenizer.from_pretrained(str(chat_target))
