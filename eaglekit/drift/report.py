@@ -33,10 +33,20 @@ def _f(x, digits: int = 3) -> str:
 
 def tables(r: dict) -> list[tuple[str, list[tuple[str, ...]]]]:
     """(title, rows with a header row first) for every table of the report."""
+    out = [_acceptance_table(r), _depth_table(r), _context_table(r)]
+    if r.get("fc_input"):
+        out.append(_fc_input_table(r))
+    if r.get("sampling"):
+        out.append(_sampling_table(r))
+    if r.get("variants"):
+        out.append(_variants_table(r))
+    return out
+
+
+def _acceptance_table(r: dict) -> tuple[str, list[tuple[str, ...]]]:
+    """Acceptance length as a greedy vLLM run counts it and over every position, with --compare's and the ratio."""
     other = r.get("compare")
     names = ["drafter"] + (["compare", "ratio"] if other else [])
-    out = []
-
     rows = [("", *names)]
     mine_acc = r["acceptance"]
     for key, label in (("trajectory", "AL, as a greedy vLLM run counts it"), ("every_position", "AL, every position")):
@@ -47,47 +57,54 @@ def tables(r: dict) -> list[tuple[str, list[tuple[str, ...]]]]:
                 _f(other["ratios"]["acceptance_length" if key == "trajectory" else "every_position_acceptance_length"]),
             ]
         rows.append(tuple(row))
-    out.append(("Acceptance length (AL = 1 + accepted / drafts)", rows))
+    return ("Acceptance length (AL = 1 + accepted / drafts)", rows)
 
-    def depth_rows(mine: list[dict], theirs: list[dict] | None, ratio: list[dict] | None):
-        head = ["step", "accept", "accept|prev", "sink attn", "own attn", "feedback |h|", "|h|/|h1|"]
-        if theirs:
-            head += ["cmp accept", "cmp sink", "cmp own", "cmp |h|/|h1|", "ratio accept", "ratio sink", "ratio own"]
-        rows = [tuple(head)]
-        for i, m in enumerate(mine):
-            row = [
-                str(m["step"]),
-                _f(m["acceptance_rate"]),
-                _f(m["conditional_acceptance_rate"]),
-                _f(m["sink_attention"]),
-                _f(m["own_draft_attention"]),
-                _f(m["feedback_norm"], 2),
-                _f(m["feedback_norm_relative"]),
-            ]
-            if theirs:
-                t, q = theirs[i], ratio[i]
-                row += [
-                    _f(t["acceptance_rate"]),
-                    _f(t["sink_attention"]),
-                    _f(t["own_draft_attention"]),
-                    _f(t["feedback_norm_relative"]),
-                    _f(q["acceptance_rate"]),
-                    _f(q["sink_attention"]),
-                    _f(q["own_draft_attention"]),
-                ]
-            rows.append(tuple(row))
-        return rows
 
-    out.append(
+def _depth_table(r: dict) -> tuple[str, list[tuple[str, ...]]]:
+    """Per draft step: acceptance, attention on the sinks and on the chain's own drafts, the fed-back norm."""
+    other = r.get("compare")
+    return (
         (
-            (
-                f"Per draft step (attention on the first {r['sink_tokens']} positions and on the chain's own drafts,"
-                " over heads, layers and chains)"
-            ),
-            depth_rows(r["per_depth"], other and other["per_depth"], other and other["ratios"]["per_depth"]),
-        )
+            f"Per draft step (attention on the first {r['sink_tokens']} positions and on the chain's own drafts,"
+            " over heads, layers and chains)"
+        ),
+        _depth_rows(r["per_depth"], other and other["per_depth"], other and other["ratios"]["per_depth"]),
     )
 
+
+def _depth_rows(mine: list[dict], theirs: list[dict] | None, ratio: list[dict] | None) -> list[tuple[str, ...]]:
+    head = ["step", "accept", "accept|prev", "sink attn", "own attn", "feedback |h|", "|h|/|h1|"]
+    if theirs:
+        head += ["cmp accept", "cmp sink", "cmp own", "cmp |h|/|h1|", "ratio accept", "ratio sink", "ratio own"]
+    rows = [tuple(head)]
+    for i, m in enumerate(mine):
+        row = [
+            str(m["step"]),
+            _f(m["acceptance_rate"]),
+            _f(m["conditional_acceptance_rate"]),
+            _f(m["sink_attention"]),
+            _f(m["own_draft_attention"]),
+            _f(m["feedback_norm"], 2),
+            _f(m["feedback_norm_relative"]),
+        ]
+        if theirs:
+            t, q = theirs[i], ratio[i]
+            row += [
+                _f(t["acceptance_rate"]),
+                _f(t["sink_attention"]),
+                _f(t["own_draft_attention"]),
+                _f(t["feedback_norm_relative"]),
+                _f(q["acceptance_rate"]),
+                _f(q["sink_attention"]),
+                _f(q["own_draft_attention"]),
+            ]
+        rows.append(tuple(row))
+    return rows
+
+
+def _context_table(r: dict) -> tuple[str, list[tuple[str, ...]]]:
+    """Acceptance per context bucket (where the chain starts), with the last step's attention."""
+    other = r.get("compare")
     rows = [("context", "chains", "AL", *(["cmp AL", "ratio"] if other else []), "sink attn @K", "own attn @K")]
     theirs = {b["bucket"]: b for b in other["by_context_length"]} if other else {}
     ratio_b = {b["bucket"]: b for b in other["ratios"]["by_context_length"]} if other else {}
@@ -101,87 +118,91 @@ def tables(r: dict) -> list[tuple[str, list[tuple[str, ...]]]]:
             ]
         row += [_f(last["sink_attention"]), _f(last["own_draft_attention"])]
         rows.append(tuple(row))
-    out.append(("Acceptance by absolute position of the chain's start (every position)", rows))
+    return ("Acceptance by absolute position of the chain's start (every position)", rows)
 
-    if r.get("fc_input"):
-        n = len(r["fc_input"]["chunk_norms"])
-        rows = [("", *[f"aux {i}" for i in range(n)], "max/min")]
-        for label, side in (("drafter", r), ("compare", other)):
-            if side and side.get("fc_input"):
-                fc = side["fc_input"]
-                rows.append((f"{label} |chunk|", *[_f(x, 2) for x in fc["chunk_norms"]], _f(fc["max_over_min"], 2)))
-                rows.append((f"{label} share", *[_f(x) for x in fc["chunk_shares"]], ""))
-        out.append(("Fused input balance: each aux chunk's norm as it enters fc (after input_norm / fc_norm)", rows))
 
-    if r.get("sampling"):
-        s = r["sampling"]
-        cmp = other.get("sampling") if other else None
-        rows = [("", "drafter", *(["compare", "ratio"] if cmp else []))]
-        for label, key in (
-            ("expected AL", "acceptance_length"),
-            ("greedy AL, same chains", "greedy_acceptance_length"),
-        ):
-            rows.append((label, _f(s[key]), *([_f(cmp[key]), _f(_ratio(s[key], cmp[key]))] if cmp else [])))
-        for i, rate in enumerate(s["per_position_rate"]):
-            rows.append(
-                (
-                    f"P(step {i + 1} accepted)",
-                    _f(rate),
-                    *([_f(cmp["per_position_rate"][i]), _f(_ratio(rate, cmp["per_position_rate"][i]))] if cmp else []),
-                )
-            )
-        out.append(
+def _fc_input_table(r: dict) -> tuple[str, list[tuple[str, ...]]]:
+    """Each aux chunk's norm as it enters fc, and its share, for each drafter."""
+    other = r.get("compare")
+    n = len(r["fc_input"]["chunk_norms"])
+    rows = [("", *[f"aux {i}" for i in range(n)], "max/min")]
+    for label, side in (("drafter", r), ("compare", other)):
+        if side and side.get("fc_input"):
+            fc = side["fc_input"]
+            rows.append((f"{label} |chunk|", *[_f(x, 2) for x in fc["chunk_norms"]], _f(fc["max_over_min"], 2)))
+            rows.append((f"{label} share", *[_f(x) for x in fc["chunk_shares"]], ""))
+    return ("Fused input balance: each aux chunk's norm as it enters fc (after input_norm / fc_norm)", rows)
+
+
+def _sampling_table(r: dict) -> tuple[str, list[tuple[str, ...]]]:
+    """--temperature: the expected acceptance beside the greedy one on the same chains, and per step."""
+    other = r.get("compare")
+    s = r["sampling"]
+    cmp = other.get("sampling") if other else None
+    rows = [("", "drafter", *(["compare", "ratio"] if cmp else []))]
+    for label, key in (
+        ("expected AL", "acceptance_length"),
+        ("greedy AL, same chains", "greedy_acceptance_length"),
+    ):
+        rows.append((label, _f(s[key]), *([_f(cmp[key]), _f(_ratio(s[key], cmp[key]))] if cmp else [])))
+    for i, rate in enumerate(s["per_position_rate"]):
+        rows.append(
             (
-                (
-                    f"Sampling (temperature {s['temperature']:g}, top-p {s['top_p']:g}): expected acceptance under"
-                    f" vLLM's rejection sampler, every position, {s['num_drafts']} drafts"
-                ),
-                rows,
+                f"P(step {i + 1} accepted)",
+                _f(rate),
+                *([_f(cmp["per_position_rate"][i]), _f(_ratio(rate, cmp["per_position_rate"][i]))] if cmp else []),
             )
         )
+    return (
+        (
+            f"Sampling (temperature {s['temperature']:g}, top-p {s['top_p']:g}): expected acceptance under"
+            f" vLLM's rejection sampler, every position, {s['num_drafts']} drafts"
+        ),
+        rows,
+    )
 
-    if r.get("variants"):
-        v = r["variants"]
-        rows = [("variant", "tokens", "AL", "AL every pos", *(["cmp AL", "cmp every pos", "ratio"] if other else []))]
-        for row in v["variants"]:
-            line = [
-                row["name"],
-                f"{min(row['tokens'])}-{max(row['tokens'])}",
-                _f(row["acceptance_length"]),
-                _f(row["every_position_acceptance_length"]),
+
+def _variants_table(r: dict) -> tuple[str, list[tuple[str, ...]]]:
+    """--variants: acceptance per prompt framing, and its spread across them."""
+    other = r.get("compare")
+    v = r["variants"]
+    rows = [("variant", "tokens", "AL", "AL every pos", *(["cmp AL", "cmp every pos", "ratio"] if other else []))]
+    for row in v["variants"]:
+        line = [
+            row["name"],
+            f"{min(row['tokens'])}-{max(row['tokens'])}",
+            _f(row["acceptance_length"]),
+            _f(row["every_position_acceptance_length"]),
+        ]
+        if other:
+            c = row["compare"]
+            line += [
+                _f(c["acceptance_length"]),
+                _f(c["every_position_acceptance_length"]),
+                _f(_ratio(row["acceptance_length"], c["acceptance_length"])),
             ]
-            if other:
-                c = row["compare"]
-                line += [
-                    _f(c["acceptance_length"]),
-                    _f(c["every_position_acceptance_length"]),
-                    _f(_ratio(row["acceptance_length"], c["acceptance_length"])),
-                ]
-            rows.append(tuple(line))
-        for label, key in (("spread (max-min)", "range"), ("range / mean", "relative_range"), ("std", "std")):
-            line = [
-                label,
+        rows.append(tuple(line))
+    for label, key in (("spread (max-min)", "range"), ("range / mean", "relative_range"), ("std", "std")):
+        line = [
+            label,
+            "",
+            _f(v["spread"]["acceptance_length"][key]),
+            _f(v["spread"]["every_position_acceptance_length"][key]),
+        ]
+        if other:
+            line += [
+                _f(v["compare_spread"]["acceptance_length"][key]),
+                _f(v["compare_spread"]["every_position_acceptance_length"][key]),
                 "",
-                _f(v["spread"]["acceptance_length"][key]),
-                _f(v["spread"]["every_position_acceptance_length"][key]),
             ]
-            if other:
-                line += [
-                    _f(v["compare_spread"]["acceptance_length"][key]),
-                    _f(v["compare_spread"]["every_position_acceptance_length"][key]),
-                    "",
-                ]
-            rows.append(tuple(line))
-        out.append(
-            (
-                (
-                    f"Acceptance per prompt variant (the same {v['inputs']} inputs, each framing with its own greedy"
-                    " continuation)"
-                ),
-                rows,
-            )
-        )
-    return out
+        rows.append(tuple(line))
+    return (
+        (
+            f"Acceptance per prompt variant (the same {v['inputs']} inputs, each framing with its own greedy"
+            " continuation)"
+        ),
+        rows,
+    )
 
 
 def _ratio(a, b):
