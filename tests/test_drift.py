@@ -15,10 +15,11 @@ import pytest
 import torch
 
 from eaglekit import api, dialects, schemas
+from eaglekit.drift.figures import per_depth
+from eaglekit.drift.inputs import bucket_edges
 from eaglekit.reference.model import ReferenceDrafter, weights_for
 from eaglekit.reference.record import DriftRecorder
 from eaglekit.reference.simulate import Counters, chains_from, continuation_length, first_pass
-from eaglekit.verify.drift import bucket_edges, per_depth
 
 import tiny_pair
 from drafters import Dims, write_vllm
@@ -300,7 +301,7 @@ def test_report_acceptance_equals_verify_and_files_are_valid(pair31, cli, tmp_pa
         assert (out / name).read_bytes().startswith(PNG)
     # the terminal prints the same tables
     from eaglekit.cli.drift import render
-    from eaglekit.drift_report import tables
+    from eaglekit.drift.report import tables
 
     text = render(data)
     for title, _ in tables(data):
@@ -319,9 +320,9 @@ def test_a_drafter_that_cannot_run_is_refused_before_the_target_decodes(pair31, 
     target lacks is refused at once, in run_checks' words."""
     import shutil
 
+    from eaglekit.drift.run import DriftOptions, drift
     from eaglekit.errors import UsageError
     from eaglekit.target.runner import TargetModel
-    from eaglekit.verify.drift import DriftOptions, drift
 
     bad = tmp_path / "bad"
     shutil.copytree(pair31["drafter"], bad)
@@ -361,7 +362,7 @@ def test_variants_each_framing_is_its_own_run_and_the_spread_is_theirs(pair31, c
     pytest.importorskip("matplotlib")
     from transformers import AutoTokenizer
 
-    from eaglekit.verify.variants import load_variants
+    from eaglekit.drift.variants import load_variants
 
     prompts = tmp_path / "text.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"t{i}", "prompt": t}) + "\n" for i, t in enumerate(TEXTS)))
@@ -446,7 +447,7 @@ def test_built_in_inputs_fit_the_context_they_are_given_or_it_says_why(pair31, c
     where the context leaves no room for framing and continuation, one line says so before any decoding."""
     from transformers import AutoTokenizer
 
-    from eaglekit.verify.drift import long_records
+    from eaglekit.drift.inputs import long_records
     from eaglekit.verify.prompts import chat_ids
 
     tokenizer = AutoTokenizer.from_pretrained(str(chat_target))
@@ -467,7 +468,7 @@ def test_built_in_inputs_fit_the_context_they_are_given_or_it_says_why(pair31, c
 def test_per_depth_figures_count_the_chains_acceptance_counts(pair31):
     """Every per-depth figure (attention, fed-back norm, fc input) is taken over the chains acceptance over every
     position counts: none whose K targets run past max_new_tokens (all were recorded: 2K - 1 more per prompt)."""
-    from eaglekit.verify.drift import DriftOptions, drift
+    from eaglekit.drift.run import DriftOptions, drift
 
     data = drift(
         str(pair31["drafter"]),
@@ -630,8 +631,8 @@ def test_every_plot_names_its_axes_its_categories_and_whose_figures_it_shows():
     from matplotlib.lines import Line2D
     from matplotlib.patches import Rectangle
 
-    from eaglekit.drift_plots import CAPTIONS, SIDE_STYLE, figures
-    from eaglekit.drift_report import PLOT_FILES, require_matplotlib
+    from eaglekit.drift.plots import CAPTIONS, SIDE_STYLE, figures
+    from eaglekit.drift.report import PLOT_FILES, require_matplotlib
 
     require_matplotlib()
     r = synthetic_report()
@@ -672,7 +673,7 @@ def _is_number(text: str) -> bool:
 
 def test_the_report_page_captions_each_plot_with_what_it_shows(fast_pair, cli, tmp_path):
     pytest.importorskip("matplotlib")
-    from eaglekit.drift_plots import CAPTIONS
+    from eaglekit.drift.plots import CAPTIONS
 
     out = tmp_path / "report"
     argv = ["drift", fast_pair["drafter"], "--target", fast_pair["target"], "--prompts", fast_pair["prompts"]]

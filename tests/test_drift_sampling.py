@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from eaglekit import dialects, schemas
-from eaglekit.verify.sampling import context_acceptance, prefix_acceptance, vllm_probs
+from eaglekit.drift.sampling import context_acceptance, prefix_acceptance, vllm_probs
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_top_p_from_the_largest_tokens_is_vllms_cut_to_the_bit():
     """top_p_probs takes the rows whose cut is certain from topk instead of sorting the vocabulary: the result is
     vLLM's code's (sort, softmax, cumulative sum) float for float, on peaked rows (topk), flat rows (more than k
     tokens stay: sorted), and rows built with a token exactly at the edge (its mass above = P: sorted)."""
-    from eaglekit.verify import sampling
+    from eaglekit.drift import sampling
 
     g = torch.Generator().manual_seed(5)
     rows = [torch.randn(64, 4096, generator=g) * scale for scale in (0.3, 2.0, 5.0, 12.0)]
@@ -146,8 +146,8 @@ def test_a_cache_that_is_not_the_whole_sequence_is_not_kept():
 def test_drift_sampling_makes_no_second_pass_and_gives_the_same_figures(pair31, monkeypatch):
     """With the passes kept while decoding, drift --temperature (and --compare, which drafts on the same caches)
     never runs a sequence pass; the figures are those of the old route (a pass per sequence) to fp32 noise."""
+    from eaglekit.drift.run import DriftOptions, drift
     from eaglekit.target import decode, runner
-    from eaglekit.verify.drift import DriftOptions, drift
 
     options = DriftOptions(
         target=str(pair31["target"]),

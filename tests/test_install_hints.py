@@ -29,7 +29,7 @@ def test_each_extra_is_installed_by_the_line_eaglekit_prints(extra):
 
 
 def test_drift_report_without_matplotlib_names_the_pip_command(cli, tmp_path, monkeypatch):
-    from eaglekit.drift_report import require_matplotlib
+    from eaglekit.drift.report import require_matplotlib
     from eaglekit.errors import MissingDependencyError
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)

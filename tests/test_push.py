@@ -684,7 +684,7 @@ def drift_report(tmp_path) -> Path:
 
 
 def test_report_puts_the_drift_figures_and_plots_into_one_commit(cli, hub, drafter, drift_report):
-    from eaglekit.drift_report import PLOTS, tables
+    from eaglekit.drift.report import PLOTS, tables
 
     report = json.loads((drift_report / "report.json").read_text())
     dry = push(cli, drafter, "tester/drafter", "--report", drift_report, "--dry-run").stdout

@@ -30,7 +30,7 @@ from ._output import Output, printable, table
 
 
 def render(r: dict) -> str:
-    from ..drift_report import tables
+    from ..drift.report import tables
 
     lines = [
         (
