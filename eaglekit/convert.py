@@ -35,7 +35,8 @@ from .io.writer import (
 )
 from .model.config_view import shown
 from .model.drafter import INPUT, UPGRADE_NOTE, AuxLayers, Drafter, default_aux_ids
-from .validate.checks import CheckInput, run_checks, t2d_from_d2t
+from .model.vocab_map import t2d_from_d2t
+from .validate.checks import CheckInput, run_checks
 
 if TYPE_CHECKING:  # a conversion without --target never loads the target's modules
     from .target import TargetConfig

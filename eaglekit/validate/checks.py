@@ -22,6 +22,7 @@ from ..model.config_view import finite_number, shown
 from ..model.drafter import ROPE_PARAMETERS, Drafter, Rope
 from ..model.hf_config import deepseek_attention, frequency_divisors
 from ..model.layout import check_tensors
+from ..model.vocab_map import mapped_ids, t2d_from_d2t  # noqa: F401 (t2d_from_d2t: re-exported)
 
 if TYPE_CHECKING:  # validate without --target never reads a target's config
     from ..target import TargetConfig
@@ -755,20 +756,6 @@ def _described(stated: Rope, loaded: Rope, keys: list[str], mla: bool, source: s
         value = f"{key} {loaded.parameters(mla)[key]:g}"
         text = text.replace(value, f"{value} ({source})")
     return text
-
-
-def mapped_ids(d2t: Sequence[int]) -> list[int]:
-    """arange(Vd) + d2t: the target id of each draft id."""
-    return [i + offset for i, offset in enumerate(d2t)]
-
-
-def t2d_from_d2t(d2t: Sequence[int], vocab_size: int) -> bytearray:
-    """The t2d mask d2t implies, as the bytes of a bool tensor of ``vocab_size`` (ids outside [0, V) are left out)."""
-    t2d = bytearray(vocab_size)
-    for target_id in mapped_ids(d2t):
-        if 0 <= target_id < vocab_size:
-            t2d[target_id] = 1
-    return t2d
 
 
 def _is_int_map(dtype: Any, shape: tuple[int, ...]) -> bool:
