@@ -75,17 +75,8 @@ def validate(
     norm_output_semantics: str = "auto",
 ) -> ValidationReport:
     """``target``: as the user gave it, or its config already read (a survey reads it once for every drafter)."""
-    if engine:
-        from .. import engines  # the engine rules load only when an engine is named
-
-    release = engines.parse(engine) if engine else None
-    target_cfg: TargetConfig | None = None
-    if target is not None and not isinstance(target, (str, Path)):
-        target_cfg = target  # read already
-    elif target:
-        from ..target import read_target_config  # the target's modules load only when a target is named
-
-        target_cfg = read_target_config(target)
+    release = _release(engine)
+    target_cfg = _target_config(target)
     try:
         loaded = dialects.load(
             source,
@@ -96,92 +87,137 @@ def validate(
     except ConfigError as exc:
         return _unreadable(source, source_dialect, exc, release, target_cfg, scan)
     with loaded:
-        d = loaded.drafter
         if target_cfg is not None:
-            d = d.with_(target_num_layers=target_cfg.num_layers)
-            loaded.drafter = d
+            loaded.drafter = loaded.drafter.with_(target_num_layers=target_cfg.num_layers)
         report = ValidationReport(
             str(source),
             loaded.dialect,
-            d.eagle_version,
+            loaded.drafter.eagle_version,
             release.label if release else None,
             target_cfg.source if target_cfg else None,
             scan,
         )
-        config = loaded.checkpoint.config or {}
         report.findings += loaded.notes
-        if loaded.ambiguity is not None:
-            report.ambiguity = loaded.ambiguity.to_dict()
-            check = "dialect.ambiguous" if loaded.ambiguity.kind == "dialect" else "aux.ambiguous"
-            where = dialects.get(loaded.dialect).aux_location(
-                config
-            )  # the key the ids were read from, where there is one
-            report.findings.append(
-                Finding(
-                    check, "warning", loaded.ambiguity.message() + f"; checked as the {loaded.dialect} reading", where
-                )
-            )
-        present = loaded.present()
-        remote = loaded.checkpoint.located.remote  # headers only: no tensor values to check
-        report.findings += run_checks(
-            CheckInput(
-                d,
-                present,
-                values=None if remote else loaded.read_values,
-                target=target_cfg,
-                config=config,
-                stored_name=loaded.stored_name,
-            )
-        )
-        if remote:
-            report.findings += _skipped_remotely(present, scan)
-        if not remote and target_cfg is not None and d.has_d2t and "lm_head.weight" in loaded.names:
-            target_head = _target_lm_head(target_cfg)
-            if target_head is not None:
-                from .scan import check_lm_head_order  # tensor math: torch
-
-                report.findings += check_lm_head_order(loaded.read("lm_head.weight"), loaded.read("d2t"), target_head)
+        _say_ambiguity(report, loaded)
+        report.findings += _invariants(loaded, target_cfg, scan)
         if release is not None:
-            depth = target_cfg.num_layers if target_cfg else None
-            view = engines.interpret(loaded, release, target_num_layers=depth)
-            from .next_steps import advise
-
-            view.findings = advise(loaded, release, view.findings, target_cfg)
-            restated = {RESTATED_FOR_THE_ENGINE[f.check] for f in view.findings if f.check in RESTATED_FOR_THE_ENGINE}
-            report.findings = [f for f in report.findings if f.check not in restated] + view.findings
-            # its findings are said once, in report.findings (each with its engine); the view keeps the verdict
-            report.engine_view = {k: v for k, v in view.to_dict().items() if k != "findings"}
-        if scan and not remote:
-            from .scan import scan_all  # reads every tensor: torch
-
-            canonical_of = {s: c for c, s in loaded.names.items()}
-            # scan findings name checkpoint tensors; say which canonical tensor they are when it differs
-            report.findings += [
-                (
-                    f
-                    if f.subject not in canonical_of
-                    else replace(f, message=f.message + canonical_aside(f.subject, canonical_of[f.subject]))
-                )
-                for f in scan_all(loaded.checkpoint, list(loaded.checkpoint.tensors))
-            ]
-        from .. import schemas  # jsonschema: loaded when a config is checked, not on import
-        from .next_steps import advise_checks
-
-        report.findings = advise_checks(loaded, report.findings, target_cfg)
-
-        # the config against its schema, said first, less what the other errors already say of a value (one fault, one
-        # finding)
-        report.findings = (
-            schemas.check_config(
-                config,
-                dialects.get(loaded.dialect).schema,
-                mla=d.attention == "mla",
-                label=f"{loaded.checkpoint.label}/config.json",
-                told=_told(report.findings),
-            )
-            + report.findings
-        )
+            _add_engine_view(report, loaded, release, target_cfg)
+        if scan and not loaded.checkpoint.located.remote:
+            report.findings += _scanned(loaded)
+        report.findings = _advised_with_schema(loaded, report.findings, target_cfg)
     return report
+
+
+def _release(engine: str | None):
+    """The engine release named (``engines.parse``), or None; the engine rules load only when an engine is named."""
+    if not engine:
+        return None
+    from .. import engines
+
+    return engines.parse(engine)
+
+
+def _target_config(target: str | Path | TargetConfig | None) -> TargetConfig | None:
+    """The target's config: read from what the user gave, or as given where it is read already."""
+    if target is not None and not isinstance(target, (str, Path)):
+        return target  # read already
+    if target:
+        from ..target import read_target_config  # the target's modules load only when a target is named
+
+        return read_target_config(target)
+    return None
+
+
+def _say_ambiguity(report: ValidationReport, loaded: dialects.LoadedDrafter) -> None:
+    """Two readings the evidence cannot choose between: recorded in the report and said as a warning."""
+    if loaded.ambiguity is None:
+        return
+    config = loaded.checkpoint.config or {}
+    report.ambiguity = loaded.ambiguity.to_dict()
+    check = "dialect.ambiguous" if loaded.ambiguity.kind == "dialect" else "aux.ambiguous"
+    where = dialects.get(loaded.dialect).aux_location(config)  # the key the ids were read from, where there is one
+    report.findings.append(
+        Finding(check, "warning", loaded.ambiguity.message() + f"; checked as the {loaded.dialect} reading", where)
+    )
+
+
+def _invariants(loaded: dialects.LoadedDrafter, target_cfg: TargetConfig | None, scan: bool) -> list[Finding]:
+    """The invariant checks (``run_checks``), what a headers-only read skipped, and the lm_head's row order against
+    the target's."""
+    d = loaded.drafter
+    present = loaded.present()
+    remote = loaded.checkpoint.located.remote  # headers only: no tensor values to check
+    found = run_checks(
+        CheckInput(
+            d,
+            present,
+            values=None if remote else loaded.read_values,
+            target=target_cfg,
+            config=loaded.checkpoint.config or {},
+            stored_name=loaded.stored_name,
+        )
+    )
+    if remote:
+        found += _skipped_remotely(present, scan)
+    if not remote and target_cfg is not None and d.has_d2t and "lm_head.weight" in loaded.names:
+        target_head = _target_lm_head(target_cfg)
+        if target_head is not None:
+            from .scan import check_lm_head_order  # tensor math: torch
+
+            found += check_lm_head_order(loaded.read("lm_head.weight"), loaded.read("d2t"), target_head)
+    return found
+
+
+def _add_engine_view(report: ValidationReport, loaded: dialects.LoadedDrafter, release, target_cfg) -> None:
+    """What the named engine release does with the drafter: its findings (with their next steps) said once, in
+    ``report.findings``, instead of the general ones they restate; the view keeps the verdict."""
+    from .. import engines
+    from .next_steps import advise
+
+    depth = target_cfg.num_layers if target_cfg else None
+    view = engines.interpret(loaded, release, target_num_layers=depth)
+    view.findings = advise(loaded, release, view.findings, target_cfg)
+    restated = {RESTATED_FOR_THE_ENGINE[f.check] for f in view.findings if f.check in RESTATED_FOR_THE_ENGINE}
+    report.findings = [f for f in report.findings if f.check not in restated] + view.findings
+    report.engine_view = {k: v for k, v in view.to_dict().items() if k != "findings"}
+
+
+def _scanned(loaded: dialects.LoadedDrafter) -> list[Finding]:
+    """``--scan``: every tensor's values read once; a finding names the canonical tensor beside the checkpoint's."""
+    from .scan import scan_all  # reads every tensor: torch
+
+    canonical_of = {s: c for c, s in loaded.names.items()}
+    # scan findings name checkpoint tensors; say which canonical tensor they are when it differs
+    return [
+        (
+            f
+            if f.subject not in canonical_of
+            else replace(f, message=f.message + canonical_aside(f.subject, canonical_of[f.subject]))
+        )
+        for f in scan_all(loaded.checkpoint, list(loaded.checkpoint.tensors))
+    ]
+
+
+def _advised_with_schema(
+    loaded: dialects.LoadedDrafter, findings: list[Finding], target_cfg: TargetConfig | None
+) -> list[Finding]:
+    """``findings`` with their next steps, after the config's schema violations."""
+    from .. import schemas  # jsonschema: loaded when a config is checked, not on import
+    from .next_steps import advise_checks
+
+    findings = advise_checks(loaded, findings, target_cfg)
+    # the config against its schema, said first, less what the other errors already say of a value (one fault, one
+    # finding)
+    return (
+        schemas.check_config(
+            loaded.checkpoint.config or {},
+            dialects.get(loaded.dialect).schema,
+            mla=loaded.drafter.attention == "mla",
+            label=f"{loaded.checkpoint.label}/config.json",
+            told=_told(findings),
+        )
+        + findings
+    )
 
 
 def _told(findings: list[Finding]) -> set[str]:

@@ -1,44 +1,31 @@
-"""Conversion between dialects: plan (pure, from headers and the tiny vocab maps), then stream.
-
-``plan_conversion`` reads the source into the canonical drafter, applies what the user asked (target
-resolution, aux ids, the 3.0 -> 3.1 upgrade, dtype), lets the destination dialect name and select the
-tensors, and validates the result. ``execute`` writes it: tensors one at a time (raw byte copies where the
-bytes do not change), config.json last, all inside an atomic output directory.
-
-Planning and copying import no torch (dtypes are ``dtypes.DType`` values, the vocab maps are read as ints); torch
-is imported only to make a tensor: a cast, fc_norm ones, a materialised lm_head, a t2d synthesised from d2t.
-"""
+"""Planning a conversion (pure, from headers and the tiny vocab maps): ``ConvertOptions`` in, a ``ConversionPlan`` out,
+each of its tensors an ``OutputTensor`` that ``execute`` (the package's) writes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import dialects
-from .dialects.base import lookup
-from .errors import UsageError, ValidationFailed
-from .findings import Finding, errors
-from .io import dtypes, jsonfile
-from .io.atomic import atomic_directory, check_destination
-from .io.reader import Checkpoint
-from .io.writer import (
+from .. import dialects
+from ..errors import UsageError, ValidationFailed
+from ..findings import Finding, errors
+from ..io import dtypes
+from ..io.atomic import check_destination
+from ..io.writer import (
     DEFAULT_MAX_SHARD_BYTES,
-    WEIGHTS_MARK,
-    Payload,
     TensorPlan,
     foreign_entries,
     plan_shards,
     shard_names,
-    write_checkpoint_tensors,
 )
-from .model.config_view import shown
-from .model.drafter import INPUT, UPGRADE_NOTE, AuxLayers, Drafter, default_aux_ids
-from .validate.checks import CheckInput, run_checks, t2d_from_d2t
+from ..model.config_view import shown
+from ..model.drafter import INPUT, UPGRADE_NOTE, AuxLayers, Drafter, default_aux_ids
+from ..validate.checks import CheckInput, run_checks
+from .output_checks import check_planned, repaired
 
 if TYPE_CHECKING:  # a conversion without --target never loads the target's modules
-    from .target import TargetConfig
+    from ..target import TargetConfig
 
 
 @dataclass
@@ -60,7 +47,7 @@ class ConvertOptions:
         if self.dtype is not None:
             self.dtype = dtypes.of(self.dtype)
         if self.target_id is not None:
-            from .serving import hub_id_problem
+            from ..serving import hub_id_problem
 
             problem = hub_id_problem(self.target_id)
             if problem:
@@ -143,7 +130,7 @@ class ConversionPlan:
         }
 
 
-def _refusal(why: str, problems: list[Finding]) -> str:
+def refusal(why: str, problems: list[Finding]) -> str:
     more = f", and {len(problems) - 1} more (see `eaglekit validate`)" if len(problems) > 1 else ""
     return f"refusing to write: {why}: {problems[0].message}{more}"
 
@@ -158,7 +145,7 @@ def _numel(shape: tuple[int, ...]) -> int:
 def _peagle_speculators(d: Drafter, writer, notes: list[Finding]) -> None:
     """A P-EAGLE 3.1 drafter written as speculators holds its flags for speculators, but no vLLM release reads them from
     a speculators peagle config (engines/vllm_peagle.py): said, and convert prints no vLLM serve line for it."""
-    from .engines import vllm_peagle
+    from ..engines import vllm_peagle
 
     dropped = vllm_peagle.dropped_flags(d) if writer.name == "speculators" else []
     if dropped:
@@ -212,7 +199,7 @@ def _resolve_aux(d: Drafter, options: ConvertOptions, target: TargetConfig | Non
 
 
 def _upgrade(d: Drafter, notes: list[Finding]) -> tuple[Drafter, list[str]]:
-    from . import __version__
+    from .. import __version__
 
     if d.flags.fc_norm or d.flags.norm_output:
         raise UsageError("--upgrade 3.1: the drafter is already EAGLE 3.1 (fc_norm / norm_output set)")
@@ -254,7 +241,7 @@ def plan_conversion(source: str | Path, out: str | Path | None, options: Convert
         check_output(out, writer, force=options.force, protect=[Path(source)])
     target = None
     if options.target:
-        from .target import read_target_config
+        from ..target import read_target_config
 
         target = read_target_config(options.target)
     if writer.single_file:
@@ -286,10 +273,37 @@ def plan_conversion(source: str | Path, out: str | Path | None, options: Convert
 def plan_loaded(
     loaded: dialects.LoadedDrafter, writer: dialects.Dialect, options: ConvertOptions, target: TargetConfig | None
 ) -> ConversionPlan:
-    from . import __version__
-
+    """The conversion of a loaded source into ``writer``'s dialect: refused where the source does not validate (less
+    what writing repairs) or ``writer`` cannot hold the output; the output's own findings said (``execute`` refuses an
+    output with errors)."""
     source = loaded.drafter
     notes = list(loaded.notes)
+    found = _checked_source(loaded, target)
+    d, added_ones = _output_drafter(loaded, writer, options, target, notes)
+    notes = repaired(notes, found, loaded, writer, d)
+    _writer_caveats(d, writer, notes)
+    out_names = writer.output_names(d)
+    tensors = _output_tensors(d, loaded, writer, options, out_names, added_ones)
+    written_sources = {t.source for t in tensors}
+    dropped = {s: _why_dropped(c, writer) for c, s in loaded.names.items() if s not in written_sources}
+    config = writer.write_config(d)
+    notes += _keys_dropped(loaded, writer, config)
+    findings = _output_findings(loaded, d, config, tensors, out_names, writer, target, options, notes)
+    # an output that does not validate is refused for that, when it would be written
+    serving = [] if errors(findings) else _serving(d, writer, config, tensors, target, notes)
+    from ..findings import with_next_steps
+    from ..validate.checks import next_step_table
+
+    notes, findings = with_next_steps(notes, next_step_table()), with_next_steps(findings, next_step_table())
+    files = _files(writer, tensors, options)
+    return ConversionPlan(
+        loaded, source, d, writer, tensors, dropped, config, files, notes, findings, options, target, serving
+    )
+
+
+def _checked_source(loaded: dialects.LoadedDrafter, target: TargetConfig | None) -> list[Finding]:
+    """validate's checks of the source; refused (ValidationFailed) where it has errors that writing does not repair."""
+    source = loaded.drafter
     found = run_checks(
         CheckInput(
             source,
@@ -308,9 +322,24 @@ def plan_loaded(
         if not (f.check == "config.dtype" and source.dtype is not None) and f.check != "config.tied_head"
     ]
     if problems:
-        raise ValidationFailed(_refusal("the source drafter does not validate", problems), problems)
-    from .serving import verifier_for
+        raise ValidationFailed(refusal("the source drafter does not validate", problems), problems)
+    return found
 
+
+def _output_drafter(
+    loaded: dialects.LoadedDrafter,
+    writer: dialects.Dialect,
+    options: ConvertOptions,
+    target: TargetConfig | None,
+    notes: list[Finding],
+) -> tuple[Drafter, list[str]]:
+    """The output drafter, canonically (the verifier it names, the target's depth, its aux ids, the 3.1 upgrade, a
+    dense lm_head, provenance, dtype), and the fc_norm tensors the upgrade adds; refused where ``writer`` cannot hold
+    it. What it decides is added to ``notes``."""
+    from .. import __version__
+    from ..serving import verifier_for
+
+    source = loaded.drafter
     verifier, said = verifier_for(source.verifier, options.target_id, target, read_by=writer.verifier_readers)
     notes += said
     d = source.with_(verifier=verifier)
@@ -339,7 +368,11 @@ def plan_loaded(
         d = d.with_(dtype=dtypes.name(options.dtype))
     writer.check_flags_holdable(d)
     writer.check_writable(d)
-    notes = _repaired(notes, found, loaded, writer, d)
+    return d, added_ones
+
+
+def _writer_caveats(d: Drafter, writer: dialects.Dialect, notes: list[Finding]) -> None:
+    """What ``writer``'s layout does not carry as the drafter runs: its sliding window, a P-EAGLE drafter's flags."""
     if d.windowed_layers and writer.window_caveat:
         notes.append(
             Finding(
@@ -351,7 +384,18 @@ def plan_loaded(
             )
         )
     _peagle_speculators(d, writer, notes)
-    out_names = writer.output_names(d)
+
+
+def _output_tensors(
+    d: Drafter,
+    loaded: dialects.LoadedDrafter,
+    writer: dialects.Dialect,
+    options: ConvertOptions,
+    out_names: dict[str, str],
+    added_ones: list[str],
+) -> list[OutputTensor]:
+    """Each tensor the output holds, in order: where it comes from (or how it is made), its op and dtype; for a
+    single-file dialect, the forms it stores and the rope divisors it adds."""
     present = loaded.present()
     tensors: list[OutputTensor] = []
     for canonical, name in out_names.items():
@@ -370,136 +414,82 @@ def plan_loaded(
         tensors.append(
             OutputTensor("rope_freqs.weight", "rope_freqs", None, "synth:rope_freqs", f32, f32, (len(divisors),))
         )
-    written_sources = {t.source for t in tensors}
-    dropped = {s: _why_dropped(c, writer) for c, s in loaded.names.items() if s not in written_sources}
+    return tensors
 
-    # validate what would be written, with the source's vocab maps standing in for the output's
+
+def _keys_dropped(loaded: dialects.LoadedDrafter, writer: dialects.Dialect, config: dict) -> list[Finding]:
+    """The source's config.json keys eaglekit does not know and ``writer``'s dialect has no place for: said, as they
+    are left out."""
+    unplaced = dialects.unplaced_keys(loaded.checkpoint.config or {}, dialects.get(loaded.dialect).rules.base, config)
+    if not unplaced:
+        return []
+    return [
+        Finding(
+            "config.keys_dropped",
+            "warning",
+            f"config.json keys eaglekit does not know, which the {writer.name} dialect "
+            f"has no place for, are left out: {', '.join(map(shown, unplaced))}; a reader that used them no longer "
+            "can (a key that changes the drafter's math would change what an engine runs)",
+            unplaced[0],
+        )
+    ]
+
+
+def _output_findings(
+    loaded: dialects.LoadedDrafter,
+    d: Drafter,
+    config: dict,
+    tensors: list[OutputTensor],
+    out_names: dict[str, str],
+    writer: dialects.Dialect,
+    target: TargetConfig | None,
+    options: ConvertOptions,
+    notes: list[Finding],
+) -> list[Finding]:
+    """validate's findings on what would be written (the source's vocab maps standing in for the output's), less what
+    this run's own notes already say of the output (said once, by the note, which says why)."""
+    present = loaded.present()
     out_present = {t.canonical: (t.shape, t.dtype) for t in tensors if t.op != "synth:rope_freqs"}
     for s in loaded.unknown:
         out_present[s] = present[s]
-    config = writer.write_config(d)
-    unplaced = dialects.unplaced_keys(loaded.checkpoint.config or {}, dialects.get(loaded.dialect).rules.base, config)
-    if unplaced:
-        notes.append(
-            Finding(
-                "config.keys_dropped",
-                "warning",
-                f"config.json keys eaglekit does not know, which the {writer.name} dialect "
-                f"has no place for, are left out: {', '.join(map(shown, unplaced))}; a reader that used them no longer "
-                "can (a key that changes the drafter's math would change what an engine runs)",
-                unplaced[0],
-            )
-        )
-    findings = _check_output(loaded, d, config, out_present, out_names, writer, target)
-    # what this run's own notes already say of the output, said once, by the note (which says why)
+    findings = check_planned(loaded, d, config, out_present, out_names, writer, target)
     said_by_notes = {"flags.untrained_upgrade"} if options.upgrade else set()
     said_by_notes |= {n.check for n in notes if n.check == "aux.not_recorded"}
-    findings = [f for f in findings if f.check not in said_by_notes]
-    serving = []
-    if not errors(findings):  # an output that does not validate is refused for that, when it would be written
-        from .serving import engine_support, unservable
+    return [f for f in findings if f.check not in said_by_notes]
 
-        serving = engine_support(
-            writer,
-            config,
-            {t.name: (t.dtype, t.shape) for t in tensors},
-            target_num_layers=target.num_layers if target else None,
-        )
-        # a layout no engine serves the drafter in is written where it is a trainer's own: SpecForge's lm_head on the
-        # un-normalised state, and a P-EAGLE drafter as speculators or SpecForge keep it (no SGLang release drafts in
-        # parallel, no vLLM release reads a speculators P-EAGLE's 3.1 flags); the notes say why no line is printed
-        trainers_only = not d.flags.norm_before_lm_head or d.parallel is not None
-        notes += unservable(writer, serving, trainers_only=trainers_only)
-    from .findings import with_next_steps
-    from .validate.checks import next_step_table
 
-    notes, findings = with_next_steps(notes, next_step_table()), with_next_steps(findings, next_step_table())
-    if writer.single_file:
-        files = [Path(options.output_name or "drafter.gguf").name]
-    else:
-        shards = plan_shards(
-            [TensorPlan(t.name, t.dtype, t.shape, lambda: None) for t in tensors], options.max_shard_bytes
-        )
-        files = (
-            shard_names(len(shards)) + (["model.safetensors.index.json"] if len(shards) > 1 else []) + ["config.json"]
-        )
-    return ConversionPlan(
-        loaded, source, d, writer, tensors, dropped, config, files, notes, findings, options, target, serving
+def _serving(
+    d: Drafter,
+    writer: dialects.Dialect,
+    config: dict,
+    tensors: list[OutputTensor],
+    target: TargetConfig | None,
+    notes: list[Finding],
+) -> list:
+    """Which engines serve the output's layout (``engine_support``); where none does, ``notes`` gains why no serve line
+    is printed."""
+    from ..serving import engine_support, unservable
+
+    serving = engine_support(
+        writer,
+        config,
+        {t.name: (t.dtype, t.shape) for t in tensors},
+        target_num_layers=target.num_layers if target else None,
     )
+    # a layout no engine serves the drafter in is written where it is a trainer's own: SpecForge's lm_head on the
+    # un-normalised state, and a P-EAGLE drafter as speculators or SpecForge keep it (no SGLang release drafts in
+    # parallel, no vLLM release reads a speculators P-EAGLE's 3.1 flags); the notes say why no line is printed
+    trainers_only = not d.flags.norm_before_lm_head or d.parallel is not None
+    notes += unservable(writer, serving, trainers_only=trainers_only)
+    return serving
 
 
-def _check_output(loaded, d: Drafter, config: dict, out_present: dict, out_names: dict, writer, target) -> list:
-    """validate's checks of the output as planned: its config against its dialect's schema, its tensors (the source's
-    vocab maps standing in for the output's) against its config."""
-    from . import schemas  # jsonschema: the output's config.json is held to its dialect's schema, as validate holds it
-
-    findings = schemas.check_config(config, writer.schema, mla=d.attention == "mla", label="the output's config.json")
-    return findings + run_checks(
-        CheckInput(
-            d,
-            out_present,
-            values=lambda c: _values_for_checks(loaded, c),
-            target=target,
-            config=config,
-            stored_name=lambda c: out_names.get(c, c),
-        )
-    )  # the output's names
-
-
-def _repaired(notes: list[Finding], found: list[Finding], loaded, writer, d: Drafter) -> list[Finding]:
-    """``notes`` and what writing repairs of the source's own faults (the class its tensors fit, the weights' dtype,
-    tie_word_embeddings false, the q_lora_rank its tensors give)."""
-    notes = list(notes)
-    if any(n.check == "config.architecture_mismatch" for n in notes):
-        from .model.architectures import written_as
-
-        notes.append(
-            Finding(
-                "architecture.repaired",
-                "info",
-                "the source's architecture label did not fit its tensors: wrote "
-                f"{written_as(writer.name, d.attention)} (model_type {d.attention}), the class the tensors fit",
-                "architectures",
-            )
-        )
-
-    for stated in (
-        f for f in found if f.check == "config.dtype" and f.severity != "info"
-    ):  # (d.dtype: the weights', or --dtype's)
-        why = "which no reader can load" if stated.severity == "error" else "not a floating-point dtype"
-        notes.append(
-            Finding(
-                "config.dtype_repaired",
-                "info",
-                f"the source's config.json had {stated.subject}"
-                f" {shown(lookup(loaded.checkpoint.config, stated.subject))}, {why}: wrote torch_dtype {d.dtype}, the"
-                " weights' dtype",
-                stated.subject,
-            )
-        )
-    notes += [
-        Finding(
-            "config.tied_head_repaired",
-            "info",
-            f"the source's {f.subject} was true beside a shipped lm_head.weight: wrote tie_word_embeddings false, so"
-            " that every loader runs the shipped head (as vLLM did)",
-            f.subject,
-        )
-        for f in found
-        if f.check == "config.tied_head"
-    ]
-    if any(n.check == "mla.q_lora_rank" for n in notes):  # the source's error, repaired by writing the key
-        notes = [n for n in notes if n.check != "mla.q_lora_rank"]
-        notes.append(
-            Finding(
-                "mla.q_lora_rank_repaired",
-                "info",
-                f"the source's config.json had no q_lora_rank: wrote {d.mla.q_lora_rank}, "
-                "the row count of its q_a_proj.weight",
-                "q_lora_rank",
-            )
-        )
-    return notes
+def _files(writer: dialects.Dialect, tensors: list[OutputTensor], options: ConvertOptions) -> list[str]:
+    """The files the output is: a single-file dialect's one file, or the shards, their index and config.json."""
+    if writer.single_file:
+        return [Path(options.output_name or "drafter.gguf").name]
+    shards = plan_shards([TensorPlan(t.name, t.dtype, t.shape, lambda: None) for t in tensors], options.max_shard_bytes)
+    return shard_names(len(shards)) + (["model.safetensors.index.json"] if len(shards) > 1 else []) + ["config.json"]
 
 
 def _source_of(canonical: str, d: Drafter, loaded, present, added_ones):
@@ -529,137 +519,3 @@ def _why_dropped(canonical: str, writer) -> str:
     if canonical in ("lm_head.down.weight", "lm_head.up.weight"):
         return "materialised into lm_head.weight"
     return f"not part of the {writer.name} layout"
-
-
-def _values_for_checks(loaded: dialects.LoadedDrafter, canonical: str):
-    if canonical == "t2d" and "t2d" not in loaded.names:
-        return t2d_from_d2t(loaded.read_values("d2t"), loaded.drafter.vocab_size)
-    return loaded.read_values(canonical)
-
-
-def _producer(t: OutputTensor, plan: ConversionPlan) -> Callable[[], Payload]:
-    loaded = plan.loaded
-    ckpt: Checkpoint = loaded.checkpoint
-    if t.op.startswith(("rows:", "absolute", "synth:rope_freqs")):  # GGUF's stored forms (GGUFDialect.stored_value)
-
-        def produce() -> Payload:
-            values = plan.dialect.stored_value(t.op, ckpt.read(t.source) if t.source else None, plan.drafter)
-            return _cast(values, t) if t.dtype != t.dtype_in else values
-
-    elif t.op == "copy":
-
-        def produce() -> Payload:
-            return ckpt.byte_range(t.source) or ckpt.read(t.source)
-
-    elif t.op == "cast":
-
-        def produce() -> Payload:
-            return _cast(ckpt.read(t.source), t)
-
-    elif t.op == "synth:ones":
-
-        def produce() -> Payload:
-            import torch
-
-            return torch.ones(t.shape, dtype=t.dtype.torch)
-
-    elif t.op == "synth:t2d":
-
-        def produce() -> Payload:
-            import torch
-
-            t2d = t2d_from_d2t(loaded.read_values("d2t"), t.shape[0])
-            return torch.frombuffer(t2d, dtype=torch.bool) if t2d else torch.zeros(0, dtype=torch.bool)
-
-    elif t.op == "synth:lm_head":
-
-        def produce() -> Payload:
-            up, down = loaded.read("lm_head.up.weight"), loaded.read("lm_head.down.weight")
-            return _cast(up.float() @ down.float(), t)
-
-    else:  # pragma: no cover - plan and producer are written together
-        raise AssertionError(t.op)
-    return produce
-
-
-def _cast(values, t: OutputTensor):
-    """``values`` in ``t``'s dtype; refused (UsageError) where finite values would become inf there (float16 holds at
-    most
-    65504). Raised while the output is still a temporary directory, so nothing is left at OUT."""
-    import torch
-
-    cast = values.to(t.dtype.torch)
-    if cast.is_floating_point() and not bool(torch.isfinite(cast).all()):
-        overflowed = torch.isinf(cast) & torch.isfinite(values)
-        count = int(overflowed.sum())
-        if count:
-            largest = float(values[overflowed].abs().max())
-            name = dtypes.name(t.dtype)
-            raise UsageError(
-                f"--dtype {name}: tensor {t.source or t.name} holds {count} value{'s' * (count != 1)} up to {largest:g}"
-                f" in magnitude, beyond {name}'s range (at most {torch.finfo(cast.dtype).max:g}), which would become"
-                " inf; nothing written (keep the source's dtype, or use bfloat16)"
-            )
-    return cast
-
-
-def execute(plan: ConversionPlan, out: str | Path, *, progress: Callable[[int], None] | None = None) -> list[str]:
-    """Write the planned conversion atomically into ``out``; return the files written."""
-    if errors(plan.findings):
-        raise ValidationFailed(
-            _refusal("the converted drafter would not validate", errors(plan.findings)), plan.findings
-        )
-    from . import __version__
-
-    options = plan.options or ConvertOptions(to=plan.dialect.name)
-    if any(t.op != "copy" or t.dtype != t.dtype_in for t in plan.tensors):  # torch makes these: its threads settled
-        from .target import threads
-
-        threads.settle()
-    if plan.dialect.single_file:
-        return _execute_file(plan, Path(out), options, progress)
-    ckpt = plan.loaded.checkpoint
-    tensor_plans = [
-        TensorPlan(t.name, t.dtype, t.shape, _producer(t, plan), ckpt.byte_range(t.source) if t.op == "copy" else None)
-        for t in plan.tensors
-    ]
-    with atomic_directory(
-        Path(out), force=options.force, protect=[plan.loaded.checkpoint.location], replaceable=foreign_entries
-    ) as tmp:
-        files = write_checkpoint_tensors(
-            tmp,
-            tensor_plans,
-            max_shard_bytes=options.max_shard_bytes,
-            progress=progress,
-            metadata={WEIGHTS_MARK: __version__},
-        )
-        (tmp / "config.json").write_text(jsonfile.dumps(plan.config))
-        files.append("config.json")
-    return files
-
-
-def _execute_file(plan: ConversionPlan, out: Path, options: ConvertOptions, progress) -> list[str]:
-    """A single-file dialect (GGUF) writes the one file itself, from the plan's tensors in order."""
-    assert plan.target is not None  # plan_conversion refuses a single-file output without one
-    tensors = [(t.name, t.dtype, t.shape, _producer(t, plan)) for t in plan.tensors]
-    plan.dialect.write_file(
-        out,
-        plan.drafter,
-        plan.config,
-        plan.target,
-        tensors,
-        force=options.force,
-        protect=[plan.loaded.checkpoint.location],
-        progress=progress,
-    )
-    return [out.name]
-
-
-def convert(source: str | Path, out: str | Path, options: ConvertOptions) -> ConversionPlan:
-    """Plan and write in one call (the library entry point)."""
-    plan = plan_conversion(source, out, options)
-    try:
-        execute(plan, out)
-    finally:
-        plan.loaded.close()
-    return plan
