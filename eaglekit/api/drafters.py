@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 from .results import Conversion, Inspection, Publication, SurveyRow, document, option_fields
 
 if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
     from ..convert import ConversionPlan, ConvertOptions
     from ..io.dtypes import DType
     from ..io.locate import Located
@@ -76,7 +78,7 @@ def convert(
     target_id: str | None = None,
     aux_layers: tuple[int, ...] | None = None,
     upgrade: str | None = None,
-    dtype: str | DType | Any | None = None,
+    dtype: str | DType | torch.dtype | None = None,
     max_shard_bytes: int | None = None,
     force: bool = False,
     dry_run: bool = False,
@@ -116,14 +118,14 @@ def convert(
         threads: torch's CPU threads where torch runs (``resolve``, a cast); None: as ``verify`` chooses them.
     """
     fields = option_fields(
-        locals(), "source", "out", "dry_run", "on_plan", "progress", "revision", "resolve", "prompts"
+        locals(), "source", "out", "dry_run", "on_plan", "progress", "revision", "resolve", "prompts", "threads"
     )
     from ..convert import execute, plan_conversion
     from ..io.atomic import output_path
     from ..io.sources import open_source
     from ..target.threads import chosen as chosen_threads
 
-    with chosen_threads(fields.pop("threads")):
+    with chosen_threads(threads):
         options = _convert_options(fields)
         out_path = output_path(out)  # where OUT is, taken now: `convert SRC . --force` in OUT replaces the directory
         _refuse_before_reading(source, out, options, resolve=resolve, prompts=prompts, dry_run=dry_run)
