@@ -54,7 +54,7 @@ def test_the_core_names_no_flag_the_cli_renders_it():
 
     assert findings_text([finding]).splitlines()[-1] == "    next: pass --target-id ORG/NAME"
     for table in (
-        json.loads((Path(api.__file__).parent / "validate" / "next_steps.json").read_text())["steps"],
+        json.loads((Path(api.__file__).parents[1] / "validate" / "next_steps.json").read_text())["steps"],
         *(support.load_table(t).get("next_steps", {}) for t in support.TABLES.values()),
     ):
         for step in table.values():
