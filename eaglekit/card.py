@@ -99,7 +99,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 def read_drift_report(directory: Path) -> tuple[dict, list[Path]]:
     """``push --report DIR``: the drift report (DIR/report.json, as `eaglekit drift --report DIR` writes it) and its PNG
     plots, each checked to be one. Anything else: a UsageError naming the file and what was expected."""
-    from .drift_report import PLOT_FILES, REPORT_JSON, REPORT_KEYS, is_drift_report
+    from .drift.report import PLOT_FILES, REPORT_JSON, REPORT_KEYS, is_drift_report
     from .errors import CheckpointError, UsageError
     from .io import jsonfile
 
@@ -141,9 +141,9 @@ def read_drift_report(directory: Path) -> tuple[dict, list[Path]]:
 
 
 def drift_section(report: dict, images: list[str]) -> list[str]:
-    """The card's drift section: the report's own tables (drift_report.tables, as the terminal prints them) as
+    """The card's drift section: the report's own tables (drift.report.tables, as the terminal prints them) as
     Markdown, and the plots, linked from the repository (``images``: paths in the repo)."""
-    from .drift_report import tables
+    from .drift.report import tables
 
     cmp = report.get("compare")
     lines = [

@@ -93,7 +93,7 @@ def _options_of(cls) -> dict[str, object]:
     ("name", "module", "cls", "left_out"),
     [
         ("verify", "eaglekit.verify.options", "VerifyOptions", {"command"}),  # which command runs: drift's own
-        ("drift", "eaglekit.verify.drift", "DriftOptions", set()),
+        ("drift", "eaglekit.drift.options", "DriftOptions", set()),
         ("push", "eaglekit.push", "PushOptions", set()),
         ("convert", "eaglekit.convert", "ConvertOptions", {"output_name"}),  # OUT's name, taken from ``out``
     ],

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "eaglekit"
 LAYERS = [
     {"__main__", "cli"},
     {"api"},
-    {"verify", "validate", "convert", "push", "card", "describe", "serving", "drift", "drift_report"},
+    {"verify", "validate", "convert", "push", "card", "describe", "serving", "drift"},
     {"engines"},
     {"target"},
     {"reference"},

@@ -227,7 +227,7 @@ def drift(
     threads: int | None = None,
 ) -> DriftReport:
     """Measure attention drift, fed-back norms, fused-input balance and acceptance by context length
-    (``eaglekit.verify.drift.DriftOptions``).
+    (``eaglekit.drift.options.DriftOptions``).
 
     Args:
         path: the drafter: a directory or a file.
@@ -258,7 +258,7 @@ def drift(
         threads: torch's CPU threads; None: as ``verify`` chooses them.
     """
     fields = option_fields(locals(), "path", "report", "progress", "threads")
-    from ..drift_report import check_report_destination, require_matplotlib, write_report
+    from ..drift.report import check_report_destination, require_matplotlib, write_report
     from ..target.long_lived import frozen_scope, long_lived
     from ..target.threads import chosen as chosen_threads
 
@@ -271,8 +271,8 @@ def drift(
         # torch's and the target's objects out of the collector's walks while this runs (target/long_lived.py)
         with frozen_scope():
             with long_lived():
-                from ..verify.drift import DriftOptions
-                from ..verify.drift import drift as run
+                from ..drift.options import DriftOptions
+                from ..drift.run import drift as run
             result = run(str(path), DriftOptions(**fields), progress)
         data = document(path, not result["findings"], result)
         files = write_report(data, report, inputs) if report is not None else []
