@@ -3,7 +3,7 @@
 A user without a network who types ``eaglekit inspect some-org/some-drafter`` (or a mistyped local path that reads as a
 Hub id) waits for this. huggingface_hub's backoff retried a connection that could not be made 5 times (1+2+4+8+8 s of
 sleep: 25 s, and 11 warning lines on stderr before eaglekit's error); eaglekit now says it at once, in one line
-(``eaglekit/hub/reading.py`` ``open_remote``; ``tests/test_hub_native.py`` holds the one line and the absence of backoff).
+(``eaglekit/hub/reading.py`` ``open_remote``; ``tests/test_hub_native.py`` holds the one line and no backoff).
 
 Each case runs as a user runs it, a fresh ``python -m eaglekit`` process, in interleaved rounds with the floor; printed:
 the median wall time, its ratio to the floor's median, and the lines the command wrote on stderr. Needs no network:
