@@ -159,6 +159,32 @@ def fused_states(loaded) -> int:
     return fc[0][1] // d.target_hidden_size if fc and len(fc[0]) == 2 and d.target_hidden_size else d.num_aux
 
 
+# -- the aux-count refusal: the states fc fuses against the count the engine builds fc for and the layers it captures --
+
+
+def fc_count_refusal(out: Recorder, loaded, fc_states: int, counted: int, engine: str, counts_from: str) -> None:
+    """The shipped fc.weight fuses ``fc_states`` target states where ``engine`` (its display name) builds fc for
+    ``counted`` (which it counts from ``counts_from``, said in the finding): it refuses the weights."""
+    if counted != fc_states and "fc.weight" in loaded.names:
+        out.refuse(
+            "engine.aux_count",
+            f"fc.weight fuses {fc_states} target states, but this {engine} builds fc for {counted} ({counts_from})",
+            "refuses to load: fc weight shape mismatch",
+            "num_aux_hidden_states",
+        )
+
+
+def capture_count_refusal(out: Recorder, captured: tuple[int, ...] | None, counted: int) -> None:
+    """The engine captures another number of target layers than its fc fuses (``counted``): said where it would
+    otherwise load, as it fails at the first step."""
+    if captured is not None and len(captured) != counted and out.view.loads:
+        out.refuse(
+            "engine.aux_count",
+            f"it captures {len(captured)} target layers but fuses {counted}",
+            "fails at the first step: hidden-state width mismatch",
+        )
+
+
 def config_flag(config: dict, key: str, default: bool) -> bool:
     """A flag as vLLM's Python reads it (``config.get(key, default)``, then truthiness): an explicit null or 0 is off, a
     string such as "false" is on; only an absent key takes the default."""

