@@ -72,8 +72,8 @@ def verify_report_misfit(report: dict, drafter) -> str | None:
     if version is not None and str(version) != drafter.eagle_version:
         return (
             f"it measured an EAGLE {version} reading, push reads this drafter as EAGLE {drafter.eagle_version} (where"
-            " verify was told --norm-output-semantics or --from, record that reading with `eaglekit convert` and the"
-            " same option, and verify the output)"
+            " verify was told `norm_output_semantics` or `source_dialect`, record that reading with `eaglekit convert`"
+            " and the same option, and verify the output)"
         )
     measured = report.get("aux_layer_ids")
     if drafter.aux.ids is not None and isinstance(measured, list):
@@ -106,14 +106,14 @@ def read_drift_report(directory: Path) -> tuple[dict, list[Path]]:
     directory = Path(directory)
     path = directory / REPORT_JSON
     if not path.exists():
-        raise UsageError(f"--report {directory}: no {path}; expected the directory `eaglekit drift --report` wrote")
+        raise UsageError(f"`report` {directory}: no {path}; expected the directory `eaglekit drift --report` wrote")
     try:
         report = jsonfile.load(path)
     except CheckpointError as exc:
-        raise UsageError(f"--report {directory}: {exc}") from None
+        raise UsageError(f"`report` {directory}: {exc}") from None
     if not is_drift_report(report):
         raise UsageError(
-            f"--report {directory}: {path} is not a drift report (expected the keys {', '.join(REPORT_KEYS)})"
+            f"`report` {directory}: {path} is not a drift report (expected the keys {', '.join(REPORT_KEYS)})"
         )
     images = []
     for name in PLOT_FILES:
@@ -122,12 +122,12 @@ def read_drift_report(directory: Path) -> tuple[dict, list[Path]]:
             continue
         with open(image, "rb") as f:
             if f.read(8) != PNG_SIGNATURE:
-                raise UsageError(f"--report {directory}: {image} is not a PNG file (no PNG signature)")
+                raise UsageError(f"`report` {directory}: {image} is not a PNG file (no PNG signature)")
         images.append(image)
     from .schemas import check
 
     violations = check(report, "drift.schema.json")  # the card reads more of it than those three keys
-    not_drifts = f"--report {directory}: {path} is not a drift report as eaglekit drift writes it"
+    not_drifts = f"`report` {directory}: {path} is not a drift report as eaglekit drift writes it"
     if violations:
         raise UsageError(
             f"{not_drifts}: {violations[0]}" + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else "")
@@ -362,7 +362,7 @@ def _provenance_section(d, validated: bool) -> list[str]:
     lines.append(
         f"- validated by eaglekit {__version__} before publishing"
         if validated
-        else "- **not validated**: published with `--no-validate`"
+        else "- **not validated**: published without eaglekit's validation"
     )
     lines.append("")
     return lines

@@ -99,7 +99,7 @@ def _checkpoint_part(loaded: LoadedDrafter) -> dict:
         "dialect": (
             loaded.detection.to_dict()
             if loaded.detection
-            else {"dialect": loaded.dialect, "score": None, "evidence": ["given with --from"]}
+            else {"dialect": loaded.dialect, "score": None, "evidence": ["given with `source_dialect`"]}
         ),
         "candidates": [det.to_dict() for det in dialects.detect(ckpt) if det.score > 0],
     }

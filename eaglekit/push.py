@@ -292,7 +292,7 @@ def check_options(options: PushOptions) -> str:
     check_repo_id(options.repo_id)
     _check_base_model(options.base_model)
     if options.create_pr and options.revision not in (None, "main"):
-        raise UsageError("--create-pr opens a pull request against the default branch: drop --revision")
+        raise UsageError("`create_pr` opens a pull request against the default branch: drop `revision`")
     return branch_for(options.revision)  # what the push itself would refuse (a commit id), refused by a dry run too
 
 
@@ -337,7 +337,7 @@ def _validation_findings(path: str, options: PushOptions) -> list[Finding]:
         raise ValidationFailed(
             f"refusing to publish: {ambiguous.message} (each engine reads a published checkpoint one way and"
             " nothing in its files says which was meant: decide with `eaglekit convert --from DIALECT`,"
-            " `--aux-layers` or `--target T --resolve` first, or pass --allow-ambiguous)",
+            " `aux_layers` or `target` T `resolve` first, or pass `allow_ambiguous`)",
             findings,
         )
     return findings
@@ -354,7 +354,7 @@ def _card_for(loaded, options: PushOptions, branch: str, drift) -> tuple[str, Fi
         raise ValidationFailed(
             "refusing to publish: eaglekit upgraded this drafter to EAGLE 3.1 with fc_norm weights of ones and it"
             " has not been trained since, so it would serve with poor acceptance; fine-tune it first, or pass"
-            " --allow-untrained"
+            " `allow_untrained`"
         )
     if options.base_model:
         loaded.drafter = loaded.drafter.with_(verifier=options.base_model)
@@ -385,7 +385,7 @@ def _card_for(loaded, options: PushOptions, branch: str, drift) -> tuple[str, Fi
         "card.base_model",
         "warning",
         "the drafter names its target by a local path or not at all, so "
-        "the card names no base model and its serve line says <target model>: pass --base-model ORG/NAME",
+        "the card names no base model and its serve line says <target model>: pass `base_model` ORG/NAME",
     )
 
 
@@ -454,7 +454,7 @@ def _check_base_model(base_model: str | None) -> None:
         why = "it names a path on this machine, which the card never publishes"
     else:
         why = repo_id_problem(base_model) or "give it as namespace/name"
-    raise UsageError(f"--base-model {base_model!r} is not a Hub repo id: {why} (e.g. meta-llama/Llama-3.1-8B-Instruct)")
+    raise UsageError(f"`base_model` {base_model!r} is not a Hub repo id: {why} (e.g. meta-llama/Llama-3.1-8B-Instruct)")
 
 
 def _upload(path: Path, name: str, base_model: str | None):

@@ -725,7 +725,7 @@ def test_dry_run_says_what_would_happen_to_out(tmp_path, cli):
         assert (
             not d["needs_force"]
             and d["replaces"] == []
-            and "not replaced even with --force" in d["refusal"]
+            and "not replaced even with `force`" in d["refusal"]  # the JSON document names the parameter
             and "notes.txt" in d["refusal"]
         )
         assert "output: the conversion would stop: " in text

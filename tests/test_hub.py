@@ -121,7 +121,7 @@ def test_private_is_refused_for_an_existing_public_repo(fake_hub: FakeHub):
     push()
     commits = fake_hub.state.commits_posted()
     with pytest.raises(
-        UsageError, match="exists and is public; --private only makes a repository that push creates private"
+        UsageError, match="exists and is public; `private` only makes a repository that push creates private"
     ):
         push(drafter_files(2), private=True)
     assert fake_hub.state.commits_posted() == commits and not fake_hub.state.repos[REPO].private
@@ -284,7 +284,7 @@ def test_concurrent_push_is_refused_not_clobbered(fake_hub: FakeHub):
     "method, path, status, code, times, fragment",
     [
         ("GET", r"^/api/whoami-v2$", 401, None, 1, "authentication failed (401)"),
-        ("POST", r"/commit/", 401, None, 1, "check --token / HF_TOKEN"),
+        ("POST", r"/commit/", 401, None, 1, "check `token` / HF_TOKEN"),
         ("GET", r"/refs$", 403, "GatedRepo", 1, "access is gated (403 GatedRepo)"),
         ("POST", r"/commit/", 403, None, 1, "forbidden (403) while uploading and committing"),
         (

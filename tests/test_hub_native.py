@@ -134,7 +134,7 @@ def test_a_1gb_sharded_drafter_is_inspected_and_validated_from_its_headers_alone
     assert report["origin"]["commit"] == commit and report["origin"]["bytes_read"] == expected
     assert fake_hub.state.bytes_served("org/big-eagle3") - before == expected
     skipped = [f for f in report["findings"] if f["check"] == "remote.values_skipped"]
-    assert skipped and "pass --download" in skipped[0]["message"]
+    assert skipped and "pass `download`" in skipped[0]["message"]
 
     human = cli("inspect", "org/big-eagle3")
     assert f"read from the Hub (commit {commit[:12]}), headers only: {expected:,} bytes" in human.stderr

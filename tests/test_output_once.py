@@ -202,7 +202,7 @@ def test_a_reading_in_doubt_is_one_short_line_and_is_not_warned_where_it_is_sett
     doc = json.loads(cli("validate", example, "--engine", "vllm==0.32", "--json", expect=1).stdout)
     by_check = {f["check"]: f for f in doc["findings"]}
     detail = by_check["flags.norm_output_semantics"]["detail"]
-    assert "two readings" in detail and "--norm-output-semantics eagle31 or specforge" in detail
+    assert "two readings" in detail and "`norm_output_semantics` eagle31 or specforge" in detail
     assert "training fed the pre-norm state forward" in by_check["engine.norm_output_reading"]["detail"]
     assert "two readings" not in by_check["engine.norm_output_reading"]["message"]  # said once, by the flag's finding
 

@@ -40,7 +40,7 @@ def test_norm_output_false_is_ambiguous_and_both_readings_are_named(tmp_path):
         note = next(n for n in loaded.notes if n.check == "flags.norm_output_semantics")
         assert note.severity == "warning"
         assert "SpecForge" in note.message and "un-normalised" in note.message
-        assert "--norm-output-semantics" in note.message and len(note.message) < 170  # one line; at length in detail
+        assert "`norm_output_semantics`" in note.message and len(note.message) < 170  # one line; at length in detail
         assert "EAGLE 3.1's (plain EAGLE 3; read so) or SpecForge 0.2.0's" in note.detail
     report = validate(src, engine="vllm==0.32")
     # uncertain: a warning, not an error (the only error is SGLang-style ids, which vLLM misreads)

@@ -177,9 +177,9 @@ def _refuse_before_reading(
     from ..errors import UsageError
 
     if resolve and options.target is None:
-        raise UsageError("--resolve needs --target: it measures each reading of the aux layers on the target")
+        raise UsageError("`resolve` needs `target`: it measures each reading of the aux layers on the target")
     if resolve and options.aux_layers is not None:
-        raise UsageError("--resolve and --aux-layers both decide the aux layers; pass one of them")
+        raise UsageError("`resolve` and `aux_layers` both decide the aux layers; pass one of them")
     options.output_name = Path(out).name
     if not dry_run:  # checked again against the located source (plan_conversion)
         from ..convert import check_output
@@ -227,7 +227,7 @@ def _note_resolved(plan: ConversionPlan, resolved: dict[str, Any] | None) -> Non
         Finding(
             "convert.resolved",
             "info",
-            f"--resolve {resolved['summary']}; converted with input-of-layer ids {resolved['aux_layers']}",
+            f"`resolve` {resolved['summary']}; converted with input-of-layer ids {resolved['aux_layers']}",
         ),
     )
 

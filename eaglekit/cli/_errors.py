@@ -15,6 +15,7 @@ from typing import NoReturn
 import click
 
 from ..errors import EaglekitError
+from ._flags import as_flags
 from ._output import printable
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
@@ -52,7 +53,7 @@ def _cut(text: str) -> str:
 
 def fail(message: str, code: int, *, json_mode: bool = False, kind: str = "EaglekitError") -> NoReturn:
     """One line on stderr; under --json also the error document (schemas/error.schema.json) on stdout."""
-    line = _cut(" ".join(str(message).split()))
+    line = _cut(" ".join(as_flags(str(message)).split()))  # the core names parameters; the CLI says their flags
     click.echo(f"error: {_cut(printable(line))}", err=True)  # cut again once escaped: an escape is 4 characters for 1
     if json_mode:
         from ..errors import error_document

@@ -14,6 +14,7 @@ import click
 
 from ..findings import SEVERITIES, Finding, by_severity
 from ..model.config_view import printable, terminal_safe
+from ._flags import as_flags
 
 
 class Output:
@@ -22,17 +23,23 @@ class Output:
         self.quiet = quiet
 
     def emit(self, data: dict, human: Callable[[dict], str]) -> None:
+        """``data`` as JSON (the document ``eaglekit.api`` returns, its messages naming parameters), or as ``human``
+        renders it, each named parameter printed as its flag."""
         if self.json_mode:
             click.echo(json.dumps(data, indent=2, default=str))
         else:
             text = human(data)
             if text:
-                click.echo(terminal_safe(text))
+                click.echo(terminal_safe(as_flags(text)))
+
+    def line(self, text: str) -> None:
+        """One line of a stream of results (``validate --from-file`` rows), as ``emit`` prints a document."""
+        click.echo(text if self.json_mode else terminal_safe(as_flags(text)))
 
     def note(self, text: str) -> None:
         """A side remark for a person: stderr, and silent in JSON or quiet mode."""
         if not self.json_mode and not self.quiet:
-            click.echo(terminal_safe(text), err=True)
+            click.echo(terminal_safe(as_flags(text)), err=True)
 
     def progress(self, total: int, description: str):
         """A byte-count progress bar on stderr (shown only on a terminal and outside JSON mode)."""

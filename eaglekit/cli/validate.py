@@ -165,8 +165,8 @@ def validate_command(
     rows = api.survey(paths, max_workers=jobs, **options)
     if json_mode:
         for row in rows:
-            click.echo(json.dumps(row.to_dict(), default=str))
+            out.line(json.dumps(row.to_dict(), default=str))
     else:
-        click.echo(render_survey(rows))
+        out.line(render_survey(rows))
     if not all(row.ok for row in rows):
         sys.exit(1)

@@ -91,7 +91,7 @@ def _cast(values, t: OutputTensor):
             largest = float(values[overflowed].abs().max())
             name = dtypes.name(t.dtype)
             raise UsageError(
-                f"--dtype {name}: tensor {t.source or t.name} holds {count} value{'s' * (count != 1)} up to {largest:g}"
+                f"`dtype` {name}: tensor {t.source or t.name} holds {count} value{'s' * (count != 1)} up to {largest:g}"
                 f" in magnitude, beyond {name}'s range (at most {torch.finfo(cast.dtype).max:g}), which would become"
                 " inf; nothing written (keep the source's dtype, or use bfloat16)"
             )

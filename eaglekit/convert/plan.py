@@ -155,7 +155,7 @@ def _peagle_speculators(d: Drafter, writer, notes: list[Finding]) -> None:
                 "warning",
                 f"a P-EAGLE drafter with {' and '.join(dropped)}: vLLM {vllm_peagle.releases_read()} drops"
                 f" {'them' if len(dropped) > 1 else 'it'} from a speculators peagle config (update_peagle), so no vLLM"
-                " release serves this output as trained; for vLLM convert --to vllm, whose flat config it reads them"
+                " release serves this output as trained; for vLLM convert `to` vllm, whose flat config it reads them"
                 " from",
                 dropped[0],
             )
@@ -171,7 +171,7 @@ def _resolve_aux(d: Drafter, options: ConvertOptions, target: TargetConfig | Non
                 Finding(
                     "aux.override",
                     "warning",
-                    f"--aux-layers {list(ids)} replaces the recorded ids {list(before)} (input-of-layer)",
+                    f"`aux_layers` {list(ids)} replaces the recorded ids {list(before)} (input-of-layer)",
                 )
             )
         return d.with_(aux=AuxLayers(ids, INPUT))
@@ -191,7 +191,7 @@ def _resolve_aux(d: Drafter, options: ConvertOptions, target: TargetConfig | Non
             Finding(
                 "aux.not_recorded",
                 "info",
-                "no aux layer ids recorded and no --target/--aux-layers: the output records none, so each engine's"
+                "no aux layer ids recorded and no `target`/`aux_layers`: the output records none, so each engine's"
                 " default applies (vLLM: 2, L//2, L-3)",
             )
         )
@@ -202,10 +202,10 @@ def _upgrade(d: Drafter, notes: list[Finding]) -> tuple[Drafter, list[str]]:
     from .. import __version__
 
     if d.flags.fc_norm or d.flags.norm_output:
-        raise UsageError("--upgrade 3.1: the drafter is already EAGLE 3.1 (fc_norm / norm_output set)")
+        raise UsageError("`upgrade` 3.1: the drafter is already EAGLE 3.1 (fc_norm / norm_output set)")
     if d.flags.norm_before_fc:
         raise UsageError(
-            "--upgrade 3.1: the drafter uses norm_before_fc, which EAGLE 3.1's fc_norm replaces; refusing to combine"
+            "`upgrade` 3.1: the drafter uses norm_before_fc, which EAGLE 3.1's fc_norm replaces; refusing to combine"
             " them"
         )
     added = [f"fc_norm.{i}.weight" for i in range(d.num_aux)]
@@ -236,7 +236,7 @@ def check_output(out: str | Path, writer: dialects.Dialect, *, force: bool, prot
 def plan_conversion(source: str | Path, out: str | Path | None, options: ConvertOptions) -> ConversionPlan:
     writer = dialects.get_writer(options.to)
     if options.upgrade not in (None, "3", "3.0", "3.1"):
-        raise UsageError(f"--upgrade {options.upgrade!r}: only 3.1 is supported")
+        raise UsageError(f"`upgrade` {options.upgrade!r}: only 3.1 is supported")
     if out is not None:
         check_output(out, writer, force=options.force, protect=[Path(source)])
     target = None
@@ -256,10 +256,10 @@ def plan_conversion(source: str | Path, out: str | Path | None, options: Convert
         if options.upgrade in ("3", "3.0"):
             if loaded.drafter.eagle_version == "3":
                 raise UsageError(
-                    f"--upgrade {options.upgrade}: {loaded.checkpoint.label} is already EAGLE 3, nothing to do"
+                    f"`upgrade` {options.upgrade}: {loaded.checkpoint.label} is already EAGLE 3, nothing to do"
                 )
             raise UsageError(
-                "--upgrade 3: downgrading EAGLE 3.1 to 3 drops trained fc_norm weights and changes the math; refused"
+                "`upgrade` 3: downgrading EAGLE 3.1 to 3 drops trained fc_norm weights and changes the math; refused"
             )
         if loaded.ambiguity is not None and options.aux_layers is None:
             # the user must decide: converting would write one reading's ids as if they were certain

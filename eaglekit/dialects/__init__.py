@@ -195,7 +195,7 @@ def _dialect_ambiguity(
             readings.append(_reading(other, det))
     if len(readings) < 2:
         return None
-    return Ambiguity("dialect", tuple(readings), "pass --from DIALECT or --aux-layers to decide")
+    return Ambiguity("dialect", tuple(readings), "pass `source_dialect` DIALECT or `aux_layers` to decide")
 
 
 # Tensor names that only a full decoder stack has: a drafter has one layer (sometimes two), never this many.
@@ -244,7 +244,7 @@ def _refuse_base_model(ckpt: Checkpoint) -> None:
         count = count if isinstance(count, int) else "many"
         raise NotADrafterError(
             f"{ckpt.label}: this is a base model ({arch}, {count} layers, no fc fusion layer), not an EAGLE "
-            "drafter; did you mean to pass it as --target?"
+            "drafter; did you mean to pass it as `target`?"
         )
 
 
@@ -286,7 +286,8 @@ def load(
             best = detections[0]
             if best.score <= 0:
                 raise ConfigError(
-                    f"{ckpt.label}: cannot tell which dialect this is; pass --from (one of {', '.join(DIALECTS)})"
+                    f"{ckpt.label}: cannot tell which dialect this is; pass `source_dialect` (one of"
+                    f" {', '.join(DIALECTS)})"
                 )
             loaded = DIALECTS[best.dialect].read(
                 ckpt, best, norm_output_semantics=norm_output_semantics, target_num_layers=target_num_layers

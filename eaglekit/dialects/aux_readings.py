@@ -140,14 +140,14 @@ def settle_by_target(
             "warning",
             f"{location} {list(aux.ids)} read {aux.convention}-of-layer (target layers"
             f" {list(aux.as_input())}); {other.convention}-of-layer ({list(other_layers)}) fits the"
-            " target too: verify measures both, convert --resolve picks",
+            " target too: verify measures both, convert `resolve` picks",
             location,
             detail=(
                 f"{location} {list(aux.ids)}: read {aux.convention}-of-layer = target layers"
                 f" {list(aux.as_input())}, but read {other.convention}-of-layer they would be"
                 f" {list(other_layers)}, also within the target's 0..{L}, and nothing"
                 " in the checkpoint says which its producer meant: verify measures both; convert"
-                " --resolve (or --aux-layers) if it is the other"
+                " `resolve` (or `aux_layers`) if it is the other"
             ),
         )
     )

@@ -399,8 +399,8 @@ class Dialect:
         return Ambiguity(
             "convention",
             (as_read, other),
-            "pass --target to validate or convert (a reading naming a layer outside the target's 0..L is discarded) or"
-            " --aux-layers",
+            "pass `target` to validate or convert (a reading naming a layer outside the target's 0..L is discarded) or"
+            " `aux_layers`",
         )
 
     def adjust(self, drafter: Drafter, top: ConfigView, ckpt: Checkpoint, notes: list[Finding]) -> Drafter:

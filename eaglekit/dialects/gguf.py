@@ -154,7 +154,7 @@ def prepare(ckpt) -> list[Finding]:
     if arch != ARCH:
         raise NotADrafterError(
             f"{ckpt.label}: a GGUF file of architecture {arch!r} is a target model, not an EAGLE drafter (llama.cpp's"
-            " drafters are architecture eagle3); did you mean to pass it as --target?"
+            " drafters are architecture eagle3); did you mean to pass it as `target`?"
         )
     config, notes = config_from_metadata(ckpt)
     ckpt.config = config

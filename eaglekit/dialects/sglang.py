@@ -256,7 +256,7 @@ def ambiguity(raw: bool) -> Finding:
     choose), the two readings at length in its ``detail``."""
     if raw:
         message = (
-            "norm_output: true read as EAGLE 3.1's; SpecForge 0.2.0 meant plain EAGLE 3 by it: --norm-output-semantics"
+            "norm_output: true read as EAGLE 3.1's; SpecForge 0.2.0 meant plain EAGLE 3 by it: `norm_output_semantics`"
             " says which, `eaglekit verify` measures both"
         )
         readings = (
@@ -266,7 +266,7 @@ def ambiguity(raw: bool) -> Finding:
     else:
         message = (
             "norm_output: false read as plain EAGLE 3; SpecForge 0.2.0 meant an un-normalised lm_head by it:"
-            " --norm-output-semantics says which, `eaglekit verify` measures both"
+            " `norm_output_semantics` says which, `eaglekit verify` measures both"
         )
         readings = (
             "EAGLE 3.1's (plain EAGLE 3; read so) or SpecForge 0.2.0's (lm_head reads the un-normalised state, no final"
@@ -274,7 +274,7 @@ def ambiguity(raw: bool) -> Finding:
         )
     detail = (
         f"norm_output: {str(raw).lower()} in a SpecForge-style config has two readings: {readings}; pass "
-        "--norm-output-semantics eagle31 or specforge to say which training used; verify measures the acceptance "
+        "`norm_output_semantics` eagle31 or specforge to say which training used; verify measures the acceptance "
         "under each and names the one the weights were trained with. A conversion records the reading it was made "
         "with, so its output is not in doubt"
     )

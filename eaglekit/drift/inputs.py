@@ -33,7 +33,7 @@ def long_text() -> str:
         from pydoc_data.topics import topics
     except ImportError:  # pragma: no cover - some distributions strip it
         raise UsageError(
-            "the built-in long inputs come from CPython's pydoc_data, which this Python lacks: give --prompts"
+            "the built-in long inputs come from CPython's pydoc_data, which this Python lacks: give `prompts`"
         ) from None
     return "\n\n".join(topics[key] for key in sorted(topics))
 
@@ -44,7 +44,7 @@ def long_records(tokenizer, limit: int, per_bucket: int, reserve: int) -> list[d
     the continuation (and its lookahead) will add."""
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
         raise UsageError(
-            "the built-in long inputs need the target's tokenizer and chat template: give --prompts with input_ids"
+            "the built-in long inputs need the target's tokenizer and chat template: give `prompts` with input_ids"
         )
     ids = tokenizer(long_text(), add_special_tokens=False)["input_ids"]
     framing = ("Here is part of the Python documentation.\n\n", "\n\nSummarize what it explains.")
@@ -71,8 +71,8 @@ def long_records(tokenizer, limit: int, per_bucket: int, reserve: int) -> list[d
             )
     if not records:
         raise UsageError(
-            f"--max-context {limit} leaves no room for a built-in input: the chat template takes {overhead} tokens and"
-            f" the continuation {reserve}; raise --max-context or lower --max-new-tokens"
+            f"`max_context` {limit} leaves no room for a built-in input: the chat template takes {overhead} tokens and"
+            f" the continuation {reserve}; raise `max_context` or lower `max_new_tokens`"
         )
     return records
 

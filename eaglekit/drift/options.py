@@ -38,18 +38,18 @@ class DriftOptions:
 def check_options(options: DriftOptions) -> None:
     """The options that need no file, told before anything is read or loaded."""
     if options.sink_tokens < 1:
-        raise UsageError("--sink-tokens must be at least 1")
+        raise UsageError("`sink_tokens` must be at least 1")
     if options.chunk < 1:
-        raise UsageError("--chunk must be at least 1")
+        raise UsageError("`chunk` must be at least 1")
     if options.temperature is not None and not options.temperature >= MIN_TEMPERATURE:
         raise UsageError(
-            f"--temperature {options.temperature:g}: at least {MIN_TEMPERATURE} (vLLM raises a lower one to"
+            f"`temperature` {options.temperature:g}: at least {MIN_TEMPERATURE} (vLLM raises a lower one to"
             f" {MIN_TEMPERATURE}; the greedy figures, the default report, are temperature 0)"
         )
     if not 0 < options.top_p <= 1:
-        raise UsageError("--top-p must lie in (0, 1]")
+        raise UsageError("`top_p` must lie in (0, 1]")
     if options.top_p != 1.0 and options.temperature is None:
-        raise UsageError("--top-p applies to sampling: give --temperature too")
+        raise UsageError("`top_p` applies to sampling: give `temperature` too")
     _refuse_without_target(options)
 
 

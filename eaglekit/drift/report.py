@@ -220,7 +220,7 @@ def require_matplotlib():
         import matplotlib.pyplot as plt
     except ImportError:
         raise MissingDependencyError(
-            f"--report needs matplotlib for its plots (eaglekit's [report] extra): {install_line('report')}"
+            f"`report` needs matplotlib for its plots (eaglekit's [report] extra): {install_line('report')}"
         ) from None
     return plt
 

@@ -46,7 +46,7 @@ def run_variants(
         too_long = [p.id for p, tokens in v.sequences if tokens.shape[0] > limit]
         if too_long:
             raise UsageError(
-                f"input {too_long[0]} framed as variant {variant['name']} runs past --max-context {limit} with its"
+                f"input {too_long[0]} framed as variant {variant['name']} runs past `max_context` {limit} with its"
                 " continuation"
             )
         edges = bucket_edges(max(limit, max(t.shape[0] for _, t in v.sequences)))
@@ -121,9 +121,9 @@ def _context_limit(verifier: Verifier, options: DriftOptions) -> tuple[int | Non
     window = verifier.target_config.config.get("max_position_embeddings")
     limit = options.max_context or window
     if not limit:
-        raise UsageError("the target records no window (max_position_embeddings): give --max-context")
+        raise UsageError("the target records no window (max_position_embeddings): give `max_context`")
     if window and limit > window:
-        raise UsageError(f"--max-context {limit} exceeds the target's window ({window})")
+        raise UsageError(f"`max_context` {limit} exceeds the target's window ({window})")
     return window, limit
 
 
@@ -158,7 +158,7 @@ def _edges(verifier: Verifier, limit: int) -> list[int]:
     """The context buckets' edges, once every input is known to fit in ``limit`` with its continuation."""
     too_long = [p.id for p, tokens in verifier.sequences if tokens.shape[0] > limit]
     if too_long:
-        raise UsageError(f"input {too_long[0]} runs past --max-context {limit} with its continuation")
+        raise UsageError(f"input {too_long[0]} runs past `max_context` {limit} with its continuation")
     return bucket_edges(max(limit, max(t.shape[0] for _, t in verifier.sequences)))
 
 

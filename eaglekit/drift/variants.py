@@ -46,14 +46,14 @@ def require_text(records: list[dict], source: str) -> None:
     plain = [r.get("id", "?") for r in records if not any(k in r for k in ("prompt", "text", "messages"))]
     if plain:
         raise UsageError(
-            f"--variants: {source} record {plain[0]} holds input_ids only; variants need text (prompt, text, messages)"
+            f"`variants`: {source} record {plain[0]} holds input_ids only; variants need text (prompt, text, messages)"
         )
 
 
 def variant_records(records: list[dict], tokenizer, source: str) -> list[tuple[dict, list[dict]]]:
     """(variant, records as input_ids) for every variant."""
     if tokenizer is None:
-        raise UsageError("--variants needs the target's tokenizer to frame the prompts (this target has none)")
+        raise UsageError("`variants` needs the target's tokenizer to frame the prompts (this target has none)")
     require_text(records, source)
     variants = load_variants()
     if not getattr(tokenizer, "chat_template", None):

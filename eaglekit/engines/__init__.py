@@ -17,10 +17,10 @@ def parse(spec: str) -> Release:
     engine = ALIASES.get(engine.strip().lower(), engine.strip().lower())
     if not sep or not version.strip():
         raise UsageError(
-            f"--engine {spec!r}: expected ENGINE==VERSION, e.g. vllm==0.24, sglang==0.5.4 or llama.cpp==b11434"
+            f"`engine` {spec!r}: expected ENGINE==VERSION, e.g. vllm==0.24, sglang==0.5.4 or llama.cpp==b11434"
         )
     if engine not in ENGINES:
-        raise UsageError(f"--engine {spec!r}: eaglekit has rules for {', '.join(ENGINES)}")
+        raise UsageError(f"`engine` {spec!r}: eaglekit has rules for {', '.join(ENGINES)}")
     return ENGINES[engine].release(version.strip())
 
 

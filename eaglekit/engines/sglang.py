@@ -334,7 +334,7 @@ def _capture_findings(out: Recorder, r: _Reading, source: str, captured, intende
             f"the drafter fuses target layers {list(intended_ids)} (input-of-layer)",
             f"captures its default (inputs of layers 2, L//2, L-3) instead{ignored}; "
             + (
-                "that matches only for the right target depth (pass --target)"
+                "that matches only for the right target depth (pass `target`)"
                 if severity == "warning"
                 else "no target depth gives these ids: the drafter sees other layers than it was trained on"
             ),

@@ -126,7 +126,7 @@ def _cpu_rotary(out: Recorder, rel: Release, intended: Drafter) -> None:
     effect = (
         "its drafter (and a default-rope MLA target) computes wrong attention: drafts are rejected and, for the target,"
         ' outputs differ; serve with compilation_config={"custom_ops": ["-rotary_embedding"]} (eaglekit verify'
-        " --against does)"
+        " `against` does)"
         if hit
         else (
             "its drafter takes the native rope path and is unaffected; a default-rope MLA target is still mis-rotated"

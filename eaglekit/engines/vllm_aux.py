@@ -130,7 +130,7 @@ def _cuda_runner_findings(
             "engine.cuda_runner_aux_ids",
             "warning",
             lead,
-            "pass --target to see whether that matches the layers the drafter fuses; write the ids at the top level"
+            "pass `target` to see whether that matches the layers the drafter fuses; write the ids at the top level"
             " (eaglekit convert does)",
             "eagle_aux_hidden_state_layer_ids",
         )
@@ -181,7 +181,7 @@ def _capture_findings(
             f"the drafter fuses target layers {list(intended_ids)} (input-of-layer)",
             f"captures its default (2, L//2, L-3) instead{hint}; "
             + (
-                "that matches only for the right target depth (pass --target)"
+                "that matches only for the right target depth (pass `target`)"
                 if severity == "warning"
                 else "no target depth gives these ids: the drafter sees other layers than it was trained on"
             ),

@@ -24,7 +24,7 @@ def resolve_token(token: str | None = None) -> str | None:
     if token:
         token = token.strip()
         if not token.isascii():  # an HTTP header cannot carry it: the client failed with UnicodeEncodeError
-            raise UsageError("--token: a Hub token is ASCII (hf_...); this one is not (a pasted quote or space?)")
+            raise UsageError("`token`: a Hub token is ASCII (hf_...); this one is not (a pasted quote or space?)")
         return token
     from huggingface_hub import get_token
 
@@ -32,7 +32,7 @@ def resolve_token(token: str | None = None) -> str | None:
         return get_token()
     except Exception as exc:  # e.g. OIDCError when HF_OIDC_RESOURCE is set but no id token can be had
         raise HubUnavailableError(
-            f"cannot obtain a Hub token ({type(exc).__name__}): pass --token or set HF_TOKEN"
+            f"cannot obtain a Hub token ({type(exc).__name__}): pass `token` or set HF_TOKEN"
         ) from None
 
 

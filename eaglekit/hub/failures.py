@@ -85,10 +85,10 @@ def _describe_http(exc: BaseException, ctx: _Context) -> str:
     if status == 401:
         # The client turns a 401 on a repo URL into RepositoryNotFoundError; the status is what matters here.
         if ctx.stage == _CHECKING_TOKEN:
-            return f"authentication failed (401): {_display(ctx.endpoint)} rejected the token; check --token / HF_TOKEN"
+            return f"authentication failed (401): {_display(ctx.endpoint)} rejected the token; check `token` / HF_TOKEN"
         return (
             f"authentication failed (401) {where}: the token was rejected, or cannot see {repo}; "
-            "check --token / HF_TOKEN"
+            "check `token` / HF_TOKEN"
         )
     if isinstance(exc, hub_errors.RepositoryNotFoundError) or code == "RepoNotFound":
         return f"{repo}: repository not found, or not visible to this token ({status} RepoNotFound) {where}"
@@ -164,7 +164,7 @@ def _translate(exc: BaseException, ctx: _Context) -> BaseException | None:
             f"{ctx.repo_id}: cannot reach the Hub and it is not in the local cache ({' '.join(str(exc).split())[:200]})"
         )
     if isinstance(exc, hub_errors.LocalTokenNotFoundError):
-        return ctx.error("no Hub token: pass --token, set HF_TOKEN, or run `hf auth login`", unavailable=True)
+        return ctx.error("no Hub token: pass `token`, set HF_TOKEN, or run `hf auth login`", unavailable=True)
     if isinstance(exc, hub_errors.HfHubHTTPError):  # rate limited or failing: not asked; any other answer: refused
         status = _status(exc)
         return ctx.error(_describe_http(exc, ctx), unavailable=status is not None and (status == 429 or status >= 500))
@@ -172,7 +172,7 @@ def _translate(exc: BaseException, ctx: _Context) -> BaseException | None:
         advice = (
             "check the network or HF_ENDPOINT; without a network, HF_HUB_OFFLINE=1 reads what the local Hub cache holds"
             if ctx.reading
-            else "check the network, --endpoint / HF_ENDPOINT"
+            else "check the network, `endpoint` / HF_ENDPOINT"
         )
         return ctx.error(
             f"cannot reach the Hub at {_display(ctx.endpoint)} while {ctx.stage} ({type(exc).__name__}): {advice}",

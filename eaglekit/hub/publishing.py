@@ -181,7 +181,7 @@ def _publish_credentials(endpoint: str | None, token: str | None) -> tuple[str, 
         )
     token = resolve_token(token)
     if not token:
-        raise HubUnavailableError("no Hub token: pass --token, set HF_TOKEN, or run `hf auth login`")
+        raise HubUnavailableError("no Hub token: pass `token`, set HF_TOKEN, or run `hf auth login`")
     return endpoint, token
 
 
@@ -210,8 +210,8 @@ def _refuse_public_repo(api: Any, ctx: _Context) -> None:
     ctx.stage = "reading the repository's visibility"
     if not api.repo_info(repo_id).private:
         raise UsageError(
-            f"{repo_id}: exists and is public; --private only makes a repository that push creates private, "
-            "so nothing was pushed (make it private on the Hub first, or leave out --private)"
+            f"{repo_id}: exists and is public; `private` only makes a repository that push creates private, "
+            "so nothing was pushed (make it private on the Hub first, or leave out `private`)"
         )
 
 

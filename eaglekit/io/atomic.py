@@ -59,7 +59,7 @@ def check_destination(
     protect: Iterable[Path] = (),
     replaceable: Replaceable = _nothing_is_replaceable,
     appeared: bool = False,
-    force_flag: str | None = "--force",
+    force_flag: str | None = "`force`",
 ) -> Path:
     """Refuse destinations that would clobber a source, a user's files, or an existing output without ``force``.
     ``appeared``: the check made once the output is complete, of a destination that did not exist at the start.
@@ -104,7 +104,7 @@ def check_destination(
         if _is_mount_point(dest):  # a mounted volume cannot be renamed aside (EBUSY): said before any work
             raise UsageError(f"{destination}: {_MOUNTED}")
         if not force:
-            raise OutputExistsError(f"{destination}: already exists (pass {force_flag or '--force'} to replace it)")
+            raise OutputExistsError(f"{destination}: already exists (pass {force_flag or '`force`'} to replace it)")
     return dest
 
 
@@ -243,10 +243,10 @@ def check_file_destination(
     if appeared and dest.exists():
         raise OutputExistsError(f"{destination}: appeared while the output was written; nothing replaced")
     if dest.exists() and not force:
-        raise OutputExistsError(f"{destination}: already exists (pass --force to replace it)")
+        raise OutputExistsError(f"{destination}: already exists (pass `force` to replace it)")
     if dest.exists() and not replaceable(dest):
         raise OutputExistsError(
-            f"{destination}: not replaced even with --force: eaglekit did not write it; choose another file name"
+            f"{destination}: not replaced even with `force`: eaglekit did not write it; choose another file name"
         )
     return dest
 
@@ -286,7 +286,7 @@ def atomic_directory(
     force: bool = False,
     protect: Iterable[Path] = (),
     replaceable: Replaceable = _nothing_is_replaceable,
-    force_flag: str | None = "--force",
+    force_flag: str | None = "`force`",
 ) -> Iterator[Path]:
     """Yield an empty temporary directory; on success it becomes ``destination``. The destination is checked before
     and again once the output is complete, right before it takes the destination's place: a folder that appeared

@@ -255,4 +255,4 @@ def parse_cast(value: str) -> DType | None:
         return CAST_TARGETS[value]
     except KeyError:
         choices = ", ".join(["auto", *CAST_TARGETS])
-        raise UsageError(f"--dtype {value!r} is not one of {choices}") from None
+        raise UsageError(f"`dtype` {value!r} is not one of {choices}") from None

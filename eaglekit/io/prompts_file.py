@@ -35,18 +35,18 @@ def read_prompt_records(path: str | None, *, raw: bool = False) -> list[dict]:
     else:
         label = path
         try:
-            size = jsonfile.regular_file_size(Path(path), f"--prompts {path}", "a JSONL file")
+            size = jsonfile.regular_file_size(Path(path), f"`prompts` {path}", "a JSONL file")
             if size > MAX_PROMPTS_BYTES:
                 raise UsageError(
-                    f"--prompts {path}: {size} bytes is more than a prompts file may hold ({MAX_PROMPTS_BYTES})"
+                    f"`prompts` {path}: {size} bytes is more than a prompts file may hold ({MAX_PROMPTS_BYTES})"
                 )
             text = Path(path).read_text(encoding="utf-8-sig")
         except CheckpointError as exc:
             raise UsageError(str(exc)) from None
         except OSError as exc:
-            raise UsageError(f"--prompts {path}: cannot read ({exc.strerror})") from None
+            raise UsageError(f"`prompts` {path}: cannot read ({exc.strerror})") from None
         except UnicodeDecodeError as exc:
-            raise UsageError(f"--prompts {path}: not UTF-8 text (byte {exc.start})") from None
+            raise UsageError(f"`prompts` {path}: not UTF-8 text (byte {exc.start})") from None
     records = []
     for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():

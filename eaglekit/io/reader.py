@@ -334,7 +334,7 @@ class Checkpoint:
 
     def _refuse_remote(self) -> None:
         if self.located.remote:  # a header-only stub of a Hub repo (io.remote): its data area is a hole
-            raise CheckpointError(f"{self.label}: tensor values are not read remotely (headers only); pass --download")
+            raise CheckpointError(f"{self.label}: tensor values are not read remotely (headers only); pass `download`")
 
     def _close_handle(self) -> None:
         if hasattr(self._open_handle, "close"):

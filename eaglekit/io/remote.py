@@ -57,7 +57,7 @@ def fetch_headers(remote: RemoteRepo, dest: Path, label: str) -> list[str]:
         name = BIN_INDEX if BIN_INDEX in files else BIN_SINGLE
         raise CheckpointError(
             f"{label}: its weights are .bin only ({name}), which have no header to read remotely; "
-            "pass --download to download them"
+            "pass `download` to download them"
         )
     else:
         candidates = sorted(
@@ -76,7 +76,7 @@ def fetch_headers(remote: RemoteRepo, dest: Path, label: str) -> list[str]:
 def _stub_shard(remote: RemoteRepo, shard: str, dest: Path) -> None:
     size = remote.files.get(shard)
     if size is None:
-        raise CheckpointError(f"{remote.repo_id}/{shard}: the Hub did not say its size; pass --download")
+        raise CheckpointError(f"{remote.repo_id}/{shard}: the Hub did not say its size; pass `download`")
     if size < 8:  # the reader says empty / truncated
         _write(dest, shard, b"", size=size)
         return

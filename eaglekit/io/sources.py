@@ -37,7 +37,7 @@ def split_revision(text: str, revision: str | None) -> tuple[str, str | None]:
     if not rev:
         raise UsageError(f"{text}: nothing after '@' (expected org/name@revision)")
     if revision and revision != rev:
-        raise UsageError(f"{text}: --revision {revision} contradicts the @{rev} in the id")
+        raise UsageError(f"{text}: `revision` {revision} contradicts the @{rev} in the id")
     return name, rev
 
 
@@ -93,7 +93,7 @@ def open_source(
 def _local(path: Path, text: str, revision: str | None, what: str) -> Located:
     """A local path (which has no revision), located."""
     if revision:
-        raise UsageError(f"--revision {revision}: {text} is a local path, not a Hub id")
+        raise UsageError(f"`revision` {revision}: {text} is a local path, not a Hub id")
     located = locate(path, what)
     return Located(
         located.directory, located.roots, label=text, origin={"kind": "local", "path": text}, file=located.file

@@ -94,7 +94,7 @@ class TargetConfig:
                 if self.hub_id
                 else "give the model's directory with its weights, or a .gguf file"
             )
-        return f"--target {self.source}: {what}; {why}, so it needs the weights: {give}"
+        return f"`target` {self.source}: {what}; {why}, so it needs the weights: {give}"
 
 
 def _refuse_drafter(directory: Path | None, config: dict, source: str) -> None:
@@ -108,11 +108,11 @@ def _refuse_drafter(directory: Path | None, config: dict, source: str) -> None:
     names: set[str] = set()
     if stated is None and directory is not None:
         for path in sorted(directory.glob("*.safetensors")):
-            names |= set(read_header(path, f"--target {source}: {path.name}").entries)
+            names |= set(read_header(path, f"`target` {source}: {path.name}").entries)
     if stated is not None or looks_like_drafter(names):
         why = f"its config states {stated}" if stated else "a fusion layer and no decoder stack"
         raise UsageError(
-            f"--target {source}: this is an EAGLE drafter ({why}), not a target model; give the model the drafter was"
+            f"`target` {source}: this is an EAGLE drafter ({why}), not a target model; give the model the drafter was"
             " trained for"
         )
 
@@ -154,7 +154,7 @@ def read_target_config(source: str | Path, *, weights: bool = False) -> TargetCo
         hub_id = None
     elif path.suffix == ".json":  # a config.json alone: everything but running the target
         if not path.is_file():
-            raise CheckpointError(f"--target {source}: no such config file")
+            raise CheckpointError(f"`target` {source}: no such config file")
         directory, config_file, hub_id = path.parent, str(source), _hub_id_of_snapshot(path.parent)
         config = jsonfile.load_object(path, str(source))
     else:

@@ -94,7 +94,7 @@ def pick_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UnsupportedError(f"--device {device}: CUDA is not available here")
+        raise UnsupportedError(f"`device` {device}: CUDA is not available here")
     return device
 
 

@@ -33,10 +33,10 @@ def load_tokenizer(config, directory: str, gguf_kwargs: dict):
         where = config.directory / config.gguf_file if config.gguf_file else config.directory
         if isinstance(exc, ImportError):
             raise MissingDependencyError(
-                f"--target {where}: its tokenizer needs a package not installed here ({said})"
+                f"`target` {where}: its tokenizer needs a package not installed here ({said})"
             ) from None
         raise CheckpointError(
-            f"--target {where}: its tokenizer does not load ({type(exc).__name__}: {said}); fix or remove "
+            f"`target` {where}: its tokenizer does not load ({type(exc).__name__}: {said}); fix or remove "
             "its tokenizer files (prompts given as input_ids need none)"
         ) from None
 

@@ -235,7 +235,7 @@ def _skipped_remotely(present, scan: bool) -> list[Finding]:
                 "remote.values_skipped",
                 "info",
                 f"{' and '.join(needing)} contents not checked: read from the Hub by headers "
-                "only (pass --download to check them)",
+                "only (pass `download` to check them)",
                 needing[0],
             )
         )
@@ -244,8 +244,8 @@ def _skipped_remotely(present, scan: bool) -> list[Finding]:
             Finding(
                 "remote.scan_skipped",
                 "warning",
-                "--scan skipped: the drafter was read from the Hub by headers only; "
-                "pass --download to scan its tensors",
+                "`scan` skipped: the drafter was read from the Hub by headers only; "
+                "pass `download` to scan its tensors",
             )
         )
     return out

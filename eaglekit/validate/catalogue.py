@@ -81,7 +81,7 @@ CHECKS: dict[str, str] = {
     "aux.ambiguous": "the aux ids' convention is settled by no evidence and no target: both readings reported",
     "aux.unsettled_convention": (
         "with a target: the aux ids' convention is settled by no evidence and both readings fit 0..L: the dialect's is"
-        " read, the other named; verify measures both, convert --resolve decides"
+        " read, the other named; verify measures both, convert `resolve` decides"
     ),
     "dialect.ambiguous": "two dialects fit within the margin and read different aux ids: both readings reported",
     "config.architecture_mismatch": (

@@ -75,10 +75,10 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
 def _refuse_conflicts(options: VerifyOptions) -> None:
     """Options that contradict each other, and what no engine can run: refused before any work."""
     if options.hidden_states and options.against:
-        raise UsageError("--against vllm runs the target itself; it cannot use --hidden-states")
+        raise UsageError("`against` vllm runs the target itself; it cannot use `hidden_states`")
     if options.hidden_states and options.prompts:
         raise UsageError(
-            "--hidden-states brings its own sequences (prompt and continuation); --prompts would be ignored: pass one"
+            "`hidden_states` brings its own sequences (prompt and continuation); `prompts` would be ignored: pass one"
             " of them"
         )
     if options.hidden_states and options.target_engine:
@@ -160,7 +160,7 @@ def _nothing_measured(report: dict) -> list[dict]:
             Finding(
                 "verify.nothing_measured",
                 "warning",
-                "no chain was drafted: each continuation ends before a draft step (raise --max-new-tokens)",
+                "no chain was drafted: each continuation ends before a draft step (raise `max_new_tokens`)",
             ).to_dict()
         ]
     if not any(count["num_accepted_tokens"] for count in measured):

@@ -50,7 +50,7 @@ def _drafter_gguf(path: str, loaded, verifier: Verifier, tmp: Path) -> tuple[Pat
         output_name=out.name,
     )
     convert(path, out, options).loaded.close()
-    return out, f"the {loaded.dialect} drafter served as eaglekit's GGUF conversion of it (convert --to gguf)"
+    return out, f"the {loaded.dialect} drafter served as eaglekit's GGUF conversion of it (convert `to` gguf)"
 
 
 def serve(verifier: Verifier, drafter: Path, tmp: Path) -> tuple[list[dict], list[str]]:

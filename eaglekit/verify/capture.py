@@ -92,8 +92,8 @@ def served_rope(cfg) -> dict | None:
     rope = rope_from_divisors(cfg.rope_freqs, cfg.rope.theta)
     if rope is None:
         raise UnsupportedError(
-            f"--target {cfg.source}: holds llama.cpp rope_freqs that no default, linear or llama3 rope divides by, so"
-            " vLLM cannot be told to run the rope verify runs; for --against vllm give the model's safetensors"
+            f"`target` {cfg.source}: holds llama.cpp rope_freqs that no default, linear or llama3 rope divides by, so"
+            " vLLM cannot be told to run the rope verify runs; for `against` vllm give the model's safetensors"
             " directory"
         )
     return {

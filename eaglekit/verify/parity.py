@@ -73,12 +73,12 @@ def check_reference(verifier: Verifier, path: str, drafter: Drafter) -> None:
         )
     if bad:
         raise UsageError(
-            f"--reference {options.reference} cannot run on the target {verifier.target_config.name}: {bad[0].message}"
+            f"`reference` {options.reference} cannot run on the target {verifier.target_config.name}: {bad[0].message}"
         )
     mine, theirs = (drafter.draft_vocab_size, drafter.hidden_size), (r.draft_vocab_size, r.hidden_size)
     if mine[0] != theirs[0]:
         raise UsageError(
-            f"--reference {options.reference} drafts logits over {theirs[0]} tokens (lm_head {list(theirs)}), {path}"
+            f"`reference` {options.reference} drafts logits over {theirs[0]} tokens (lm_head {list(theirs)}), {path}"
             f" over {mine[0]} (lm_head {list(mine)}): their logits cannot be compared step by step; give a checkpoint"
             " of the same drafter"
         )

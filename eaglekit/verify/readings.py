@@ -137,7 +137,8 @@ def resolve(path: str, options: VerifyOptions) -> dict | None:
         candidates = aux_readings(loaded, d, L)
         if len(candidates) < 2:
             raise UsageError(
-                f"{path}: --resolve: fewer than two readings fit the target's {L} layers; pass --from or --aux-layers"
+                f"{path}: `resolve`: fewer than two readings fit the target's {L} layers; pass `source_dialect` or"
+                " `aux_layers`"
             )
         verifier.prepare(
             capture=layers_of((c for _, c in candidates), L)
@@ -150,8 +151,8 @@ def resolve(path: str, options: VerifyOptions) -> dict | None:
     where = f"on {verifier.target_config.name}, {len(verifier.sequences)} prompts x {options.max_new_tokens} tokens"
     if result["trained_with"] is None:
         raise UsageError(
-            f"{path}: --resolve measured {table} ({where}): no reading wins by the margin ({result['rule']}); "
-            "refusing to convert; pass --from DIALECT or --aux-layers"
+            f"{path}: `resolve` measured {table} ({where}): no reading wins by the margin ({result['rule']}); "
+            "refusing to convert; pass `source_dialect` DIALECT or `aux_layers`"
         )
     ids = dict(candidates)[result["trained_with"]].aux.as_input()
     return {

@@ -150,10 +150,10 @@ def check_device_map(device_map: str | None) -> None:
         device_map == "cuda" or (device_map.startswith("cuda:") and device_map[5:].isdigit())
     ):
         raise UsageError(
-            f"--device-map {device_map!r}: expected {', '.join(DEVICE_MAP_STRATEGIES)}, or a device: cpu, cuda, cuda:N"
+            f"`device_map` {device_map!r}: expected {', '.join(DEVICE_MAP_STRATEGIES)}, or a device: cpu, cuda, cuda:N"
         )
     if device_map.startswith("cuda") and not torch.cuda.is_available():
-        raise UnsupportedError(f"--device-map {device_map}: CUDA is not available here")
+        raise UnsupportedError(f"`device_map` {device_map}: CUDA is not available here")
 
 
 # What the passes kept while decoding (Verifier.prepare(keep_passes=True)) may hold, about: each holds its sequence's KV
@@ -166,13 +166,13 @@ class Verifier:
 
     def __init__(self, options: VerifyOptions, progress: Callable[[str, int], object] | None = None):
         if options.k < 1:
-            raise UsageError("--num-speculative-tokens must be at least 1")
+            raise UsageError("`k` must be at least 1")
         if options.max_new_tokens < 1:
-            raise UsageError("--max-new-tokens must be at least 1")
+            raise UsageError("`max_new_tokens` must be at least 1")
         if options.batch_size is not None and options.batch_size < 1:
             raise UsageError(f"batch_size {options.batch_size}: at least 1 prompt is decoded at a time")
         if options.dtype not in DTYPES:
-            raise UsageError(f"--dtype {options.dtype!r}: one of {', '.join(DTYPES)}")
+            raise UsageError(f"`dtype` {options.dtype!r}: one of {', '.join(DTYPES)}")
         check_device_map(options.device_map)
         self.options = options
         self.device = pick_device(options.device)
@@ -266,9 +266,9 @@ class Verifier:
         longest = max(prompts, key=lambda p: len(p.ids))
         if window and len(longest.ids) + self.options.max_new_tokens > window:
             raise UsageError(
-                f"prompt {longest.id}: {len(longest.ids)} tokens + --max-new-tokens {self.options.max_new_tokens} run"
+                f"prompt {longest.id}: {len(longest.ids)} tokens + `max_new_tokens` {self.options.max_new_tokens} run"
                 f" past the target's max_position_embeddings {window} (vLLM refuses such a request); shorten it or"
-                " lower --max-new-tokens"
+                " lower `max_new_tokens`"
             )
 
     def prepare_stored(self, drafter: Drafter, ids: tuple[int, ...]) -> None:
