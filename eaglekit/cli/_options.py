@@ -229,6 +229,21 @@ raw_prompts_option = click.option(
     is_flag=True,
     help='Take each {"prompt": ...} line as raw text, as {"text": ...} is: no chat template.',
 )
+num_prompts_option = click.option("--num-prompts", type=click.IntRange(min=1), help="Use only the first N prompts.")
+
+
+def max_new_tokens_option(*, default: int, help: str):
+    """``--max-new-tokens``: the greedy continuation's length (verify and capture 64, drift 32)."""
+    return click.option("--max-new-tokens", type=click.IntRange(min=1), default=default, show_default=True, help=help)
+
+
+def num_speculative_tokens_option(help: str = "K, the drafted chain length."):
+    """``--num-speculative-tokens`` (the parameter ``k``), default 3 as vLLM's examples serve it."""
+    return click.option(
+        "--num-speculative-tokens", "k", type=click.IntRange(min=1), default=3, show_default=True, help=help
+    )
+
+
 threads_option = click.option(
     "--threads",
     type=click.IntRange(min=1),

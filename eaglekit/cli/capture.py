@@ -12,6 +12,9 @@ from ._options import (
     NAMED_PLACE,
     force_option,
     json_option,
+    max_new_tokens_option,
+    num_prompts_option,
+    num_speculative_tokens_option,
     parallel_options,
     run_dtype_option,
     target_engine_option,
@@ -70,21 +73,10 @@ def _plan_note(output: Output):
     type=NAMED_FILE,
     help="Prompts, one JSON object per line: prompt, messages or input_ids (default: the built-in set verify uses).",
 )
-@click.option("--num-prompts", type=click.IntRange(min=1), help="Use only the first N prompts.")
-@click.option(
-    "--max-new-tokens",
-    type=click.IntRange(min=1),
-    default=64,
-    show_default=True,
-    help="Length of each greedy continuation, as verify's --max-new-tokens.",
-)
-@click.option(
-    "--num-speculative-tokens",
-    "k",
-    type=click.IntRange(min=1),
-    default=3,
-    show_default=True,
-    help="The largest K the capture will be verified with: the continuation runs K - 1 tokens further.",
+@num_prompts_option
+@max_new_tokens_option(default=64, help="Length of each greedy continuation, as verify's --max-new-tokens.")
+@num_speculative_tokens_option(
+    "The largest K the capture will be verified with: the continuation runs K - 1 tokens further."
 )
 @run_dtype_option
 @target_engine_option(default="vllm")

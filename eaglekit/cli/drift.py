@@ -18,7 +18,9 @@ from ._options import (
     device_option,
     from_option,
     json_option,
+    max_new_tokens_option,
     norm_output_option,
+    num_speculative_tokens_option,
     parallel_options,
     raw_prompts_option,
     run_dtype_option,
@@ -98,21 +100,8 @@ def render(r: dict) -> str:
     show_default=True,
     help="Built-in inputs per context-length bucket.",
 )
-@click.option(
-    "--max-new-tokens",
-    type=click.IntRange(min=1),
-    default=32,
-    show_default=True,
-    help="Length of the greedy continuation judged after each input.",
-)
-@click.option(
-    "--num-speculative-tokens",
-    "k",
-    type=click.IntRange(min=1),
-    default=3,
-    show_default=True,
-    help="K, the drafted chain length.",
-)
+@max_new_tokens_option(default=32, help="Length of the greedy continuation judged after each input.")
+@num_speculative_tokens_option()
 @click.option(
     "--chunk",
     type=click.IntRange(min=1),

@@ -22,7 +22,10 @@ from ._options import (
     engine_option,
     from_option,
     json_option,
+    max_new_tokens_option,
     norm_output_option,
+    num_prompts_option,
+    num_speculative_tokens_option,
     parallel_options,
     raw_prompts_option,
     revision_option,
@@ -252,22 +255,9 @@ def render(r: dict) -> str:
     help=f"Prompts, {PROMPTS_HELP} (default: a built-in chat/code/math/long-context set).",
 )
 @raw_prompts_option
-@click.option("--num-prompts", type=click.IntRange(min=1), help="Use only the first N prompts.")
-@click.option(
-    "--max-new-tokens",
-    type=click.IntRange(min=1),
-    default=64,
-    show_default=True,
-    help="Length of each greedy continuation.",
-)
-@click.option(
-    "--num-speculative-tokens",
-    "k",
-    type=click.IntRange(min=1),
-    default=3,
-    show_default=True,
-    help="K, the drafted chain length.",
-)
+@num_prompts_option
+@max_new_tokens_option(default=64, help="Length of each greedy continuation.")
+@num_speculative_tokens_option()
 @engine_option
 @click.option(
     "--reference",
