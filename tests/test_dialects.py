@@ -323,3 +323,14 @@ def test_a_flag_stated_otherwise_in_its_second_place_is_named(tmp_path):
     agreeing = edit_config(write_specforge(tmp_path / "agree", Dims()), lambda cfg: cfg.update(norm_before_fc=False))
     with dialects.load(agreeing) as loaded:
         assert "flags.conflicting_locations" not in {n.check for n in loaded.notes}
+
+
+def test_detection_evidence_names_the_architecture_the_config_has(tmp_path):
+    """The evidence says what the file has (LlamaForCausalLMEagle3), not every string the dialect claims (SGLang's
+    layout is also SpecForge's P-EAGLE, PEagleDraftModel): inspect's first line read 'X or PEagleDraftModel'."""
+    from drafters import Dims, write_specforge
+
+    detection = dialects.detect(dialects.Checkpoint.open(write_specforge(tmp_path / "d", Dims())))
+    sglang = next(d for d in detection if d.dialect == "sglang")
+    said = [e for e in sglang.evidence if e.startswith("architectures is")]
+    assert said == ["architectures is LlamaForCausalLMEagle3"]

@@ -86,7 +86,7 @@ class Dialect:
                 hit = False
             if hit:
                 score += clue.score
-                evidence.append(clue.text)
+                evidence.append(clue.said(config))
         return Detection(self.name, score, evidence)
 
     # reading -----------------------------------------------------------------------------------------
