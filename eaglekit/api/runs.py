@@ -25,7 +25,7 @@ def _refuse_before_torch(
     needs neither torch nor transformers (the ``Verifier`` reads both again for library callers); what vLLM cannot
     run (``check_request``)."""
     from ..engines import envs
-    from ..engines.vllm_serving import check_request
+    from ..engines.vllm_serving import check_request, refuse_contradictions
     from ..io.prompts_file import read_prompt_records
     from ..io.sources import refuse_missing
     from ..target import read_target_config
@@ -34,6 +34,13 @@ def _refuse_before_torch(
     for drafter in drafters:
         if drafter is not None:
             refuse_missing(drafter, revision=revision)  # before the target loads (~5 s), not after it
+    if command == "verify":  # settings that contradict each other, whatever is installed
+        refuse_contradictions(
+            hidden_states=fields["hidden_states"],
+            against=against,
+            target_engine=fields["target_engine"],
+            prompts=fields["prompts"],
+        )
     envs.require_environment(against, vllm_python)  # then the engine, before the target
     config = read_target_config(target, weights=True)
     if not fields["hidden_states"]:

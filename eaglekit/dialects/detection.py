@@ -43,16 +43,18 @@ def architectures(config: dict) -> tuple[str, ...]:
 def architecture_clue(dialect: str, score: int, text: str | None = None, *, alone: bool = False) -> Clue:
     """Evidence from the architecture table: config.json names a string that ``dialect`` claims (``alone``: and
     nothing else). The table is read at detection time, so a row added to it is recognised everywhere."""
-    claimed = arch_table.claimed_by(dialect)
 
     def test(config: dict, names: frozenset[str], ckpt: Checkpoint) -> bool:
-        found = architectures(config)
-        return (len(found) == 1 and found[0] in claimed) if alone else bool(set(claimed) & set(found))
+        found, claimed = architectures(config), set(arch_table.claimed_by(dialect))
+        return (len(found) == 1 and found[0] in claimed) if alone else bool(claimed & set(found))
 
     def found(config: dict) -> str:  # the strings this config names, not every one the dialect claims
+        claimed = set(arch_table.claimed_by(dialect))
         return "architectures is " + " or ".join(a for a in architectures(config) if a in claimed)
 
-    return Clue(text or "architectures is " + " or ".join(claimed), score, test, None if text else found)
+    return Clue(
+        text or "architectures is " + " or ".join(arch_table.claimed_by(dialect)), score, test, None if text else found
+    )
 
 
 def written_by_eaglekit(config: dict, dialect: str) -> bool:

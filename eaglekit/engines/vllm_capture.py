@@ -43,7 +43,7 @@ def run(job: dict, python: Path, on_event: Callable[[dict], None]) -> None:
     crash of vLLM (``UnsupportedError``, vLLM's own line). If ``on_event`` raises (or the user interrupts), the
     runner's process group is stopped before the exception goes on."""
     if not python.exists():
-        raise UnsupportedError(f"vllm_python {python}: no such file")
+        raise UnsupportedError(f"`vllm_python` {python}: no such file")
     with tempfile.TemporaryDirectory(prefix="eaglekit-capture-") as tmp:
         job_file = Path(tmp) / "job.json"
         job_file.write_text(json.dumps({**job, "kind": "capture"}))

@@ -60,17 +60,17 @@ class Parallel:
 def check_parallel(parallel: Parallel) -> None:
     """The layout's own sense, before anything is read: sizes of at least 1, a known backend, a Ray address only
     with Ray."""
-    for flag, n in (
+    for name, n in (
         ("tensor_parallel_size", parallel.tensor),
         ("pipeline_parallel_size", parallel.pipeline),
         ("data_parallel_size", parallel.data),
     ):
         if n < 1:
-            raise UsageError(f"{flag} {n}: at least 1")
+            raise UsageError(f"`{name}` {n}: at least 1")
     if parallel.backend not in (None, *BACKENDS):
-        raise UsageError(f"distributed_executor_backend {parallel.backend!r}: one of {', '.join(BACKENDS)}")
+        raise UsageError(f"`distributed_executor_backend` {parallel.backend!r}: one of {', '.join(BACKENDS)}")
     if parallel.ray_address and parallel.backend != "ray":
-        raise UsageError("ray_address joins a Ray cluster: it needs distributed_executor_backend ray")
+        raise UsageError("`ray_address` joins a Ray cluster: it needs `distributed_executor_backend` ray")
 
 
 @dataclass(frozen=True)
@@ -120,13 +120,13 @@ def check(served: Served, parallel: Parallel, target_config, *, purpose: str) ->
     row = rules(served)
     asked = [
         ("extract_hidden_states", purpose == "capture", "capturing the target's states"),
-        ("ray", parallel.backend == "ray", "distributed_executor_backend ray"),
+        ("ray", parallel.backend == "ray", "`distributed_executor_backend` ray"),
         (
             "pipeline_parallel_capture" if purpose == "capture" else "pipeline_parallel_drafter",
             parallel.pipeline > 1,
-            f"pipeline_parallel_size {parallel.pipeline}",
+            f"`pipeline_parallel_size` {parallel.pipeline}",
         ),
-        ("data_parallel", parallel.data > 1, f"data_parallel_size {parallel.data}"),
+        ("data_parallel", parallel.data > 1, f"`data_parallel_size` {parallel.data}"),
     ]
     for key, wanted, what in asked:
         if wanted and _rule(served, row, key) not in (None, True):
@@ -140,7 +140,7 @@ def _check_target(served: Served, parallel: Parallel, target_config, row: dict) 
     evidence = row["evidence"].get("tp_heads", "source")
     if isinstance(heads, int) and heads % parallel.tensor:
         raise UnsupportedError(
-            f"tensor_parallel_size {parallel.tensor}: the target {target_config.name} has {heads} attention heads,"
+            f"`tensor_parallel_size` {parallel.tensor}: the target {target_config.name} has {heads} attention heads,"
             f" which {parallel.tensor} workers cannot share (vLLM refuses: 'Total number of attention heads ({heads})"
             f" must be divisible by tensor parallel size ({parallel.tensor})') [evidence: {evidence}]"
         )

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 
 from .. import dialects
-from ..engines.vllm_serving import check_request, is_llamacpp
+from ..engines.vllm_serving import check_request, is_llamacpp, refuse_contradictions
 from ..errors import UsageError, ValidationFailed
 from ..findings import Finding, errors
 from ..io.prompts_file import read_prompt_records
@@ -74,15 +74,12 @@ def verify(path: str, options: VerifyOptions, progress: Callable[[str, int], obj
 
 def _refuse_conflicts(options: VerifyOptions) -> None:
     """Options that contradict each other, and what no engine can run: refused before any work."""
-    if options.hidden_states and options.against:
-        raise UsageError("`against` vllm runs the target itself; it cannot use `hidden_states`")
-    if options.hidden_states and options.prompts:
-        raise UsageError(
-            "`hidden_states` brings its own sequences (prompt and continuation); `prompts` would be ignored: pass one"
-            " of them"
-        )
-    if options.hidden_states and options.target_engine:
-        raise UsageError("hidden_states brings the target's states; target_engine would run the target: give one")
+    refuse_contradictions(
+        hidden_states=options.hidden_states,
+        against=options.against,
+        target_engine=options.target_engine,
+        prompts=options.prompts,
+    )
     check_request(
         options.target,
         target_engine=options.target_engine,
@@ -97,7 +94,7 @@ def _refuse_target(options: VerifyOptions, verifier: Verifier) -> None:
     llamacpp = is_llamacpp(options.against)
     if llamacpp and not verifier.target_config.gguf_file:
         raise UsageError(
-            f"against {options.against}: llama-server serves the target from GGUF; the target must be its .gguf file,"
+            f"`against` {options.against}: llama-server serves the target from GGUF; the target must be its .gguf file,"
             f" not {options.target}"
         )
     if (options.against and not llamacpp) or options.target_engine:

@@ -115,7 +115,7 @@ def check_ids(ids: tuple[int, ...], config: TargetConfig) -> tuple[int, ...]:
     if bad:
         raise UnsupportedError(
             f"aux layer {bad[0]}: vLLM captures the input of a layer, 0..{config.num_layers - 1} for"
-            f" {config.name} ({config.num_layers} layers); the target run by eaglekit (not target_engine) gives the"
+            f" {config.name} ({config.num_layers} layers); the target run by eaglekit (not `target_engine`) gives the"
             " others"
         )
     return tuple(sorted(set(ids)))
