@@ -5,16 +5,14 @@ from __future__ import annotations
 
 from ..errors import UsageError
 from . import llamacpp, sglang, vllm
-from .common import EngineView, Release
+from .common import EngineView, Release, engine_name
 
 ENGINES = {"vllm": vllm, "sglang": sglang, "llama.cpp": llamacpp}
-ALIASES = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp"}
 
 
 def parse(spec: str) -> Release:
     """``vllm==0.24``, ``sglang==0.4.9`` or ``llama.cpp==b11434`` -> the rules of that release."""
-    engine, sep, version = spec.partition("==")
-    engine = ALIASES.get(engine.strip().lower(), engine.strip().lower())
+    engine, (_, sep, version) = engine_name(spec), spec.partition("==")
     if not sep or not version.strip():
         raise UsageError(
             f"`engine` {spec!r}: expected ENGINE==VERSION, e.g. vllm==0.24, sglang==0.5.4 or llama.cpp==b11434"

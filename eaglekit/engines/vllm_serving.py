@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..errors import UsageError
 from . import envs, vllm_scale
+from .common import engine_name
 
 
 def check_request(
@@ -46,7 +47,7 @@ def check_request(
 
 def is_llamacpp(against: str | None) -> bool:
     """``against`` names a llama.cpp build (``llama.cpp==bN``), run as llama-server, not vLLM."""
-    return bool(against) and against.lower().startswith(("llama.cpp", "llamacpp", "llama-cpp"))
+    return bool(against) and engine_name(against) == "llama.cpp"
 
 
 def _check_llamacpp_request(against: str, target_engine, vllm_python, parallel: vllm_scale.Parallel) -> None:

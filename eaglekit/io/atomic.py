@@ -391,8 +391,6 @@ def destination_status(out: str | Path, *, force: bool, protect: list[Path], che
     """What writing ``out`` would do, for a dry run: whether it exists, whether the conversion needs ``--force``, the
     entries ``--force`` replaces, and the refusal the same command without ``--dry-run`` would stop with (or None).
     ``check(dest, force=, protect=)`` raises where the write would be refused (convert's ``check_output``)."""
-    from ..errors import EaglekitError
-
     dest = Path(out)
     exists = dest.exists() or dest.is_symlink()
 
