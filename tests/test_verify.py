@@ -815,6 +815,73 @@ def test_a_prefix_every_prompt_starts_with_is_run_once(pair, monkeypatch):
         assert all(near(a.states[k], b.states[k]) for k in slots) and near(a.kept.logits, b.kept.logits)
 
 
+@pytest.mark.parametrize("common", [0, 20])
+def test_prompts_of_unlike_length_prefill_row_by_row(pair, monkeypatch, common):
+    """A group whose prompts differ much in length prefills each alone (its own tokens, after any shared prefix, in a
+    forward of their own: no padding fed), then decodes them together: the tokens stay generate's, one prompt at a
+    time; the states, kept logits and caches those of the padded prefill to fp32 noise, each row's cache its own
+    sequence's (the chain logits read from it equal the full pass's)."""
+    from eaglekit.io.prompts_file import read_prompt_records
+    from eaglekit.target import decode, read_target_config
+    from eaglekit.target.decode import prefill_alone, shared_prefix
+    from eaglekit.target.runner import TargetModel
+
+    target = TargetModel.load(read_target_config(pair["target"]))
+    base = [r["input_ids"] for r in read_prompt_records(str(pair["prompts"]))][:3]
+    head = (base[0] * 5)[:common]
+    prompts = [head + (p[1:] * 50)[:n] for p, n in zip(base, (150, 3, 40))]
+    shared = shared_prefix(prompts)
+    assert shared == (len(head) if head else 0), ([len(p) for p in prompts], len(head), shared)
+    assert prefill_alone(prompts, shared)
+    fed = []
+    forward = TargetModel._forward
+
+    def spy(self, slots, **inputs):
+        fed.append(tuple(inputs["input_ids"].shape))
+        return forward(self, slots, **inputs)
+
+    slots = (0, 2, target.num_layers)
+    with monkeypatch.context() as m:
+        m.setattr(TargetModel, "_forward", spy)
+        alone = target.decode_batch(prompts, 12, capture=slots, keep_bytes=2**30, padding=float("inf"))
+    prefix = [(1, shared)] if shared else []
+    own = sorted((len(p) - shared for p in prompts), reverse=True)  # a group holds its prompts longest first
+    assert fed[: len(prefix) + 4] == prefix + [(1, n) for n in own] + [(3, 1)]
+    assert [d.tokens.tolist() for d in alone] == [target.generate(p, 12).tolist() for p in prompts]
+    for prompt, d in zip(prompts, alone):
+        S, P = d.tokens.shape[0], len(prompt)
+        starts = torch.arange(P - 1, S - 3)
+        drafts = torch.randint(1, 96, (starts.shape[0], 3), generator=torch.Generator().manual_seed(P))
+        _, full_cache = target.sequence_pass(d.tokens, torch.arange(P - 1, S))
+        assert torch.allclose(
+            target.chain_logits(d.kept.cache, S, starts, drafts),
+            target.chain_logits(full_cache, S, starts, drafts),
+            atol=1e-4,
+        )
+    monkeypatch.setattr(decode, "PREFILL_PADDING_PER_FORWARD", 10**9)  # the same group, its prefill padded
+    assert not prefill_alone(prompts, shared)
+    padded = target.decode_batch(prompts, 12, capture=slots, keep_bytes=2**30, padding=float("inf"))
+
+    def near(a, b):  # to fp32 noise: 1e-5 of the tensor's largest magnitude
+        return a.shape == b.shape and float((a - b).abs().max()) <= 1e-5 * float(b.abs().max())
+
+    for a, b in zip(alone, padded):
+        assert torch.equal(a.tokens, b.tokens)
+        assert all(near(a.states[k], b.states[k]) for k in slots) and near(a.kept.logits, b.kept.logits)
+        assert all(
+            near(x.keys, y.keys) and near(x.values, y.values) for x, y in zip(a.kept.cache.layers, b.kept.cache.layers)
+        )
+
+
+def test_only_wide_padding_prefills_row_by_row():
+    from eaglekit.target.decode import PREFILL_PADDING_PER_FORWARD as per_forward
+    from eaglekit.target.decode import prefill_alone
+
+    assert not prefill_alone([[1] * 40], 0)  # one prompt: nothing padded
+    assert not prefill_alone([[1] * 100, [1] * (100 - per_forward)], 0)  # padding of one forward's worth: padded
+    assert prefill_alone([[1] * 100, [1] * (99 - per_forward)], 0)
+
+
 def test_the_shared_prefix_leaves_each_prompt_a_token_and_must_pay(monkeypatch):
     from eaglekit.target import decode
     from eaglekit.target.decode import shared_prefix

@@ -21,8 +21,13 @@ import torch
 
 from .packed_gemm import MAX_ROWS, MIN_ROWS
 
-# The most of a group's prefill that may go to padding (see length_groups).
-PADDING = 0.25
+# The most padding a group may hold, as a share of its real positions (see length_groups). Where the padding is wide the
+# prompts prefill row by row (prefill_alone), so that it costs no prefill, only KV memory and the attention of each step
+# (a cached position is read once a step: 46 KB for SmolLM2, where a group more reads its 0.5 GB of weights a step).
+# 0.5 keeps 8 passages of 1.4k-2.9k tokens in one group (0.25 left the shortest alone: 256 steps of one row more, the
+# whole decode 100 against 84 s) and drift's inputs of 0.3k, 1.3k and 5.2k tokens apart (together they would hold 0.5 GB
+# more of padded KV cache, against drift's 2 GiB).
+PADDING = 0.5
 
 # A group's prompts share a leading run of tokens (a chat template's system prompt: 24 of the demo's 37-48) where at
 # least this many prefill rows are saved by running it once ((prompts - 1) x its length; see shared_prefix). The one
@@ -44,6 +49,25 @@ def shared_prefix(prompts: list[list[int]]) -> int:
     return n if (len(prompts) - 1) * n >= MIN_SHARED_ROWS else 0
 
 
+# A padded prefill feeds every row of a group its widest prompt, padding included, through masked attention; a prefill
+# row by row feeds each row its own tokens, through causal attention, for one forward more per row. A forward reads
+# every weight once whatever its rows, and a prefill row costs its arithmetic: SmolLM2 on 2 cores (2026-11-29, one
+# forward with the aux hooks) took 73 ms for 1 row of 1 token, 97 ms for 16 tokens, 689 ms for 20 rows x 24 (1.4 ms a
+# row), and masked attention over wide padded blocks costs more again (4 rows x 2,048 positions: 2.6 ms a row, one row
+# of 2,048 causal 2.0). Row by row pays where the padding saved is more than about 73 / 1.4 rows per forward added (a
+# ratio of the machine's arithmetic to its memory speed more than of the model's size): the 20 held-out prompts' 163
+# padded positions stay padded (alone: 1.9-2.0 s against 0.94-0.96 s), 8 passages of 1.4k-2.9k tokens go row by row.
+PREFILL_PADDING_PER_FORWARD = 50
+
+
+def prefill_alone(prompts: list[list[int]], shared: int) -> bool:
+    """Whether ``decode_group`` prefills its prompts one row at a time (``_prefill_rows``) rather than left-padded
+    together: where the padding the batch would feed (each prompt's own tokens after the ``shared`` prefix, against
+    the longest one's) is more than ``PREFILL_PADDING_PER_FORWARD`` positions per forward it adds."""
+    own = [len(p) - shared for p in prompts]
+    return len(own) > 1 and len(own) * max(own) - sum(own) > PREFILL_PADDING_PER_FORWARD * (len(own) - 1)
+
+
 # The most prompts decoded together unless told (``TargetModel.batch_rows``): as many as oneDNN's prepacked weights
 # serve (packed_gemm.MAX_ROWS). Each group decodes every step on its own, and a step of few rows costs nearly as much
 # as one of many (its weights are read once whatever its rows), so fewer groups pay; but past ~32 rows a step is bound
@@ -61,11 +85,11 @@ def length_groups(lengths: list[int], batch_size: int, padding: float = PADDING,
     padding stays in its KV cache, and in what every step's attention reads, while it decodes ``steps`` tokens. A group
     closes when it holds ``batch_size`` prompts or when taking the next prompt would bring its padded positions to more
     than ``padding`` times its real ones (each prompt's tokens and the ``steps`` it decodes). Prompts of like length
-    share a batch (the demo's 8 prompts of 37-48 tokens are one, and so are its 20 of 37-48 with 258 steps); inputs of
-    0.3k, 1.3k and 5.2k tokens with 34 steps each get their own (padded together they decoded 5x slower on 2 cores:
-    their padding masks keep attention off the fused causal kernels). Each group decodes every step on its own, and a
-    step costs about as much for 4 rows as for 20 (its weights are read once per step: packed_gemm.py), so the fewer
-    the groups the better where the padding is small beside the decode."""
+    share a batch (the demo's 8 prompts of 37-48 tokens are one, and so are its 20 of 37-48 with 258 steps, and 8
+    passages of 1.4k-2.9k tokens with 256); inputs of 0.3k, 1.3k and 5.2k tokens with 34 steps each get their own
+    (``PADDING``). Each group decodes every step on its own, and a step costs about as much for 4 rows as for 20 (its
+    weights are read once per step: packed_gemm.py), so the fewer the groups the better where the padding is small
+    beside the decode."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     groups: list[list[int]] = []
     for i in order:
@@ -223,7 +247,8 @@ def decode_group(
     shared = shared_prefix(prompts)
     width = max(len(p) for p in prompts) - shared
     cache = reserve(DynamicCache(config=target.model.config), shared + width + max_new_tokens)
-    if shared and not (cache.layers and all(isinstance(layer, ReservedLayer) for layer in cache.layers)):
+    reserved = bool(cache.layers) and all(isinstance(layer, ReservedLayer) for layer in cache.layers)
+    if shared and not reserved:
         shared, width = 0, width + shared  # a sliding window, a linear-attention layer: no keys to hand on as they are
     states: list[
         tuple[torch.Tensor | None, dict]
@@ -231,6 +256,11 @@ def decode_group(
     if shared:
         states.append((None, _run_prefix(target, cache, prompts, shared, slots)))
     rows = _Rows(len(prompts), target.model.device, eos, past_stop, pad)
+    prefilled = (
+        _prefill_rows(target, cache, prompts, shared, width, slots)
+        if reserved and prefill_alone(prompts, shared)
+        else None
+    )
     generated, logits = _decode_steps(
         target,
         cache,
@@ -241,6 +271,7 @@ def decode_group(
         max_new_tokens,
         keep_passes=keep_passes,
         drop_done=drop_done and not keep_passes,
+        prefilled=prefilled,
     )
     joined = {k: _joined(states, k, len(prompts)) for k in slots}  # [B, shared + width + steps - 1, T]
     layers = _plain_layers(cache) if keep_passes else None
@@ -290,6 +321,51 @@ def _run_prefix(target, cache, prompts: list[list[int]], shared: int, slots: tup
     return {k: v.expand(n, -1, -1) for k, v in captured.items()}
 
 
+def _prefill_rows(target, cache, prompts: list[list[int]], shared: int, width: int, slots: tuple[int, ...]):
+    """The prefill of a group one row at a time: each prompt's own tokens (after the ``shared`` prefix ``cache``
+    holds) in a forward of their own, causal, no padding fed; their keys and values go to the row's own columns of
+    ``cache`` (the last of the group's ``width``; the padding before them zero, and masked), whose layers are all
+    ``ReservedLayer``. Returns what the padded prefill's forward would give ``_decode_steps``: (the logits after each
+    prompt's last token [B, V] float32, {slot: [B, width, T] states, zero on the padding})."""
+    from transformers import DynamicCache
+
+    n, device = len(prompts), target.model.device
+    logits, states = [], {}
+    for row, prompt in enumerate(prompts):
+        own = len(prompt) - shared
+        past = DynamicCache(
+            ddp_cache_data=[
+                (layer.keys[row : row + 1, :, :shared], layer.values[row : row + 1, :, :shared])
+                for layer in cache.layers
+            ]
+            if shared
+            else None,
+            config=None if shared else target.model.config,
+        )
+        out, captured = target._forward(
+            slots,
+            input_ids=torch.tensor([prompt[shared:]], device=device),
+            position_ids=torch.arange(shared, len(prompt), device=device)[None],
+            use_cache=True,
+            logits_to_keep=1,
+            **{target._cache_kwarg: past},
+        )
+        logits.append(out.logits[0, -1].to(dtype=torch.float32))
+        layers = _plain_layers(past)
+        if row == 0:  # the group's columns for its prompts, every row's zero until its prefill writes them
+            for index, (keys, values) in enumerate(layers):
+                shape = (n, keys.shape[1], width, keys.shape[3])
+                cache.update(keys.new_zeros(()).expand(shape), values.new_zeros(()).expand(shape), index)
+            states = {k: v.new_zeros((n, width, v.shape[-1])) for k, v in captured.items()}
+        for layer, (keys, values) in zip(cache.layers, layers):
+            layer.keys[row, :, shared + width - own :] = keys[0, :, shared:]
+            layer.values[row, :, shared + width - own :] = values[0, :, shared:]
+        for k, v in captured.items():
+            states[k][row, width - own :] = v[0]
+        del out, past, layers, captured
+    return torch.stack(logits), states
+
+
 def _decode_steps(
     target,
     cache,
@@ -301,10 +377,12 @@ def _decode_steps(
     *,
     keep_passes: bool,
     drop_done: bool,
+    prefilled: tuple | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The forwards of a group, one per new token, the states of each appended to ``states``: (the new tokens [B,
     steps] on the CPU, pad after a row is done; with ``keep_passes`` every forward's logits [B, steps + 1, V] float32,
-    the last from one more forward that feeds the last tokens, else None)."""
+    the last from one more forward that feeds the last tokens, else None). ``prefilled``: what the first forward (the
+    prompts' prefill) gave where ``_prefill_rows`` ran it, (logits [B, V], {slot: states}): it is not run again."""
     step_ids, attention, positions = inputs
     logits = None
     new: list[torch.Tensor] = []
@@ -321,9 +399,12 @@ def _decode_steps(
         )
 
     while True:
-        out, captured = forward(slots)
+        if prefilled is not None:
+            (last, captured), prefilled = prefilled, None
+        else:
+            out, captured = forward(slots)
+            last = out.logits[:, -1].to(dtype=torch.float32)
         states.append((rows.index, captured))
-        last = out.logits[:, -1].to(dtype=torch.float32)
         if keep_passes:
             if logits is None:
                 logits = last.new_empty((rows.n, max_new_tokens + 1, last.shape[-1]))
