@@ -229,6 +229,44 @@ def test_copied_bytes_are_exact_and_every_written_byte_is_handed_to_writeback(tm
     assert len(calls) >= 5 + 3  # the chunks of "big", then one range per remaining tensor at most
 
 
+def test_writeback_runs_beside_the_copy_and_a_refusal_fails_the_write_whole(tmp_path, monkeypatch):
+    """The advice to start writing runs in a thread of its own, beside the copy of the next piece, and is done before
+    the writer returns; where the kernel refuses it, the write fails naming the file, and the atomic output is never
+    made."""
+    if not hasattr(os, "posix_fadvise"):
+        pytest.skip("no posix_fadvise on this platform")
+    import threading
+
+    from eaglekit.io import writer
+
+    (tmp_path / "src").mkdir()
+    save_file({"big": torch.randn(5000)}, str(tmp_path / "src" / "model.safetensors"))
+    monkeypatch.setattr(writer, "_COPY_CHUNK", 4096)
+    threads = set()
+    real = os.posix_fadvise
+
+    def advise(fd, off, n, advice):
+        threads.add(threading.current_thread().name)
+        return real(fd, off, n, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", advise)
+    with Checkpoint.open(tmp_path / "src") as src:
+        plans = [TensorPlan("big", torch.float32, (5000,), lambda: src.byte_range("big"))]
+        with atomic_directory(tmp_path / "out") as tmp:
+            write_checkpoint_tensors(tmp, plans)
+        assert threads == {"eaglekit-writeback"}
+
+        def refuse(fd, off, n, advice):
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(os, "posix_fadvise", refuse)
+        with pytest.raises(CheckpointError, match=r"model\.safetensors: .*Input/output error"):
+            with atomic_directory(tmp_path / "refused") as tmp:
+                write_checkpoint_tensors(tmp, plans)
+    assert not (tmp_path / "refused").exists()
+    assert {p.name for p in tmp_path.iterdir()} == {"src", "out"}  # no temporary folder left behind
+
+
 def test_a_tensor_larger_than_the_shard_limit_gets_its_own_shard():
     p = [TensorPlan(n, torch.float32, (s,), lambda: None) for n, s in (("a", 10), ("big", 100), ("b", 10))]
     assert [[x.name for x in shard] for shard in plan_shards(p, 60)] == [["a"], ["big"], ["b"]]

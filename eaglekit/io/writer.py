@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import struct
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from math import prod
@@ -173,7 +175,13 @@ def write_safetensors(
     header, ordered = _header(plans, metadata)
     with open(path, "wb", buffering=0) as out:
         out.write(header)
-        _write_plans(ordered, out, _Writeback(out.fileno()), progress)
+        writeback = _Writeback(out.fileno())
+        try:
+            _write_plans(ordered, out, writeback, progress)
+        finally:
+            error = writeback.close()
+    if error is not None:
+        raise CheckpointError(f"{path}: the kernel refused to start writing it to disk ({error.strerror or error})")
 
 
 def _write_plans(ordered: list[TensorPlan], out, writeback: _Writeback, progress) -> None:
@@ -222,21 +230,50 @@ def _runs(ordered: list[TensorPlan]) -> list[list[TensorPlan]]:
 
 
 class _Writeback:
-    """Asks the kernel to start writing each written piece of at least ``_WRITEBACK_BYTES`` to disk now, without
-    waiting for it (``posix_fadvise(DONTNEED)``: dirty pages are queued for writeback, clean ones leave the page
-    cache). The copy then overlaps the disk's work instead of leaving all of it to the final fsync: on this
+    """Asks the kernel to start writing each written piece (a ``_COPY_CHUNK`` copied, a tensor written) to disk now,
+    without waiting for it (``posix_fadvise(DONTNEED)``: dirty pages are queued for writeback, clean ones leave the
+    page cache). The copy then overlaps the disk's work instead of leaving all of it to the final fsync: on this
     project's CI machine a 1.9 GB convert went from 0.56 s copy + 0.82 s fsync to ~0.85 s in all. Durability
-    still comes from that fsync alone; this only changes when the writing starts."""
+    still comes from that fsync alone; this only changes when the writing starts.
+
+    The call itself takes the time to hand the piece's pages to the disk (25-35 ms per 64 MiB piece, 0.34 s of the
+    1.9 GB convert's 1.5 s, 2026-11-29), so it runs in a thread of its own while the copy of the next piece goes on
+    (``copy_file_range`` and ``posix_fadvise`` both release the GIL): the same copy with the advice made in turn took
+    1.16 s (median of 5, caches dropped), in a thread 1.10 s, against 1.26 s for ``cp`` + ``sync``. The pieces are
+    advised in the order written; ``close`` waits for the last and returns what any call raised."""
 
     def __init__(self, fd: int):
         self.fd, self.start = fd, 0
+        self._pieces: queue.SimpleQueue | None = None
+        self._thread: threading.Thread | None = None
+        self._error: OSError | None = None
 
     def written(self, end: int, *, at_least: int = 0) -> None:
         if end - self.start < max(at_least, 1):
             return
         if hasattr(os, "posix_fadvise"):  # not on macOS or Windows: there the final fsync does it all
-            os.posix_fadvise(self.fd, self.start, end - self.start, os.POSIX_FADV_DONTNEED)
+            if self._thread is None:
+                self._pieces = queue.SimpleQueue()
+                self._thread = threading.Thread(target=self._advise, name="eaglekit-writeback", daemon=True)
+                self._thread.start()
+            self._pieces.put((self.start, end - self.start))
         self.start = end
+
+    def _advise(self) -> None:
+        while (piece := self._pieces.get()) is not None:
+            if self._error is None:
+                try:
+                    os.posix_fadvise(self.fd, *piece, os.POSIX_FADV_DONTNEED)
+                except OSError as exc:
+                    self._error = exc
+
+    def close(self) -> OSError | None:
+        """Wait for every piece's advice (before the file is closed); the first error one gave, if any."""
+        if self._thread is not None:
+            self._pieces.put(None)
+            self._thread.join()
+            self._thread = None
+        return self._error
 
 
 def _write_tensor(plan: TensorPlan, tensor: torch.Tensor, out) -> None:
