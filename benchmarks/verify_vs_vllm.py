@@ -15,7 +15,7 @@ Workloads (``--workload``):
 
 - ``demo``: the demo's 8 held-out prompts x 64 new tokens (vLLM's start is most of its time);
 - ``heldout``: the 20 held-out prompts x 256 new tokens (issue 56's first workload: decoding is most of both);
-- ``long``: 8 passages of CPython's documentation (pydoc_data, ~1.2k-2.5k tokens each, chat-framed as drift frames
+- ``long``: 8 passages of CPython's documentation (pydoc_data, ~1.4k-2.9k tokens each, chat-framed as drift frames
   them) x 256 new tokens: long prefills beside the decode.
 
 ``--prompts`` and ``--max-new-tokens`` override a workload's numbers. Both load the target from the same transformers
@@ -64,7 +64,8 @@ WORKLOADS = {"demo": (8, 64), "heldout": (20, 256), "long": (8, 256)}
 
 def long_prompts(path: Path, n: int) -> None:
     """``n`` chat prompts, each a passage of CPython's own documentation (as drift frames its built-in inputs) of
-    6,000-12,000 characters (~1.2k-2.5k SmolLM2 tokens), written as JSONL ``messages`` records."""
+    6,000-12,000 characters (1.4k-2.9k SmolLM2 tokens, chat template included), written as JSONL ``messages``
+    records."""
     from pydoc_data.topics import topics
 
     text = "\n\n".join(topics[key] for key in sorted(topics))

@@ -5,6 +5,7 @@ benchmarks/threads_bench.py, not here."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -140,9 +141,41 @@ def test_the_report_says_the_threads_and_batch_a_run_used(trained_pair, cli):
     pair = trained_pair(eagle="3")
     args = ("verify", pair["drafter"], "--target", pair["target"], "--prompts", pair["prompts"], "--max-new-tokens", 8)
     report = json.loads(cli(*args, "--threads", 1, "--batch-size", 2, "--json").stdout)
-    assert report["resources"] == {"threads": 1, "chosen_by": "asked", "batch_size": 2, "decode_groups": 3}
+    assert report["resources"] == {
+        "threads": 1,
+        "chosen_by": "asked",
+        "batch_size": 2,
+        "decode_groups": 3,
+        "prefilled_row_by_row": 0,  # prompts of like length: each group prefills them padded, in one forward
+    }
     assert schemas.check(report, "verify.schema.json") == []
     said = json.loads(cli(*args, "--json").stdout)["resources"]  # the environment's count (tests/conftest.py)
     assert said["chosen_by"] == threads.ENV and said["threads"] == int(os.environ[threads.ENV])
     assert said["batch_size"] >= 1 and said["decode_groups"] >= 1
     assert torch.get_num_threads() == int(os.environ[threads.ENV])  # given back after the run
+
+
+def test_the_report_says_which_groups_prefilled_row_by_row(trained_pair, cli, tmp_path, monkeypatch):
+    """Prompts of unlike lengths (their padding wide) prefill one at a time: the report's ``prefilled_row_by_row``
+    counts the groups that did, as the decode did them."""
+    import json
+
+    from eaglekit.target import decode
+
+    pair = trained_pair(eagle="3")
+    base = [json.loads(line)["input_ids"] for line in Path(pair["prompts"]).read_text().splitlines()][:4]
+    lengths = (300, 200, 150, 100)
+    records = [{"input_ids": (p * 100)[:n]} for p, n in zip(base, lengths)]
+    prompts = tmp_path / "unlike.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in records))
+    alone = []
+    real = decode._prefill_rows
+    monkeypatch.setattr(decode, "_prefill_rows", lambda *a, **k: (alone.append(len(a[2])), real(*a, **k))[1])
+    args = ("verify", pair["drafter"], "--target", pair["target"], "--prompts", prompts, "--max-new-tokens", 8)
+    # four at most: 300, 200 and 150 together (250 padded positions: row by row), 100 alone (its padding would pass half
+    # the group's real positions); two at most: 300 and 200 row by row (100 padded), 150 and 100 padded (50)
+    for batch, expected in ((4, [3]), (2, [2])):
+        alone.clear()
+        report = json.loads(cli(*args, "--batch-size", batch, "--json").stdout)
+        assert alone == expected
+        assert report["resources"]["prefilled_row_by_row"] == len(alone)

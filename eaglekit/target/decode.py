@@ -68,6 +68,12 @@ def prefill_alone(prompts: list[list[int]], shared: int) -> bool:
     return len(own) > 1 and len(own) * max(own) - sum(own) > PREFILL_PADDING_PER_FORWARD * (len(own) - 1)
 
 
+def prefills_row_by_row(prompts: list[list[int]]) -> bool:
+    """Whether ``decode_group`` prefills this group's prompts one at a time (where its target's cache is plain
+    full-attention layers; a sliding window prefills them padded): ``prefill_alone`` after their shared prefix."""
+    return prefill_alone(prompts, shared_prefix(prompts))
+
+
 # The most prompts decoded together unless told (``TargetModel.batch_rows``): as many as oneDNN's prepacked weights
 # serve (packed_gemm.MAX_ROWS). Each group decodes every step on its own, and a step of few rows costs nearly as much
 # as one of many (its weights are read once whatever its rows), so fewer groups pay; but past ~32 rows a step is bound

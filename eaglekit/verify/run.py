@@ -30,7 +30,7 @@ from ..reference.simulate import (
     trajectory,
 )
 from ..target import read_target_config, threads
-from ..target.decode import SequencePass, length_groups
+from ..target.decode import SequencePass, length_groups, prefills_row_by_row
 from ..target.runner import DTYPES, TargetModel, pick_device
 from ..target.tokens import first_eos
 from ..target.weights import read_target_weight
@@ -236,7 +236,9 @@ class Verifier:
         longest = max(len(p.ids) for p in prompts)
         batch = self.options.batch_size or self.target.batch_rows(longest, steps, len(capture), keep_logits=keep_passes)
         self.resources["batch_size"] = batch
-        self.resources["decode_groups"] = len(length_groups([len(p.ids) for p in prompts], batch, steps=steps))
+        groups = length_groups([len(p.ids) for p in prompts], batch, steps=steps)
+        self.resources["decode_groups"] = len(groups)
+        self.resources["prefilled_row_by_row"] = sum(prefills_row_by_row([prompts[i].ids for i in g]) for g in groups)
         # all prompts decoded together, up to ``batch`` at a time (the same greedy tokens as one at a time:
         # TargetModel.decode_batch); a row that stops at an end-of-sequence token decodes K - 1 tokens past it, which
         # judge the drafts of the step crossing it
