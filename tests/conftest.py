@@ -79,3 +79,18 @@ def run_cli(*args: str, expect: int | None = 0):
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture(scope="session")
+def wheel_files(tmp_path_factory) -> list[str]:
+    """The names in eaglekit's wheel, built once per session from this tree (pip, no dependencies, no isolation)."""
+    import subprocess
+    import sys
+    import zipfile
+
+    pytest.importorskip("hatchling")
+    out = tmp_path_factory.mktemp("wheel")
+    root = Path(__file__).resolve().parent.parent
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out)]
+    subprocess.run([*command, str(root)], check=True)
+    return zipfile.ZipFile(next(out.glob("eaglekit-*.whl"))).namelist()

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -66,25 +63,8 @@ def test_every_writer_output_follows_its_dialect_schema(tmp_path):
         assert schemas.check(config, f"config/{dialect}.schema.json") == [], dialect
 
 
-def test_schemas_ship_in_the_wheel(tmp_path):
-    pytest.importorskip("hatchling")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(tmp_path),
-            str(ROOT),
-        ],
-        check=True,
-    )
-    wheel = next(tmp_path.glob("eaglekit-*.whl"))
-    names = zipfile.ZipFile(wheel).namelist()
+def test_schemas_ship_in_the_wheel(wheel_files):
+    names = wheel_files
     for name in schemas.all_schema_files():
         assert f"eaglekit/schemas/{name}" in names
     assert "eaglekit/engines/vllm_releases.json" in names and "eaglekit/data/prompts.jsonl" in names
